@@ -1,0 +1,84 @@
+# Thin wrapper over the CMake presets (CMakePresets.json); every target is phony.
+#   make / make build   install missing Debian packages, configure and build the release tree
+#   make test           all tests (release), then the unit tests again under ASan+UBSan
+#   make bench          hash and index micro-benchmarks; logs in build/bench/
+#   make fuzz           every libFuzzer target for FUZZ_SECONDS on a copy of its seed corpus
+#   make format         clang-format -i on every .c/.h outside build/
+#   make clean          remove build/
+# `make run` (start kvtierd on its defaults) is added together with the daemon.
+
+SHELL := /bin/bash
+.SHELLFLAGS := -eu -o pipefail -c
+
+CMAKE ?= cmake
+CTEST ?= ctest
+CLANG_FORMAT ?= clang-format
+# Parallel build jobs; empty lets ninja choose (number of cores + 2).
+JOBS ?=
+TRACE ?= ../shared/traces/conversation_trace.jsonl
+FUZZ_SECONDS ?= 60
+
+JOBS_FLAG := $(if $(JOBS),-j $(JOBS),)
+
+.PHONY: all build deps configure test test-asan bench fuzz format clean
+
+all: build
+
+deps:
+	bash scripts/install-deps.sh
+
+configure: deps
+	$(CMAKE) --preset release
+
+build: configure
+	$(CMAKE) --build --preset release $(JOBS_FLAG)
+
+# Release first (all tests), then the unit tests (named test_*) again under ASan+UBSan;
+# one recipe so the order holds under make -j too.
+test: build
+	$(CTEST) --preset release
+	$(CMAKE) --preset asan
+	$(CMAKE) --build --preset asan $(JOBS_FLAG)
+	$(CTEST) --preset asan-unit
+
+# Just the ASan+UBSan half of `make test`.
+test-asan: deps
+	$(CMAKE) --preset asan
+	$(CMAKE) --build --preset asan $(JOBS_FLAG)
+	$(CTEST) --preset asan-unit
+
+bench: build
+	mkdir -p build/bench
+	build/bin/kvtier-bench hash | tee build/bench/hash.log
+	build/bin/kvtier-bench index --trace $(TRACE) --pods 1000 --route spread \
+	    | tee build/bench/index.log
+
+# Each fuzzer runs on build/fuzz/corpus/<name>, seeded from tests/fuzz/corpus/<name>
+# (or tests/fuzz/corpus/<name without fuzz_>), so the checked-in corpus never changes.
+# Crash artifacts go to build/fuzz/artifacts/.  Fails if any fuzzer fails.
+fuzz: deps
+	$(CMAKE) --preset fuzz
+	$(CMAKE) --build --preset fuzz $(JOBS_FLAG)
+	@shopt -s nullglob; \
+	fuzzers=(build/fuzz/bin/fuzz_*); \
+	if (( $${#fuzzers[@]} == 0 )); then echo "fuzz: no build/fuzz/bin/fuzz_* targets" >&2; exit 1; fi; \
+	mkdir -p build/fuzz/artifacts; failed=(); \
+	for f in "$${fuzzers[@]}"; do \
+	    [[ -x "$$f" ]] || continue; \
+	    name=$${f##*/}; corpus=build/fuzz/corpus/$$name; mkdir -p "$$corpus"; \
+	    for seed in tests/fuzz/corpus/$$name tests/fuzz/corpus/$${name#fuzz_}; do \
+	        if [[ -d "$$seed" ]]; then cp -R "$$seed"/. "$$corpus"/; break; fi; \
+	    done; \
+	    echo "== $$name ($(FUZZ_SECONDS)s)"; \
+	    "$$f" -max_total_time=$(FUZZ_SECONDS) -print_final_stats=1 \
+	        -artifact_prefix=build/fuzz/artifacts/$$name- "$$corpus" || failed+=("$$name"); \
+	done; \
+	if (( $${#failed[@]} )); then echo "fuzz: failed: $${failed[*]}" >&2; exit 1; fi; \
+	echo "fuzz: all $${#fuzzers[@]} targets ran $(FUZZ_SECONDS)s without a finding"
+
+format:
+	find . \( -path ./build -o -path ./.git \) -prune -o \( -name '*.c' -o -name '*.h' \) -print0 \
+	    | xargs -0 -r $(CLANG_FORMAT) -i
+
+clean:
+	rm -rf build

@@ -1,0 +1,50 @@
+/*
+ * bench: `kvtier-bench <subcommand> [options]`. Each subcommand is one
+ * kvt_bench_<name>_main(); kvtier_bench.c dispatches and holds the helpers
+ * declared here.
+ *
+ * Conventions for subcommands: argv[0] is the subcommand's name; a human
+ * table goes to stdout and the LAST stdout line is one JSON object with a
+ * "bench" key; bad options print one "kvtier-bench: <message>" line on stderr
+ * and return 2; runtime failures return 1; run time is bounded by options.
+ */
+#ifndef KVT_BENCH_BENCH_H
+#define KVT_BENCH_BENCH_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* `kvtier-bench hash`: block-hashing throughput against XXH3's ceiling (bench_hash.c). */
+int kvt_bench_hash_main(int argc, char **argv);
+
+/* `kvtier-bench index`: index and query benchmarks (bench_index.c; docs/performance.md). */
+int kvt_bench_index_main(int argc, char **argv);
+
+/* Sorts @v[0..n) ascending in place. */
+void kvt_bench_sort_u64(uint64_t *v, size_t n);
+
+/*
+ * The @p-th percentile (0 <= p <= 100) of @sorted[0..n) (ascending), by
+ * linear interpolation between closest ranks: p=0 is the minimum, p=50 the
+ * median, p=100 the maximum. Returns 0 when n is 0; p is clamped to [0, 100].
+ */
+double kvt_bench_percentile(const uint64_t *sorted, size_t n, double p);
+
+/*
+ * Option matcher for subcommand mains: when argv[*i] is @name ("--seconds")
+ * as "--seconds V" or "--seconds=V", sets *@val_p to V, advances *@i past the
+ * value and returns 1. Returns 0 when argv[*i] is another option, and -1 after
+ * printing "kvtier-bench: option NAME needs a value" when V is missing.
+ */
+int kvt_bench_opt(int argc, char **argv, int *i, const char *name, const char **val_p);
+
+/*
+ * Strict parsers for option values: unsigned decimal (no sign, no spaces)
+ * within [lo, hi], or a finite double within [lo, hi]. Return 0 and set
+ * *@out_p, or print "kvtier-bench: <opt>: ..." on stderr and return -1.
+ */
+int kvt_bench_parse_u64(const char *opt, const char *s, uint64_t lo, uint64_t hi,
+                        uint64_t *out_p);
+int kvt_bench_parse_double(const char *opt, const char *s, double lo, double hi, double *out_p);
+
+#endif

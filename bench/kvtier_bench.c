@@ -1,0 +1,149 @@
+/*
+ * kvtier-bench: micro-benchmarks and trace replay. `kvtier-bench <subcommand>`.
+ * Subcommands are rows of kvt_bench_cmds; each gets argv from its own name on.
+ */
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "bench/bench.h"
+
+#define KVT_BENCH_EXIT_USAGE 2
+
+typedef struct kvt_bench_cmd {
+    const char *name;
+    const char *summary;
+    int (*main)(int argc, char **argv);
+} kvt_bench_cmd_t;
+
+static const kvt_bench_cmd_t kvt_bench_cmds[] = {
+    {"hash", "block-hashing throughput vs. one XXH3 call (GB/s)", kvt_bench_hash_main},
+    {"index", "index apply/query benchmarks (see docs/performance.md)", kvt_bench_index_main},
+};
+
+#define KVT_BENCH_NCMDS (sizeof(kvt_bench_cmds) / sizeof(kvt_bench_cmds[0]))
+
+/* ---- helpers (bench.h) ------------------------------------------------------------------ */
+
+static int kvt_bench_cmp_u64(const void *a, const void *b)
+{
+    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+    return (x > y) - (x < y);
+}
+
+void kvt_bench_sort_u64(uint64_t *v, size_t n)
+{
+    if (n > 1)
+        qsort(v, n, sizeof(*v), kvt_bench_cmp_u64);
+}
+
+double kvt_bench_percentile(const uint64_t *sorted, size_t n, double p)
+{
+    if (n == 0)
+        return 0.0;
+    if (!(p > 0.0))
+        p = 0.0; /* also catches NaN */
+    if (p > 100.0)
+        p = 100.0;
+    double rank = p / 100.0 * (double)(n - 1);
+    size_t lo = (size_t)rank;
+    if (lo >= n - 1)
+        return (double)sorted[n - 1];
+    double frac = rank - (double)lo;
+    return (double)sorted[lo] + frac * ((double)sorted[lo + 1] - (double)sorted[lo]);
+}
+
+int kvt_bench_opt(int argc, char **argv, int *i, const char *name, const char **val_p)
+{
+    const char *arg = argv[*i];
+    size_t len = strlen(name);
+
+    if (strncmp(arg, name, len) != 0)
+        return 0;
+    if (arg[len] == '=') {
+        *val_p = arg + len + 1;
+        return 1;
+    }
+    if (arg[len] != '\0')
+        return 0;
+    if (*i + 1 >= argc) {
+        fprintf(stderr, "kvtier-bench: option %s needs a value\n", name);
+        return -1;
+    }
+    *i += 1;
+    *val_p = argv[*i];
+    return 1;
+}
+
+int kvt_bench_parse_u64(const char *opt, const char *s, uint64_t lo, uint64_t hi,
+                        uint64_t *out_p)
+{
+    uint64_t v = 0;
+    const char *c = s;
+
+    if (*c == '\0')
+        goto err_bad;
+    for (; *c != '\0'; c++) {
+        if (*c < '0' || *c > '9')
+            goto err_bad;
+        unsigned d = (unsigned)(*c - '0');
+        if (v > (UINT64_MAX - d) / 10)
+            goto err_bad;
+        v = v * 10 + d;
+    }
+    if (v < lo || v > hi)
+        goto err_bad;
+    *out_p = v;
+    return 0;
+
+err_bad:
+    fprintf(stderr, "kvtier-bench: %s must be an integer in %llu..%llu, got '%s'\n", opt,
+            (unsigned long long)lo, (unsigned long long)hi, s);
+    return -1;
+}
+
+int kvt_bench_parse_double(const char *opt, const char *s, double lo, double hi, double *out_p)
+{
+    char *end = NULL;
+
+    errno = 0;
+    double v = strtod(s, &end);
+    if (s[0] == '\0' || s[0] == ' ' || *end != '\0' || errno != 0 || !isfinite(v) || v < lo ||
+        v > hi) {
+        fprintf(stderr, "kvtier-bench: %s must be a number in %g..%g, got '%s'\n", opt, lo, hi, s);
+        return -1;
+    }
+    *out_p = v;
+    return 0;
+}
+
+/* ---- dispatch ----------------------------------------------------------------------------- */
+
+static void kvt_bench_usage(FILE *out)
+{
+    fprintf(out, "usage: kvtier-bench <subcommand> [options]\n\nsubcommands:\n");
+    for (size_t i = 0; i < KVT_BENCH_NCMDS; i++)
+        fprintf(out, "  %-8s %s\n", kvt_bench_cmds[i].name, kvt_bench_cmds[i].summary);
+    fprintf(out, "\n'kvtier-bench <subcommand> --help' lists a subcommand's options.\n"
+                 "The last line of a run's output is one JSON object with the results.\n");
+}
+
+int main(int argc, char **argv)
+{
+    if (argc < 2) {
+        fprintf(stderr, "kvtier-bench: missing subcommand (try 'kvtier-bench --help')\n");
+        return KVT_BENCH_EXIT_USAGE;
+    }
+    const char *name = argv[1];
+    if (strcmp(name, "--help") == 0 || strcmp(name, "-h") == 0 || strcmp(name, "help") == 0) {
+        kvt_bench_usage(stdout);
+        return 0;
+    }
+    for (size_t i = 0; i < KVT_BENCH_NCMDS; i++)
+        if (strcmp(kvt_bench_cmds[i].name, name) == 0)
+            return kvt_bench_cmds[i].main(argc - 1, argv + 1);
+    fprintf(stderr, "kvtier-bench: unknown subcommand '%s' (try 'kvtier-bench --help')\n", name);
+    return KVT_BENCH_EXIT_USAGE;
+}

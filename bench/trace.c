@@ -1,0 +1,522 @@
+/*
+ * bench/trace: a small hand-written JSON reader for Mooncake traces.
+ *
+ * Each line is parsed on its own with a cursor bounded by the line's end, so
+ * a malformed line can never run into the next one and every error names its
+ * line. Only what the format needs is decoded (object keys, non-negative
+ * integers, arrays of them); any other value is validated and skipped.
+ */
+#include "bench/trace.h"
+
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Nesting allowed inside skipped values. */
+#define TR_MAX_DEPTH 64
+
+typedef struct tr_cur {
+    const char *p;   /* next byte */
+    const char *end; /* end of the line */
+    size_t line;     /* 1-based */
+    char *err;
+    size_t errlen;
+} tr_cur_t;
+
+/* Growing arrays of the trace under construction. */
+typedef struct tr_build {
+    kvt_trace_req_t *reqs;
+    size_t nreqs, reqs_cap;
+    uint64_t *ids;
+    size_t nids, ids_cap;
+    int oom;
+} tr_build_t;
+
+__attribute__((format(printf, 2, 3))) static int tr_fail(tr_cur_t *c, const char *fmt, ...)
+{
+    if (c->err != NULL && c->errlen > 0) {
+        int n = snprintf(c->err, c->errlen, "line %zu: ", c->line);
+        if (n >= 0 && (size_t)n < c->errlen) {
+            va_list ap;
+            va_start(ap, fmt);
+            vsnprintf(c->err + n, c->errlen - (size_t)n, fmt, ap);
+            va_end(ap);
+        }
+    }
+    return -1;
+}
+
+static void tr_ws(tr_cur_t *c)
+{
+    while (c->p < c->end && (*c->p == ' ' || *c->p == '\t' || *c->p == '\r'))
+        c->p++;
+}
+
+/* Describes the byte at the cursor for error messages. */
+static const char *tr_here(const tr_cur_t *c, char buf[8])
+{
+    if (c->p >= c->end)
+        return "end of line";
+    unsigned char ch = (unsigned char)*c->p;
+    if (ch >= 0x20 && ch < 0x7f && ch != '\'')
+        snprintf(buf, 8, "'%c'", ch);
+    else
+        snprintf(buf, 8, "0x%02x", ch);
+    return buf;
+}
+
+static int tr_expect(tr_cur_t *c, char ch)
+{
+    tr_ws(c);
+    if (c->p < c->end && *c->p == ch) {
+        c->p++;
+        return 0;
+    }
+    char b[8];
+    return tr_fail(c, "expected '%c', found %s", ch, tr_here(c, b));
+}
+
+static int tr_hex4(tr_cur_t *c, unsigned *v_p)
+{
+    unsigned v = 0;
+    for (int i = 0; i < 4; i++) {
+        if (c->p >= c->end)
+            return tr_fail(c, "unterminated string");
+        char ch = *c->p++;
+        v <<= 4;
+        if (ch >= '0' && ch <= '9')
+            v |= (unsigned)(ch - '0');
+        else if (ch >= 'a' && ch <= 'f')
+            v |= (unsigned)(ch - 'a' + 10);
+        else if (ch >= 'A' && ch <= 'F')
+            v |= (unsigned)(ch - 'A' + 10);
+        else
+            return tr_fail(c, "bad \\u escape in string");
+    }
+    *v_p = v;
+    return 0;
+}
+
+/*
+ * Parses a string at the cursor (after whitespace). When @out is not NULL,
+ * writes up to @outlen - 1 decoded bytes and a NUL; non-ASCII escapes decode
+ * to 0xff so they never match a known key; *@long_p is set if it did not fit.
+ */
+static int tr_string(tr_cur_t *c, char *out, size_t outlen, int *long_p)
+{
+    size_t n = 0;
+    int too_long = 0;
+    tr_ws(c);
+    if (c->p >= c->end || *c->p != '"') {
+        char b[8];
+        return tr_fail(c, "expected a string, found %s", tr_here(c, b));
+    }
+    c->p++;
+    for (;;) {
+        if (c->p >= c->end)
+            return tr_fail(c, "unterminated string");
+        unsigned char ch = (unsigned char)*c->p++;
+        if (ch == '"')
+            break;
+        if (ch < 0x20)
+            return tr_fail(c, "control character in string");
+        if (ch == '\\') {
+            if (c->p >= c->end)
+                return tr_fail(c, "unterminated string");
+            char e = *c->p++;
+            switch (e) {
+            case '"':
+            case '\\':
+            case '/': ch = (unsigned char)e; break;
+            case 'b': ch = '\b'; break;
+            case 'f': ch = '\f'; break;
+            case 'n': ch = '\n'; break;
+            case 'r': ch = '\r'; break;
+            case 't': ch = '\t'; break;
+            case 'u': {
+                unsigned v = 0;
+                if (tr_hex4(c, &v) != 0)
+                    return -1;
+                ch = v < 0x80 ? (unsigned char)v : 0xff;
+                break;
+            }
+            default: return tr_fail(c, "bad escape '\\%c' in string", e);
+            }
+        }
+        if (out != NULL) {
+            if (n + 1 < outlen)
+                out[n++] = (char)ch;
+            else
+                too_long = 1;
+        }
+    }
+    if (out != NULL) {
+        out[n] = '\0';
+        *long_p = too_long;
+    }
+    return 0;
+}
+
+/* A non-negative integer no larger than @max. */
+static int tr_uint(tr_cur_t *c, uint64_t max, const char *what, uint64_t *v_p)
+{
+    tr_ws(c);
+    if (c->p < c->end && *c->p == '-')
+        return tr_fail(c, "%s: negative number", what);
+    if (c->p >= c->end || *c->p < '0' || *c->p > '9') {
+        char b[8];
+        return tr_fail(c, "%s: expected a non-negative integer, found %s", what, tr_here(c, b));
+    }
+    if (*c->p == '0' && c->p + 1 < c->end && c->p[1] >= '0' && c->p[1] <= '9')
+        return tr_fail(c, "%s: number with a leading zero", what);
+    uint64_t v = 0;
+    while (c->p < c->end && *c->p >= '0' && *c->p <= '9') {
+        unsigned d = (unsigned)(*c->p - '0');
+        if (v > (max - d) / 10)
+            return tr_fail(c, "%s: number out of range (max %llu)", what, (unsigned long long)max);
+        v = v * 10 + d;
+        c->p++;
+    }
+    if (c->p < c->end && (*c->p == '.' || *c->p == 'e' || *c->p == 'E'))
+        return tr_fail(c, "%s: not an integer", what);
+    *v_p = v;
+    return 0;
+}
+
+static int tr_skip_value(tr_cur_t *c, int depth);
+
+/* Skips a JSON number (any sign, fraction, exponent). */
+static int tr_skip_number(tr_cur_t *c)
+{
+    if (c->p < c->end && *c->p == '-')
+        c->p++;
+    if (c->p >= c->end || *c->p < '0' || *c->p > '9')
+        return tr_fail(c, "malformed number");
+    if (*c->p == '0')
+        c->p++;
+    else
+        while (c->p < c->end && *c->p >= '0' && *c->p <= '9')
+            c->p++;
+    if (c->p < c->end && *c->p == '.') {
+        c->p++;
+        if (c->p >= c->end || *c->p < '0' || *c->p > '9')
+            return tr_fail(c, "malformed number");
+        while (c->p < c->end && *c->p >= '0' && *c->p <= '9')
+            c->p++;
+    }
+    if (c->p < c->end && (*c->p == 'e' || *c->p == 'E')) {
+        c->p++;
+        if (c->p < c->end && (*c->p == '+' || *c->p == '-'))
+            c->p++;
+        if (c->p >= c->end || *c->p < '0' || *c->p > '9')
+            return tr_fail(c, "malformed number");
+        while (c->p < c->end && *c->p >= '0' && *c->p <= '9')
+            c->p++;
+    }
+    return 0;
+}
+
+static int tr_skip_container(tr_cur_t *c, int depth, char close)
+{
+    if (depth >= TR_MAX_DEPTH)
+        return tr_fail(c, "nesting deeper than %d", TR_MAX_DEPTH);
+    c->p++; /* the opening bracket */
+    tr_ws(c);
+    if (c->p < c->end && *c->p == close) {
+        c->p++;
+        return 0;
+    }
+    for (;;) {
+        if (close == '}') {
+            if (tr_string(c, NULL, 0, NULL) != 0 || tr_expect(c, ':') != 0)
+                return -1;
+        }
+        if (tr_skip_value(c, depth + 1) != 0)
+            return -1;
+        tr_ws(c);
+        if (c->p < c->end && *c->p == ',') {
+            c->p++;
+            continue;
+        }
+        return tr_expect(c, close);
+    }
+}
+
+static int tr_skip_value(tr_cur_t *c, int depth)
+{
+    static const char *const lits[] = {"true", "false", "null"};
+    tr_ws(c);
+    if (c->p >= c->end)
+        return tr_fail(c, "expected a value, found end of line");
+    switch (*c->p) {
+    case '"': return tr_string(c, NULL, 0, NULL);
+    case '{': return tr_skip_container(c, depth, '}');
+    case '[': return tr_skip_container(c, depth, ']');
+    default: break;
+    }
+    if (*c->p == '-' || (*c->p >= '0' && *c->p <= '9'))
+        return tr_skip_number(c);
+    for (size_t i = 0; i < sizeof(lits) / sizeof(lits[0]); i++) {
+        size_t n = strlen(lits[i]);
+        if ((size_t)(c->end - c->p) >= n && memcmp(c->p, lits[i], n) == 0) {
+            c->p += n;
+            return 0;
+        }
+    }
+    char b[8];
+    return tr_fail(c, "expected a value, found %s", tr_here(c, b));
+}
+
+static int tr_push_id(tr_build_t *b, uint64_t id)
+{
+    if (b->nids == b->ids_cap) {
+        size_t cap = b->ids_cap ? b->ids_cap * 2 : 4096;
+        uint64_t *ids = realloc(b->ids, cap * sizeof(*ids));
+        if (ids == NULL) {
+            b->oom = 1;
+            return -1;
+        }
+        b->ids = ids;
+        b->ids_cap = cap;
+    }
+    b->ids[b->nids++] = id;
+    return 0;
+}
+
+/* "hash_ids": [ id, ... ] appended to @b; *@n_p receives the count. */
+static int tr_ids(tr_cur_t *c, tr_build_t *b, uint32_t *n_p)
+{
+    size_t start = b->nids;
+    if (tr_expect(c, '[') != 0)
+        return -1;
+    tr_ws(c);
+    if (c->p < c->end && *c->p == ']') {
+        c->p++;
+        *n_p = 0;
+        return 0;
+    }
+    for (;;) {
+        uint64_t id;
+        if (tr_uint(c, UINT64_MAX, "hash_ids", &id) != 0)
+            return -1;
+        if (b->nids - start >= UINT32_MAX)
+            return tr_fail(c, "hash_ids: too many ids");
+        if (tr_push_id(b, id) != 0)
+            return tr_fail(c, "out of memory");
+        tr_ws(c);
+        if (c->p < c->end && *c->p == ',') {
+            c->p++;
+            continue;
+        }
+        if (tr_expect(c, ']') != 0)
+            return -1;
+        *n_p = (uint32_t)(b->nids - start);
+        return 0;
+    }
+}
+
+enum { K_TS = 1, K_IN = 2, K_OUT = 4, K_IDS = 8, K_ALL = 15 };
+
+/* Parses one non-blank line into a new request of @b. */
+static int tr_line(tr_cur_t *c, tr_build_t *b)
+{
+    kvt_trace_req_t r = {0};
+    unsigned seen = 0;
+    if (tr_expect(c, '{') != 0)
+        return -1;
+    tr_ws(c);
+    if (c->p < c->end && *c->p == '}') {
+        c->p++;
+    } else {
+        for (;;) {
+            char key[32];
+            int too_long;
+            if (tr_string(c, key, sizeof(key), &too_long) != 0 || tr_expect(c, ':') != 0)
+                return -1;
+            unsigned k = 0;
+            if (!too_long) {
+                if (strcmp(key, "timestamp") == 0)
+                    k = K_TS;
+                else if (strcmp(key, "input_length") == 0)
+                    k = K_IN;
+                else if (strcmp(key, "output_length") == 0)
+                    k = K_OUT;
+                else if (strcmp(key, "hash_ids") == 0)
+                    k = K_IDS;
+            }
+            if (k & seen)
+                return tr_fail(c, "duplicate key \"%s\"", key);
+            seen |= k;
+            uint64_t v;
+            int rc;
+            switch (k) {
+            case K_TS: rc = tr_uint(c, UINT64_MAX, "timestamp", &r.timestamp_ms); break;
+            case K_IN:
+                rc = tr_uint(c, UINT32_MAX, "input_length", &v);
+                r.input_length = (uint32_t)v;
+                break;
+            case K_OUT:
+                rc = tr_uint(c, UINT32_MAX, "output_length", &v);
+                r.output_length = (uint32_t)v;
+                break;
+            case K_IDS: rc = tr_ids(c, b, &r.nblocks); break;
+            default: rc = tr_skip_value(c, 0); break;
+            }
+            if (rc != 0)
+                return -1;
+            tr_ws(c);
+            if (c->p < c->end && *c->p == ',') {
+                c->p++;
+                continue;
+            }
+            if (tr_expect(c, '}') != 0)
+                return -1;
+            break;
+        }
+    }
+    tr_ws(c);
+    if (c->p < c->end) {
+        char bb[8];
+        return tr_fail(c, "unexpected %s after the object", tr_here(c, bb));
+    }
+    if (seen != K_ALL) {
+        const char *miss = !(seen & K_TS)    ? "timestamp"
+                           : !(seen & K_IN)  ? "input_length"
+                           : !(seen & K_OUT) ? "output_length"
+                                             : "hash_ids";
+        return tr_fail(c, "missing key \"%s\"", miss);
+    }
+    if (b->nreqs == b->reqs_cap) {
+        size_t cap = b->reqs_cap ? b->reqs_cap * 2 : 1024;
+        kvt_trace_req_t *reqs = realloc(b->reqs, cap * sizeof(*reqs));
+        if (reqs == NULL) {
+            b->oom = 1;
+            return tr_fail(c, "out of memory");
+        }
+        b->reqs = reqs;
+        b->reqs_cap = cap;
+    }
+    b->reqs[b->nreqs++] = r;
+    return 0;
+}
+
+__attribute__((format(printf, 3, 4))) static void tr_set_err(char *err, size_t errlen,
+                                                             const char *fmt, ...)
+{
+    if (err != NULL && errlen > 0) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(err, errlen, fmt, ap);
+        va_end(ap);
+    }
+}
+
+kvt_status_t kvt_trace_parse(const char *buf, size_t len, kvt_trace_t **t_p, char *err,
+                             size_t errlen)
+{
+    if ((buf == NULL && len > 0) || t_p == NULL)
+        return KVT_ERR_INVAL;
+    tr_build_t b = {0};
+    kvt_status_t st;
+    tr_cur_t c = {.err = err, .errlen = errlen};
+    const char *p = buf, *end = buf + len;
+    for (size_t line = 1; p < end; line++) {
+        const char *nl = memchr(p, '\n', (size_t)(end - p));
+        const char *le = nl != NULL ? nl : end;
+        c.p = p;
+        c.end = le;
+        c.line = line;
+        tr_ws(&c);
+        if (c.p < c.end && tr_line(&c, &b) != 0) {
+            st = b.oom ? KVT_ERR_NO_MEM : KVT_ERR_PARSE;
+            goto err_build;
+        }
+        p = nl != NULL ? nl + 1 : end;
+    }
+    kvt_trace_t *t = calloc(1, sizeof(*t));
+    if (t == NULL) {
+        tr_set_err(err, errlen, "out of memory");
+        st = KVT_ERR_NO_MEM;
+        goto err_build;
+    }
+    /* ids are back to back in request order: fix the pointers now that they stopped moving */
+    size_t off = 0;
+    for (size_t i = 0; i < b.nreqs; i++) {
+        b.reqs[i].hash_ids = b.ids + off;
+        off += b.reqs[i].nblocks;
+        if (b.reqs[i].nblocks > t->max_blocks)
+            t->max_blocks = b.reqs[i].nblocks;
+    }
+    t->reqs = b.reqs;
+    t->nreqs = b.nreqs;
+    t->ids = b.ids;
+    t->nids = b.nids;
+    *t_p = t;
+    return KVT_OK;
+
+err_build:
+    free(b.reqs);
+    free(b.ids);
+    return st;
+}
+
+kvt_status_t kvt_trace_load(const char *path, kvt_trace_t **t_p, char *err, size_t errlen)
+{
+    if (path == NULL || t_p == NULL)
+        return KVT_ERR_INVAL;
+    kvt_status_t st;
+    FILE *f = fopen(path, "rb");
+    if (f == NULL) {
+        tr_set_err(err, errlen, "cannot open: %s", strerror(errno));
+        return KVT_ERR_IO;
+    }
+    size_t len = 0, cap = 1 << 20;
+    char *buf = malloc(cap);
+    if (buf == NULL) {
+        st = KVT_ERR_NO_MEM;
+        tr_set_err(err, errlen, "out of memory");
+        goto err_file;
+    }
+    for (;;) {
+        if (len == cap) {
+            char *nb = realloc(buf, cap * 2);
+            if (nb == NULL) {
+                st = KVT_ERR_NO_MEM;
+                tr_set_err(err, errlen, "out of memory");
+                goto err_buf;
+            }
+            buf = nb;
+            cap *= 2;
+        }
+        size_t got = fread(buf + len, 1, cap - len, f);
+        len += got;
+        if (got == 0)
+            break;
+    }
+    if (ferror(f)) {
+        st = KVT_ERR_IO;
+        tr_set_err(err, errlen, "read error");
+        goto err_buf;
+    }
+    fclose(f);
+    st = kvt_trace_parse(buf, len, t_p, err, errlen);
+    free(buf);
+    return st;
+
+err_buf:
+    free(buf);
+err_file:
+    fclose(f);
+    return st;
+}
+
+void kvt_trace_free(kvt_trace_t *t)
+{
+    if (t == NULL)
+        return;
+    free(t->reqs);
+    free(t->ids);
+    free(t);
+}

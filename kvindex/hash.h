@@ -1,0 +1,42 @@
+/*
+ * kvindex/hash: the block hashing standard (DESIGN.md), compatible with
+ * Dynamo's KV router and Mooncake's conductor.
+ *
+ *   local_i = XXH3_64bits_withSeed(tokens[iB .. iB+B) as u32 little-endian, seed)
+ *   seq_0   = local_0   (or chain(parent, local_0) when continuing a parent)
+ *   seq_i   = XXH3_64bits_withSeed(le64(seq_{i-1}) || le64(local_i), seed)
+ *
+ * seq_i is the block's key in the index. Only full blocks are hashed.
+ */
+#ifndef KVT_KVINDEX_HASH_H
+#define KVT_KVINDEX_HASH_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define KVT_HASH_SEED 1337u
+
+/*
+ * Local hash of one block: XXH3-64 with @seed over @tokens[0..block_size) as
+ * u32 little-endian bytes (whatever the host byte order). @tokens must hold
+ * @block_size values; block_size 0 hashes the empty input. Pure, no allocation.
+ */
+uint64_t kvt_hash_block(const uint32_t *tokens, size_t block_size, uint64_t seed);
+
+/*
+ * Seq hash of a block whose predecessor has seq hash @prev and whose local hash
+ * is @local: XXH3-64 with @seed over the 16 bytes le64(prev) || le64(local).
+ */
+uint64_t kvt_hash_chain(uint64_t prev, uint64_t local, uint64_t seed);
+
+/*
+ * Hashes every full block of @tokens[0..ntokens) with block size @block_size
+ * (> 0). Writes ntokens / block_size values to @seq_out and, when not NULL,
+ * to @local_out. With @parent not NULL the first block chains from *@parent.
+ * Trailing tokens that do not fill a block are ignored. Returns the number of
+ * blocks written (0 when block_size is 0). Does not allocate; thread-safe.
+ */
+size_t kvt_hash_seq(const uint32_t *tokens, size_t ntokens, uint32_t block_size, uint64_t seed,
+                    const uint64_t *parent, uint64_t *local_out, uint64_t *seq_out);
+
+#endif

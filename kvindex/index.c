@@ -1,0 +1,1786 @@
+/*
+ * kvindex/index.c: the writer side of the index. See index_int.h for the
+ * layout and docs/architecture.md for the reasoning.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#define XXH_INLINE_ALL
+#include <xxhash.h>
+
+#include "kvindex/index_int.h"
+
+#define ALIAS_BIT 0x80000000u
+#define ALIAS_SPEC 0x1u /* alias flag: speculative mark */
+#define ALIAS_LIVE 0x2u
+
+#define KTAB_MIN 1024u
+#define PTAB_MIN 16u
+#define SET_MIN 4u
+#define DIR_MIN 16u
+
+typedef struct kvt_alias {
+    uint64_t ehash;  /* engine hash, or the spec marker of the key */
+    uint32_t node;   /* node it refers to */
+    uint32_t next;   /* next alias of the same node, or free-list link */
+    uint32_t serial; /* bumped on every reuse; spec expiries check it */
+    uint16_t pod;
+    uint8_t tiers;
+    uint8_t flags;
+} kvt_alias_t;
+
+typedef struct spec_item {
+    uint64_t expiry; /* index clock, ms */
+    uint32_t alias;
+    uint32_t serial;
+} spec_item_t;
+
+typedef struct kvt_pod {
+    char *name; /* NULL: id unused */
+    size_t name_bytes;
+    uint32_t dp_rank;
+    uint32_t mask; /* engine-hash table capacity - 1; 0 with no table */
+    uint32_t live, tomb;
+    uint8_t *ctrl;
+    uint32_t *ref; /* node index, or ALIAS_BIT | alias index */
+    uint64_t entries;
+} kvt_pod_t;
+
+/* Open-addressing map from a 64-bit name hash to a u32 id (pods, namespaces). */
+typedef struct name_map {
+    uint32_t mask, live, tomb;
+    uint64_t *hash;
+    uint32_t *id; /* NAME_EMPTY, NAME_TOMB or an id */
+} name_map_t;
+#define NAME_EMPTY UINT32_MAX
+#define NAME_TOMB (UINT32_MAX - 1)
+
+struct kvt_idx {
+    kvt_idx_shared_t sh; /* must stay first: query.c reaches it by cast */
+    kvt_idx_config_t cfg;
+    uint64_t now_ms;
+    uint64_t bytes; /* live allocations; retired ones are in sh.ebr.limbo_bytes */
+
+    uint32_t node_free;  /* free-list head */
+    uint32_t nodes_used; /* node indices handed out so far */
+    uint64_t live_nodes;
+    uint32_t kt_live, kt_tomb;
+
+    uint32_t *set_free; /* stack of free set handles */
+    uint32_t nset_free, set_free_cap;
+    uint32_t sets_used;
+
+    kvt_alias_t *alias;
+    uint32_t alias_used, alias_cap, alias_free;
+
+    spec_item_t *spec; /* ring buffer, expiry order */
+    size_t spec_head, spec_len, spec_cap;
+
+    kvt_pod_t *pods;
+    uint32_t pods_alloc; /* entries of pods[] allocated */
+    uint32_t pod_hi;     /* ids < pod_hi have been handed out */
+    uint32_t *pod_free;
+    uint32_t npod_free;
+    name_map_t pod_map;
+    name_map_t ns_map;
+
+    uint64_t entries, evicted, spec_live, dropped;
+    uint32_t npods_live;
+
+    uint32_t pin[2];  /* nodes the current write must not lose to eviction */
+    uint32_t pin_pod; /* pod whose table the current write has reserved room in */
+    bool evicting;   /* guards against re-entering eviction */
+};
+
+/* ---- accounting and counters ------------------------------------------ */
+
+static void *acct_alloc(kvt_idx_t *idx, size_t bytes)
+{
+    void *p = malloc(bytes);
+    if (p != NULL)
+        idx->bytes += bytes;
+    return p;
+}
+
+static void *acct_calloc(kvt_idx_t *idx, size_t bytes)
+{
+    void *p = calloc(1, bytes);
+    if (p != NULL)
+        idx->bytes += bytes;
+    return p;
+}
+
+static void acct_free(kvt_idx_t *idx, void *p, size_t bytes)
+{
+    if (p == NULL)
+        return;
+    free(p);
+    idx->bytes -= bytes;
+}
+
+/* Hands @p to EBR: freed once readers are done; its bytes move to limbo. */
+static void acct_retire(kvt_idx_t *idx, void *p, size_t bytes)
+{
+    if (p == NULL)
+        return;
+    idx->bytes -= bytes;
+    kvt_ebr_retire(&idx->sh.ebr, p, bytes);
+}
+
+static uint64_t total_bytes(const kvt_idx_t *idx)
+{
+    return idx->bytes + idx->sh.ebr.limbo_bytes;
+}
+
+/* True when growing by @extra bytes would break the budget. */
+static bool over_budget(const kvt_idx_t *idx, uint64_t extra)
+{
+    return idx->cfg.budget_bytes != 0 && total_bytes(idx) + extra > idx->cfg.budget_bytes;
+}
+
+/* ---- nodes -------------------------------------------------------------- */
+
+static inline kvt_node_t *N(kvt_idx_t *idx, uint32_t nid)
+{
+    return dir_node(idx->sh.nodes, nid);
+}
+
+static inline void wbegin(kvt_idx_t *idx, uint32_t nid)
+{
+    uint32_t *s = &idx->sh.stripes[nid & (NSTRIPES - 1)];
+    __atomic_store_n(s, *s + 1, __ATOMIC_RELAXED);
+    __atomic_thread_fence(__ATOMIC_RELEASE);
+}
+
+static inline void wend(kvt_idx_t *idx, uint32_t nid)
+{
+    uint32_t *s = &idx->sh.stripes[nid & (NSTRIPES - 1)];
+    __atomic_store_n(s, *s + 1, __ATOMIC_RELEASE);
+}
+
+static inline bool pinned(const kvt_idx_t *idx, uint32_t nid)
+{
+    return nid == idx->pin[0] || nid == idx->pin[1];
+}
+
+static size_t dir_bytes(uint32_t cap)
+{
+    return sizeof(kvt_dir_t) + (size_t)cap * sizeof(void *);
+}
+
+/* Appends a chunk pointer to a published directory, replacing the directory if full. */
+static kvt_status_t dir_append(kvt_idx_t *idx, kvt_dir_t **dirp, void *chunk)
+{
+    kvt_dir_t *d = *dirp;
+    if (d->n == d->cap) {
+        uint32_t cap = d->cap * 2;
+        kvt_dir_t *nd = acct_calloc(idx, dir_bytes(cap)); /* unused entries stay NULL */
+        if (nd == NULL)
+            return KVT_ERR_NO_MEM;
+        nd->n = d->n;
+        nd->cap = cap;
+        memcpy(nd->chunk, d->chunk, (size_t)d->n * sizeof(void *));
+        __atomic_store_n(dirp, nd, __ATOMIC_RELEASE);
+        acct_retire(idx, d, dir_bytes(d->cap));
+        d = nd;
+    }
+    __atomic_store_n(&d->chunk[d->n], chunk, __ATOMIC_RELEASE);
+    d->n++;
+    return KVT_OK;
+}
+
+static kvt_dir_t *dir_new(kvt_idx_t *idx)
+{
+    kvt_dir_t *d = acct_calloc(idx, dir_bytes(DIR_MIN));
+    if (d != NULL)
+        d->cap = DIR_MIN;
+    return d;
+}
+
+static size_t evict_batch(kvt_idx_t *idx);
+
+/*
+ * Allocates a node index into *@nid_p; evicts instead of growing past the
+ * budget. KVT_ERR_NO_SPACE when over budget with nothing evictable.
+ */
+static kvt_status_t node_alloc(kvt_idx_t *idx, uint32_t *nid_p)
+{
+    const size_t chunk_bytes = NODE_CHUNK * sizeof(kvt_node_t);
+    while (idx->node_free == KVT_NIL && idx->nodes_used % NODE_CHUNK == 0) {
+        if (over_budget(idx, chunk_bytes)) {
+            if (evict_batch(idx) == 0)
+                return KVT_ERR_NO_SPACE;
+            continue;
+        }
+        {
+            if (idx->nodes_used >= 0x7fffffffu - NODE_CHUNK)
+                return KVT_ERR_NO_SPACE;
+            kvt_node_t *c = acct_alloc(idx, chunk_bytes);
+            if (c == NULL)
+                return KVT_ERR_NO_MEM;
+            for (uint32_t i = 0; i < NODE_CHUNK; i++)
+                c[i].pods = PODS_FREE;
+            if (dir_append(idx, &idx->sh.nodes, c) != KVT_OK) {
+                acct_free(idx, c, chunk_bytes);
+                return KVT_ERR_NO_MEM;
+            }
+            break;
+        }
+    }
+    uint32_t nid;
+    if (idx->node_free != KVT_NIL) {
+        nid = idx->node_free;
+        idx->node_free = N(idx, nid)->parent;
+    } else {
+        nid = idx->nodes_used++;
+    }
+    *nid_p = nid;
+    return KVT_OK;
+}
+
+/* ---- key table ------------------------------------------------------------ */
+
+static size_t ktab_bytes(uint32_t cap)
+{
+    return sizeof(kvt_ktab_t) + cap + (size_t)cap * sizeof(uint32_t);
+}
+
+static kvt_ktab_t *ktab_new(kvt_idx_t *idx, uint32_t cap)
+{
+    kvt_ktab_t *t = acct_alloc(idx, ktab_bytes(cap));
+    if (t == NULL)
+        return NULL;
+    t->mask = cap - 1;
+    t->pad = 0;
+    t->slot = (uint32_t *)(void *)(t + 1);
+    t->ctrl = (uint8_t *)(t->slot + cap);
+    memset(t->ctrl, CTRL_EMPTY, cap);
+    return t;
+}
+
+static uint32_t ktab_find_slot(const kvt_idx_t *idx, const kvt_ktab_t *t, uint64_t key)
+{
+    uint64_t h = kvt_mix64(key);
+    uint8_t tag = ktab_tag(h);
+    for (uint32_t i = (uint32_t)h & t->mask;; i = (i + 1) & t->mask) {
+        uint8_t c = t->ctrl[i];
+        if (c == CTRL_EMPTY)
+            return KVT_NIL;
+        if (c == tag && N((kvt_idx_t *)idx, t->slot[i])->key == key)
+            return i;
+    }
+}
+
+static uint32_t ktab_lookup(kvt_idx_t *idx, uint64_t key)
+{
+    kvt_ktab_t *t = idx->sh.ktab;
+    uint32_t i = ktab_find_slot(idx, t, key);
+    return i == KVT_NIL ? KVT_NIL : t->slot[i];
+}
+
+static void ktab_put(kvt_ktab_t *t, uint64_t key, uint32_t nid, bool publish)
+{
+    uint64_t h = kvt_mix64(key);
+    uint32_t i = (uint32_t)h & t->mask;
+    while (t->ctrl[i] >= 0x80u)
+        i = (i + 1) & t->mask;
+    __atomic_store_n(&t->slot[i], nid, __ATOMIC_RELEASE);
+    if (publish)
+        __atomic_store_n(&t->ctrl[i], ktab_tag(h), __ATOMIC_RELEASE);
+    else
+        t->ctrl[i] = ktab_tag(h);
+}
+
+/* Rebuilds the key table at @cap (dropping tombstones) and publishes it. */
+static kvt_status_t ktab_rebuild(kvt_idx_t *idx, uint32_t cap)
+{
+    kvt_ktab_t *old = idx->sh.ktab;
+    kvt_ktab_t *t = ktab_new(idx, cap);
+    if (t == NULL)
+        return KVT_ERR_NO_MEM;
+    for (uint32_t i = 0; i <= old->mask; i++) {
+        if (old->ctrl[i] >= 0x80u) {
+            uint32_t nid = old->slot[i];
+            ktab_put(t, N(idx, nid)->key, nid, false);
+        }
+    }
+    __atomic_store_n(&idx->sh.ktab, t, __ATOMIC_RELEASE);
+    acct_retire(idx, old, ktab_bytes(old->mask + 1));
+    idx->kt_tomb = 0;
+    return KVT_OK;
+}
+
+/* Makes room for one more key; may evict rather than grow past the budget. */
+static kvt_status_t ktab_reserve(kvt_idx_t *idx)
+{
+    for (;;) {
+        uint32_t cap = idx->sh.ktab->mask + 1;
+        if ((uint64_t)(idx->kt_live + idx->kt_tomb + 1) * 8 <= (uint64_t)cap * 7)
+            return KVT_OK;
+        if ((uint64_t)(idx->kt_live + 1) * 4 <= (uint64_t)cap * 3)
+            return ktab_rebuild(idx, cap);
+        if (cap >= 0x80000000u)
+            return KVT_ERR_NO_SPACE;
+        if (!over_budget(idx, ktab_bytes(cap)))
+            return ktab_rebuild(idx, cap * 2);
+        if (evict_batch(idx) == 0)
+            return KVT_ERR_NO_SPACE;
+    }
+}
+
+static void ktab_delete(kvt_idx_t *idx, uint64_t key)
+{
+    kvt_ktab_t *t = idx->sh.ktab;
+    uint32_t i = ktab_find_slot(idx, t, key);
+    if (i == KVT_NIL)
+        return;
+    __atomic_store_n(&t->ctrl[i], CTRL_TOMB, __ATOMIC_RELEASE);
+    idx->kt_live--;
+    idx->kt_tomb++;
+}
+
+/* ---- holder sets ------------------------------------------------------------ */
+
+static size_t set_bytes(uint32_t cap)
+{
+    return sizeof(kvt_podset_t) + (size_t)cap * sizeof(kvt_elem_t);
+}
+
+static kvt_podset_t *set_of(kvt_idx_t *idx, uint32_t pods)
+{
+    return *dir_set(idx->sh.sets, pods & ~PODS_SET_BIT);
+}
+
+/* Evicts until @bytes more fit the budget. False when they cannot. */
+static bool room(kvt_idx_t *idx, size_t bytes)
+{
+    while (over_budget(idx, bytes))
+        if (evict_batch(idx) == 0)
+            return false;
+    return true;
+}
+
+/* Never evicts: callers make room first, outside any wbegin/wend bracket. */
+static kvt_podset_t *set_new(kvt_idx_t *idx, uint32_t cap)
+{
+    kvt_podset_t *s = acct_alloc(idx, set_bytes(cap));
+    if (s == NULL)
+        return NULL;
+    s->n = 0;
+    s->cap = cap;
+    s->alias_head = KVT_NIL;
+    s->pad = 0;
+    return s;
+}
+
+static uint32_t set_handle_alloc(kvt_idx_t *idx)
+{
+    if (idx->nset_free > 0)
+        return idx->set_free[--idx->nset_free];
+    if (idx->sets_used % SET_CHUNK == 0) {
+        size_t chunk_bytes = SET_CHUNK * sizeof(kvt_podset_t *);
+        if (!room(idx, chunk_bytes))
+            return KVT_NIL;
+        kvt_podset_t **c = acct_calloc(idx, chunk_bytes);
+        if (c == NULL)
+            return KVT_NIL;
+        if (dir_append(idx, &idx->sh.sets, c) != KVT_OK) {
+            acct_free(idx, c, chunk_bytes);
+            return KVT_NIL;
+        }
+    }
+    return idx->sets_used++;
+}
+
+static void set_handle_free(kvt_idx_t *idx, uint32_t h)
+{
+    if (idx->nset_free == idx->set_free_cap) {
+        uint32_t cap = idx->set_free_cap ? idx->set_free_cap * 2 : 64;
+        uint32_t *f = acct_alloc(idx, (size_t)cap * sizeof(uint32_t));
+        if (f == NULL)
+            return; /* the handle is lost to reuse, nothing else */
+        if (idx->set_free != NULL)
+            memcpy(f, idx->set_free, (size_t)idx->nset_free * sizeof(uint32_t));
+        acct_free(idx, idx->set_free, (size_t)idx->set_free_cap * sizeof(uint32_t));
+        idx->set_free = f;
+        idx->set_free_cap = cap;
+    }
+    idx->set_free[idx->nset_free++] = h;
+}
+
+/* Finds @pod among a node's holders: returns a pointer to its element or NULL. */
+static kvt_elem_t *node_elem(kvt_idx_t *idx, kvt_node_t *n, uint32_t pod)
+{
+    if (n->pods == PODS_EMPTY || n->pods == PODS_FREE)
+        return NULL;
+    if (!(n->pods & PODS_SET_BIT))
+        return ELEM_POD(n->pods) == pod ? &n->pods : NULL;
+    kvt_podset_t *s = set_of(idx, n->pods);
+    uint32_t lo = 0, hi = s->n;
+    while (lo < hi) {
+        uint32_t mid = (lo + hi) / 2;
+        uint32_t p = ELEM_POD(s->e[mid]);
+        if (p == pod)
+            return &s->e[mid];
+        if (p < pod)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return NULL;
+}
+
+static inline void elem_store(kvt_elem_t *e, kvt_elem_t v)
+{
+    __atomic_store_n(e, v, __ATOMIC_RELAXED);
+}
+
+/* Moves a node's holders into a new set of @cap; publishes it. Caller brackets with wbegin/wend. */
+static kvt_status_t node_to_set(kvt_idx_t *idx, uint32_t nid, uint32_t cap)
+{
+    kvt_node_t *n = N(idx, nid);
+    kvt_podset_t *s = set_new(idx, cap);
+    if (s == NULL)
+        return KVT_ERR_NO_MEM;
+    if (n->pods & PODS_SET_BIT) {
+        kvt_podset_t *old = set_of(idx, n->pods);
+        memcpy(s->e, old->e, (size_t)old->n * sizeof(kvt_elem_t));
+        s->n = old->n;
+        s->alias_head = old->alias_head;
+        __atomic_store_n(dir_set(idx->sh.sets, n->pods & ~PODS_SET_BIT), s, __ATOMIC_RELEASE);
+        acct_retire(idx, old, set_bytes(old->cap));
+        return KVT_OK;
+    }
+    uint32_t h = set_handle_alloc(idx);
+    if (h == KVT_NIL) {
+        acct_free(idx, s, set_bytes(cap));
+        return KVT_ERR_NO_MEM;
+    }
+    if (n->pods != PODS_EMPTY)
+        s->e[s->n++] = n->pods;
+    __atomic_store_n(dir_set(idx->sh.sets, h), s, __ATOMIC_RELEASE);
+    __atomic_store_n(&n->pods, PODS_SET_BIT | h, __ATOMIC_RELEASE);
+    return KVT_OK;
+}
+
+/* Adds holder element @e (pod not yet present). @force_set keeps it in a set. */
+static kvt_status_t node_elem_add(kvt_idx_t *idx, uint32_t nid, kvt_elem_t e, bool force_set)
+{
+    kvt_node_t *n = N(idx, nid);
+    kvt_status_t st = KVT_OK;
+    uint32_t need = 0;
+    if (!(n->pods & PODS_SET_BIT))
+        need = (n->pods == PODS_EMPTY && !force_set) ? 0 : SET_MIN;
+    else if (set_of(idx, n->pods)->n == set_of(idx, n->pods)->cap)
+        need = set_of(idx, n->pods)->cap * 2;
+    /* before the bracket: eviction bumps stripes too */
+    if (need != 0 && !room(idx, set_bytes(need)))
+        return KVT_ERR_NO_SPACE;
+    wbegin(idx, nid);
+    if (n->pods == PODS_EMPTY && !force_set) {
+        __atomic_store_n(&n->pods, e, __ATOMIC_RELAXED);
+        goto out;
+    }
+    if (!(n->pods & PODS_SET_BIT)) {
+        st = node_to_set(idx, nid, SET_MIN);
+        if (st != KVT_OK)
+            goto out;
+    }
+    kvt_podset_t *s = set_of(idx, n->pods);
+    if (s->n == s->cap) {
+        st = node_to_set(idx, nid, s->cap * 2);
+        if (st != KVT_OK)
+            goto out;
+        s = set_of(idx, n->pods);
+    }
+    uint32_t i = s->n;
+    while (i > 0 && ELEM_POD(s->e[i - 1]) > ELEM_POD(e)) {
+        elem_store(&s->e[i], s->e[i - 1]);
+        i--;
+    }
+    elem_store(&s->e[i], e);
+    __atomic_store_n(&s->n, s->n + 1, __ATOMIC_RELAXED);
+out:
+    wend(idx, nid);
+    if (st == KVT_OK) {
+        idx->entries++;
+        idx->pods[ELEM_POD(e)].entries++;
+    }
+    return st;
+}
+
+/* Removes @pod's element; shrinks or dissolves the set when it empties. */
+static void node_elem_del(kvt_idx_t *idx, uint32_t nid, uint32_t pod)
+{
+    kvt_node_t *n = N(idx, nid);
+    wbegin(idx, nid);
+    if (!(n->pods & PODS_SET_BIT)) {
+        __atomic_store_n(&n->pods, PODS_EMPTY, __ATOMIC_RELAXED);
+    } else {
+        kvt_podset_t *s = set_of(idx, n->pods);
+        uint32_t i = 0;
+        while (i < s->n && ELEM_POD(s->e[i]) != pod)
+            i++;
+        for (; i + 1 < s->n; i++)
+            elem_store(&s->e[i], s->e[i + 1]);
+        __atomic_store_n(&s->n, s->n - 1, __ATOMIC_RELAXED);
+        if (s->alias_head == KVT_NIL && s->n <= 1) {
+            /* back to the inline form */
+            uint32_t h = n->pods & ~PODS_SET_BIT;
+            __atomic_store_n(&n->pods, s->n ? s->e[0] : PODS_EMPTY, __ATOMIC_RELEASE);
+            __atomic_store_n(dir_set(idx->sh.sets, h), NULL, __ATOMIC_RELEASE);
+            acct_retire(idx, s, set_bytes(s->cap));
+            set_handle_free(idx, h);
+        } else if (s->cap > SET_MIN && s->n * 4 <= s->cap) {
+            node_to_set(idx, nid, s->cap / 2); /* on failure the bigger set stays */
+        }
+    }
+    wend(idx, nid);
+    idx->entries--;
+    idx->pods[pod].entries--;
+}
+
+static void node_elem_set(kvt_idx_t *idx, uint32_t nid, kvt_elem_t *ep, kvt_elem_t v)
+{
+    wbegin(idx, nid);
+    elem_store(ep, v);
+    wend(idx, nid);
+}
+
+/* Frees @nid if it holds nothing and has no children, then its parents likewise. */
+static void node_maybe_free(kvt_idx_t *idx, uint32_t nid)
+{
+    while (nid != KVT_NIL) {
+        kvt_node_t *n = N(idx, nid);
+        if (n->pods != PODS_EMPTY || n->nchild != 0 || pinned(idx, nid))
+            return;
+        uint32_t parent = n->parent;
+        ktab_delete(idx, n->key);
+        wbegin(idx, nid);
+        __atomic_store_n(&n->pods, PODS_FREE, __ATOMIC_RELAXED);
+        wend(idx, nid);
+        n->parent = idx->node_free;
+        idx->node_free = nid;
+        idx->live_nodes--;
+        if (parent == KVT_NIL)
+            return;
+        N(idx, parent)->nchild--;
+        nid = parent;
+    }
+}
+
+/* ---- aliases and spec ---------------------------------------------------- */
+
+static uint32_t alias_alloc(kvt_idx_t *idx)
+{
+    if (idx->alias_free != KVT_NIL) {
+        uint32_t a = idx->alias_free;
+        idx->alias_free = idx->alias[a].next;
+        return a;
+    }
+    if (idx->alias_used == idx->alias_cap) {
+        uint32_t cap = idx->alias_cap ? idx->alias_cap * 2 : 64;
+        if (cap > 0x7fffffffu || !room(idx, (size_t)cap * sizeof(kvt_alias_t)))
+            return KVT_NIL;
+        kvt_alias_t *na = acct_alloc(idx, (size_t)cap * sizeof(kvt_alias_t));
+        if (na == NULL)
+            return KVT_NIL;
+        if (idx->alias != NULL)
+            memcpy(na, idx->alias, (size_t)idx->alias_used * sizeof(kvt_alias_t));
+        acct_free(idx, idx->alias, (size_t)idx->alias_cap * sizeof(kvt_alias_t));
+        idx->alias = na;
+        idx->alias_cap = cap;
+    }
+    idx->alias[idx->alias_used].serial = 0;
+    return idx->alias_used++;
+}
+
+static void alias_release(kvt_idx_t *idx, uint32_t a)
+{
+    kvt_alias_t *al = &idx->alias[a];
+    al->flags = 0;
+    al->serial++;
+    al->next = idx->alias_free;
+    idx->alias_free = a;
+}
+
+static uint64_t spec_marker(uint64_t key)
+{
+    return kvt_mix64(key ^ 0x5350454355u) ^ 0xa5a5a5a5a5a5a5a5ull;
+}
+
+/* ---- per-pod engine-hash tables ---------------------------------------- */
+
+static size_t ptab_bytes(uint32_t cap)
+{
+    return (size_t)cap * (1 + sizeof(uint32_t));
+}
+
+static uint64_t ref_ehash(kvt_idx_t *idx, uint32_t ref, bool *spec_p)
+{
+    if (ref & ALIAS_BIT) {
+        kvt_alias_t *a = &idx->alias[ref & ~ALIAS_BIT];
+        *spec_p = (a->flags & ALIAS_SPEC) != 0;
+        return a->ehash;
+    }
+    *spec_p = false;
+    return N(idx, ref)->ehash;
+}
+
+static uint32_t ref_node(kvt_idx_t *idx, uint32_t ref)
+{
+    return (ref & ALIAS_BIT) ? idx->alias[ref & ~ALIAS_BIT].node : ref;
+}
+
+static uint32_t ptab_find(kvt_idx_t *idx, kvt_pod_t *p, uint64_t eh, bool spec)
+{
+    if (p->mask == 0)
+        return KVT_NIL;
+    uint64_t h = kvt_mix64(eh);
+    uint8_t tag = ktab_tag(h);
+    for (uint32_t i = (uint32_t)h & p->mask;; i = (i + 1) & p->mask) {
+        uint8_t c = p->ctrl[i];
+        if (c == CTRL_EMPTY)
+            return KVT_NIL;
+        if (c == tag) {
+            bool is_spec;
+            if (ref_ehash(idx, p->ref[i], &is_spec) == eh && is_spec == spec)
+                return i;
+        }
+    }
+}
+
+static void ptab_put(kvt_idx_t *idx, uint8_t *ctrl, uint32_t *refs, uint32_t mask, uint32_t ref)
+{
+    bool spec;
+    uint64_t h = kvt_mix64(ref_ehash(idx, ref, &spec));
+    uint32_t i = (uint32_t)h & mask;
+    while (ctrl[i] >= 0x80u)
+        i = (i + 1) & mask;
+    ctrl[i] = ktab_tag(h);
+    refs[i] = ref;
+}
+
+static kvt_status_t ptab_rebuild(kvt_idx_t *idx, kvt_pod_t *p, uint32_t cap)
+{
+    uint8_t *mem = acct_alloc(idx, ptab_bytes(cap));
+    if (mem == NULL)
+        return KVT_ERR_NO_MEM;
+    uint32_t *refs = (uint32_t *)(void *)mem;
+    uint8_t *ctrl = mem + (size_t)cap * sizeof(uint32_t);
+    memset(ctrl, CTRL_EMPTY, cap);
+    if (p->mask != 0) {
+        for (uint32_t i = 0; i <= p->mask; i++)
+            if (p->ctrl[i] >= 0x80u)
+                ptab_put(idx, ctrl, refs, cap - 1, p->ref[i]);
+        acct_free(idx, p->ref, ptab_bytes(p->mask + 1));
+    }
+    p->ref = refs;
+    p->ctrl = ctrl;
+    p->mask = cap - 1;
+    p->tomb = 0;
+    return KVT_OK;
+}
+
+/* Makes room for one more reference in @pod's table; may evict rather than grow. */
+static kvt_status_t ptab_reserve(kvt_idx_t *idx, uint32_t pod)
+{
+    for (;;) {
+        kvt_pod_t *p = &idx->pods[pod];
+        if (p->mask == 0)
+            return ptab_rebuild(idx, p, PTAB_MIN);
+        uint32_t cap = p->mask + 1;
+        if ((uint64_t)(p->live + p->tomb + 1) * 8 <= (uint64_t)cap * 7)
+            return KVT_OK;
+        if ((uint64_t)(p->live + 1) * 2 <= cap)
+            return ptab_rebuild(idx, p, cap);
+        if (cap >= 0x80000000u)
+            return KVT_ERR_NO_SPACE;
+        if (!over_budget(idx, ptab_bytes(cap)))
+            return ptab_rebuild(idx, p, cap * 2);
+        if (evict_batch(idx) == 0)
+            return KVT_ERR_NO_SPACE;
+    }
+}
+
+static void ptab_insert(kvt_idx_t *idx, kvt_pod_t *p, uint32_t ref)
+{
+    ptab_put(idx, p->ctrl, p->ref, p->mask, ref);
+    p->live++;
+}
+
+static void ptab_delete(kvt_pod_t *p, uint32_t slot)
+{
+    p->ctrl[slot] = CTRL_TOMB;
+    p->live--;
+    p->tomb++;
+}
+
+/* Shrinks @pod's table when it is mostly empty (after evictions or removals). */
+static void ptab_maybe_shrink(kvt_idx_t *idx, kvt_pod_t *p)
+{
+    if (p->mask == 0)
+        return;
+    uint32_t cap = p->mask + 1;
+    if (p->live == 0) {
+        acct_free(idx, p->ref, ptab_bytes(cap));
+        p->ref = NULL;
+        p->ctrl = NULL;
+        p->mask = 0;
+        p->tomb = 0;
+        return;
+    }
+    if (cap <= PTAB_MIN || (uint64_t)p->live * 8 > cap)
+        return;
+    uint32_t ncap = cap;
+    while (ncap > PTAB_MIN && (uint64_t)p->live * 4 <= ncap / 2)
+        ncap /= 2;
+    ptab_rebuild(idx, p, ncap); /* on failure the bigger table stays */
+}
+
+/* ---- references --------------------------------------------------------- */
+
+/* Effective tiers of @pod on node @nid: main tiers | tiers of its aliases. */
+static unsigned elem_recompute(kvt_idx_t *idx, kvt_node_t *n, kvt_elem_t e)
+{
+    unsigned t = ELEM_MAIN(e);
+    if (ELEM_NALIAS(e) == 0)
+        return t;
+    kvt_podset_t *s = set_of(idx, n->pods);
+    for (uint32_t a = s->alias_head; a != KVT_NIL; a = idx->alias[a].next)
+        if (idx->alias[a].pod == ELEM_POD(e))
+            t |= idx->alias[a].tiers;
+    return t;
+}
+
+/* Writes @e's new fields to the node, or removes the element when no reference is left. */
+static void elem_update(kvt_idx_t *idx, uint32_t nid, uint32_t pod, unsigned main,
+                        unsigned nalias)
+{
+    kvt_node_t *n = N(idx, nid);
+    kvt_elem_t *ep = node_elem(idx, n, pod);
+    if (main == 0 && nalias == 0) {
+        node_elem_del(idx, nid, pod);
+        return;
+    }
+    kvt_elem_t e = ELEM_MAKE(pod, 0, main, nalias);
+    e = ELEM_MAKE(pod, elem_recompute(idx, n, e), main, nalias);
+    node_elem_set(idx, nid, ep, e);
+}
+
+/* Drops the reference in @pod's table slot @slot entirely; frees what it leaves empty. */
+static void ref_drop(kvt_idx_t *idx, uint32_t pod, uint32_t slot)
+{
+    kvt_pod_t *p = &idx->pods[pod];
+    uint32_t ref = p->ref[slot];
+    uint32_t nid = ref_node(idx, ref);
+    kvt_node_t *n = N(idx, nid);
+    kvt_elem_t e = *node_elem(idx, n, pod);
+    ptab_delete(p, slot);
+    if (ref & ALIAS_BIT) {
+        uint32_t a = ref & ~ALIAS_BIT;
+        kvt_podset_t *s = set_of(idx, n->pods);
+        uint32_t *link = &s->alias_head;
+        while (*link != a)
+            link = &idx->alias[*link].next;
+        *link = idx->alias[a].next;
+        if (idx->alias[a].flags & ALIAS_SPEC)
+            idx->spec_live--;
+        alias_release(idx, a);
+        elem_update(idx, nid, pod, ELEM_MAIN(e), ELEM_NALIAS(e) - 1);
+        /* a set kept only for aliases may now fold back inline */
+        if (n->pods & PODS_SET_BIT) {
+            s = set_of(idx, n->pods);
+            if (s->alias_head == KVT_NIL && s->n == 1) {
+                uint32_t h = n->pods & ~PODS_SET_BIT;
+                wbegin(idx, nid);
+                __atomic_store_n(&n->pods, s->e[0], __ATOMIC_RELEASE);
+                __atomic_store_n(dir_set(idx->sh.sets, h), NULL, __ATOMIC_RELEASE);
+                wend(idx, nid);
+                acct_retire(idx, s, set_bytes(s->cap));
+                set_handle_free(idx, h);
+            }
+        }
+    } else {
+        elem_update(idx, nid, pod, 0, ELEM_NALIAS(e));
+    }
+    node_maybe_free(idx, nid);
+}
+
+/* Removes @tiers from the reference in @slot; drops it when no tier is left. */
+static void ref_clear_tiers(kvt_idx_t *idx, uint32_t pod, uint32_t slot, unsigned tiers)
+{
+    kvt_pod_t *p = &idx->pods[pod];
+    uint32_t ref = p->ref[slot];
+    uint32_t nid = ref_node(idx, ref);
+    kvt_node_t *n = N(idx, nid);
+    kvt_elem_t e = *node_elem(idx, n, pod);
+    if (ref & ALIAS_BIT) {
+        kvt_alias_t *a = &idx->alias[ref & ~ALIAS_BIT];
+        if (!(a->tiers & tiers))
+            return;
+        if ((a->tiers & ~tiers) == 0) {
+            ref_drop(idx, pod, slot);
+            return;
+        }
+        a->tiers &= (uint8_t)~tiers;
+        elem_update(idx, nid, pod, ELEM_MAIN(e), ELEM_NALIAS(e));
+        return;
+    }
+    if (!(ELEM_MAIN(e) & tiers))
+        return;
+    if ((ELEM_MAIN(e) & ~tiers) == 0) {
+        ref_drop(idx, pod, slot);
+        return;
+    }
+    elem_update(idx, nid, pod, ELEM_MAIN(e) & ~tiers, ELEM_NALIAS(e));
+}
+
+/* Adds a new alias reference (@eh, @tier) of @pod to @nid. */
+static kvt_status_t alias_add(kvt_idx_t *idx, uint32_t nid, uint32_t pod, uint64_t eh,
+                              unsigned tier, bool spec, uint32_t *alias_p)
+{
+    kvt_node_t *n = N(idx, nid);
+    kvt_elem_t *ep = node_elem(idx, n, pod);
+    if (ep != NULL && ELEM_NALIAS(*ep) >= ELEM_MAX_ALIAS)
+        return KVT_ERR_LIMIT;
+    uint32_t a = alias_alloc(idx);
+    if (a == KVT_NIL)
+        return idx->cfg.budget_bytes ? KVT_ERR_NO_SPACE : KVT_ERR_NO_MEM;
+    kvt_status_t st;
+    if (!(n->pods & PODS_SET_BIT)) {
+        if (!room(idx, set_bytes(SET_MIN))) {
+            alias_release(idx, a);
+            return KVT_ERR_NO_SPACE;
+        }
+        wbegin(idx, nid);
+        st = node_to_set(idx, nid, SET_MIN);
+        wend(idx, nid);
+        if (st != KVT_OK) {
+            alias_release(idx, a);
+            return st;
+        }
+    }
+    kvt_alias_t *al = &idx->alias[a];
+    al->ehash = eh;
+    al->node = nid;
+    al->pod = (uint16_t)pod;
+    al->tiers = (uint8_t)tier;
+    al->flags = ALIAS_LIVE | (spec ? ALIAS_SPEC : 0);
+    kvt_podset_t *s = set_of(idx, n->pods);
+    al->next = s->alias_head;
+    s->alias_head = a;
+    ep = node_elem(idx, n, pod);
+    if (ep == NULL) {
+        st = node_elem_add(idx, nid, ELEM_MAKE(pod, tier, 0, 1), true);
+        if (st != KVT_OK) {
+            s = set_of(idx, n->pods);
+            s->alias_head = al->next;
+            alias_release(idx, a);
+            return st;
+        }
+    } else {
+        kvt_elem_t e = *ep;
+        node_elem_set(idx, nid, ep,
+                      ELEM_MAKE(pod, ELEM_TIERS(e) | tier, ELEM_MAIN(e), ELEM_NALIAS(e) + 1));
+    }
+    ptab_insert(idx, &idx->pods[pod], ALIAS_BIT | a);
+    if (spec)
+        idx->spec_live++;
+    *alias_p = a;
+    return KVT_OK;
+}
+
+/* True when some pod maps the node's own engine hash to it. */
+static bool node_has_main(kvt_idx_t *idx, kvt_node_t *n)
+{
+    if (n->pods == PODS_EMPTY)
+        return false;
+    if (!(n->pods & PODS_SET_BIT))
+        return ELEM_MAIN(n->pods) != 0;
+    kvt_podset_t *s = set_of(idx, n->pods);
+    for (uint32_t i = 0; i < s->n; i++)
+        if (ELEM_MAIN(s->e[i]) != 0)
+            return true;
+    return false;
+}
+
+/* Records that @pod holds @nid in @tier under engine hash @eh. */
+static kvt_status_t ref_add(kvt_idx_t *idx, uint32_t nid, uint32_t pod, uint64_t eh, unsigned tier)
+{
+    kvt_pod_t *p = &idx->pods[pod];
+    uint32_t slot = ptab_find(idx, p, eh, false);
+    if (slot != KVT_NIL && ref_node(idx, p->ref[slot]) != nid) {
+        /* the engine reused this hash for another block: forget the old one */
+        ref_drop(idx, pod, slot);
+        slot = KVT_NIL;
+    }
+    kvt_node_t *n = N(idx, nid);
+    if (slot != KVT_NIL) {
+        uint32_t ref = p->ref[slot];
+        kvt_elem_t *ep = node_elem(idx, n, pod);
+        kvt_elem_t e = *ep;
+        if (ref & ALIAS_BIT) {
+            idx->alias[ref & ~ALIAS_BIT].tiers |= (uint8_t)tier;
+            node_elem_set(idx, nid, ep,
+                          ELEM_MAKE(pod, ELEM_TIERS(e) | tier, ELEM_MAIN(e), ELEM_NALIAS(e)));
+        } else {
+            node_elem_set(idx, nid, ep,
+                          ELEM_MAKE(pod, ELEM_TIERS(e) | tier, ELEM_MAIN(e) | tier,
+                                    ELEM_NALIAS(e)));
+        }
+    } else {
+        kvt_status_t st = ptab_reserve(idx, pod);
+        if (st != KVT_OK)
+            return st;
+        p = &idx->pods[pod];
+        kvt_elem_t *ep = node_elem(idx, n, pod);
+        if (eh != n->ehash && !node_has_main(idx, n))
+            n->ehash = eh; /* e.g. a node created by a speculative mark */
+        if (eh == n->ehash) {
+            if (ep == NULL) {
+                st = node_elem_add(idx, nid, ELEM_MAKE(pod, tier, tier, 0), false);
+                if (st != KVT_OK)
+                    return st;
+            } else {
+                kvt_elem_t e = *ep;
+                node_elem_set(idx, nid, ep,
+                              ELEM_MAKE(pod, ELEM_TIERS(e) | tier, tier, ELEM_NALIAS(e)));
+            }
+            ptab_insert(idx, p, nid);
+        } else {
+            uint32_t a;
+            st = alias_add(idx, nid, pod, eh, tier, false, &a);
+            if (st != KVT_OK)
+                return st;
+        }
+    }
+    /* a real store confirms (replaces) a speculative mark */
+    kvt_elem_t *ep = node_elem(idx, n, pod);
+    if (ep != NULL && (ELEM_TIERS(*ep) & KVT_TIER_SPEC)) {
+        uint32_t s = ptab_find(idx, &idx->pods[pod], spec_marker(n->key), true);
+        if (s != KVT_NIL)
+            ref_drop(idx, pod, s);
+    }
+    return KVT_OK;
+}
+
+/* ---- eviction ------------------------------------------------------------ */
+
+static void node_strip(kvt_idx_t *idx, uint32_t nid)
+{
+    kvt_node_t *n = N(idx, nid);
+    /* drop every holder's references; the node frees itself once empty */
+    while (n->pods != PODS_EMPTY && n->pods != PODS_FREE) {
+        kvt_elem_t e;
+        if (n->pods & PODS_SET_BIT) {
+            kvt_podset_t *s = set_of(idx, n->pods);
+            if (s->alias_head != KVT_NIL) {
+                kvt_alias_t *a = &idx->alias[s->alias_head];
+                uint32_t slot = ptab_find(idx, &idx->pods[a->pod], a->ehash,
+                                          (a->flags & ALIAS_SPEC) != 0);
+                ref_drop(idx, a->pod, slot);
+                continue;
+            }
+            e = s->e[0];
+        } else {
+            e = n->pods;
+        }
+        uint32_t pod = ELEM_POD(e);
+        uint32_t slot = ptab_find(idx, &idx->pods[pod], n->ehash, false);
+        ref_drop(idx, pod, slot);
+    }
+}
+
+/* Max-heap of (age << 32 | node): the oldest leaf on top. */
+static void heap_down(uint64_t *h, size_t n, size_t i)
+{
+    for (;;) {
+        size_t c = 2 * i + 1;
+        if (c >= n)
+            return;
+        if (c + 1 < n && h[c + 1] > h[c])
+            c++;
+        if (h[i] >= h[c])
+            return;
+        uint64_t t = h[i];
+        h[i] = h[c];
+        h[c] = t;
+        i = c;
+    }
+}
+
+static void heap_up(uint64_t *h, size_t i)
+{
+    while (i > 0 && h[(i - 1) / 2] < h[i]) {
+        uint64_t t = h[i];
+        h[i] = h[(i - 1) / 2];
+        h[(i - 1) / 2] = t;
+        i = (i - 1) / 2;
+    }
+}
+
+static bool evictable_leaf(kvt_idx_t *idx, uint32_t nid)
+{
+    kvt_node_t *n = N(idx, nid);
+    return n->pods != PODS_FREE && n->nchild == 0 && !pinned(idx, nid);
+}
+
+static uint64_t heap_item(kvt_idx_t *idx, uint32_t nid, uint32_t now)
+{
+    uint32_t age = now - __atomic_load_n(&N(idx, nid)->stamp, __ATOMIC_RELAXED);
+    return ((uint64_t)age << 32) | nid;
+}
+
+/*
+ * Evicts about 1/32 of the blocks (at least 16), strictly least recently used
+ * leaf first: a parent whose last child goes becomes a leaf and competes with
+ * its own age. Then shrinks tables that emptied. Returns nodes freed (0: none
+ * could be: every leaf is pinned by the write in progress).
+ */
+static size_t evict_batch(kvt_idx_t *idx)
+{
+    if (idx->evicting || idx->live_nodes == 0)
+        return 0;
+    idx->evicting = true;
+    const uint32_t now = idx->sh.clock32;
+    uint64_t want = idx->live_nodes / 32;
+    if (want < 16)
+        want = 16;
+    size_t n = 0, cap = 1024;
+    uint64_t *heap = malloc(cap * sizeof(uint64_t));
+    size_t evicted = 0;
+    uint64_t freed = 0;
+    if (heap == NULL)
+        goto out;
+    for (uint32_t nid = 0; nid < idx->nodes_used; nid++) {
+        if (!evictable_leaf(idx, nid))
+            continue;
+        if (n == cap) {
+            uint64_t *h2 = realloc(heap, cap * 2 * sizeof(uint64_t));
+            if (h2 == NULL)
+                break;
+            heap = h2;
+            cap *= 2;
+        }
+        heap[n++] = heap_item(idx, nid, now);
+    }
+    for (size_t i = n / 2; i-- > 0;)
+        heap_down(heap, n, i);
+    while (n > 0 && freed < want) {
+        uint32_t nid = (uint32_t)heap[0];
+        heap[0] = heap[--n];
+        heap_down(heap, n, 0);
+        if (!evictable_leaf(idx, nid))
+            continue;
+        kvt_node_t *nd = N(idx, nid);
+        uint32_t parent = nd->parent;
+        if (nd->pods == PODS_EMPTY) {
+            node_maybe_free(idx, nid); /* structural: no entries to report */
+        } else {
+            if (idx->cfg.on_evict != NULL)
+                idx->cfg.on_evict(idx->cfg.on_evict_arg, nd->key);
+            node_strip(idx, nid); /* frees nid once its last holder is gone */
+            evicted++;
+        }
+        freed++;
+        /* the parent may have become a leaf: it competes with its own age (heap slot freed above) */
+        if (parent != KVT_NIL && evictable_leaf(idx, parent)) {
+            heap[n] = heap_item(idx, parent, now);
+            heap_up(heap, n++);
+        }
+    }
+    free(heap);
+    for (uint32_t p = 0; p < idx->pod_hi; p++)
+        if (idx->pods[p].name != NULL && p != idx->pin_pod)
+            ptab_maybe_shrink(idx, &idx->pods[p]);
+    uint32_t kcap = idx->sh.ktab->mask + 1;
+    if (kcap > KTAB_MIN && (uint64_t)idx->kt_live * 8 <= kcap)
+        ktab_rebuild(idx, kcap / 4 < KTAB_MIN ? KTAB_MIN : kcap / 4);
+    idx->evicted += evicted;
+out:
+    idx->evicting = false;
+    return (size_t)freed;
+}
+
+/* ---- names ----------------------------------------------------------------- */
+
+static uint64_t name_hash(const char *a, const char *b, uint32_t n)
+{
+    XXH3_state_t s;
+    XXH3_INITSTATE(&s);
+    XXH3_64bits_reset_withSeed(&s, 0x6b7674u);
+    XXH3_64bits_update(&s, a, strlen(a) + 1);
+    XXH3_64bits_update(&s, b, strlen(b) + 1);
+    XXH3_64bits_update(&s, &n, sizeof(n));
+    return XXH3_64bits_digest(&s);
+}
+
+static size_t nmap_bytes(uint32_t cap)
+{
+    return (size_t)cap * (sizeof(uint64_t) + sizeof(uint32_t));
+}
+
+static kvt_status_t nmap_rebuild(kvt_idx_t *idx, name_map_t *m, uint32_t cap)
+{
+    uint8_t *mem = acct_alloc(idx, nmap_bytes(cap));
+    if (mem == NULL)
+        return KVT_ERR_NO_MEM;
+    uint64_t *hash = (uint64_t *)(void *)mem;
+    uint32_t *id = (uint32_t *)(void *)(mem + (size_t)cap * sizeof(uint64_t));
+    for (uint32_t i = 0; i < cap; i++)
+        id[i] = NAME_EMPTY;
+    for (uint32_t i = 0; m->mask && i <= m->mask; i++) {
+        if (m->id[i] >= NAME_TOMB)
+            continue;
+        uint32_t j = (uint32_t)m->hash[i] & (cap - 1);
+        while (id[j] != NAME_EMPTY)
+            j = (j + 1) & (cap - 1);
+        hash[j] = m->hash[i];
+        id[j] = m->id[i];
+    }
+    if (m->mask)
+        acct_free(idx, m->hash, nmap_bytes(m->mask + 1));
+    m->hash = hash;
+    m->id = id;
+    m->mask = cap - 1;
+    m->tomb = 0;
+    return KVT_OK;
+}
+
+/* Calls @eq for candidates with hash @h; returns the slot holding a match or KVT_NIL. */
+typedef bool (*name_eq_fn)(kvt_idx_t *idx, uint32_t id, const char *a, const char *b,
+                           uint32_t n);
+
+static uint32_t nmap_find(kvt_idx_t *idx, const name_map_t *m, uint64_t h, name_eq_fn eq,
+                          const char *a, const char *b, uint32_t n)
+{
+    if (m->mask == 0)
+        return KVT_NIL;
+    for (uint32_t i = (uint32_t)h & m->mask;; i = (i + 1) & m->mask) {
+        if (m->id[i] == NAME_EMPTY)
+            return KVT_NIL;
+        if (m->id[i] != NAME_TOMB && m->hash[i] == h && eq(idx, m->id[i], a, b, n))
+            return i;
+    }
+}
+
+static kvt_status_t nmap_add(kvt_idx_t *idx, name_map_t *m, uint64_t h, uint32_t id)
+{
+    if (m->mask == 0 || (uint64_t)(m->live + m->tomb + 1) * 4 > (uint64_t)(m->mask + 1) * 3) {
+        uint32_t cap = m->mask ? m->mask + 1 : 16;
+        if ((uint64_t)(m->live + 1) * 2 > cap)
+            cap *= 2;
+        kvt_status_t st = nmap_rebuild(idx, m, cap);
+        if (st != KVT_OK)
+            return st;
+    }
+    uint32_t i = (uint32_t)h & m->mask;
+    while (m->id[i] < NAME_TOMB)
+        i = (i + 1) & m->mask;
+    if (m->id[i] == NAME_TOMB)
+        m->tomb--;
+    m->hash[i] = h;
+    m->id[i] = id;
+    m->live++;
+    return KVT_OK;
+}
+
+static bool pod_eq(kvt_idx_t *idx, uint32_t id, const char *a, const char *b, uint32_t n)
+{
+    (void)b;
+    kvt_pod_t *p = &idx->pods[id];
+    return p->name != NULL && p->dp_rank == n && strcmp(p->name, a) == 0;
+}
+
+static bool ns_eq(kvt_idx_t *idx, uint32_t id, const char *a, const char *b, uint32_t n)
+{
+    (void)n;
+    kvt_ns_t *ns = dir_ns(idx->sh.nss, id);
+    return strcmp(ns->model, a) == 0 && strcmp(ns->lora, b) == 0;
+}
+
+static char *acct_strdup(kvt_idx_t *idx, const char *s, size_t *bytes_p)
+{
+    size_t len = strlen(s) + 1;
+    char *d = acct_alloc(idx, len);
+    if (d != NULL) {
+        memcpy(d, s, len);
+        *bytes_p = len;
+    }
+    return d;
+}
+
+/* ---- public API -------------------------------------------------------------- */
+
+kvt_status_t kvt_idx_create(const kvt_idx_config_t *cfg, kvt_idx_t **idx_p)
+{
+    kvt_idx_t *idx = calloc(1, sizeof(*idx));
+    if (idx == NULL)
+        return KVT_ERR_NO_MEM;
+    idx->bytes = sizeof(*idx);
+    if (cfg != NULL)
+        idx->cfg = *cfg;
+    if (idx->cfg.max_readers == 0)
+        idx->cfg.max_readers = 64;
+    if (idx->cfg.max_readers > 4096) {
+        free(idx);
+        return KVT_ERR_INVAL;
+    }
+    idx->node_free = KVT_NIL;
+    idx->alias_free = KVT_NIL;
+    idx->pin[0] = idx->pin[1] = KVT_NIL;
+    idx->pin_pod = KVT_NIL;
+    if (kvt_ebr_init(&idx->sh.ebr, idx->cfg.max_readers) != KVT_OK)
+        goto err_free;
+    idx->bytes += sizeof(kvt_ebr_slot_t) * idx->cfg.max_readers;
+    idx->sh.ktab = ktab_new(idx, KTAB_MIN);
+    idx->sh.nodes = dir_new(idx);
+    idx->sh.sets = dir_new(idx);
+    idx->sh.nss = dir_new(idx);
+    if (!idx->sh.ktab || !idx->sh.nodes || !idx->sh.sets || !idx->sh.nss)
+        goto err_destroy;
+    *idx_p = idx;
+    return KVT_OK;
+
+err_destroy:
+    kvt_idx_destroy(idx);
+    return KVT_ERR_NO_MEM;
+err_free:
+    free(idx);
+    return KVT_ERR_NO_MEM;
+}
+
+void kvt_idx_destroy(kvt_idx_t *idx)
+{
+    if (idx == NULL)
+        return;
+    for (uint32_t p = 0; p < idx->pod_hi; p++) {
+        free(idx->pods[p].name);
+        free(idx->pods[p].ref);
+    }
+    free(idx->pods);
+    free(idx->pod_free);
+    free(idx->pod_map.hash);
+    free(idx->ns_map.hash);
+    free(idx->alias);
+    free(idx->spec);
+    free(idx->set_free);
+    if (idx->sh.sets != NULL) {
+        for (uint32_t h = 0; h < idx->sets_used; h++)
+            free(*dir_set(idx->sh.sets, h));
+        for (uint32_t i = 0; i < idx->sh.sets->n; i++)
+            free(idx->sh.sets->chunk[i]);
+        free(idx->sh.sets);
+    }
+    if (idx->sh.nss != NULL) {
+        for (uint32_t i = 0; i < idx->sh.nns; i++) {
+            free(dir_ns(idx->sh.nss, i)->model);
+            free(dir_ns(idx->sh.nss, i)->lora);
+        }
+        for (uint32_t i = 0; i < idx->sh.nss->n; i++)
+            free(idx->sh.nss->chunk[i]);
+        free(idx->sh.nss);
+    }
+    if (idx->sh.nodes != NULL) {
+        for (uint32_t i = 0; i < idx->sh.nodes->n; i++)
+            free(idx->sh.nodes->chunk[i]);
+        free(idx->sh.nodes);
+    }
+    free(idx->sh.ktab);
+    kvt_ebr_cleanup(&idx->sh.ebr);
+    free(idx);
+}
+
+kvt_status_t kvt_idx_ns_get(kvt_idx_t *idx, const char *model, const char *lora,
+                            uint32_t block_size, uint32_t *ns_p)
+{
+    if (model == NULL || model[0] == '\0')
+        return KVT_ERR_INVAL;
+    if (lora == NULL)
+        lora = "";
+    if (strlen(model) > KVT_IDX_MAX_NAME || strlen(lora) > KVT_IDX_MAX_NAME)
+        return KVT_ERR_TOO_BIG;
+    uint64_t h = name_hash(model, lora, 0);
+    uint32_t slot = nmap_find(idx, &idx->ns_map, h, ns_eq, model, lora, 0);
+    if (slot != KVT_NIL) {
+        uint32_t id = idx->ns_map.id[slot];
+        uint32_t bs = dir_ns(idx->sh.nss, id)->block_size;
+        if (block_size != 0 && block_size != bs)
+            return KVT_ERR_INVAL;
+        *ns_p = id;
+        return KVT_OK;
+    }
+    if (block_size == 0)
+        return KVT_ERR_NOT_FOUND;
+    uint32_t id = idx->sh.nns;
+    if (id >= KVT_IDX_MAX_NS)
+        return KVT_ERR_LIMIT;
+    if (id % NS_CHUNK == 0) {
+        size_t cb = NS_CHUNK * sizeof(kvt_ns_t);
+        kvt_ns_t *c = acct_calloc(idx, cb);
+        if (c == NULL)
+            return KVT_ERR_NO_MEM;
+        if (dir_append(idx, &idx->sh.nss, c) != KVT_OK) {
+            acct_free(idx, c, cb);
+            return KVT_ERR_NO_MEM;
+        }
+    }
+    kvt_ns_t *ns = dir_ns(idx->sh.nss, id);
+    size_t b1 = 0, b2 = 0;
+    ns->model = acct_strdup(idx, model, &b1);
+    ns->lora = acct_strdup(idx, lora, &b2);
+    if (ns->model == NULL || ns->lora == NULL)
+        goto err_names;
+    if (nmap_add(idx, &idx->ns_map, h, id) != KVT_OK)
+        goto err_names;
+    ns->salt = id == 0 ? 0 : kvt_mix64(h | 1);
+    ns->block_size = block_size;
+    __atomic_store_n(&idx->sh.nns, id + 1, __ATOMIC_RELEASE);
+    *ns_p = id;
+    return KVT_OK;
+
+err_names:
+    acct_free(idx, ns->model, b1);
+    acct_free(idx, ns->lora, b2);
+    ns->model = ns->lora = NULL;
+    return KVT_ERR_NO_MEM;
+}
+
+uint32_t kvt_idx_ns_block_size(const kvt_idx_t *idx, uint32_t ns)
+{
+    kvt_idx_shared_t *sh = idx_shared((kvt_idx_t *)idx);
+    if (ns >= __atomic_load_n(&sh->nns, __ATOMIC_ACQUIRE))
+        return 0;
+    kvt_dir_t *d = __atomic_load_n(&sh->nss, __ATOMIC_ACQUIRE);
+    return dir_ns(d, ns)->block_size;
+}
+
+uint64_t kvt_idx_salted_key(const kvt_idx_t *idx, uint32_t ns, uint64_t key)
+{
+    kvt_idx_shared_t *sh = idx_shared((kvt_idx_t *)idx);
+    if (ns >= __atomic_load_n(&sh->nns, __ATOMIC_ACQUIRE))
+        return key;
+    kvt_dir_t *d = __atomic_load_n(&sh->nss, __ATOMIC_ACQUIRE);
+    return key ^ dir_ns(d, ns)->salt;
+}
+
+kvt_status_t kvt_idx_pod_find(const kvt_idx_t *cidx, const char *name, uint32_t dp_rank,
+                              uint32_t *pod_p)
+{
+    kvt_idx_t *idx = (kvt_idx_t *)cidx;
+    if (name == NULL)
+        return KVT_ERR_INVAL;
+    uint32_t slot = nmap_find(idx, &idx->pod_map, name_hash(name, "", dp_rank), pod_eq, name, "",
+                              dp_rank);
+    if (slot == KVT_NIL)
+        return KVT_ERR_NOT_FOUND;
+    *pod_p = idx->pod_map.id[slot];
+    return KVT_OK;
+}
+
+kvt_status_t kvt_idx_pod_get(kvt_idx_t *idx, const char *name, uint32_t dp_rank,
+                             uint32_t *pod_p)
+{
+    if (name == NULL || name[0] == '\0')
+        return KVT_ERR_INVAL;
+    if (strlen(name) > KVT_IDX_MAX_NAME)
+        return KVT_ERR_TOO_BIG;
+    if (kvt_idx_pod_find(idx, name, dp_rank, pod_p) == KVT_OK)
+        return KVT_OK;
+    uint32_t id;
+    bool fresh = idx->npod_free == 0;
+    if (!fresh) {
+        id = idx->pod_free[idx->npod_free - 1];
+    } else {
+        if (idx->pod_hi >= KVT_IDX_MAX_PODS)
+            return KVT_ERR_LIMIT;
+        id = idx->pod_hi;
+        if (id == idx->pods_alloc) {
+            uint32_t cap = idx->pods_alloc ? idx->pods_alloc * 2 : 16;
+            kvt_pod_t *np = acct_calloc(idx, (size_t)cap * sizeof(kvt_pod_t));
+            uint32_t *nf = acct_alloc(idx, (size_t)cap * sizeof(uint32_t));
+            if (np == NULL || nf == NULL) {
+                acct_free(idx, np, (size_t)cap * sizeof(kvt_pod_t));
+                acct_free(idx, nf, (size_t)cap * sizeof(uint32_t));
+                return KVT_ERR_NO_MEM;
+            }
+            if (idx->pods != NULL) {
+                memcpy(np, idx->pods, (size_t)idx->pods_alloc * sizeof(kvt_pod_t));
+                memcpy(nf, idx->pod_free, (size_t)idx->npod_free * sizeof(uint32_t));
+            }
+            acct_free(idx, idx->pods, (size_t)idx->pods_alloc * sizeof(kvt_pod_t));
+            acct_free(idx, idx->pod_free, (size_t)idx->pods_alloc * sizeof(uint32_t));
+            idx->pods = np;
+            idx->pod_free = nf;
+            idx->pods_alloc = cap;
+        }
+    }
+    kvt_pod_t *p = &idx->pods[id];
+    p->name = acct_strdup(idx, name, &p->name_bytes);
+    if (p->name == NULL)
+        return KVT_ERR_NO_MEM;
+    p->dp_rank = dp_rank;
+    if (nmap_add(idx, &idx->pod_map, name_hash(name, "", dp_rank), id) != KVT_OK) {
+        acct_free(idx, p->name, p->name_bytes);
+        p->name = NULL;
+        return KVT_ERR_NO_MEM;
+    }
+    if (fresh) {
+        idx->pod_hi++;
+        __atomic_store_n(&idx->sh.pod_cap, idx->pod_hi, __ATOMIC_RELEASE);
+    } else {
+        idx->npod_free--;
+    }
+    idx->npods_live++;
+    *pod_p = id;
+    return KVT_OK;
+}
+
+static kvt_pod_t *pod_live(kvt_idx_t *idx, uint32_t pod)
+{
+    if (pod >= idx->pod_hi || idx->pods[pod].name == NULL)
+        return NULL;
+    return &idx->pods[pod];
+}
+
+const char *kvt_idx_pod_name(const kvt_idx_t *idx, uint32_t pod, uint32_t *dp_rank_p)
+{
+    kvt_pod_t *p = pod_live((kvt_idx_t *)idx, pod);
+    if (p == NULL)
+        return NULL;
+    if (dp_rank_p != NULL)
+        *dp_rank_p = p->dp_rank;
+    return p->name;
+}
+
+uint64_t kvt_idx_pod_entries(const kvt_idx_t *idx, uint32_t pod)
+{
+    kvt_pod_t *p = pod_live((kvt_idx_t *)idx, pod);
+    return p ? p->entries : 0;
+}
+
+kvt_status_t kvt_idx_pod_clear(kvt_idx_t *idx, uint32_t pod, unsigned tiers)
+{
+    kvt_pod_t *p = pod_live(idx, pod);
+    if (p == NULL || (tiers & ~KVT_TIER_ALL) != 0)
+        return KVT_ERR_INVAL;
+    for (uint32_t i = 0; p->mask != 0 && i <= p->mask; i++) {
+        if (p->ctrl[i] < 0x80u)
+            continue;
+        uint32_t ref = p->ref[i];
+        if ((ref & ALIAS_BIT) && (idx->alias[ref & ~ALIAS_BIT].flags & ALIAS_SPEC)) {
+            if (tiers == KVT_TIER_ALL)
+                ref_drop(idx, pod, i);
+        } else {
+            ref_clear_tiers(idx, pod, i, tiers);
+        }
+    }
+    ptab_maybe_shrink(idx, p);
+    return KVT_OK;
+}
+
+kvt_status_t kvt_idx_pod_drop(kvt_idx_t *idx, uint32_t pod)
+{
+    kvt_pod_t *p = pod_live(idx, pod);
+    if (p == NULL)
+        return KVT_ERR_NOT_FOUND;
+    kvt_idx_pod_clear(idx, pod, KVT_TIER_ALL);
+    uint32_t slot = nmap_find(idx, &idx->pod_map, name_hash(p->name, "", p->dp_rank), pod_eq,
+                              p->name, "", p->dp_rank);
+    if (slot != KVT_NIL) {
+        idx->pod_map.id[slot] = NAME_TOMB;
+        idx->pod_map.live--;
+        idx->pod_map.tomb++;
+    }
+    if (p->mask != 0)
+        acct_free(idx, p->ref, ptab_bytes(p->mask + 1));
+    acct_free(idx, p->name, p->name_bytes);
+    memset(p, 0, sizeof(*p));
+    idx->pod_free[idx->npod_free++] = pod;
+    idx->npods_live--;
+    return KVT_OK;
+}
+
+static uint64_t ns_salt(kvt_idx_t *idx, uint32_t ns, bool *ok_p)
+{
+    if (ns >= idx->sh.nns) {
+        *ok_p = false;
+        return 0;
+    }
+    *ok_p = true;
+    return dir_ns(idx->sh.nss, ns)->salt;
+}
+
+/* Finds or creates the node for salted key @key under @parent. Pins it. */
+static kvt_status_t node_get(kvt_idx_t *idx, uint64_t key, uint64_t eh, uint32_t parent,
+                             uint32_t *nid_p)
+{
+    uint32_t nid = ktab_lookup(idx, key);
+    if (nid != KVT_NIL) {
+        kvt_node_t *n = N(idx, nid);
+        if (n->parent == KVT_NIL && parent != KVT_NIL && parent != nid) {
+            /* learn a parent reported late, unless that would close a cycle */
+            uint32_t a = parent;
+            int depth = 0;
+            while (a != KVT_NIL && a != nid && depth++ < 4096)
+                a = N(idx, a)->parent;
+            if (a == KVT_NIL) {
+                n->parent = parent;
+                N(idx, parent)->nchild++;
+            }
+        }
+        __atomic_store_n(&n->stamp, idx->sh.clock32, __ATOMIC_RELAXED);
+        idx->pin[1] = nid;
+        *nid_p = nid;
+        return KVT_OK;
+    }
+    kvt_status_t st = ktab_reserve(idx);
+    if (st != KVT_OK)
+        return st;
+    st = node_alloc(idx, &nid);
+    if (st != KVT_OK)
+        return st;
+    idx->pin[1] = nid;
+    kvt_node_t *n = N(idx, nid);
+    wbegin(idx, nid);
+    __atomic_store_n(&n->key, key, __ATOMIC_RELAXED);
+    __atomic_store_n(&n->stamp, idx->sh.clock32, __ATOMIC_RELAXED);
+    __atomic_store_n(&n->pods, PODS_EMPTY, __ATOMIC_RELAXED);
+    wend(idx, nid);
+    n->ehash = eh;
+    n->parent = parent;
+    n->nchild = 0;
+    if (parent != KVT_NIL)
+        N(idx, parent)->nchild++;
+    idx->live_nodes++;
+    /* eviction in node_alloc may have shrunk the table: reserve again (no-op if room) */
+    st = ktab_reserve(idx);
+    if (st != KVT_OK) {
+        n->nchild = 0;
+        if (parent != KVT_NIL)
+            N(idx, parent)->nchild--;
+        n->parent = idx->node_free;
+        __atomic_store_n(&n->pods, PODS_FREE, __ATOMIC_RELAXED);
+        idx->node_free = nid;
+        idx->live_nodes--;
+        return st;
+    }
+    ktab_put(idx->sh.ktab, key, nid, true);
+    idx->kt_live++;
+    idx->pin[1] = nid;
+    *nid_p = nid;
+    return KVT_OK;
+}
+
+static bool tier_ok(unsigned tier)
+{
+    return tier == KVT_TIER_GPU || tier == KVT_TIER_CPU || tier == KVT_TIER_DISK;
+}
+
+static void write_done(kvt_idx_t *idx)
+{
+    idx->pin[0] = idx->pin[1] = KVT_NIL;
+    idx->pin_pod = KVT_NIL;
+}
+
+kvt_status_t kvt_idx_store(kvt_idx_t *idx, uint32_t ns, uint32_t pod, unsigned tier,
+                           const uint64_t *parent_key, const uint64_t *keys,
+                           const uint64_t *ehashes, size_t n)
+{
+    bool ok;
+    uint64_t salt = ns_salt(idx, ns, &ok);
+    if (!ok || pod_live(idx, pod) == NULL || !tier_ok(tier) || (n > 0 && keys == NULL))
+        return KVT_ERR_INVAL;
+    uint32_t parent = parent_key ? ktab_lookup(idx, *parent_key ^ salt) : KVT_NIL;
+    kvt_status_t st = KVT_OK;
+    idx->pin_pod = pod;
+    for (size_t i = 0; i < n; i++) {
+        uint64_t eh = ehashes ? ehashes[i] : keys[i];
+        uint32_t nid = KVT_NIL;
+        idx->pin[0] = parent;
+        idx->pin[1] = KVT_NIL;
+        st = node_get(idx, keys[i] ^ salt, eh, parent, &nid);
+        if (st == KVT_OK)
+            st = ref_add(idx, nid, pod, eh, tier);
+        if (st != KVT_OK) {
+            idx->pin[0] = KVT_NIL;
+            idx->pin[1] = KVT_NIL;
+            node_maybe_free(idx, nid);
+            if (st == KVT_ERR_NO_SPACE) {
+                /* budget full of this very chain: keep its prefix, drop the tail */
+                idx->dropped += n - i;
+                st = KVT_OK;
+            }
+            break;
+        }
+        parent = nid;
+    }
+    write_done(idx);
+    return st;
+}
+
+kvt_status_t kvt_idx_store_by_ehash(kvt_idx_t *idx, uint32_t pod, unsigned tier,
+                                    const uint64_t *ehashes, size_t n, size_t *unresolved_p)
+{
+    kvt_pod_t *p = pod_live(idx, pod);
+    if (p == NULL || !tier_ok(tier) || (n > 0 && ehashes == NULL))
+        return KVT_ERR_INVAL;
+    size_t unresolved = 0;
+    kvt_status_t st = KVT_OK;
+    idx->pin_pod = pod;
+    for (size_t i = 0; i < n; i++) {
+        uint32_t slot = ptab_find(idx, p, ehashes[i], false);
+        if (slot == KVT_NIL) {
+            unresolved++;
+            continue;
+        }
+        uint32_t nid = ref_node(idx, p->ref[slot]);
+        idx->pin[1] = nid;
+        __atomic_store_n(&N(idx, nid)->stamp, idx->sh.clock32, __ATOMIC_RELAXED);
+        st = ref_add(idx, nid, pod, ehashes[i], tier);
+        if (st != KVT_OK)
+            break;
+        p = &idx->pods[pod];
+    }
+    write_done(idx);
+    if (unresolved_p != NULL)
+        *unresolved_p = unresolved;
+    return st;
+}
+
+kvt_status_t kvt_idx_remove(kvt_idx_t *idx, uint32_t pod, unsigned tiers,
+                            const uint64_t *ehashes, size_t n, size_t *unresolved_p)
+{
+    kvt_pod_t *p = pod_live(idx, pod);
+    if (p == NULL || tiers == 0 || (tiers & ~KVT_TIER_ALL) != 0 || (n > 0 && ehashes == NULL))
+        return KVT_ERR_INVAL;
+    size_t unresolved = 0;
+    for (size_t i = 0; i < n; i++) {
+        uint32_t slot = ptab_find(idx, p, ehashes[i], false);
+        if (slot == KVT_NIL)
+            unresolved++;
+        else
+            ref_clear_tiers(idx, pod, slot, tiers);
+    }
+    if (unresolved_p != NULL)
+        *unresolved_p = unresolved;
+    return KVT_OK;
+}
+
+static kvt_status_t spec_push(kvt_idx_t *idx, uint64_t expiry, uint32_t alias)
+{
+    if (idx->spec_len == idx->spec_cap) {
+        size_t cap = idx->spec_cap ? idx->spec_cap * 2 : 64;
+        spec_item_t *s = acct_alloc(idx, cap * sizeof(spec_item_t));
+        if (s == NULL)
+            return KVT_ERR_NO_MEM;
+        for (size_t i = 0; i < idx->spec_len; i++)
+            s[i] = idx->spec[(idx->spec_head + i) % idx->spec_cap];
+        acct_free(idx, idx->spec, idx->spec_cap * sizeof(spec_item_t));
+        idx->spec = s;
+        idx->spec_cap = cap;
+        idx->spec_head = 0;
+    }
+    /* keep expiry order even if TTLs differ: insertion sort from the tail */
+    size_t i = idx->spec_len++;
+    while (i > 0) {
+        spec_item_t *prev = &idx->spec[(idx->spec_head + i - 1) % idx->spec_cap];
+        if (prev->expiry <= expiry)
+            break;
+        idx->spec[(idx->spec_head + i) % idx->spec_cap] = *prev;
+        i--;
+    }
+    idx->spec[(idx->spec_head + i) % idx->spec_cap] =
+        (spec_item_t){expiry, alias, idx->alias[alias].serial};
+    return KVT_OK;
+}
+
+kvt_status_t kvt_idx_speculate(kvt_idx_t *idx, uint32_t ns, uint32_t pod,
+                               const uint64_t *keys, size_t n, uint32_t ttl_ms)
+{
+    bool ok;
+    uint64_t salt = ns_salt(idx, ns, &ok);
+    if (!ok || pod_live(idx, pod) == NULL || (n > 0 && keys == NULL))
+        return KVT_ERR_INVAL;
+    uint32_t parent = KVT_NIL;
+    kvt_status_t st = KVT_OK;
+    idx->pin_pod = pod;
+    for (size_t i = 0; i < n; i++) {
+        uint64_t key = keys[i] ^ salt;
+        uint32_t nid = KVT_NIL;
+        idx->pin[0] = parent;
+        idx->pin[1] = KVT_NIL;
+        st = node_get(idx, key, keys[i], parent, &nid);
+        if (st != KVT_OK) {
+            if (st == KVT_ERR_NO_SPACE) {
+                idx->dropped += n - i;
+                st = KVT_OK;
+            }
+            break;
+        }
+        kvt_node_t *nd = N(idx, nid);
+        kvt_elem_t *ep = node_elem(idx, nd, pod);
+        if (ep == NULL || ELEM_TIERS(*ep) == 0) {
+            uint32_t a;
+            st = ptab_reserve(idx, pod);
+            if (st == KVT_OK)
+                st = alias_add(idx, nid, pod, spec_marker(key), KVT_TIER_SPEC, true, &a);
+            if (st == KVT_OK)
+                st = spec_push(idx, idx->now_ms + ttl_ms, a);
+            if (st != KVT_OK) {
+                uint32_t slot = ptab_find(idx, &idx->pods[pod], spec_marker(key), true);
+                idx->pin[0] = idx->pin[1] = KVT_NIL;
+                if (slot != KVT_NIL)
+                    ref_drop(idx, pod, slot);
+                else
+                    node_maybe_free(idx, nid);
+                if (st == KVT_ERR_NO_SPACE) {
+                    idx->dropped += n - i;
+                    st = KVT_OK;
+                }
+                break;
+            }
+        }
+        parent = nid;
+    }
+    write_done(idx);
+    return st;
+}
+
+void kvt_idx_advance(kvt_idx_t *idx, uint64_t now_ms)
+{
+    kvt_ebr_reclaim(&idx->sh.ebr);
+    if (now_ms <= idx->now_ms)
+        return;
+    idx->now_ms = now_ms;
+    __atomic_store_n(&idx->sh.clock32, (uint32_t)now_ms, __ATOMIC_RELAXED);
+    while (idx->spec_len > 0) {
+        spec_item_t *it = &idx->spec[idx->spec_head];
+        if (it->expiry > idx->now_ms)
+            break;
+        spec_item_t item = *it;
+        idx->spec_head = (idx->spec_head + 1) % idx->spec_cap;
+        idx->spec_len--;
+        kvt_alias_t *a = &idx->alias[item.alias];
+        if (a->serial != item.serial || !(a->flags & ALIAS_SPEC))
+            continue; /* confirmed or dropped meanwhile */
+        uint32_t slot = ptab_find(idx, &idx->pods[a->pod], a->ehash, true);
+        if (slot != KVT_NIL)
+            ref_drop(idx, a->pod, slot);
+    }
+}
+
+void kvt_idx_stats(const kvt_idx_t *cidx, kvt_idx_stats_t *st)
+{
+    kvt_idx_t *idx = (kvt_idx_t *)cidx;
+    st->blocks = __atomic_load_n(&idx->live_nodes, __ATOMIC_RELAXED);
+    st->entries = __atomic_load_n(&idx->entries, __ATOMIC_RELAXED);
+    st->bytes = __atomic_load_n(&idx->bytes, __ATOMIC_RELAXED) +
+                __atomic_load_n(&idx->sh.ebr.limbo_bytes, __ATOMIC_RELAXED);
+    st->evicted = __atomic_load_n(&idx->evicted, __ATOMIC_RELAXED);
+    st->dropped = __atomic_load_n(&idx->dropped, __ATOMIC_RELAXED);
+    st->speculative = __atomic_load_n(&idx->spec_live, __ATOMIC_RELAXED);
+    st->pods = __atomic_load_n(&idx->npods_live, __ATOMIC_RELAXED);
+    st->namespaces = __atomic_load_n(&idx->sh.nns, __ATOMIC_RELAXED);
+}

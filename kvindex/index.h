@@ -1,0 +1,219 @@
+/*
+ * kvindex/index: which pods hold which prefix blocks, in which tiers.
+ *
+ * Entries are keyed by the 64-bit sequence key of the hashing standard
+ * (kvindex/hash.h) inside a namespace (model, LoRA name). For every key the
+ * index records the set of pods holding the block and, per pod, the tiers
+ * (GPU, CPU, DISK) that hold it. Each pod also keeps a map from the engine's
+ * own block hash to the key, so events that carry no tokens (removals, CPU
+ * placeholder stores) can be applied.
+ *
+ * Concurrency: exactly one writer thread calls the functions marked "writer";
+ * any number of reader threads, each with its own kvt_idx_reader_t, call
+ * kvt_idx_query() at the same time without taking a lock shared with the
+ * writer. docs/architecture.md describes the scheme (striped seqlocks plus
+ * epoch-based reclamation).
+ *
+ * Memory: every byte the index allocates is counted (kvt_idx_stats_t.bytes).
+ * With a budget, the writer evicts least-recently-used leaf blocks (blocks no
+ * other block extends) before it would grow past the budget, so a chain is
+ * never cut in the middle.
+ */
+#ifndef KVT_KVINDEX_INDEX_H
+#define KVT_KVINDEX_INDEX_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "common/status.h"
+
+/* Tier bits; a (block, pod) entry holds a set of them. */
+enum {
+    KVT_TIER_GPU = 1u << 0,  /* engine HBM */
+    KVT_TIER_CPU = 1u << 1,  /* host RAM (engine offload or kvtierd's arena) */
+    KVT_TIER_DISK = 1u << 2, /* NVMe (kvtierd's store) */
+    KVT_TIER_ALL = 7u,
+};
+
+/* Largest number of pods (engine, DP rank pairs) one index can hold. */
+#define KVT_IDX_MAX_PODS 65534u
+/* Longest model or LoRA name, and longest pod name, in bytes. */
+#define KVT_IDX_MAX_NAME 255u
+
+typedef struct kvt_idx kvt_idx_t;
+typedef struct kvt_idx_reader kvt_idx_reader_t;
+
+/*
+ * Called by the writer, inside the write call that caused it, for every
+ * block evicted to stay within the budget, before its entries are dropped.
+ * @salted_key is kvt_idx_salted_key() of the block's namespace and key. The
+ * callback must not call back into the index.
+ */
+typedef void (*kvt_idx_evict_cb)(void *arg, uint64_t salted_key);
+
+typedef struct kvt_idx_config {
+    uint64_t budget_bytes;     /* 0: unbounded */
+    uint32_t max_readers;      /* reader handles that may exist at once; 0: 64 */
+    kvt_idx_evict_cb on_evict; /* may be NULL */
+    void *on_evict_arg;
+} kvt_idx_config_t;
+
+/* Per-pod answer of a query. */
+typedef struct kvt_idx_match {
+    uint32_t pod;     /* dense pod id */
+    uint32_t matched; /* consecutive blocks from block 0 held in any tier */
+    uint32_t gpu;     /* of those, blocks whose fastest tier is GPU (speculative counts as GPU) */
+    uint32_t cpu;     /* ... fastest tier CPU */
+    uint32_t disk;    /* ... fastest tier DISK */
+} kvt_idx_match_t;
+
+typedef struct kvt_idx_stats {
+    uint64_t blocks;      /* distinct keys (block nodes) */
+    uint64_t entries;     /* (block, pod) entries */
+    uint64_t bytes;       /* every byte the index has allocated */
+    uint64_t evicted;     /* block nodes evicted for the budget, ever */
+    uint64_t dropped;     /* blocks not stored: budget full and nothing evictable, ever */
+    uint64_t speculative; /* live speculative (block, pod) entries */
+    uint32_t pods;        /* registered pods */
+    uint32_t namespaces;  /* registered namespaces */
+} kvt_idx_stats_t;
+
+/*
+ * Creates an empty index. @cfg may be NULL for defaults. On success *idx_p is
+ * owned by the caller and freed with kvt_idx_destroy().
+ * Returns KVT_OK, KVT_ERR_INVAL or KVT_ERR_NO_MEM.
+ */
+kvt_status_t kvt_idx_create(const kvt_idx_config_t *cfg, kvt_idx_t **idx_p);
+
+/* Frees the index. All readers must have been destroyed first. NULL is a no-op. */
+void kvt_idx_destroy(kvt_idx_t *idx);
+
+/*
+ * Writer. Finds or creates the namespace (@model, @lora). @lora NULL or "" is
+ * the base model. @block_size is the model's block size in tokens; a
+ * namespace keeps the block size it was created with, and asking for an
+ * existing one with another non-zero size fails with KVT_ERR_INVAL. With
+ * @block_size 0 the namespace must exist (KVT_ERR_NOT_FOUND otherwise).
+ * Names longer than KVT_IDX_MAX_NAME: KVT_ERR_TOO_BIG.
+ */
+kvt_status_t kvt_idx_ns_get(kvt_idx_t *idx, const char *model, const char *lora,
+                            uint32_t block_size, uint32_t *ns_p);
+
+/* Any thread. Block size of namespace @ns, or 0 if @ns does not exist. */
+uint32_t kvt_idx_ns_block_size(const kvt_idx_t *idx, uint32_t ns);
+
+/*
+ * Any thread. The key under which @key of namespace @ns is stored (keys are
+ * salted per namespace so one table serves all); what on_evict reports.
+ */
+uint64_t kvt_idx_salted_key(const kvt_idx_t *idx, uint32_t ns, uint64_t key);
+
+/*
+ * Writer. Finds or creates the pod (@name, @dp_rank) and returns its dense id.
+ * Ids of dropped pods are reused. KVT_ERR_LIMIT past KVT_IDX_MAX_PODS.
+ */
+kvt_status_t kvt_idx_pod_get(kvt_idx_t *idx, const char *name, uint32_t dp_rank,
+                             uint32_t *pod_p);
+
+/* Writer. Looks up (@name, @dp_rank) without creating it; KVT_ERR_NOT_FOUND if absent. */
+kvt_status_t kvt_idx_pod_find(const kvt_idx_t *idx, const char *name, uint32_t dp_rank,
+                              uint32_t *pod_p);
+
+/*
+ * Writer. Name and DP rank of @pod. The name stays valid until the pod is
+ * dropped. Returns NULL for an unknown id.
+ */
+const char *kvt_idx_pod_name(const kvt_idx_t *idx, uint32_t pod, uint32_t *dp_rank_p);
+
+/* Writer. Number of (block, pod) entries @pod holds, speculative ones included. */
+uint64_t kvt_idx_pod_entries(const kvt_idx_t *idx, uint32_t pod);
+
+/*
+ * Writer. Removes tiers @tiers from every entry of @pod (AllBlocksCleared is
+ * @tiers = KVT_TIER_GPU; KVT_TIER_ALL also drops speculative entries). Costs
+ * O(blocks the pod holds).
+ */
+kvt_status_t kvt_idx_pod_clear(kvt_idx_t *idx, uint32_t pod, unsigned tiers);
+
+/* Writer. Clears every tier of @pod and unregisters it; its id may be reused. */
+kvt_status_t kvt_idx_pod_drop(kvt_idx_t *idx, uint32_t pod);
+
+/*
+ * Writer. Records that @pod holds blocks @keys[0..n) in tier @tier (one bit).
+ * keys[i] extends keys[i-1]; keys[0] extends *@parent_key when @parent_key is
+ * not NULL (the parent need not be known). @ehashes[i] is the engine's block
+ * hash for keys[i], used later by kvt_idx_remove() and
+ * kvt_idx_store_by_ehash(); with @ehashes NULL the keys serve as engine
+ * hashes. Storing what is already held only refreshes its recency.
+ * With a budget, when no leaf other than this chain's own tail can be
+ * evicted, the blocks that do not fit are not stored (the chain keeps its
+ * prefix) and counted in kvt_idx_stats_t.dropped; that is still KVT_OK.
+ * Returns KVT_OK, KVT_ERR_INVAL (bad ns, pod or tier) or KVT_ERR_NO_MEM; on
+ * KVT_ERR_NO_MEM the blocks before the failing one stay stored.
+ */
+kvt_status_t kvt_idx_store(kvt_idx_t *idx, uint32_t ns, uint32_t pod, unsigned tier,
+                           const uint64_t *parent_key, const uint64_t *keys,
+                           const uint64_t *ehashes, size_t n);
+
+/*
+ * Writer. Adds tier @tier to blocks @pod already holds under engine hashes
+ * @ehashes (vLLM's CPU placeholder stores: no tokens). Hashes the pod does
+ * not know are skipped and counted in *@unresolved_p (may be NULL).
+ */
+kvt_status_t kvt_idx_store_by_ehash(kvt_idx_t *idx, uint32_t pod, unsigned tier,
+                                    const uint64_t *ehashes, size_t n, size_t *unresolved_p);
+
+/*
+ * Writer. Removes tiers @tiers from the blocks @pod holds under @ehashes. An
+ * entry left with no tier is dropped. Unknown hashes are skipped and counted
+ * in *@unresolved_p (may be NULL).
+ */
+kvt_status_t kvt_idx_remove(kvt_idx_t *idx, uint32_t pod, unsigned tiers,
+                            const uint64_t *ehashes, size_t n, size_t *unresolved_p);
+
+/*
+ * Writer. A router's decision before the engine reports it: @pod will hold
+ * @keys[0..n) (a chain from block 0). The entries count as GPU in queries
+ * until the engine's own store confirms them or @ttl_ms passes on the index
+ * clock, whichever comes first; re-announcing does not extend the TTL.
+ */
+kvt_status_t kvt_idx_speculate(kvt_idx_t *idx, uint32_t ns, uint32_t pod,
+                               const uint64_t *keys, size_t n, uint32_t ttl_ms);
+
+/*
+ * Writer. Advances the index clock to @now_ms (milliseconds, any monotonic
+ * origin). Only a later value moves the clock, and only then do speculative
+ * entries whose expiry is <= @now_ms go. Also frees memory readers no longer
+ * use. Call it regularly (the daemon does every few
+ * milliseconds). Recency for LRU eviction is measured on this clock.
+ */
+void kvt_idx_advance(kvt_idx_t *idx, uint64_t now_ms);
+
+/*
+ * Writer. Current counters. (Other threads need a copy the writer publishes:
+ * the daemon does that.)
+ */
+void kvt_idx_stats(const kvt_idx_t *idx, kvt_idx_stats_t *st);
+
+/*
+ * Any thread. Creates a reader handle for one thread's queries. Fails with
+ * KVT_ERR_LIMIT when max_readers handles exist. Destroy before the index.
+ */
+kvt_status_t kvt_idx_reader_create(kvt_idx_t *idx, kvt_idx_reader_t **reader_p);
+void kvt_idx_reader_destroy(kvt_idx_reader_t *reader);
+
+/*
+ * Reader (one thread per handle). For the chain @keys[0..n) in namespace
+ * @ns, finds every pod holding keys[0] and the length of its run of
+ * consecutive blocks from block 0, split by fastest tier. With @pods not NULL
+ * only those @npods pod ids are considered. Stops as soon as no pod can
+ * extend its run. *@res_p points at *@nres_p results in no particular order,
+ * owned by the reader and valid until its next query. Does not allocate once
+ * the reader has seen the index's pod count. Returns KVT_OK (zero results
+ * when nothing matches or @ns is unknown) or KVT_ERR_NO_MEM.
+ */
+kvt_status_t kvt_idx_query(kvt_idx_reader_t *reader, uint32_t ns, const uint64_t *keys,
+                           size_t n, const uint32_t *pods, size_t npods,
+                           const kvt_idx_match_t **res_p, size_t *nres_p);
+
+#endif

@@ -1,0 +1,272 @@
+/*
+ * kvindex/query.c: the read path. Runs concurrently with the single writer:
+ * no lock, no allocation once the reader's scratch covers every pod id.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "kvindex/index_int.h"
+
+static kvt_status_t reader_fit(kvt_idx_reader_t *r, uint32_t cap);
+static kvt_status_t reader_fit_snap(kvt_idx_reader_t *r, uint32_t n);
+
+kvt_status_t kvt_idx_reader_create(kvt_idx_t *idx, kvt_idx_reader_t **reader_p)
+{
+    kvt_idx_shared_t *sh = idx_shared(idx);
+    kvt_idx_reader_t *r = calloc(1, sizeof(*r));
+    if (r == NULL)
+        return KVT_ERR_NO_MEM;
+    r->slot = kvt_ebr_slot_acquire(&sh->ebr);
+    if (r->slot < 0) {
+        free(r);
+        return KVT_ERR_LIMIT;
+    }
+    r->idx = idx;
+    if (reader_fit(r, 1) != KVT_OK || reader_fit_snap(r, 16) != KVT_OK) {
+        kvt_idx_reader_destroy(r);
+        return KVT_ERR_NO_MEM;
+    }
+    *reader_p = r;
+    return KVT_OK;
+}
+
+void kvt_idx_reader_destroy(kvt_idx_reader_t *r)
+{
+    if (r == NULL)
+        return;
+    kvt_ebr_slot_release(&idx_shared(r->idx)->ebr, r->slot);
+    free(r->st);
+    free(r->allow);
+    free(r->touched);
+    free(r->res);
+    free(r->snap);
+    free(r);
+}
+
+/* Grows the per-pod scratch arrays to cover @cap pod ids. */
+static kvt_status_t reader_fit(kvt_idx_reader_t *r, uint32_t cap)
+{
+    if (cap <= r->cap)
+        return KVT_OK;
+    uint32_t ncap = r->cap ? r->cap : 64;
+    while (ncap < cap)
+        ncap *= 2;
+    struct rstate *st = calloc(ncap, sizeof(*st));
+    uint32_t *allow = calloc(ncap, sizeof(*allow));
+    uint32_t *touched = malloc(ncap * sizeof(*touched));
+    kvt_idx_match_t *res = malloc(ncap * sizeof(*res));
+    if (!st || !allow || !touched || !res) {
+        free(st);
+        free(allow);
+        free(touched);
+        free(res);
+        return KVT_ERR_NO_MEM;
+    }
+    free(r->st);
+    free(r->allow);
+    free(r->touched);
+    free(r->res);
+    r->st = st;
+    r->allow = allow;
+    r->touched = touched;
+    r->res = res;
+    r->cap = ncap;
+    r->qgen = 0; /* fresh arrays: every generation mark is stale */
+    return KVT_OK;
+}
+
+static kvt_status_t reader_fit_snap(kvt_idx_reader_t *r, uint32_t n)
+{
+    if (n <= r->snapcap)
+        return KVT_OK;
+    uint32_t ncap = r->snapcap ? r->snapcap : 16;
+    while (ncap < n)
+        ncap *= 2;
+    kvt_elem_t *s = malloc(ncap * sizeof(*s));
+    if (s == NULL)
+        return KVT_ERR_NO_MEM;
+    free(r->snap);
+    r->snap = s;
+    r->snapcap = ncap;
+    return KVT_OK;
+}
+
+/*
+ * Chunk @i of a directory this reader loaded earlier. A node or set handle
+ * read from a newer publication may live in a chunk appended after that
+ * load: then reload the directory (it only grows).
+ */
+static void *rchunk(kvt_dir_t **dirp, kvt_dir_t *const *shared, uint32_t i)
+{
+    for (;;) {
+        kvt_dir_t *d = *dirp;
+        if (i < d->cap) {
+            void *c = __atomic_load_n(&d->chunk[i], __ATOMIC_ACQUIRE);
+            if (c != NULL)
+                return c;
+        }
+        kvt_dir_t *nd = __atomic_load_n(shared, __ATOMIC_ACQUIRE);
+        if (nd == d)
+            return NULL; /* cannot happen for an index read from a publication */
+        *dirp = nd;
+    }
+}
+
+static kvt_node_t *rnode(kvt_idx_shared_t *sh, kvt_dir_t **nodes, uint32_t nid)
+{
+    kvt_node_t *c = rchunk(nodes, &sh->nodes, nid >> NODE_CHUNK_SHIFT);
+    return c ? &c[nid & (NODE_CHUNK - 1)] : NULL;
+}
+
+/* Looks up salted @key in the published key table: node index or KVT_NIL. */
+static uint32_t probe(kvt_idx_shared_t *sh, kvt_ktab_t *t, kvt_dir_t **nodes, uint64_t key)
+{
+    uint64_t h = kvt_mix64(key);
+    uint8_t tag = ktab_tag(h);
+    for (uint32_t i = (uint32_t)h & t->mask;; i = (i + 1) & t->mask) {
+        uint8_t c = __atomic_load_n(&t->ctrl[i], __ATOMIC_ACQUIRE);
+        if (c == CTRL_EMPTY)
+            return KVT_NIL;
+        if (c != tag)
+            continue;
+        uint32_t nid = __atomic_load_n(&t->slot[i], __ATOMIC_ACQUIRE);
+        kvt_node_t *nd = rnode(sh, nodes, nid);
+        if (nd != NULL && __atomic_load_n(&nd->key, __ATOMIC_RELAXED) == key)
+            return nid;
+    }
+}
+
+/*
+ * Copies node @nid's holders into r->snap under the node's stripe seqlock.
+ * Returns the number copied, 0 if the node no longer holds @key, or -1 when
+ * the scratch cannot grow.
+ */
+static int snapshot(kvt_idx_reader_t *r, kvt_idx_shared_t *sh, kvt_dir_t **nodes,
+                    kvt_dir_t **sets, uint32_t nid, uint64_t key)
+{
+    kvt_node_t *n = rnode(sh, nodes, nid);
+    const uint32_t *stripe = &sh->stripes[nid & (NSTRIPES - 1)];
+    for (;;) {
+        uint32_t s1 = __atomic_load_n(stripe, __ATOMIC_ACQUIRE);
+        if (s1 & 1u)
+            continue;
+        uint32_t cnt = 0;
+        uint32_t pods = __atomic_load_n(&n->pods, __ATOMIC_ACQUIRE);
+        uint64_t k = __atomic_load_n(&n->key, __ATOMIC_RELAXED);
+        if (k != key || pods == PODS_FREE || pods == PODS_EMPTY) {
+            cnt = 0;
+        } else if (!(pods & PODS_SET_BIT)) {
+            r->snap[0] = pods;
+            cnt = 1;
+        } else {
+            uint32_t h = pods & ~PODS_SET_BIT;
+            kvt_podset_t **c = rchunk(sets, &sh->sets, h >> SET_CHUNK_SHIFT);
+            kvt_podset_t *s = c ? __atomic_load_n(&c[h & (SET_CHUNK - 1)], __ATOMIC_ACQUIRE) : NULL;
+            if (s != NULL) {
+                cnt = __atomic_load_n(&s->n, __ATOMIC_RELAXED);
+                if (cnt > s->cap)
+                    cnt = s->cap; /* torn read; the seqlock check below retries */
+                if (cnt > r->snapcap) {
+                    if (reader_fit_snap(r, cnt) != KVT_OK)
+                        return -1;
+                    continue;
+                }
+                for (uint32_t i = 0; i < cnt; i++)
+                    r->snap[i] = __atomic_load_n(&s->e[i], __ATOMIC_RELAXED);
+            }
+        }
+        __atomic_thread_fence(__ATOMIC_ACQUIRE);
+        if (__atomic_load_n(stripe, __ATOMIC_RELAXED) == s1)
+            return (int)cnt;
+    }
+}
+
+static inline void count_tier(struct rstate *st, unsigned tiers)
+{
+    if (tiers & (KVT_TIER_GPU | KVT_TIER_SPEC))
+        st->gpu++;
+    else if (tiers & KVT_TIER_CPU)
+        st->cpu++;
+    else
+        st->disk++;
+}
+
+kvt_status_t kvt_idx_query(kvt_idx_reader_t *r, uint32_t ns, const uint64_t *keys, size_t n,
+                           const uint32_t *pods, size_t npods, const kvt_idx_match_t **res_p,
+                           size_t *nres_p)
+{
+    kvt_idx_shared_t *sh = idx_shared(r->idx);
+    *res_p = r->res;
+    *nres_p = 0;
+    if (n == 0 || ns >= __atomic_load_n(&sh->nns, __ATOMIC_ACQUIRE))
+        return KVT_OK;
+    uint32_t pod_cap = __atomic_load_n(&sh->pod_cap, __ATOMIC_ACQUIRE);
+    if (reader_fit(r, pod_cap) != KVT_OK || reader_fit_snap(r, 16) != KVT_OK)
+        return KVT_ERR_NO_MEM;
+    if (++r->qgen == 0) {
+        /* generation wrapped: clear the marks once every 4 G queries */
+        memset(r->st, 0, r->cap * sizeof(*r->st));
+        memset(r->allow, 0, r->cap * sizeof(*r->allow));
+        r->qgen = 1;
+    }
+    const uint32_t gen = r->qgen;
+    if (pods != NULL)
+        for (size_t i = 0; i < npods; i++)
+            if (pods[i] < r->cap)
+                r->allow[pods[i]] = gen;
+
+    kvt_ebr_enter(&sh->ebr, r->slot);
+    kvt_dir_t *nss = __atomic_load_n(&sh->nss, __ATOMIC_ACQUIRE);
+    const uint64_t salt = dir_ns(nss, ns)->salt;
+    kvt_ktab_t *t = __atomic_load_n(&sh->ktab, __ATOMIC_ACQUIRE);
+    kvt_dir_t *nodes = __atomic_load_n(&sh->nodes, __ATOMIC_ACQUIRE);
+    kvt_dir_t *sets = __atomic_load_n(&sh->sets, __ATOMIC_ACQUIRE);
+    const uint32_t now = __atomic_load_n(&sh->clock32, __ATOMIC_RELAXED);
+    uint32_t ntouched = 0;
+    kvt_status_t status = KVT_OK;
+
+    for (size_t i = 0; i < n; i++) {
+        uint64_t key = keys[i] ^ salt;
+        uint32_t nid = probe(sh, t, &nodes, key);
+        if (nid == KVT_NIL)
+            break;
+        int cnt = snapshot(r, sh, &nodes, &sets, nid, key);
+        if (cnt < 0) {
+            status = KVT_ERR_NO_MEM;
+            break;
+        }
+        uint32_t extended = 0;
+        for (int j = 0; j < cnt; j++) {
+            kvt_elem_t e = r->snap[j];
+            uint32_t pod = ELEM_POD(e);
+            if (pod >= r->cap)
+                continue; /* a pod registered after this query started */
+            struct rstate *st = &r->st[pod];
+            if (i == 0) {
+                if (pods != NULL && r->allow[pod] != gen)
+                    continue;
+                *st = (struct rstate){gen, 1, 0, 0, 0};
+                r->touched[ntouched++] = pod;
+            } else {
+                if (st->gen != gen || st->run != i)
+                    continue;
+                st->run++;
+            }
+            count_tier(st, ELEM_TIERS(e));
+            extended++;
+        }
+        if (extended == 0)
+            break; /* nobody can extend its run */
+        kvt_node_t *nd = rnode(sh, &nodes, nid);
+        if (__atomic_load_n(&nd->stamp, __ATOMIC_RELAXED) != now)
+            __atomic_store_n(&nd->stamp, now, __ATOMIC_RELAXED);
+    }
+    kvt_ebr_exit(&sh->ebr, r->slot);
+
+    for (uint32_t j = 0; j < ntouched; j++) {
+        struct rstate *st = &r->st[r->touched[j]];
+        r->res[j] = (kvt_idx_match_t){r->touched[j], st->run, st->gpu, st->cpu, st->disk};
+    }
+    *nres_p = ntouched;
+    return status;
+}

@@ -1,0 +1,200 @@
+#!/bin/sh
+# Smoke test of `kvtier-bench index`.
+# usage: test_bench_smoke.sh KVTIER_BENCH SOURCE_DIR
+#
+# tests/fixtures/mini_trace.jsonl, by hand (a block is a hit iff its hash id
+# appeared in an earlier request; the ids are prefix-consistent, so that is
+# also the longest prefix some pod holds):
+#   req  hash_ids        blocks  hits
+#   1    1 2 3           3       0
+#   2    1 2 4           3       2   (1 2)
+#   3    1 2 3 5         4       3   (1 2 3)
+#   4    6 7             2       0
+#   5    6 7 8           3       2   (6 7)
+#   6    1               1       1
+#   7    9 10 11 12      4       0
+#   8    1 2 4 13        4       3   (1 2 4)
+#   9    (none)          0       0
+#   total                24      11  -> ideal hit ratio 11/24 = 0.458333
+# Whatever the route, the query covers all pods, so hit_ratio must be 11/24.
+# The file also has a blank line, keys in another order, unknown keys with
+# nested values, and extra spaces around a line.
+#
+# Speed is never asserted.
+
+BENCH=$1
+SRC=$2
+if [ -z "$BENCH" ] || [ -z "$SRC" ]; then
+    echo "usage: $0 KVTIER_BENCH SOURCE_DIR" >&2
+    exit 2
+fi
+PY=/usr/bin/python3
+if [ ! -x "$PY" ]; then
+    echo "skip: $PY not found" >&2
+    exit 77
+fi
+MINI=$SRC/tests/fixtures/mini_trace.jsonl
+CONV=$SRC/../shared/traces/conversation_trace.jsonl
+
+TMP=$(mktemp -d) || exit 1
+trap 'rm -rf "$TMP"' EXIT INT TERM
+FAILS=0
+
+fail() {
+    echo "FAIL: $*" >&2
+    FAILS=$((FAILS + 1))
+}
+
+# check_json FILE PYTHON_CONDITION...: the last line of FILE is a JSON object
+# (bound to j) for which the condition holds.
+check_json() {
+    file=$1
+    cond=$2
+    if ! tail -n 1 "$file" | "$PY" -c '
+import json, sys
+j = json.loads(sys.stdin.read())
+assert isinstance(j, dict) and j.get("bench") == "index", "not an index result"
+ok = eval(sys.argv[1])
+if not ok:
+    print("condition failed: " + sys.argv[1], file=sys.stderr)
+    print(json.dumps(j, sort_keys=True), file=sys.stderr)
+    sys.exit(1)
+' "$cond"; then
+        return 1
+    fi
+    return 0
+}
+
+# ---- the mini trace, each route ----
+for route in best spread rr; do
+    out=$TMP/mini_$route.out
+    if ! "$BENCH" index --trace "$MINI" --pods 4 --route "$route" >"$out" 2>"$TMP/err"; then
+        fail "mini trace, route $route: exit status $?"
+        cat "$TMP/err" "$out" >&2
+        continue
+    fi
+    check_json "$out" "j['route'] == '$route' and j['pods'] == 4 and j['requests'] == 9 \
+        and j['block_size'] == 16 and j['hit_blocks'] == 11 and j['total_blocks'] == 24 \
+        and j['hit_ratio'] == j['ideal_hit_ratio'] and abs(j['hit_ratio'] - 11/24) < 1e-6 \
+        and j['naive_hit_blocks'] == 11 and j['agree'] is True \
+        and 0 < j['chosen_hit_ratio'] <= j['hit_ratio'] and j['entries'] > 0 \
+        and j['bytes'] > 0 and j['ops_per_sec'] > 0 and j['naive_ops_per_sec'] > 0 \
+        and j['lookup_p50_ns'] <= j['lookup_p99_ns'] and 'speedup_vs_naive' in j \
+        and 'memory_ratio_vs_naive' in j" || fail "mini trace, route $route: bad JSON result"
+    grep -q '^naive and kvtier agree$' "$out" || fail "mini trace, route $route: no agreement line"
+    if [ -s "$TMP/err" ]; then
+        fail "mini trace, route $route: unexpected stderr"
+        cat "$TMP/err" >&2
+    fi
+done
+
+# best routing always lands on a pod holding the longest prefix
+check_json "$TMP/mini_best.out" "j['chosen_hit_ratio'] == j['hit_ratio']" ||
+    fail "route best did not pick the longest match"
+# rr: request k goes to pod (k-1) % 4; only request 6 (id 1) lands on a pod
+# holding a prefix of it (pod 1, from request 2): 1 block of 24
+check_json "$TMP/mini_rr.out" "abs(j['chosen_hit_ratio'] - 1/24) < 1e-6" ||
+    fail "route rr: chosen hit ratio should be 1/24"
+
+# one implementation at a time
+for impl in kvtier naive; do
+    out=$TMP/mini_$impl.out
+    if ! "$BENCH" index --trace "$MINI" --pods 3 --impl "$impl" --block-size 4 >"$out" 2>&1; then
+        fail "--impl $impl: exit status $?"
+        cat "$out" >&2
+        continue
+    fi
+    check_json "$out" "j['impl'] == '$impl' and j['hit_blocks'] == 11 and j['block_size'] == 4 \
+        and ('naive_ops_per_sec' in j) == ('$impl' == 'naive') and 'speedup_vs_naive' not in j" ||
+        fail "--impl $impl: bad JSON result"
+done
+
+# a budget: runs, and the naive model is not compared
+out=$TMP/mini_budget.out
+if "$BENCH" index --trace "$MINI" --pods 2 --budget-bytes 64M >"$out" 2>&1; then
+    check_json "$out" "j['budget_bytes'] == 64 << 20 and 'agree' not in j" ||
+        fail "--budget-bytes: bad JSON result"
+else
+    fail "--budget-bytes 64M: exit status $?"
+    cat "$out" >&2
+fi
+
+# ---- the Mooncake conversation trace, when present ----
+if [ -f "$CONV" ]; then
+    out=$TMP/conv.out
+    if "$BENCH" index --trace "$CONV" --pods 8 --route spread >"$out" 2>"$TMP/err"; then
+        check_json "$out" "j['requests'] == 12031 and j['total_blocks'] == 288500 \
+            and abs(j['hit_ratio'] - 0.3664) <= 0.0001 and j['hit_ratio'] == j['ideal_hit_ratio'] \
+            and j['agree'] is True" || fail "conversation trace: bad JSON result"
+    else
+        fail "conversation trace: exit status $?"
+        cat "$TMP/err" "$out" >&2
+    fi
+else
+    echo "note: $CONV absent, conversation trace check skipped"
+fi
+
+# ---- bad options: one line on stderr, exit 2 ----
+expect_exit() {
+    want=$1
+    shift
+    "$BENCH" index "$@" >"$TMP/out" 2>"$TMP/err"
+    got=$?
+    if [ "$got" -ne "$want" ]; then
+        fail "kvtier-bench index $*: exit $got, want $want"
+        return
+    fi
+    lines=$(wc -l <"$TMP/err")
+    if [ "$lines" -ne 1 ]; then
+        fail "kvtier-bench index $*: $lines lines on stderr, want 1"
+        cat "$TMP/err" >&2
+    fi
+    if [ -s "$TMP/out" ]; then
+        fail "kvtier-bench index $*: wrote to stdout"
+    fi
+}
+
+expect_exit 2
+expect_exit 2 --pods 4
+expect_exit 2 --trace "$MINI"
+expect_exit 2 --trace "$MINI" --pods 0
+expect_exit 2 --trace "$MINI" --pods -1
+expect_exit 2 --trace "$MINI" --pods 4x
+expect_exit 2 --trace "$MINI" --pods 99999999999999999999999
+expect_exit 2 --trace "$MINI" --pods 70000
+expect_exit 2 --trace "$MINI" --pods
+expect_exit 2 --trace "$MINI" --pods 4 --route fastest
+expect_exit 2 --trace "$MINI" --pods 4 --block-size abc
+expect_exit 2 --trace "$MINI" --pods 4 --block-size 0
+expect_exit 2 --trace "$MINI" --pods 4 --budget-bytes 12Q
+expect_exit 2 --trace "$MINI" --pods 4 --budget-bytes -5
+expect_exit 2 --trace "$MINI" --pods 4 --impl both2
+expect_exit 2 --trace "$MINI" --pods 4 --load-weight -1
+expect_exit 2 --trace "$MINI" --pods 4 --load-weight nan
+expect_exit 2 --trace "$MINI" --pods 4 --load-weight 1x
+expect_exit 2 --trace "$MINI" --pods 4 --frobnicate
+expect_exit 2 --trace "$MINI" --pods=4 --route=spread extra
+
+# ---- trace errors: message, exit 1 ----
+expect_exit 1 --trace "$TMP/does-not-exist.jsonl" --pods 4
+printf '%s\n%s\n' \
+    '{"timestamp": 0, "input_length": 1, "output_length": 1, "hash_ids": [1]}' \
+    '{"timestamp": 5, "input_length": 1, "output_length": 1, "hash_ids": [1, -2]}' >"$TMP/bad.jsonl"
+expect_exit 1 --trace "$TMP/bad.jsonl" --pods 4
+grep -q 'line 2:' "$TMP/err" || fail "malformed trace: message does not name line 2"
+printf '%s\n' '{"timestamp": 0, "input_length": 1, "hash_ids": [1]}' >"$TMP/missing.jsonl"
+expect_exit 1 --trace "$TMP/missing.jsonl" --pods 4
+grep -q 'output_length' "$TMP/err" || fail "missing key: message does not name it"
+: >"$TMP/empty.jsonl"
+expect_exit 1 --trace "$TMP/empty.jsonl" --pods 4
+
+# --help succeeds
+"$BENCH" index --help >"$TMP/out" 2>&1 || fail "--help: exit status $?"
+grep -q -- '--trace' "$TMP/out" || fail "--help: no usage text"
+
+if [ "$FAILS" -ne 0 ]; then
+    echo "$FAILS check(s) failed" >&2
+    exit 1
+fi
+echo "bench_index_smoke: all checks passed"
+exit 0

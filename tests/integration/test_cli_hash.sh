@@ -1,0 +1,198 @@
+#!/bin/sh
+# Black-box test of `kvtier hash`: output against the Python reference
+# (tests/fixtures/hash_vectors.py), --tokens-file with a file and stdin, and
+# the error contract (exit 2, one "kvtier: " line on stderr, nothing on stdout).
+# Usage: test_cli_hash.sh path/to/kvtier     (exit 77 = skipped)
+set -u
+
+KVTIER=${1:?usage: test_cli_hash.sh path/to/kvtier}
+SRC=$(cd "$(dirname "$0")/../.." && pwd)
+FIXTURE=$SRC/tests/fixtures/hash_vectors.py
+PY=/usr/bin/python3
+
+if [ ! -x "$KVTIER" ]; then
+    echo "test_cli_hash: $KVTIER is not an executable" >&2
+    exit 1
+fi
+if [ ! -x "$PY" ] || ! "$PY" "$FIXTURE" --check; then
+    echo "test_cli_hash: SKIP: $PY with the xxhash module is needed" >&2
+    exit 77
+fi
+
+TMP=$(mktemp -d "${TMPDIR:-/tmp}/kvt_cli_hash.XXXXXX") || exit 1
+trap 'rm -rf "$TMP"' EXIT INT TERM
+failures=0
+checks=0
+
+fail() {
+    echo "FAIL: $*" >&2
+    failures=$((failures + 1))
+}
+
+# same_as_python <block size> <seed or ""> <tokens> [extra kvtier args]
+# Compares `kvtier hash` on --tokens with the fixture's JSON.
+same_as_python() {
+    bs=$1 seed=$2 toks=$3
+    checks=$((checks + 1))
+    if [ -n "$seed" ]; then
+        want=$("$PY" "$FIXTURE" --block-size "$bs" --seed "$seed" --tokens "$toks") || {
+            fail "fixture failed on bs=$bs"; return; }
+        got=$("$KVTIER" hash --block-size "$bs" --seed "$seed" --tokens "$toks" 2>"$TMP/err")
+    else
+        want=$("$PY" "$FIXTURE" --block-size "$bs" --tokens "$toks") || {
+            fail "fixture failed on bs=$bs"; return; }
+        got=$("$KVTIER" hash --block-size "$bs" --tokens "$toks" 2>"$TMP/err")
+    fi
+    rc=$?
+    if [ $rc -ne 0 ] || [ "$got" != "$want" ] || [ -s "$TMP/err" ]; then
+        fail "bs=$bs seed=${seed:-default} tokens='$(printf '%.60s' "$toks")': rc=$rc"
+        echo "  want: $(printf '%.200s' "$want")" >&2
+        echo "  got:  $(printf '%.200s' "$got")" >&2
+        sed 's/^/  stderr: /' "$TMP/err" >&2
+    fi
+}
+
+# expect_output <expected stdout> <kvtier args...>: exit 0, exact stdout, empty stderr.
+expect_output() {
+    want=$1
+    shift
+    checks=$((checks + 1))
+    got=$("$KVTIER" "$@" 2>"$TMP/err")
+    rc=$?
+    if [ $rc -ne 0 ] || [ "$got" != "$want" ] || [ -s "$TMP/err" ]; then
+        fail "kvtier $*: rc=$rc"
+        echo "  want: $(printf '%.200s' "$want")" >&2
+        echo "  got:  $(printf '%.200s' "$got")" >&2
+        sed 's/^/  stderr: /' "$TMP/err" >&2
+    fi
+}
+
+# expect_usage_error <kvtier args...> (stdin from /dev/null unless redirected by caller)
+expect_usage_error() {
+    checks=$((checks + 1))
+    "$KVTIER" "$@" >"$TMP/out" 2>"$TMP/err"
+    rc=$?
+    lines=$(wc -l <"$TMP/err" | tr -d ' ')
+    if [ $rc -ne 2 ]; then
+        fail "kvtier $*: exit $rc, want 2"
+    elif [ -s "$TMP/out" ]; then
+        fail "kvtier $*: wrote to stdout: $(head -c 200 "$TMP/out")"
+    elif [ "$lines" != 1 ]; then
+        fail "kvtier $*: $lines stderr lines, want 1"
+        sed 's/^/  stderr: /' "$TMP/err" >&2
+    elif ! head -n 1 "$TMP/err" | grep -q '^kvtier: .'; then
+        fail "kvtier $*: stderr does not start with 'kvtier: ': $(cat "$TMP/err")"
+    elif [ "$(tail -c 1 "$TMP/err" | od -An -c | tr -d ' ')" != '\n' ]; then
+        fail "kvtier $*: stderr line is not newline-terminated"
+    fi
+}
+
+# ---- output matches the reference --------------------------------------------------------
+same_as_python 1 "" "0,4294967295,1"
+same_as_python 2 "" "1,2,3,4,5"
+same_as_python 16 "" "$(seq -s, 1 48)"
+same_as_python 16 "" "$(seq -s, 1 47)"
+same_as_python 16 "" "$(seq -s, 1 15)"
+same_as_python 16 "" ""
+same_as_python 64 "" "$(seq -s, 1000 1200)"
+same_as_python 512 "" "$(seq -s, 4294966000 4294967295)"
+same_as_python 16 0 "$(seq -s, 0 31)"
+same_as_python 16 18446744073709551615 "$(seq -s, 0 31)"
+same_as_python 3 42 "7,8,9,10,11,12,13"
+# A larger pseudo-random list (fixed LCG) at several block sizes.
+"$PY" -c 'import random; r = random.Random(7); print(",".join(str(r.randrange(1 << 32)) for _ in range(5000)))' >"$TMP/rand.txt"
+for bs in 1 7 16 128 1024 4999 5000 5001; do
+    same_as_python "$bs" "" "$(cat "$TMP/rand.txt")"
+done
+
+# Exact expected output, frozen (computed by the fixture).
+expect_output '{"block_size":2,"local":[10773075109927122010,2662118915037317746],"seq":[10773075109927122010,5890102321129957602]}' \
+    hash --block-size 2 --tokens 1,2,3,4,5
+expect_output '{"block_size":16,"local":[],"seq":[]}' hash --block-size 16 --tokens 1,2,3
+
+# ---- option syntax and token list forms --------------------------------------------------
+want=$("$PY" "$FIXTURE" --block-size 2 --tokens 1,2,3,4,5)
+expect_output "$want" hash --block-size=2 --tokens=1,2,3,4,5
+expect_output "$want" hash --tokens 1,2,3,4,5 --block-size 2
+expect_output "$want" hash --block-size 2 --seed 1337 --tokens 1,2,3,4,5
+expect_output "$want" hash --seed=1337 --block-size=2 --tokens '[1, 2, 3, 4, 5]'
+expect_output "$want" hash --block-size 2 --tokens ' 1 2	3
+4 5 '
+
+# ---- --tokens-file: a file and stdin -----------------------------------------------------
+printf '[1, 2,\n 3, 4,\n 5]\n' >"$TMP/toks.json"
+expect_output "$want" hash --block-size 2 --tokens-file "$TMP/toks.json"
+expect_output "$want" hash --block-size 2 --tokens-file="$TMP/toks.json"
+checks=$((checks + 1))
+got=$(printf '1 2 3 4 5\n' | "$KVTIER" hash --block-size 2 --tokens-file - 2>"$TMP/err")
+[ $? -eq 0 ] && [ "$got" = "$want" ] && [ ! -s "$TMP/err" ] || fail "--tokens-file - (stdin): got '$got'"
+want_rand=$("$PY" "$FIXTURE" --block-size 16 --tokens "$(cat "$TMP/rand.txt")")
+expect_output "$want_rand" hash --block-size 16 --tokens-file "$TMP/rand.txt"
+checks=$((checks + 1))
+got=$("$KVTIER" hash --block-size 16 --tokens-file - <"$TMP/rand.txt" 2>"$TMP/err")
+[ $? -eq 0 ] && [ "$got" = "$want_rand" ] || fail "--tokens-file - with a large stdin"
+: >"$TMP/empty"
+expect_output '{"block_size":4,"local":[],"seq":[]}' hash --block-size 4 --tokens-file "$TMP/empty"
+
+# ---- help --------------------------------------------------------------------------------
+for args in "--help" "help" "-h" "hash --help" "help hash"; do
+    checks=$((checks + 1))
+    # shellcheck disable=SC2086
+    "$KVTIER" $args >"$TMP/out" 2>"$TMP/err"
+    rc=$?
+    if [ $rc -ne 0 ] || ! grep -q 'usage: kvtier' "$TMP/out" || [ -s "$TMP/err" ]; then
+        fail "kvtier $args: rc=$rc, want usage on stdout"
+    fi
+done
+
+# ---- every malformed input: exit 2, one 'kvtier: ' line, nothing on stdout ---------------
+printf '1,2,,3' >"$TMP/bad.txt"
+printf '1,2\0003' >"$TMP/nul.txt"
+printf '1\n2\n4294967296\n' >"$TMP/big.txt"
+mkdir "$TMP/dir"
+expect_usage_error
+expect_usage_error nosuchcommand
+expect_usage_error --nosuchoption
+expect_usage_error help nosuchcommand
+expect_usage_error hash
+expect_usage_error hash --tokens 1,2
+expect_usage_error hash --block-size 2
+expect_usage_error hash --block-size 2 --tokens 1 --tokens-file "$TMP/toks.json"
+expect_usage_error hash --block-size 2 --tokens 1 --tokens 2
+expect_usage_error hash --block-size 2 --block-size 2 --tokens 1
+expect_usage_error hash --block-size 2 --seed 1 --seed=1 --tokens 1
+expect_usage_error hash --block-size 2 --tokens 1 --bogus 3
+expect_usage_error hash --block-size 2 --tokens 1 --bogus=3
+expect_usage_error hash --block-size 2 --tokens 1 extra
+expect_usage_error hash --block-size 2 --tokens 1 -x
+expect_usage_error hash --block-size 2 --tokens
+expect_usage_error hash --tokens 1 --block-size
+for bs in 0 -1 +2 1048577 99999999999999999999 2x 0x10 "" " 2" 1.5; do
+    expect_usage_error hash --block-size "$bs" --tokens 1,2
+done
+for seed in -1 18446744073709551616 abc "" 1e3 " 1"; do
+    expect_usage_error hash --block-size 2 --seed "$seed" --tokens 1,2
+done
+expect_usage_error hash --block-size 2 --seed= --tokens 1,2
+for toks in "1,,2" "1,2," ",1" "-1" "+1" "0x10" "1.5" "4294967296" "[1,2" "1,2]" "[[1]]" "abc" "1;2" "1 a"; do
+    expect_usage_error hash --block-size 2 --tokens "$toks"
+done
+expect_usage_error hash --block-size 2 --tokens-file "$TMP/bad.txt"
+expect_usage_error hash --block-size 2 --tokens-file "$TMP/nul.txt"
+expect_usage_error hash --block-size 2 --tokens-file "$TMP/big.txt"
+expect_usage_error hash --block-size 2 --tokens-file "$TMP/does-not-exist"
+expect_usage_error hash --block-size 2 --tokens-file "$TMP/dir"
+expect_usage_error hash --block-size 2 --tokens-file "$TMP/new
+line"
+checks=$((checks + 1))
+printf '1,x' | "$KVTIER" hash --block-size 2 --tokens-file - >"$TMP/out" 2>"$TMP/err"
+rc=$?
+[ $rc -eq 2 ] && [ ! -s "$TMP/out" ] && [ "$(wc -l <"$TMP/err" | tr -d ' ')" = 1 ] ||
+    fail "bad list on stdin: rc=$rc"
+
+if [ $failures -ne 0 ]; then
+    echo "test_cli_hash: $failures of $checks checks failed" >&2
+    exit 1
+fi
+echo "test_cli_hash: all $checks checks passed"
+exit 0

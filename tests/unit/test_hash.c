@@ -1,0 +1,395 @@
+/*
+ * kvindex/hash: the hashing standard against an independent Python
+ * implementation (tests/fixtures/hash_vectors.py, xxhash module), against
+ * vectors fixed in this file, and its chaining properties.
+ *
+ * Without /usr/bin/python3 + xxhash the fixed tests still run; the program
+ * then exits 77 (skip) because the vector comparison could not run.
+ */
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <setjmp.h>
+#include <cmocka.h>
+
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <xxhash.h>
+
+#include "kvindex/hash.h"
+
+#define PYTHON "/usr/bin/python3"
+
+typedef struct vec {
+    uint32_t block_size;
+    uint64_t seed;
+    size_t ntokens;
+    size_t nblocks;
+    uint32_t *tokens;
+    uint64_t *local;
+    uint64_t *seq;
+} vec_t;
+
+static vec_t *g_vecs;
+static size_t g_nvecs;
+
+/* ---- fixture loading ------------------------------------------------------------------ */
+
+static char g_fixture[4096];
+
+/* Finds hash_vectors.py: $KVT_SOURCE_DIR (set by ctest), else next to this source file. */
+static int find_fixture(void)
+{
+    const char *src = getenv("KVT_SOURCE_DIR");
+    if (src != NULL && src[0] != '\0') {
+        snprintf(g_fixture, sizeof(g_fixture), "%s/tests/fixtures/hash_vectors.py", src);
+    } else {
+        const char *self = __FILE__;
+        const char *tail = strstr(self, "tests/unit/test_hash.c");
+        if (tail == NULL)
+            return -1;
+        snprintf(g_fixture, sizeof(g_fixture), "%.*stests/fixtures/hash_vectors.py",
+                 (int)(tail - self), self);
+    }
+    return access(g_fixture, R_OK) == 0 && strchr(g_fixture, '\'') == NULL ? 0 : -1;
+}
+
+/* Returns NULL when python or its xxhash module is unusable, with the reason in @why. */
+static FILE *open_fixture(const char *args, char *why, size_t whylen)
+{
+    char cmd[8192];
+
+    if (access(PYTHON, X_OK) != 0) {
+        snprintf(why, whylen, "%s is missing", PYTHON);
+        return NULL;
+    }
+    if (find_fixture() != 0) {
+        snprintf(why, whylen, "cannot find tests/fixtures/hash_vectors.py (set KVT_SOURCE_DIR)");
+        return NULL;
+    }
+    snprintf(cmd, sizeof(cmd), PYTHON " '%s' --check", g_fixture);
+    int rc = system(cmd);
+    if (rc == -1 || !WIFEXITED(rc) || WEXITSTATUS(rc) != 0) {
+        snprintf(why, whylen, "%s cannot import xxhash (python3-xxhash missing)", PYTHON);
+        return NULL;
+    }
+    snprintf(cmd, sizeof(cmd), PYTHON " '%s' %s", g_fixture, args);
+    FILE *f = popen(cmd, "r");
+    if (f == NULL)
+        snprintf(why, whylen, "cannot run %s: %s", PYTHON, strerror(errno));
+    return f;
+}
+
+static int read_u64(FILE *f, uint64_t *v)
+{
+    return fscanf(f, "%" SCNu64, v) == 1 ? 0 : -1;
+}
+
+/*
+ * Loads the vectors. Returns 1 when loaded, 0 when python is unusable (skip,
+ * reason in @why), -1 when the fixture ran but its output is malformed (fail).
+ */
+static int load_vectors(char *why, size_t whylen)
+{
+    FILE *f = open_fixture("--vectors --format c", why, whylen);
+    char word[32];
+    unsigned version;
+    size_t count;
+
+    if (f == NULL)
+        return 0;
+    if (fscanf(f, "%31s %u", word, &version) != 2 || strcmp(word, "kvtier-hash-vectors") != 0 ||
+        version != 1)
+        goto err_close;
+    if (fscanf(f, "%31s %zu", word, &count) != 2 || strcmp(word, "count") != 0 || count == 0)
+        goto err_close;
+    g_vecs = calloc(count, sizeof(*g_vecs));
+    if (g_vecs == NULL)
+        goto err_close;
+    for (size_t i = 0; i < count; i++) {
+        vec_t *v = &g_vecs[i];
+        uint64_t bs;
+        if (fscanf(f, "%31s", word) != 1 || strcmp(word, "vec") != 0)
+            goto err_close;
+        if (read_u64(f, &bs) != 0 || read_u64(f, &v->seed) != 0 ||
+            fscanf(f, "%zu %zu", &v->ntokens, &v->nblocks) != 2 || bs == 0 || bs > UINT32_MAX)
+            goto err_close;
+        v->block_size = (uint32_t)bs;
+        v->tokens = malloc((v->ntokens + 1) * sizeof(uint32_t));
+        v->local = malloc((v->nblocks + 1) * sizeof(uint64_t));
+        v->seq = malloc((v->nblocks + 1) * sizeof(uint64_t));
+        g_nvecs = i + 1;
+        if (v->tokens == NULL || v->local == NULL || v->seq == NULL)
+            goto err_close;
+        for (size_t j = 0; j < v->ntokens; j++) {
+            uint64_t t;
+            if (read_u64(f, &t) != 0 || t > UINT32_MAX)
+                goto err_close;
+            v->tokens[j] = (uint32_t)t;
+        }
+        for (size_t j = 0; j < v->nblocks; j++)
+            if (read_u64(f, &v->local[j]) != 0)
+                goto err_close;
+        for (size_t j = 0; j < v->nblocks; j++)
+            if (read_u64(f, &v->seq[j]) != 0)
+                goto err_close;
+    }
+    if (fscanf(f, "%31s", word) != 1 || strcmp(word, "end") != 0)
+        goto err_close;
+    if (pclose(f) != 0) {
+        snprintf(why, whylen, "hash_vectors.py failed");
+        return -1;
+    }
+    return 1;
+
+err_close:
+    pclose(f);
+    snprintf(why, whylen, "malformed output from hash_vectors.py (vector %zu)", g_nvecs);
+    return -1;
+}
+
+static void free_vectors(void)
+{
+    for (size_t i = 0; i < g_nvecs; i++) {
+        free(g_vecs[i].tokens);
+        free(g_vecs[i].local);
+        free(g_vecs[i].seq);
+    }
+    free(g_vecs);
+    g_vecs = NULL;
+    g_nvecs = 0;
+}
+
+/* ---- tests ---------------------------------------------------------------------------- */
+
+#define SENTINEL UINT64_C(0xa5a5a5a5a5a5a5a5)
+
+static void test_python_vectors(void **state)
+{
+    (void)state;
+    assert_true(g_nvecs >= 30);
+    for (size_t i = 0; i < g_nvecs; i++) {
+        const vec_t *v = &g_vecs[i];
+        uint64_t *local = malloc((v->nblocks + 1) * sizeof(uint64_t));
+        uint64_t *seq = malloc((v->nblocks + 1) * sizeof(uint64_t));
+        uint64_t *seq2 = malloc((v->nblocks + 1) * sizeof(uint64_t));
+        assert_non_null(local);
+        assert_non_null(seq);
+        assert_non_null(seq2);
+        local[v->nblocks] = seq[v->nblocks] = seq2[v->nblocks] = SENTINEL;
+
+        size_t n = kvt_hash_seq(v->tokens, v->ntokens, v->block_size, v->seed, NULL, local, seq);
+        assert_int_equal(n, v->nblocks);
+        assert_int_equal(n, v->ntokens / v->block_size);
+        for (size_t j = 0; j < n; j++) {
+            assert_int_equal(local[j], v->local[j]);
+            assert_int_equal(seq[j], v->seq[j]);
+            assert_int_equal(kvt_hash_block(v->tokens + j * v->block_size, v->block_size, v->seed),
+                             v->local[j]);
+            if (j > 0)
+                assert_int_equal(kvt_hash_chain(v->seq[j - 1], v->local[j], v->seed), v->seq[j]);
+        }
+        assert_int_equal(local[n], SENTINEL);
+        assert_int_equal(seq[n], SENTINEL);
+
+        /* Without local_out: same keys. */
+        n = kvt_hash_seq(v->tokens, v->ntokens, v->block_size, v->seed, NULL, NULL, seq2);
+        assert_int_equal(n, v->nblocks);
+        assert_memory_equal(seq2, v->seq, n * sizeof(uint64_t));
+        assert_int_equal(seq2[n], SENTINEL);
+
+        /* Continuing from a parent: the second half chains from the first half's last key. */
+        if (v->nblocks >= 2) {
+            size_t k = v->nblocks / 2;
+            size_t off = k * v->block_size;
+            n = kvt_hash_seq(v->tokens + off, v->ntokens - off, v->block_size, v->seed,
+                             &v->seq[k - 1], local, seq2);
+            assert_int_equal(n, v->nblocks - k);
+            assert_memory_equal(seq2, v->seq + k, n * sizeof(uint64_t));
+            assert_memory_equal(local, v->local + k, n * sizeof(uint64_t));
+        }
+        free(local);
+        free(seq);
+        free(seq2);
+    }
+}
+
+/* Vectors computed once by hash_vectors.py and frozen here. */
+static void test_fixed_vectors(void **state)
+{
+    (void)state;
+    uint64_t local[4], seq[4];
+
+    const uint32_t t1[] = {1, 2, 3, 4, 5};
+    assert_int_equal(kvt_hash_seq(t1, 5, 2, 1337, NULL, local, seq), 2);
+    assert_int_equal(local[0], UINT64_C(10773075109927122010));
+    assert_int_equal(local[1], UINT64_C(2662118915037317746));
+    assert_int_equal(seq[0], UINT64_C(10773075109927122010));
+    assert_int_equal(seq[1], UINT64_C(5890102321129957602));
+
+    const uint32_t t2[] = {0, 4294967295u};
+    assert_int_equal(kvt_hash_seq(t2, 2, 1, KVT_HASH_SEED, NULL, local, seq), 2);
+    assert_int_equal(local[0], UINT64_C(16451421758532862321));
+    assert_int_equal(local[1], UINT64_C(3109405589439059943));
+    assert_int_equal(seq[1], UINT64_C(4063556673497261720));
+
+    uint32_t t3[48];
+    for (uint32_t i = 0; i < 48; i++)
+        t3[i] = i + 1;
+    assert_int_equal(kvt_hash_seq(t3, 48, 16, KVT_HASH_SEED, NULL, local, seq), 3);
+    assert_int_equal(local[0], UINT64_C(16863443419780771464));
+    assert_int_equal(local[1], UINT64_C(2287610619914608821));
+    assert_int_equal(local[2], UINT64_C(12129935312930971799));
+    assert_int_equal(seq[0], UINT64_C(16863443419780771464));
+    assert_int_equal(seq[1], UINT64_C(12466389667045779788));
+    assert_int_equal(seq[2], UINT64_C(960926348267535642));
+
+    uint32_t t4[32];
+    for (uint32_t i = 0; i < 32; i++)
+        t4[i] = i;
+    assert_int_equal(kvt_hash_seq(t4, 32, 16, 0, NULL, local, seq), 2);
+    assert_int_equal(seq[0], UINT64_C(8773583392624668237));
+    assert_int_equal(seq[1], UINT64_C(14571380008329203442));
+}
+
+/* The standard spelled out with byte arrays, independent of host byte order. */
+static void test_little_endian_bytes(void **state)
+{
+    (void)state;
+    const uint32_t toks[4] = {0x01020304u, 0xa0b0c0d0u, 0, 0xffffffffu};
+    const uint8_t bytes[16] = {0x04, 0x03, 0x02, 0x01, 0xd0, 0xc0, 0xb0, 0xa0,
+                               0,    0,    0,    0,    0xff, 0xff, 0xff, 0xff};
+    assert_int_equal(kvt_hash_block(toks, 4, 1337), XXH3_64bits_withSeed(bytes, 16, 1337));
+
+    uint64_t prev = UINT64_C(0x0102030405060708), local = UINT64_C(0x1112131415161718);
+    uint8_t in[16];
+    for (int i = 0; i < 8; i++) {
+        in[i] = (uint8_t)(prev >> (8 * i));
+        in[8 + i] = (uint8_t)(local >> (8 * i));
+    }
+    assert_int_equal(kvt_hash_chain(prev, local, 1337), XXH3_64bits_withSeed(in, 16, 1337));
+
+    /* Long blocks take XXH3's > 240-byte path. */
+    uint32_t big[600];
+    uint8_t big_bytes[sizeof(big)];
+    for (uint32_t i = 0; i < 600; i++) {
+        big[i] = i * 2654435761u;
+        for (int b = 0; b < 4; b++)
+            big_bytes[4 * i + (uint32_t)b] = (uint8_t)(big[i] >> (8 * b));
+    }
+    assert_int_equal(kvt_hash_block(big, 600, 99), XXH3_64bits_withSeed(big_bytes, 2400, 99));
+}
+
+static void test_parent_chaining(void **state)
+{
+    (void)state;
+    enum { B = 16, NB = 10 };
+    uint32_t toks[B * NB];
+    uint64_t whole[NB], half[NB], local[NB];
+    for (size_t i = 0; i < B * NB; i++)
+        toks[i] = (uint32_t)(i * 7919u + 13u);
+
+    assert_int_equal(kvt_hash_seq(toks, B * NB, B, KVT_HASH_SEED, NULL, local, whole), NB);
+    assert_int_equal(whole[0], local[0]);
+    for (size_t split = 1; split < NB; split++) {
+        size_t n = kvt_hash_seq(toks + split * B, (NB - split) * B, B, KVT_HASH_SEED,
+                                &whole[split - 1], NULL, half);
+        assert_int_equal(n, NB - split);
+        assert_memory_equal(half, whole + split, n * sizeof(uint64_t));
+    }
+    /* A parent makes block 0 differ from its local hash. */
+    uint64_t parent = 12345;
+    assert_int_equal(kvt_hash_seq(toks, B, B, KVT_HASH_SEED, &parent, local, half), 1);
+    assert_int_not_equal(half[0], local[0]);
+    assert_int_equal(half[0], kvt_hash_chain(parent, local[0], KVT_HASH_SEED));
+}
+
+static void test_partial_block_ignored(void **state)
+{
+    (void)state;
+    enum { B = 16 };
+    uint32_t toks[3 * B];
+    uint64_t a[4], b[4];
+    for (size_t i = 0; i < 3 * B; i++)
+        toks[i] = (uint32_t)i;
+
+    a[2] = b[2] = SENTINEL;
+    assert_int_equal(kvt_hash_seq(toks, 2 * B, B, KVT_HASH_SEED, NULL, NULL, a), 2);
+    for (size_t extra = 1; extra < B; extra++) {
+        assert_int_equal(kvt_hash_seq(toks, 2 * B + extra, B, KVT_HASH_SEED, NULL, NULL, b), 2);
+        assert_memory_equal(a, b, 2 * sizeof(uint64_t));
+        assert_int_equal(b[2], SENTINEL);
+    }
+    /* Fewer tokens than one block: nothing written. */
+    b[0] = SENTINEL;
+    assert_int_equal(kvt_hash_seq(toks, B - 1, B, KVT_HASH_SEED, NULL, NULL, b), 0);
+    assert_int_equal(b[0], SENTINEL);
+}
+
+static void test_seed_changes_result(void **state)
+{
+    (void)state;
+    const uint32_t toks[16] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16};
+    uint64_t h1337 = kvt_hash_block(toks, 16, 1337);
+    assert_int_not_equal(h1337, kvt_hash_block(toks, 16, 1338));
+    assert_int_not_equal(h1337, kvt_hash_block(toks, 16, 0));
+    assert_int_not_equal(kvt_hash_chain(1, 2, 1337), kvt_hash_chain(1, 2, 1338));
+    /* The chain is ordered: (a, b) and (b, a) differ. */
+    assert_int_not_equal(kvt_hash_chain(1, 2, 1337), kvt_hash_chain(2, 1, 1337));
+    /* One token changed changes the block. */
+    uint32_t other[16];
+    memcpy(other, toks, sizeof(other));
+    other[15] ^= 1;
+    assert_int_not_equal(h1337, kvt_hash_block(other, 16, 1337));
+}
+
+static void test_empty(void **state)
+{
+    (void)state;
+    uint64_t out[1] = {SENTINEL}, local[1] = {SENTINEL};
+    const uint32_t toks[1] = {5};
+
+    assert_int_equal(kvt_hash_seq(NULL, 0, 16, KVT_HASH_SEED, NULL, local, out), 0);
+    assert_int_equal(kvt_hash_seq(toks, 0, 1, KVT_HASH_SEED, NULL, local, out), 0);
+    /* block_size 0 is refused without writing or reading. */
+    assert_int_equal(kvt_hash_seq(toks, 1, 0, KVT_HASH_SEED, NULL, local, out), 0);
+    assert_int_equal(out[0], SENTINEL);
+    assert_int_equal(local[0], SENTINEL);
+}
+
+int main(void)
+{
+    char why[512] = "";
+    int loaded = load_vectors(why, sizeof(why));
+    if (loaded < 0) {
+        fprintf(stderr, "test_hash: %s\n", why);
+        free_vectors();
+        return 1;
+    }
+
+    const struct CMUnitTest fixed[] = {
+        cmocka_unit_test(test_fixed_vectors),       cmocka_unit_test(test_little_endian_bytes),
+        cmocka_unit_test(test_parent_chaining),     cmocka_unit_test(test_partial_block_ignored),
+        cmocka_unit_test(test_seed_changes_result), cmocka_unit_test(test_empty),
+    };
+    const struct CMUnitTest python[] = {
+        cmocka_unit_test(test_python_vectors),
+    };
+    int failed = cmocka_run_group_tests_name("hash", fixed, NULL, NULL);
+    if (loaded)
+        failed += cmocka_run_group_tests_name("hash_python_vectors", python, NULL, NULL);
+    free_vectors();
+    if (failed)
+        return 1;
+    if (!loaded) {
+        fprintf(stderr, "test_hash: SKIP python vector comparison: %s\n", why);
+        return 77;
+    }
+    return 0;
+}

@@ -1,0 +1,136 @@
+/* kvindex/score: weights, load term, candidates, deterministic spreading tie-break. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "kvindex/score.h"
+
+static void test_defaults(void **state)
+{
+    (void)state;
+    kvt_score_weights_t w;
+    kvt_score_weights_default(&w);
+    assert_true(w.gpu == 1.0 && w.cpu == 0.8 && w.disk == 0.5 && w.load == 1.0);
+}
+
+static void test_tier_weights_rank(void **state)
+{
+    (void)state;
+    kvt_score_weights_t w;
+    kvt_score_weights_default(&w);
+    /* 10 blocks on CPU (8.0) beat 7 on GPU (7.0); 16 on disk (8.0) tie with CPU */
+    kvt_idx_match_t m[3] = {{1, 7, 7, 0, 0}, {2, 10, 0, 10, 0}, {3, 16, 0, 0, 16}};
+    kvt_scored_t out[3];
+    assert_int_equal(kvt_score_rank(&w, m, 3, NULL, 0, NULL, 0, 1, out), 3);
+    assert_int_equal(out[2].pod, 1);
+    assert_true(out[0].score == 8.0 && out[1].score == 8.0);
+    assert_true(out[0].score >= out[1].score && out[1].score >= out[2].score);
+    assert_int_equal(out[0].matched + out[1].matched, 26);
+}
+
+static void test_load_term_and_candidates(void **state)
+{
+    (void)state;
+    kvt_score_weights_t w;
+    kvt_score_weights_default(&w);
+    kvt_idx_match_t m[2] = {{4, 5, 5, 0, 0}, {7, 3, 3, 0, 0}};
+    double load[10] = {0};
+    load[4] = 4.0; /* pod 4: 5 - 4 = 1; pod 7: 3; pods 0,2: 0 */
+    uint32_t cands[4] = {0, 2, 4, 7};
+    kvt_scored_t out[4], best;
+    assert_int_equal(kvt_score_rank(&w, m, 2, cands, 4, load, 10, 9, out), 4);
+    assert_int_equal(out[0].pod, 7);
+    assert_int_equal(out[1].pod, 4);
+    assert_true(out[2].score == 0.0 && out[3].score == 0.0);
+    assert_int_equal(kvt_score_pick(&w, m, 2, cands, 4, load, 10, 9, &best), 7);
+    assert_int_equal(best.matched, 3);
+    /* heavy load everywhere but an unmatched pod: it wins */
+    load[4] = 10.0;
+    load[7] = 10.0;
+    uint32_t winner = kvt_score_pick(&w, m, 2, cands, 4, load, 10, 9, &best);
+    assert_int_equal(winner, best.pod);
+    assert_true(best.pod == 0 || best.pod == 2);
+    assert_int_equal(best.matched, 0);
+    /* matched pods outside the candidate list are ignored; unsorted candidates work */
+    uint32_t only[2] = {2, 0};
+    uint32_t p = kvt_score_pick(&w, m, 2, only, 2, NULL, 0, 3, &best);
+    assert_true(p == 0 || p == 2);
+    assert_int_equal(kvt_score_rank(&w, m, 2, only, 2, NULL, 0, 3, out), 2);
+    assert_int_equal(out[0].matched + out[1].matched, 0);
+    /* nothing to pick from */
+    assert_int_equal(kvt_score_pick(&w, NULL, 0, NULL, 0, NULL, 0, 1, NULL), UINT32_MAX);
+}
+
+/* Equal candidates: same seed -> same winner; different seeds spread the winners. */
+static void test_ties_spread_deterministically(void **state)
+{
+    (void)state;
+    kvt_score_weights_t w;
+    kvt_score_weights_default(&w);
+    enum { N = 16, TRIES = 1600 };
+    uint32_t cands[N];
+    for (uint32_t i = 0; i < N; i++)
+        cands[i] = i;
+    int wins[N] = {0};
+    for (uint64_t seed = 0; seed < TRIES; seed++) {
+        uint32_t a = kvt_score_pick(&w, NULL, 0, cands, N, NULL, 0, seed, NULL);
+        uint32_t b = kvt_score_pick(&w, NULL, 0, cands, N, NULL, 0, seed, NULL);
+        assert_int_equal(a, b);
+        kvt_scored_t out[N];
+        kvt_score_rank(&w, NULL, 0, cands, N, NULL, 0, seed, out);
+        assert_int_equal(out[0].pod, a); /* rank and pick agree */
+        wins[a]++;
+    }
+    for (int i = 0; i < N; i++) {
+        /* expected 100 each; a fair spread stays well inside [50, 150] */
+        assert_true(wins[i] > 50);
+        assert_true(wins[i] < 150);
+    }
+}
+
+/* rank's order is a total order consistent with pick, for random inputs. */
+static void test_rank_sorted_random(void **state)
+{
+    (void)state;
+    kvt_score_weights_t w;
+    kvt_score_weights_default(&w);
+    uint64_t rng = 99;
+    for (int round = 0; round < 200; round++) {
+        kvt_idx_match_t m[64];
+        double load[128];
+        size_t n = 0;
+        for (uint32_t p = 0; p < 128; p++) {
+            rng = rng * 6364136223846793005ull + 1442695040888963407ull;
+            load[p] = (double)((rng >> 40) % 4);
+            if ((rng >> 20) % 2 && n < 64) {
+                uint32_t g = (uint32_t)(rng >> 50) % 5, c = (uint32_t)(rng >> 54) % 5;
+                m[n++] = (kvt_idx_match_t){p, g + c, g, c, 0};
+            }
+        }
+        kvt_scored_t out[64], best;
+        size_t k = kvt_score_rank(&w, m, n, NULL, 0, load, 128, (uint64_t)round, out);
+        assert_int_equal(k, n);
+        for (size_t i = 1; i < k; i++)
+            assert_true(out[i - 1].score >= out[i].score);
+        if (n > 0) {
+            assert_int_equal(kvt_score_pick(&w, m, n, NULL, 0, load, 128, (uint64_t)round, &best),
+                             out[0].pod);
+        }
+    }
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_defaults),
+        cmocka_unit_test(test_tier_weights_rank),
+        cmocka_unit_test(test_load_term_and_candidates),
+        cmocka_unit_test(test_ties_spread_deterministically),
+        cmocka_unit_test(test_rank_sorted_random),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
