@@ -43,8 +43,7 @@ int kvt_bench_opt(int argc, char **argv, int *i, const char *name, const char **
  * within [lo, hi], or a finite double within [lo, hi]. Return 0 and set
  * *@out_p, or print "kvtier-bench: <opt>: ..." on stderr and return -1.
  */
-int kvt_bench_parse_u64(const char *opt, const char *s, uint64_t lo, uint64_t hi,
-                        uint64_t *out_p);
+int kvt_bench_parse_u64(const char *opt, const char *s, uint64_t lo, uint64_t hi, uint64_t *out_p);
 int kvt_bench_parse_double(const char *opt, const char *s, double lo, double hi, double *out_p);
 
 #endif

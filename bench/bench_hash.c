@@ -70,8 +70,8 @@ static uint64_t kvt_bh_run(int c, const uint32_t *tokens, size_t ntokens, uint64
 {
     uint64_t t0 = kvt_clock_ns();
     if (c < KVT_BH_NCASES - 1) {
-        size_t n = kvt_hash_seq(tokens, ntokens, kvt_bh_block_sizes[c], KVT_HASH_SEED, NULL,
-                                NULL, seq);
+        size_t n =
+            kvt_hash_seq(tokens, ntokens, kvt_bh_block_sizes[c], KVT_HASH_SEED, NULL, NULL, seq);
         *sum = *sum * UINT64_C(0x100000001b3) + seq[n - 1] + n;
     } else {
         *sum = *sum * UINT64_C(0x100000001b3) + KVT_BH_CEILING(tokens, ntokens * sizeof(uint32_t));
@@ -131,8 +131,8 @@ int kvt_bench_hash_main(int argc, char **argv)
     while (rounds < KVT_BH_MAX_ROUNDS &&
            (rounds < KVT_BH_MIN_ROUNDS || kvt_clock_ns() - start < budget)) {
         for (int c = 0; c < KVT_BH_NCASES; c++)
-            times[(size_t)c * KVT_BH_MAX_ROUNDS + rounds] = kvt_bh_run(c, tokens, ntokens, seq,
-                                                                       &sum);
+            times[(size_t)c * KVT_BH_MAX_ROUNDS + rounds] =
+                kvt_bh_run(c, tokens, ntokens, seq, &sum);
         rounds++;
     }
 
@@ -153,18 +153,17 @@ int kvt_bench_hash_main(int argc, char **argv)
     for (int c = 0; c < KVT_BH_NCASES - 1; c++) {
         char name[32];
         snprintf(name, sizeof(name), "kvt_hash_seq B=%u", kvt_bh_block_sizes[c]);
-        printf("%-22s %12zu %12.2f %14.2f %10.3f\n", name, ntokens / kvt_bh_block_sizes[c],
-               best[c], median[c], best[c] / ceiling);
+        printf("%-22s %12zu %12.2f %14.2f %10.3f\n", name, ntokens / kvt_bh_block_sizes[c], best[c],
+               median[c], best[c] / ceiling);
     }
     printf("%-22s %12d %12.2f %14.2f %10.3f\n", "ceiling: one XXH3 call", 1, ceiling,
            median[KVT_BH_NCASES - 1], 1.0);
-    printf("ceiling = %s over the whole buffer; checksum %016" PRIx64 "\n",
-           KVT_BH_CEILING_NAME, sum);
+    printf("ceiling = %s over the whole buffer; checksum %016" PRIx64 "\n", KVT_BH_CEILING_NAME,
+           sum);
     printf("{\"bench\":\"hash\",\"bytes\":%zu,\"gbps_b16\":%.3f,\"gbps_b64\":%.3f,"
            "\"gbps_b512\":%.3f,\"ceiling_gbps\":%.3f,\"ratio_b16\":%.4f,\"ratio_b512\":%.4f,"
            "\"stat\":\"best\",\"rounds\":%zu}\n",
-           bytes, best[0], best[1], best[2], ceiling, best[0] / ceiling, best[2] / ceiling,
-           rounds);
+           bytes, best[0], best[1], best[2], ceiling, best[0] / ceiling, best[2] / ceiling, rounds);
     rc = fflush(stdout) == 0 ? 0 : 1;
 
 err_free:

@@ -77,8 +77,7 @@ int kvt_bench_opt(int argc, char **argv, int *i, const char *name, const char **
     return 1;
 }
 
-int kvt_bench_parse_u64(const char *opt, const char *s, uint64_t lo, uint64_t hi,
-                        uint64_t *out_p)
+int kvt_bench_parse_u64(const char *opt, const char *s, uint64_t lo, uint64_t hi, uint64_t *out_p)
 {
     uint64_t v = 0;
     const char *c = s;

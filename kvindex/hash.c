@@ -177,15 +177,9 @@ size_t kvt_hash_seq(const uint32_t *tokens, size_t ntokens, uint32_t block_size,
 
     /* Specialized copies for the block sizes engines use most (vLLM's default is 16). */
     switch (block_size) {
-    case 16:
-        kvt_hash_seq_inl(tokens, nblocks, 16, seed, parent, local_out, seq_out);
-        break;
-    case 32:
-        kvt_hash_seq_inl(tokens, nblocks, 32, seed, parent, local_out, seq_out);
-        break;
-    default:
-        kvt_hash_seq_inl(tokens, nblocks, block_size, seed, parent, local_out, seq_out);
-        break;
+    case 16: kvt_hash_seq_inl(tokens, nblocks, 16, seed, parent, local_out, seq_out); break;
+    case 32: kvt_hash_seq_inl(tokens, nblocks, 32, seed, parent, local_out, seq_out); break;
+    default: kvt_hash_seq_inl(tokens, nblocks, block_size, seed, parent, local_out, seq_out); break;
     }
     return nblocks;
 }

@@ -198,6 +198,7 @@ static kvt_dir_t *dir_new(kvt_idx_t *idx)
 }
 
 static size_t evict_batch(kvt_idx_t *idx);
+static bool room(kvt_idx_t *idx, size_t bytes);
 
 /*
  * Allocates a node index into *@nid_p; evicts instead of growing past the
@@ -687,8 +688,11 @@ static kvt_status_t ptab_reserve(kvt_idx_t *idx, uint32_t pod)
 {
     for (;;) {
         kvt_pod_t *p = &idx->pods[pod];
-        if (p->mask == 0)
-            return ptab_rebuild(idx, p, PTAB_MIN);
+        if (p->mask == 0) {
+            if (!room(idx, ptab_bytes(PTAB_MIN)))
+                return KVT_ERR_NO_SPACE;
+            return ptab_rebuild(idx, &idx->pods[pod], PTAB_MIN);
+        }
         uint32_t cap = p->mask + 1;
         if ((uint64_t)(p->live + p->tomb + 1) * 8 <= (uint64_t)cap * 7)
             return KVT_OK;

@@ -34,7 +34,8 @@ static void kvt_tokens_skip_ws(kvt_tokens_parser_t *p)
 #if defined(__GNUC__)
 __attribute__((format(printf, 3, 4)))
 #endif
-static kvt_status_t kvt_tokens_fail(kvt_tokens_parser_t *p, kvt_status_t st, const char *fmt, ...)
+static kvt_status_t
+kvt_tokens_fail(kvt_tokens_parser_t *p, kvt_status_t st, const char *fmt, ...)
 {
     if (p->err != NULL && p->errlen > 0) {
         va_list ap;
@@ -84,8 +85,8 @@ static kvt_status_t kvt_tokens_push(kvt_tokens_parser_t *p, uint32_t value, size
             cap = p->max;
         uint32_t *v = realloc(p->v, cap * sizeof(*v));
         if (v == NULL)
-            return kvt_tokens_fail(p, KVT_ERR_NO_MEM, "byte %zu: out of memory for %zu tokens",
-                                   at, cap);
+            return kvt_tokens_fail(p, KVT_ERR_NO_MEM, "byte %zu: out of memory for %zu tokens", at,
+                                   cap);
         p->v = v;
         p->cap = cap;
     }
@@ -120,8 +121,8 @@ static kvt_status_t kvt_tokens_elements(kvt_tokens_parser_t *p, int bracket)
         do {
             value = value * 10 + (uint64_t)(s[pos] - '0');
             if (value > UINT32_MAX)
-                return kvt_tokens_fail(p, KVT_ERR_RANGE,
-                                       "byte %zu: token id exceeds 4294967295", start);
+                return kvt_tokens_fail(p, KVT_ERR_RANGE, "byte %zu: token id exceeds 4294967295",
+                                       start);
             pos++;
         } while (pos < len && KVT_TOKENS_IS_DIGIT(s[pos]));
         if (p->n < p->cap) {
@@ -165,8 +166,8 @@ kvt_status_t kvt_tokens_parse(const char *s, size_t len, uint32_t **tokens_p, si
     return kvt_tokens_parse_max(s, len, KVT_TOKENS_MAX, tokens_p, n_p, err, errlen);
 }
 
-kvt_status_t kvt_tokens_parse_max(const char *s, size_t len, size_t max_tokens,
-                                  uint32_t **tokens_p, size_t *n_p, char *err, size_t errlen)
+kvt_status_t kvt_tokens_parse_max(const char *s, size_t len, size_t max_tokens, uint32_t **tokens_p,
+                                  size_t *n_p, char *err, size_t errlen)
 {
     kvt_tokens_parser_t p = {.s = s,
                              .len = len,

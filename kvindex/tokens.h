@@ -42,7 +42,7 @@ kvt_status_t kvt_tokens_parse(const char *s, size_t len, uint32_t **tokens_p, si
  * the message naming the first byte of the token over the limit. For callers
  * with a smaller bound (a request body, a model's context length).
  */
-kvt_status_t kvt_tokens_parse_max(const char *s, size_t len, size_t max_tokens,
-                                  uint32_t **tokens_p, size_t *n_p, char *err, size_t errlen);
+kvt_status_t kvt_tokens_parse_max(const char *s, size_t len, size_t max_tokens, uint32_t **tokens_p,
+                                  size_t *n_p, char *err, size_t errlen);
 
 #endif

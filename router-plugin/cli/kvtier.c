@@ -35,7 +35,8 @@ typedef struct kvt_cli_cmd {
 #if defined(__GNUC__)
 __attribute__((format(printf, 1, 2)))
 #endif
-static int kvt_cli_fail(const char *fmt, ...)
+static int
+kvt_cli_fail(const char *fmt, ...)
 {
     char msg[512];
     va_list ap;
@@ -106,8 +107,7 @@ static int kvt_cli_read_file(const char *path, char **buf_p, size_t *len_p, char
         len += got;
         if (got == 0) {
             if (ferror(f)) {
-                snprintf(err, errlen, "cannot read tokens file '%s': %s", path,
-                         strerror(errno));
+                snprintf(err, errlen, "cannot read tokens file '%s': %s", path, strerror(errno));
                 goto err_free;
             }
             break;

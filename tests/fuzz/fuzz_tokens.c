@@ -37,8 +37,8 @@ static int is_digit(char c)
 
 static int is_allowed(char c)
 {
-    return is_digit(c) || c == ',' || c == ' ' || c == '\t' || c == '\n' || c == '\r' ||
-           c == '[' || c == ']';
+    return is_digit(c) || c == ',' || c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '[' ||
+           c == ']';
 }
 
 /* Value of the digit run starting at s[i], saturated just above UINT32_MAX. */
@@ -80,8 +80,8 @@ static void check_success(const char *s, size_t len, const uint32_t *toks, size_
         CHECK(out != NULL);
         off += (size_t)snprintf(out + off, cap - off, "%s", fmts[f][0]);
         for (size_t i = 0; i < n; i++)
-            off += (size_t)snprintf(out + off, cap - off, "%s%u", i == 0 ? "" : fmts[f][1],
-                                    toks[i]);
+            off +=
+                (size_t)snprintf(out + off, cap - off, "%s%u", i == 0 ? "" : fmts[f][1], toks[i]);
         if (n > 0 || f == 1)
             off += (size_t)snprintf(out + off, cap - off, "%s", fmts[f][2]);
         CHECK(off < cap);

@@ -6,10 +6,11 @@
  * Without /usr/bin/python3 + xxhash the fixed tests still run; the program
  * then exits 77 (skip) because the vector comparison could not run.
  */
+#include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
-#include <setjmp.h>
+
 #include <cmocka.h>
 
 #include <errno.h>

@@ -1,8 +1,9 @@
 /* kvindex/tokens: the token-list parser, good and bad inputs. */
+#include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
-#include <setjmp.h>
+
 #include <cmocka.h>
 
 #include <stdio.h>
@@ -164,7 +165,9 @@ static void test_nul_bytes(void **state)
     (void)state;
     expect_err_n("1,2\0", 4, KVT_ERR_PARSE, 3);
     expect_err_n("\0", 1, KVT_ERR_PARSE, 0);
-    expect_err_n("1\0" "2", 3, KVT_ERR_PARSE, 1);
+    expect_err_n("1\0"
+                 "2",
+                 3, KVT_ERR_PARSE, 1);
     expect_err_n("[1,\0]", 5, KVT_ERR_PARSE, 3);
 
     char err[128];
@@ -217,13 +220,13 @@ static void test_not_nul_terminated(void **state)
 {
     (void)state;
     long page = sysconf(_SC_PAGESIZE);
-    char *map = mmap(NULL, (size_t)page * 2, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS,
-                     -1, 0);
+    char *map =
+        mmap(NULL, (size_t)page * 2, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     assert_true(map != MAP_FAILED);
     assert_int_equal(mprotect(map + page, (size_t)page, PROT_NONE), 0);
 
     static const char *const inputs[] = {"1,2,3", "[4294967295]", "12", " ", "[1,", "1,", "",
-                                         "[", "4294967296"};
+                                         "[",     "4294967296"};
     for (size_t i = 0; i < sizeof(inputs) / sizeof(inputs[0]); i++) {
         size_t len = strlen(inputs[i]);
         char *s = map + page - len;
@@ -368,11 +371,16 @@ static void test_too_many(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_good_lists),    cmocka_unit_test(test_empty_lists),
-        cmocka_unit_test(test_rejects),       cmocka_unit_test(test_nul_bytes),
-        cmocka_unit_test(test_messages),      cmocka_unit_test(test_bad_arguments),
-        cmocka_unit_test(test_not_nul_terminated), cmocka_unit_test(test_big_lists),
-        cmocka_unit_test(test_limit),         cmocka_unit_test(test_too_many),
+        cmocka_unit_test(test_good_lists),
+        cmocka_unit_test(test_empty_lists),
+        cmocka_unit_test(test_rejects),
+        cmocka_unit_test(test_nul_bytes),
+        cmocka_unit_test(test_messages),
+        cmocka_unit_test(test_bad_arguments),
+        cmocka_unit_test(test_not_nul_terminated),
+        cmocka_unit_test(test_big_lists),
+        cmocka_unit_test(test_limit),
+        cmocka_unit_test(test_too_many),
     };
     return cmocka_run_group_tests_name("tokens", tests, NULL, NULL);
 }
