@@ -15,8 +15,6 @@
  */
 #include "kvindex/hash.h"
 
-#include <string.h>
-
 #define XXH_INLINE_ALL
 #include <xxhash.h>
 
@@ -73,6 +71,7 @@ static uint64_t kvt_hash_block_be(const uint32_t *tokens, size_t block_size, uin
     XXH3_state_t st;
     size_t done = 0;
 
+    XXH3_INITSTATE(&st); /* a stack state must be marked fresh before its first reset */
     XXH3_64bits_reset_withSeed(&st, seed);
     while (done < block_size) {
         size_t n = block_size - done;

@@ -14,7 +14,7 @@
 #define ALIAS_SPEC 0x1u /* alias flag: speculative mark */
 #define ALIAS_LIVE 0x2u
 
-#define KTAB_MIN 1024u
+#define KTAB_MIN_GROUPS 64u
 #define PTAB_MIN 16u
 #define SET_MIN 4u
 #define DIR_MIN 16u
@@ -241,72 +241,96 @@ static kvt_status_t node_alloc(kvt_idx_t *idx, uint32_t *nid_p)
 
 /* ---- key table ------------------------------------------------------------ */
 
-static size_t ktab_bytes(uint32_t cap)
+static size_t ktab_bytes(uint32_t groups)
 {
-    return sizeof(kvt_ktab_t) + cap + (size_t)cap * sizeof(uint32_t);
+    return sizeof(kvt_ktab_t) + (size_t)groups * sizeof(kvt_group_t);
 }
 
-static kvt_ktab_t *ktab_new(kvt_idx_t *idx, uint32_t cap)
+static uint64_t ktab_cap(const kvt_ktab_t *t)
 {
-    kvt_ktab_t *t = acct_alloc(idx, ktab_bytes(cap));
+    return (uint64_t)(t->gmask + 1) * GSLOTS;
+}
+
+static kvt_ktab_t *ktab_new(kvt_idx_t *idx, uint32_t groups)
+{
+    size_t bytes = ktab_bytes(groups);
+    kvt_ktab_t *t = aligned_alloc(64, bytes);
     if (t == NULL)
         return NULL;
-    t->mask = cap - 1;
-    t->pad = 0;
-    t->slot = (uint32_t *)(void *)(t + 1);
-    t->ctrl = (uint8_t *)(t->slot + cap);
-    memset(t->ctrl, CTRL_EMPTY, cap);
+    idx->bytes += bytes;
+    memset(t, 0, sizeof(*t));
+    t->gmask = groups - 1;
+    grp_init(t->g, groups);
     return t;
 }
 
-static uint32_t ktab_find_slot(const kvt_idx_t *idx, const kvt_ktab_t *t, uint64_t key)
+/* Writer: group and slot of salted @key, or false. */
+static bool ktab_find(kvt_idx_t *idx, const kvt_ktab_t *t, uint64_t key, uint32_t *gi_p,
+                      uint32_t *si_p)
 {
     uint64_t h = kvt_mix64(key);
     uint8_t tag = ktab_tag(h);
-    for (uint32_t i = (uint32_t)h & t->mask;; i = (i + 1) & t->mask) {
-        uint8_t c = t->ctrl[i];
-        if (c == CTRL_EMPTY)
-            return KVT_NIL;
-        if (c == tag && N((kvt_idx_t *)idx, t->slot[i])->key == key)
-            return i;
+    for (uint32_t gi = (uint32_t)h & t->gmask;; gi = (gi + 1) & t->gmask) {
+        const kvt_group_t *g = &t->g[gi];
+        for (uint32_t m = grp_match(g, tag); m != 0; m &= m - 1) {
+            uint32_t si = (uint32_t)__builtin_ctz(m);
+            if (N(idx, g->slot[si])->key == key) {
+                *gi_p = gi;
+                *si_p = si;
+                return true;
+            }
+        }
+        if (grp_match(g, CTRL_EMPTY) != 0)
+            return false;
     }
 }
 
 static uint32_t ktab_lookup(kvt_idx_t *idx, uint64_t key)
 {
+    uint32_t gi, si;
     kvt_ktab_t *t = idx->sh.ktab;
-    uint32_t i = ktab_find_slot(idx, t, key);
-    return i == KVT_NIL ? KVT_NIL : t->slot[i];
+    return ktab_find(idx, t, key, &gi, &si) ? t->g[gi].slot[si] : KVT_NIL;
 }
 
-static void ktab_put(kvt_ktab_t *t, uint64_t key, uint32_t nid, bool publish)
+/* Inserts (key, nid) into the first free slot; publishes the control byte last. */
+static void ktab_put(kvt_ktab_t *t, uint64_t key, uint32_t nid)
 {
     uint64_t h = kvt_mix64(key);
-    uint32_t i = (uint32_t)h & t->mask;
-    while (t->ctrl[i] >= 0x80u)
-        i = (i + 1) & t->mask;
-    __atomic_store_n(&t->slot[i], nid, __ATOMIC_RELEASE);
-    if (publish)
-        __atomic_store_n(&t->ctrl[i], ktab_tag(h), __ATOMIC_RELEASE);
-    else
-        t->ctrl[i] = ktab_tag(h);
+    for (uint32_t gi = (uint32_t)h & t->gmask;; gi = (gi + 1) & t->gmask) {
+        kvt_group_t *g = &t->g[gi];
+        uint32_t m = grp_free(g);
+        if (m == 0)
+            continue;
+        uint32_t si = (uint32_t)__builtin_ctz(m);
+        __atomic_store_n(&g->slot[si], nid, __ATOMIC_RELEASE);
+        __atomic_store_n(&g->ctrl[si], ktab_tag(h), __ATOMIC_RELEASE);
+        return;
+    }
 }
 
-/* Rebuilds the key table at @cap (dropping tombstones) and publishes it. */
-static kvt_status_t ktab_rebuild(kvt_idx_t *idx, uint32_t cap)
+/*
+ * Rebuilds the key table with @groups groups (dropping tombstones) and
+ * publishes it. Reads the node slab in order rather than chasing the old
+ * table's slots: every live node is in the table, and only they are.
+ */
+static kvt_status_t ktab_rebuild(kvt_idx_t *idx, uint32_t groups)
 {
     kvt_ktab_t *old = idx->sh.ktab;
-    kvt_ktab_t *t = ktab_new(idx, cap);
+    kvt_ktab_t *t = ktab_new(idx, groups);
     if (t == NULL)
         return KVT_ERR_NO_MEM;
-    for (uint32_t i = 0; i <= old->mask; i++) {
-        if (old->ctrl[i] >= 0x80u) {
-            uint32_t nid = old->slot[i];
-            ktab_put(t, N(idx, nid)->key, nid, false);
-        }
+    kvt_dir_t *d = idx->sh.nodes;
+    for (uint32_t c = 0; c < d->n; c++) {
+        kvt_node_t *chunk = d->chunk[c];
+        uint32_t end = idx->nodes_used - c * NODE_CHUNK;
+        if (end > NODE_CHUNK)
+            end = NODE_CHUNK;
+        for (uint32_t i = 0; i < end; i++)
+            if (chunk[i].pods != PODS_FREE)
+                ktab_put(t, chunk[i].key, c * NODE_CHUNK + i);
     }
     __atomic_store_n(&idx->sh.ktab, t, __ATOMIC_RELEASE);
-    acct_retire(idx, old, ktab_bytes(old->mask + 1));
+    acct_retire(idx, old, ktab_bytes(old->gmask + 1));
     idx->kt_tomb = 0;
     return KVT_OK;
 }
@@ -315,15 +339,16 @@ static kvt_status_t ktab_rebuild(kvt_idx_t *idx, uint32_t cap)
 static kvt_status_t ktab_reserve(kvt_idx_t *idx)
 {
     for (;;) {
-        uint32_t cap = idx->sh.ktab->mask + 1;
-        if ((uint64_t)(idx->kt_live + idx->kt_tomb + 1) * 8 <= (uint64_t)cap * 7)
+        uint64_t cap = ktab_cap(idx->sh.ktab);
+        uint32_t groups = idx->sh.ktab->gmask + 1;
+        if ((uint64_t)(idx->kt_live + idx->kt_tomb + 1) * 8 <= cap * 7)
             return KVT_OK;
-        if ((uint64_t)(idx->kt_live + 1) * 4 <= (uint64_t)cap * 3)
-            return ktab_rebuild(idx, cap);
-        if (cap >= 0x80000000u)
+        if ((uint64_t)(idx->kt_live + 1) * 4 <= cap * 3)
+            return ktab_rebuild(idx, groups);
+        if (groups >= 0x40000000u)
             return KVT_ERR_NO_SPACE;
-        if (!over_budget(idx, ktab_bytes(cap)))
-            return ktab_rebuild(idx, cap * 2);
+        if (!over_budget(idx, ktab_bytes(groups)))
+            return ktab_rebuild(idx, groups * 2);
         if (evict_batch(idx) == 0)
             return KVT_ERR_NO_SPACE;
     }
@@ -332,12 +357,15 @@ static kvt_status_t ktab_reserve(kvt_idx_t *idx)
 static void ktab_delete(kvt_idx_t *idx, uint64_t key)
 {
     kvt_ktab_t *t = idx->sh.ktab;
-    uint32_t i = ktab_find_slot(idx, t, key);
-    if (i == KVT_NIL)
+    uint32_t gi, si;
+    if (!ktab_find(idx, t, key, &gi, &si))
         return;
-    __atomic_store_n(&t->ctrl[i], CTRL_TOMB, __ATOMIC_RELEASE);
+    /* a group that still has an empty slot never overflowed: no probe passes it */
+    bool empty_ok = grp_match(&t->g[gi], CTRL_EMPTY) != 0;
+    __atomic_store_n(&t->g[gi].ctrl[si], empty_ok ? CTRL_EMPTY : CTRL_TOMB, __ATOMIC_RELEASE);
     idx->kt_live--;
-    idx->kt_tomb++;
+    if (!empty_ok)
+        idx->kt_tomb++;
 }
 
 /* ---- holder sets ------------------------------------------------------------ */
@@ -912,6 +940,13 @@ static bool node_has_main(kvt_idx_t *idx, kvt_node_t *n)
 /* Records that @pod holds @nid in @tier under engine hash @eh. */
 static kvt_status_t ref_add(kvt_idx_t *idx, uint32_t nid, uint32_t pod, uint64_t eh, unsigned tier)
 {
+    kvt_node_t *n0 = N(idx, nid);
+    if (eh == n0->ehash) {
+        /* fast path: the pod already maps the node's own hash to it in this tier */
+        kvt_elem_t *ep = node_elem(idx, n0, pod);
+        if (ep != NULL && (ELEM_MAIN(*ep) & tier) && !(ELEM_TIERS(*ep) & KVT_TIER_SPEC))
+            return KVT_OK;
+    }
     kvt_pod_t *p = &idx->pods[pod];
     uint32_t slot = ptab_find(idx, p, eh, false);
     if (slot != KVT_NIL && ref_node(idx, p->ref[slot]) != nid) {
@@ -1098,9 +1133,9 @@ static size_t evict_batch(kvt_idx_t *idx)
     for (uint32_t p = 0; p < idx->pod_hi; p++)
         if (idx->pods[p].name != NULL && p != idx->pin_pod)
             ptab_maybe_shrink(idx, &idx->pods[p]);
-    uint32_t kcap = idx->sh.ktab->mask + 1;
-    if (kcap > KTAB_MIN && (uint64_t)idx->kt_live * 8 <= kcap)
-        ktab_rebuild(idx, kcap / 4 < KTAB_MIN ? KTAB_MIN : kcap / 4);
+    uint32_t kgroups = idx->sh.ktab->gmask + 1;
+    if (kgroups > KTAB_MIN_GROUPS && (uint64_t)idx->kt_live * 8 <= ktab_cap(idx->sh.ktab))
+        ktab_rebuild(idx, kgroups / 4 < KTAB_MIN_GROUPS ? KTAB_MIN_GROUPS : kgroups / 4);
     idx->evicted += evicted;
 out:
     idx->evicting = false;
@@ -1238,7 +1273,7 @@ kvt_status_t kvt_idx_create(const kvt_idx_config_t *cfg, kvt_idx_t **idx_p)
     if (kvt_ebr_init(&idx->sh.ebr, idx->cfg.max_readers) != KVT_OK)
         goto err_free;
     idx->bytes += sizeof(kvt_ebr_slot_t) * idx->cfg.max_readers;
-    idx->sh.ktab = ktab_new(idx, KTAB_MIN);
+    idx->sh.ktab = ktab_new(idx, KTAB_MIN_GROUPS);
     idx->sh.nodes = dir_new(idx);
     idx->sh.sets = dir_new(idx);
     idx->sh.nss = dir_new(idx);
@@ -1539,38 +1574,30 @@ static kvt_status_t node_get(kvt_idx_t *idx, uint64_t key, uint64_t eh, uint32_t
         *nid_p = nid;
         return KVT_OK;
     }
-    kvt_status_t st = ktab_reserve(idx);
-    if (st != KVT_OK)
-        return st;
-    st = node_alloc(idx, &nid);
+    /* the node stays PODS_FREE until inserted: a rebuild in between skips it */
+    kvt_status_t st = node_alloc(idx, &nid);
     if (st != KVT_OK)
         return st;
     idx->pin[1] = nid;
+    st = ktab_reserve(idx);
+    if (st != KVT_OK) {
+        N(idx, nid)->parent = idx->node_free;
+        idx->node_free = nid;
+        return st;
+    }
     kvt_node_t *n = N(idx, nid);
-    wbegin(idx, nid);
-    __atomic_store_n(&n->key, key, __ATOMIC_RELAXED);
-    __atomic_store_n(&n->stamp, idx->sh.clock32, __ATOMIC_RELAXED);
-    __atomic_store_n(&n->pods, PODS_EMPTY, __ATOMIC_RELAXED);
-    wend(idx, nid);
     n->ehash = eh;
     n->parent = parent;
     n->nchild = 0;
     if (parent != KVT_NIL)
         N(idx, parent)->nchild++;
     idx->live_nodes++;
-    /* eviction in node_alloc may have shrunk the table: reserve again (no-op if room) */
-    st = ktab_reserve(idx);
-    if (st != KVT_OK) {
-        n->nchild = 0;
-        if (parent != KVT_NIL)
-            N(idx, parent)->nchild--;
-        n->parent = idx->node_free;
-        __atomic_store_n(&n->pods, PODS_FREE, __ATOMIC_RELAXED);
-        idx->node_free = nid;
-        idx->live_nodes--;
-        return st;
-    }
-    ktab_put(idx->sh.ktab, key, nid, true);
+    wbegin(idx, nid);
+    __atomic_store_n(&n->key, key, __ATOMIC_RELAXED);
+    __atomic_store_n(&n->stamp, idx->sh.clock32, __ATOMIC_RELAXED);
+    __atomic_store_n(&n->pods, PODS_EMPTY, __ATOMIC_RELAXED);
+    wend(idx, nid);
+    ktab_put(idx->sh.ktab, key, nid);
     idx->kt_live++;
     idx->pin[1] = nid;
     *nid_p = nid;

@@ -21,6 +21,7 @@
 
 #include <stdbool.h>
 #include <stdint.h>
+#include <string.h>
 
 #include "kvindex/ebr.h"
 #include "kvindex/index.h"
@@ -84,16 +85,84 @@ typedef struct kvt_dir {
     void *chunk[];  /* readers load entries atomically */
 } kvt_dir_t;
 
-/* Key table. ctrl: 0 empty, 1 tombstone, 0x80|tag live. */
+/*
+ * Group tables (key table and per-pod tables): open addressing over 64-byte
+ * groups, each one cache line with 12 control bytes and 12 slots, so a probe
+ * usually costs one miss. ctrl: 0 empty, 1 tombstone (also the 4 padding
+ * bytes), 0x80|7-bit tag live. A probe scans groups from h & gmask onward
+ * and stops at the first group holding an empty slot.
+ */
 #define CTRL_EMPTY 0u
 #define CTRL_TOMB 1u
+#define GSLOTS 12u
 
+typedef struct kvt_group {
+    uint8_t ctrl[16]; /* [12..15] stay CTRL_TOMB */
+    uint32_t slot[GSLOTS];
+} __attribute__((aligned(64))) kvt_group_t;
+
+/* Key table: salted key -> node index. Readers probe it without locks. */
 typedef struct kvt_ktab {
-    uint32_t mask;  /* capacity - 1, capacity a power of two */
-    uint32_t pad;
-    uint8_t *ctrl;  /* capacity bytes */
-    uint32_t *slot; /* capacity node indices */
+    uint32_t gmask; /* groups - 1, groups a power of two */
+    uint32_t pad[15];
+    kvt_group_t g[]; /* 64-byte aligned */
 } kvt_ktab_t;
+
+#if defined(__SANITIZE_THREAD__)
+#define KVT_TSAN 1
+#elif defined(__has_feature)
+#if __has_feature(thread_sanitizer)
+#define KVT_TSAN 1
+#endif
+#endif
+
+#if defined(__SSE2__) && !defined(KVT_TSAN)
+#include <emmintrin.h>
+/*
+ * Bit i set when group slot i has control byte @c. One 16-byte load: a
+ * reader may race the writer's single-byte stores, which x86 keeps coherent
+ * byte by byte; the slot is then read with acquire after a fence, and its
+ * node's key is checked anyway. TSan builds use the atomic loop below.
+ */
+static inline uint32_t grp_match(const kvt_group_t *g, uint8_t c)
+{
+    __m128i v = _mm_load_si128((const __m128i *)(const void *)g->ctrl);
+    __m128i m = _mm_cmpeq_epi8(v, _mm_set1_epi8((char)c));
+    return (uint32_t)_mm_movemask_epi8(m) & ((1u << GSLOTS) - 1);
+}
+
+/* Slots that are empty or tombstones (control byte < 0x80). */
+static inline uint32_t grp_free(const kvt_group_t *g)
+{
+    __m128i v = _mm_load_si128((const __m128i *)(const void *)g->ctrl);
+    return ~(uint32_t)_mm_movemask_epi8(v) & ((1u << GSLOTS) - 1);
+}
+#else
+/* Bit i set when group slot i has control byte @c (atomic loads: readers race the writer). */
+static inline uint32_t grp_match(const kvt_group_t *g, uint8_t c)
+{
+    uint32_t m = 0;
+    for (uint32_t i = 0; i < GSLOTS; i++)
+        m |= (uint32_t)(__atomic_load_n(&g->ctrl[i], __ATOMIC_RELAXED) == c) << i;
+    return m;
+}
+
+static inline uint32_t grp_free(const kvt_group_t *g)
+{
+    uint32_t m = 0;
+    for (uint32_t i = 0; i < GSLOTS; i++)
+        m |= (uint32_t)(__atomic_load_n(&g->ctrl[i], __ATOMIC_RELAXED) < 0x80u) << i;
+    return m;
+}
+#endif
+
+static inline void grp_init(kvt_group_t *g, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        memset(g[i].ctrl, CTRL_EMPTY, GSLOTS);
+        memset(g[i].ctrl + GSLOTS, CTRL_TOMB, sizeof(g[i].ctrl) - GSLOTS);
+    }
+}
 
 /* Namespace info readers need; stored in chunks of NS_CHUNK. */
 #define NS_CHUNK_SHIFT 8u

@@ -123,17 +123,44 @@ static uint32_t probe(kvt_idx_shared_t *sh, kvt_ktab_t *t, kvt_dir_t **nodes, ui
 {
     uint64_t h = kvt_mix64(key);
     uint8_t tag = ktab_tag(h);
-    for (uint32_t i = (uint32_t)h & t->mask;; i = (i + 1) & t->mask) {
-        uint8_t c = __atomic_load_n(&t->ctrl[i], __ATOMIC_ACQUIRE);
-        if (c == CTRL_EMPTY)
+    for (uint32_t gi = (uint32_t)h & t->gmask;; gi = (gi + 1) & t->gmask) {
+        const kvt_group_t *g = &t->g[gi];
+        uint32_t m = grp_match(g, tag);
+        __atomic_thread_fence(__ATOMIC_ACQUIRE); /* slots were published before their ctrl */
+        for (; m != 0; m &= m - 1) {
+            uint32_t nid = __atomic_load_n(&g->slot[__builtin_ctz(m)], __ATOMIC_ACQUIRE);
+            kvt_node_t *nd = rnode(sh, nodes, nid);
+            if (nd != NULL && __atomic_load_n(&nd->key, __ATOMIC_RELAXED) == key)
+                return nid;
+        }
+        if (grp_match(g, CTRL_EMPTY) != 0)
             return KVT_NIL;
-        if (c != tag)
-            continue;
-        uint32_t nid = __atomic_load_n(&t->slot[i], __ATOMIC_ACQUIRE);
-        kvt_node_t *nd = rnode(sh, nodes, nid);
-        if (nd != NULL && __atomic_load_n(&nd->key, __ATOMIC_RELAXED) == key)
-            return nid;
     }
+}
+
+/*
+ * First slot in @key's probe sequence whose tag matches, unverified (no node
+ * access, so it does not stall on the node's miss), or KVT_NIL when the
+ * table says the key is absent.
+ */
+static uint32_t probe_candidate(kvt_ktab_t *t, uint64_t key)
+{
+    uint64_t h = kvt_mix64(key);
+    uint8_t tag = ktab_tag(h);
+    for (uint32_t gi = (uint32_t)h & t->gmask;; gi = (gi + 1) & t->gmask) {
+        const kvt_group_t *g = &t->g[gi];
+        uint32_t m = grp_match(g, tag);
+        __atomic_thread_fence(__ATOMIC_ACQUIRE);
+        if (m != 0)
+            return __atomic_load_n(&g->slot[__builtin_ctz(m)], __ATOMIC_ACQUIRE);
+        if (grp_match(g, CTRL_EMPTY) != 0)
+            return KVT_NIL;
+    }
+}
+
+static inline void prefetch_group(const kvt_ktab_t *t, uint64_t key)
+{
+    __builtin_prefetch(&t->g[(uint32_t)kvt_mix64(key) & t->gmask]);
 }
 
 /*
@@ -225,11 +252,39 @@ kvt_status_t kvt_idx_query(kvt_idx_reader_t *r, uint32_t ns, const uint64_t *key
     uint32_t ntouched = 0;
     kvt_status_t status = KVT_OK;
 
+    /*
+     * Software pipeline: the key-table group of key i + 2*AHEAD and the node
+     * of key i + AHEAD are fetched while key i is processed, so the misses of
+     * a long prompt overlap instead of following one another.
+     */
+    enum { AHEAD = 4, RING = 8 };
+    uint32_t ring[RING];
+    for (size_t j = 0; j < n && j < 2 * AHEAD; j++)
+        prefetch_group(t, keys[j] ^ salt);
+    for (size_t j = 0; j < n && j < AHEAD; j++) {
+        ring[j % RING] = probe_candidate(t, keys[j] ^ salt);
+        if (ring[j % RING] != KVT_NIL)
+            __builtin_prefetch(rnode(sh, &nodes, ring[j % RING]));
+    }
     for (size_t i = 0; i < n; i++) {
         uint64_t key = keys[i] ^ salt;
-        uint32_t nid = probe(sh, t, &nodes, key);
+        uint32_t nid = ring[i % RING];
+        if (i + AHEAD < n) {
+            uint32_t ahead = probe_candidate(t, keys[i + AHEAD] ^ salt);
+            ring[(i + AHEAD) % RING] = ahead;
+            if (ahead != KVT_NIL)
+                __builtin_prefetch(rnode(sh, &nodes, ahead));
+        }
+        if (i + 2 * AHEAD < n)
+            prefetch_group(t, keys[i + 2 * AHEAD] ^ salt);
         if (nid == KVT_NIL)
             break;
+        kvt_node_t *cand = rnode(sh, &nodes, nid);
+        if (cand == NULL || __atomic_load_n(&cand->key, __ATOMIC_RELAXED) != key) {
+            nid = probe(sh, t, &nodes, key); /* a tag collision: the full probe decides */
+            if (nid == KVT_NIL)
+                break;
+        }
         int cnt = snapshot(r, sh, &nodes, &sets, nid, key);
         if (cnt < 0) {
             status = KVT_ERR_NO_MEM;

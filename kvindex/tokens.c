@@ -96,8 +96,9 @@ static kvt_status_t kvt_tokens_push(kvt_tokens_parser_t *p, uint32_t value, size
 
 /*
  * Parses the elements of a list; stops at end of input or at ']' (not
- * consumed). The loop keeps its position in a local and writes it back to
- * p->pos only where it returns, which the error helpers read.
+ * consumed). The loop keeps its position in a local (cheaper than p->pos in
+ * the per-byte loops) and stores it to p->pos before the returns that need
+ * it: the caller and kvt_tokens_expected() read it.
  */
 static kvt_status_t kvt_tokens_elements(kvt_tokens_parser_t *p, int bracket)
 {

@@ -101,7 +101,7 @@ same_as_python 16 18446744073709551615 "$(seq -s, 0 31)"
 same_as_python 3 42 "7,8,9,10,11,12,13"
 # A larger pseudo-random list (fixed LCG) at several block sizes.
 "$PY" -c 'import random; r = random.Random(7); print(",".join(str(r.randrange(1 << 32)) for _ in range(5000)))' >"$TMP/rand.txt"
-for bs in 1 7 16 128 1024 4999 5000 5001; do
+for bs in 1 7 16 32 64 128 512 1024 4999 5000 5001; do
     same_as_python "$bs" "" "$(cat "$TMP/rand.txt")"
 done
 
