@@ -15,7 +15,7 @@
 #define ALIAS_LIVE 0x2u
 
 #define KTAB_MIN_GROUPS 64u
-#define PTAB_MIN 16u
+#define PTAB_MIN_GROUPS 1u
 #define SET_MIN 4u
 #define DIR_MIN 16u
 
@@ -39,10 +39,9 @@ typedef struct kvt_pod {
     char *name; /* NULL: id unused */
     size_t name_bytes;
     uint32_t dp_rank;
-    uint32_t mask; /* engine-hash table capacity - 1; 0 with no table */
+    uint32_t gmask; /* engine-hash table: groups - 1 (g != NULL) */
     uint32_t live, tomb;
-    uint8_t *ctrl;
-    uint32_t *ref; /* node index, or ALIAS_BIT | alias index */
+    kvt_group_t *g; /* slots: node index, or ALIAS_BIT | alias index; NULL: no table */
     uint64_t entries;
 } kvt_pod_t;
 
@@ -640,9 +639,13 @@ static uint64_t spec_marker(uint64_t key)
 
 /* ---- per-pod engine-hash tables ---------------------------------------- */
 
-static size_t ptab_bytes(uint32_t cap)
+/* A slot of a pod table: group << 4 | index in group. */
+#define PSLOT(gi, si) (((gi) << 4) | (si))
+#define PREF(p, s_) ((p)->g[(s_) >> 4].slot[(s_) & 15u])
+
+static size_t ptab_bytes(uint32_t groups)
 {
-    return (size_t)cap * (1 + sizeof(uint32_t));
+    return (size_t)groups * sizeof(kvt_group_t);
 }
 
 static uint64_t ref_ehash(kvt_idx_t *idx, uint32_t ref, bool *spec_p)
@@ -661,54 +664,66 @@ static uint32_t ref_node(kvt_idx_t *idx, uint32_t ref)
     return (ref & ALIAS_BIT) ? idx->alias[ref & ~ALIAS_BIT].node : ref;
 }
 
+/* Slot of engine hash @eh (a spec marker when @spec) in @p's table, or KVT_NIL. */
 static uint32_t ptab_find(kvt_idx_t *idx, kvt_pod_t *p, uint64_t eh, bool spec)
 {
-    if (p->mask == 0)
+    if (p->g == NULL)
         return KVT_NIL;
     uint64_t h = kvt_mix64(eh);
     uint8_t tag = ktab_tag(h);
-    for (uint32_t i = (uint32_t)h & p->mask;; i = (i + 1) & p->mask) {
-        uint8_t c = p->ctrl[i];
-        if (c == CTRL_EMPTY)
-            return KVT_NIL;
-        if (c == tag) {
+    for (uint32_t gi = (uint32_t)h & p->gmask;; gi = (gi + 1) & p->gmask) {
+        const kvt_group_t *g = &p->g[gi];
+        for (uint32_t m = grp_match(g, tag); m != 0; m &= m - 1) {
+            uint32_t si = (uint32_t)__builtin_ctz(m);
             bool is_spec;
-            if (ref_ehash(idx, p->ref[i], &is_spec) == eh && is_spec == spec)
-                return i;
+            if (ref_ehash(idx, g->slot[si], &is_spec) == eh && is_spec == spec)
+                return PSLOT(gi, si);
         }
+        if (grp_match(g, CTRL_EMPTY) != 0)
+            return KVT_NIL;
     }
 }
 
-static void ptab_put(kvt_idx_t *idx, uint8_t *ctrl, uint32_t *refs, uint32_t mask, uint32_t ref)
+static void ptab_put(kvt_group_t *groups, uint32_t gmask, uint64_t h, uint32_t ref)
 {
-    bool spec;
-    uint64_t h = kvt_mix64(ref_ehash(idx, ref, &spec));
-    uint32_t i = (uint32_t)h & mask;
-    while (ctrl[i] >= 0x80u)
-        i = (i + 1) & mask;
-    ctrl[i] = ktab_tag(h);
-    refs[i] = ref;
+    for (uint32_t gi = (uint32_t)h & gmask;; gi = (gi + 1) & gmask) {
+        kvt_group_t *g = &groups[gi];
+        uint32_t m = grp_free(g);
+        if (m == 0)
+            continue;
+        uint32_t si = (uint32_t)__builtin_ctz(m);
+        g->ctrl[si] = ktab_tag(h);
+        g->slot[si] = ref;
+        return;
+    }
 }
 
-static kvt_status_t ptab_rebuild(kvt_idx_t *idx, kvt_pod_t *p, uint32_t cap)
+static kvt_status_t ptab_rebuild(kvt_idx_t *idx, kvt_pod_t *p, uint32_t groups)
 {
-    uint8_t *mem = acct_alloc(idx, ptab_bytes(cap));
-    if (mem == NULL)
+    kvt_group_t *g = aligned_alloc(64, ptab_bytes(groups));
+    if (g == NULL)
         return KVT_ERR_NO_MEM;
-    uint32_t *refs = (uint32_t *)(void *)mem;
-    uint8_t *ctrl = mem + (size_t)cap * sizeof(uint32_t);
-    memset(ctrl, CTRL_EMPTY, cap);
-    if (p->mask != 0) {
-        for (uint32_t i = 0; i <= p->mask; i++)
-            if (p->ctrl[i] >= 0x80u)
-                ptab_put(idx, ctrl, refs, cap - 1, p->ref[i]);
-        acct_free(idx, p->ref, ptab_bytes(p->mask + 1));
+    idx->bytes += ptab_bytes(groups);
+    grp_init(g, groups);
+    if (p->g != NULL) {
+        for (uint32_t gi = 0; gi <= p->gmask; gi++) {
+            for (uint32_t m = ~grp_free(&p->g[gi]) & ((1u << GSLOTS) - 1); m != 0; m &= m - 1) {
+                uint32_t ref = p->g[gi].slot[__builtin_ctz(m)];
+                bool spec;
+                ptab_put(g, groups - 1, kvt_mix64(ref_ehash(idx, ref, &spec)), ref);
+            }
+        }
+        acct_free(idx, p->g, ptab_bytes(p->gmask + 1));
     }
-    p->ref = refs;
-    p->ctrl = ctrl;
-    p->mask = cap - 1;
+    p->g = g;
+    p->gmask = groups - 1;
     p->tomb = 0;
     return KVT_OK;
+}
+
+static uint64_t ptab_cap(const kvt_pod_t *p)
+{
+    return (uint64_t)(p->gmask + 1) * GSLOTS;
 }
 
 /* Makes room for one more reference in @pod's table; may evict rather than grow. */
@@ -716,20 +731,21 @@ static kvt_status_t ptab_reserve(kvt_idx_t *idx, uint32_t pod)
 {
     for (;;) {
         kvt_pod_t *p = &idx->pods[pod];
-        if (p->mask == 0) {
-            if (!room(idx, ptab_bytes(PTAB_MIN)))
+        if (p->g == NULL) {
+            if (!room(idx, ptab_bytes(PTAB_MIN_GROUPS)))
                 return KVT_ERR_NO_SPACE;
-            return ptab_rebuild(idx, &idx->pods[pod], PTAB_MIN);
+            return ptab_rebuild(idx, &idx->pods[pod], PTAB_MIN_GROUPS);
         }
-        uint32_t cap = p->mask + 1;
-        if ((uint64_t)(p->live + p->tomb + 1) * 8 <= (uint64_t)cap * 7)
+        uint64_t cap = ptab_cap(p);
+        uint32_t groups = p->gmask + 1;
+        if ((uint64_t)(p->live + p->tomb + 1) * 8 <= cap * 7)
             return KVT_OK;
         if ((uint64_t)(p->live + 1) * 2 <= cap)
-            return ptab_rebuild(idx, p, cap);
-        if (cap >= 0x80000000u)
+            return ptab_rebuild(idx, p, groups);
+        if (groups >= 0x08000000u)
             return KVT_ERR_NO_SPACE;
-        if (!over_budget(idx, ptab_bytes(cap)))
-            return ptab_rebuild(idx, p, cap * 2);
+        if (!over_budget(idx, ptab_bytes(groups)))
+            return ptab_rebuild(idx, p, groups * 2);
         if (evict_batch(idx) == 0)
             return KVT_ERR_NO_SPACE;
     }
@@ -737,37 +753,40 @@ static kvt_status_t ptab_reserve(kvt_idx_t *idx, uint32_t pod)
 
 static void ptab_insert(kvt_idx_t *idx, kvt_pod_t *p, uint32_t ref)
 {
-    ptab_put(idx, p->ctrl, p->ref, p->mask, ref);
+    bool spec;
+    ptab_put(p->g, p->gmask, kvt_mix64(ref_ehash(idx, ref, &spec)), ref);
     p->live++;
 }
 
 static void ptab_delete(kvt_pod_t *p, uint32_t slot)
 {
-    p->ctrl[slot] = CTRL_TOMB;
+    kvt_group_t *g = &p->g[slot >> 4];
+    bool empty_ok = grp_match(g, CTRL_EMPTY) != 0; /* see ktab_delete */
+    g->ctrl[slot & 15u] = empty_ok ? CTRL_EMPTY : CTRL_TOMB;
     p->live--;
-    p->tomb++;
+    if (!empty_ok)
+        p->tomb++;
 }
 
 /* Shrinks @pod's table when it is mostly empty (after evictions or removals). */
 static void ptab_maybe_shrink(kvt_idx_t *idx, kvt_pod_t *p)
 {
-    if (p->mask == 0)
+    if (p->g == NULL)
         return;
-    uint32_t cap = p->mask + 1;
     if (p->live == 0) {
-        acct_free(idx, p->ref, ptab_bytes(cap));
-        p->ref = NULL;
-        p->ctrl = NULL;
-        p->mask = 0;
+        acct_free(idx, p->g, ptab_bytes(p->gmask + 1));
+        p->g = NULL;
+        p->gmask = 0;
         p->tomb = 0;
         return;
     }
-    if (cap <= PTAB_MIN || (uint64_t)p->live * 8 > cap)
+    uint32_t groups = p->gmask + 1;
+    if (groups <= PTAB_MIN_GROUPS || (uint64_t)p->live * 8 > ptab_cap(p))
         return;
-    uint32_t ncap = cap;
-    while (ncap > PTAB_MIN && (uint64_t)p->live * 4 <= ncap / 2)
-        ncap /= 2;
-    ptab_rebuild(idx, p, ncap); /* on failure the bigger table stays */
+    uint32_t ng = groups;
+    while (ng > PTAB_MIN_GROUPS && (uint64_t)p->live * 4 <= (uint64_t)(ng / 2) * GSLOTS)
+        ng /= 2;
+    ptab_rebuild(idx, p, ng); /* on failure the bigger table stays */
 }
 
 /* ---- references --------------------------------------------------------- */
@@ -804,7 +823,7 @@ static void elem_update(kvt_idx_t *idx, uint32_t nid, uint32_t pod, unsigned mai
 static void ref_drop(kvt_idx_t *idx, uint32_t pod, uint32_t slot)
 {
     kvt_pod_t *p = &idx->pods[pod];
-    uint32_t ref = p->ref[slot];
+    uint32_t ref = PREF(p, slot);
     uint32_t nid = ref_node(idx, ref);
     kvt_node_t *n = N(idx, nid);
     kvt_elem_t e = *node_elem(idx, n, pod);
@@ -843,7 +862,7 @@ static void ref_drop(kvt_idx_t *idx, uint32_t pod, uint32_t slot)
 static void ref_clear_tiers(kvt_idx_t *idx, uint32_t pod, uint32_t slot, unsigned tiers)
 {
     kvt_pod_t *p = &idx->pods[pod];
-    uint32_t ref = p->ref[slot];
+    uint32_t ref = PREF(p, slot);
     uint32_t nid = ref_node(idx, ref);
     kvt_node_t *n = N(idx, nid);
     kvt_elem_t e = *node_elem(idx, n, pod);
@@ -949,14 +968,14 @@ static kvt_status_t ref_add(kvt_idx_t *idx, uint32_t nid, uint32_t pod, uint64_t
     }
     kvt_pod_t *p = &idx->pods[pod];
     uint32_t slot = ptab_find(idx, p, eh, false);
-    if (slot != KVT_NIL && ref_node(idx, p->ref[slot]) != nid) {
+    if (slot != KVT_NIL && ref_node(idx, PREF(p, slot)) != nid) {
         /* the engine reused this hash for another block: forget the old one */
         ref_drop(idx, pod, slot);
         slot = KVT_NIL;
     }
     kvt_node_t *n = N(idx, nid);
     if (slot != KVT_NIL) {
-        uint32_t ref = p->ref[slot];
+        uint32_t ref = PREF(p, slot);
         kvt_elem_t *ep = node_elem(idx, n, pod);
         kvt_elem_t e = *ep;
         if (ref & ALIAS_BIT) {
@@ -1296,7 +1315,7 @@ void kvt_idx_destroy(kvt_idx_t *idx)
         return;
     for (uint32_t p = 0; p < idx->pod_hi; p++) {
         free(idx->pods[p].name);
-        free(idx->pods[p].ref);
+        free(idx->pods[p].g);
     }
     free(idx->pods);
     free(idx->pod_free);
@@ -1504,10 +1523,10 @@ kvt_status_t kvt_idx_pod_clear(kvt_idx_t *idx, uint32_t pod, unsigned tiers)
     kvt_pod_t *p = pod_live(idx, pod);
     if (p == NULL || (tiers & ~KVT_TIER_ALL) != 0)
         return KVT_ERR_INVAL;
-    for (uint32_t i = 0; p->mask != 0 && i <= p->mask; i++) {
-        if (p->ctrl[i] < 0x80u)
+    for (uint32_t i = 0; p->g != NULL && i < PSLOT(p->gmask + 1, 0); i++) {
+        if ((i & 15u) >= GSLOTS || p->g[i >> 4].ctrl[i & 15u] < 0x80u)
             continue;
-        uint32_t ref = p->ref[i];
+        uint32_t ref = PREF(p, i);
         if ((ref & ALIAS_BIT) && (idx->alias[ref & ~ALIAS_BIT].flags & ALIAS_SPEC)) {
             if (tiers == KVT_TIER_ALL)
                 ref_drop(idx, pod, i);
@@ -1532,8 +1551,8 @@ kvt_status_t kvt_idx_pod_drop(kvt_idx_t *idx, uint32_t pod)
         idx->pod_map.live--;
         idx->pod_map.tomb++;
     }
-    if (p->mask != 0)
-        acct_free(idx, p->ref, ptab_bytes(p->mask + 1));
+    if (p->g != NULL)
+        acct_free(idx, p->g, ptab_bytes(p->gmask + 1));
     acct_free(idx, p->name, p->name_bytes);
     memset(p, 0, sizeof(*p));
     idx->pod_free[idx->npod_free++] = pod;
@@ -1666,7 +1685,7 @@ kvt_status_t kvt_idx_store_by_ehash(kvt_idx_t *idx, uint32_t pod, unsigned tier,
             unresolved++;
             continue;
         }
-        uint32_t nid = ref_node(idx, p->ref[slot]);
+        uint32_t nid = ref_node(idx, PREF(p, slot));
         idx->pin[1] = nid;
         __atomic_store_n(&N(idx, nid)->stamp, idx->sh.clock32, __ATOMIC_RELAXED);
         st = ref_add(idx, nid, pod, ehashes[i], tier);
