@@ -39,7 +39,7 @@ typedef struct kvt_pod {
     char *name; /* NULL: id unused */
     size_t name_bytes;
     uint32_t dp_rank;
-    uint32_t gmask; /* engine-hash table: groups - 1 (g != NULL) */
+    uint32_t ngroups; /* engine-hash table groups (g != NULL) */
     uint32_t live, tomb;
     kvt_group_t *g; /* slots: node index, or ALIAS_BIT | alias index; NULL: no table */
     uint64_t entries;
@@ -247,7 +247,7 @@ static size_t ktab_bytes(uint32_t groups)
 
 static uint64_t ktab_cap(const kvt_ktab_t *t)
 {
-    return (uint64_t)(t->gmask + 1) * GSLOTS;
+    return (uint64_t)t->ngroups * GSLOTS;
 }
 
 static kvt_ktab_t *ktab_new(kvt_idx_t *idx, uint32_t groups)
@@ -258,7 +258,7 @@ static kvt_ktab_t *ktab_new(kvt_idx_t *idx, uint32_t groups)
         return NULL;
     idx->bytes += bytes;
     memset(t, 0, sizeof(*t));
-    t->gmask = groups - 1;
+    t->ngroups = groups;
     grp_init(t->g, groups);
     return t;
 }
@@ -269,7 +269,7 @@ static bool ktab_find(kvt_idx_t *idx, const kvt_ktab_t *t, uint64_t key, uint32_
 {
     uint64_t h = kvt_mix64(key);
     uint8_t tag = ktab_tag(h);
-    for (uint32_t gi = (uint32_t)h & t->gmask;; gi = (gi + 1) & t->gmask) {
+    for (uint32_t gi = grp_home(h, t->ngroups);; gi = grp_next(gi, t->ngroups)) {
         const kvt_group_t *g = &t->g[gi];
         for (uint32_t m = grp_match(g, tag); m != 0; m &= m - 1) {
             uint32_t si = (uint32_t)__builtin_ctz(m);
@@ -295,7 +295,7 @@ static uint32_t ktab_lookup(kvt_idx_t *idx, uint64_t key)
 static void ktab_put(kvt_ktab_t *t, uint64_t key, uint32_t nid)
 {
     uint64_t h = kvt_mix64(key);
-    for (uint32_t gi = (uint32_t)h & t->gmask;; gi = (gi + 1) & t->gmask) {
+    for (uint32_t gi = grp_home(h, t->ngroups);; gi = grp_next(gi, t->ngroups)) {
         kvt_group_t *g = &t->g[gi];
         uint32_t m = grp_free(g);
         if (m == 0)
@@ -329,7 +329,7 @@ static kvt_status_t ktab_rebuild(kvt_idx_t *idx, uint32_t groups)
                 ktab_put(t, chunk[i].key, c * NODE_CHUNK + i);
     }
     __atomic_store_n(&idx->sh.ktab, t, __ATOMIC_RELEASE);
-    acct_retire(idx, old, ktab_bytes(old->gmask + 1));
+    acct_retire(idx, old, ktab_bytes(old->ngroups));
     idx->kt_tomb = 0;
     return KVT_OK;
 }
@@ -339,15 +339,15 @@ static kvt_status_t ktab_reserve(kvt_idx_t *idx)
 {
     for (;;) {
         uint64_t cap = ktab_cap(idx->sh.ktab);
-        uint32_t groups = idx->sh.ktab->gmask + 1;
+        uint32_t groups = idx->sh.ktab->ngroups;
         if ((uint64_t)(idx->kt_live + idx->kt_tomb + 1) * 8 <= cap * 7)
             return KVT_OK;
         if ((uint64_t)(idx->kt_live + 1) * 4 <= cap * 3)
             return ktab_rebuild(idx, groups);
         if (groups >= 0x40000000u)
             return KVT_ERR_NO_SPACE;
-        if (!over_budget(idx, ktab_bytes(groups)))
-            return ktab_rebuild(idx, groups * 2);
+        if (!over_budget(idx, ktab_bytes(grp_grow(groups) - groups)))
+            return ktab_rebuild(idx, grp_grow(groups));
         if (evict_batch(idx) == 0)
             return KVT_ERR_NO_SPACE;
     }
@@ -671,7 +671,7 @@ static uint32_t ptab_find(kvt_idx_t *idx, kvt_pod_t *p, uint64_t eh, bool spec)
         return KVT_NIL;
     uint64_t h = kvt_mix64(eh);
     uint8_t tag = ktab_tag(h);
-    for (uint32_t gi = (uint32_t)h & p->gmask;; gi = (gi + 1) & p->gmask) {
+    for (uint32_t gi = grp_home(h, p->ngroups);; gi = grp_next(gi, p->ngroups)) {
         const kvt_group_t *g = &p->g[gi];
         for (uint32_t m = grp_match(g, tag); m != 0; m &= m - 1) {
             uint32_t si = (uint32_t)__builtin_ctz(m);
@@ -684,9 +684,9 @@ static uint32_t ptab_find(kvt_idx_t *idx, kvt_pod_t *p, uint64_t eh, bool spec)
     }
 }
 
-static void ptab_put(kvt_group_t *groups, uint32_t gmask, uint64_t h, uint32_t ref)
+static void ptab_put(kvt_group_t *groups, uint32_t ngroups, uint64_t h, uint32_t ref)
 {
-    for (uint32_t gi = (uint32_t)h & gmask;; gi = (gi + 1) & gmask) {
+    for (uint32_t gi = grp_home(h, ngroups);; gi = grp_next(gi, ngroups)) {
         kvt_group_t *g = &groups[gi];
         uint32_t m = grp_free(g);
         if (m == 0)
@@ -706,24 +706,24 @@ static kvt_status_t ptab_rebuild(kvt_idx_t *idx, kvt_pod_t *p, uint32_t groups)
     idx->bytes += ptab_bytes(groups);
     grp_init(g, groups);
     if (p->g != NULL) {
-        for (uint32_t gi = 0; gi <= p->gmask; gi++) {
+        for (uint32_t gi = 0; gi < p->ngroups; gi++) {
             for (uint32_t m = ~grp_free(&p->g[gi]) & ((1u << GSLOTS) - 1); m != 0; m &= m - 1) {
                 uint32_t ref = p->g[gi].slot[__builtin_ctz(m)];
                 bool spec;
-                ptab_put(g, groups - 1, kvt_mix64(ref_ehash(idx, ref, &spec)), ref);
+                ptab_put(g, groups, kvt_mix64(ref_ehash(idx, ref, &spec)), ref);
             }
         }
-        acct_free(idx, p->g, ptab_bytes(p->gmask + 1));
+        acct_free(idx, p->g, ptab_bytes(p->ngroups));
     }
     p->g = g;
-    p->gmask = groups - 1;
+    p->ngroups = groups;
     p->tomb = 0;
     return KVT_OK;
 }
 
 static uint64_t ptab_cap(const kvt_pod_t *p)
 {
-    return (uint64_t)(p->gmask + 1) * GSLOTS;
+    return (uint64_t)p->ngroups * GSLOTS;
 }
 
 /* Makes room for one more reference in @pod's table; may evict rather than grow. */
@@ -737,15 +737,15 @@ static kvt_status_t ptab_reserve(kvt_idx_t *idx, uint32_t pod)
             return ptab_rebuild(idx, &idx->pods[pod], PTAB_MIN_GROUPS);
         }
         uint64_t cap = ptab_cap(p);
-        uint32_t groups = p->gmask + 1;
+        uint32_t groups = p->ngroups;
         if ((uint64_t)(p->live + p->tomb + 1) * 8 <= cap * 7)
             return KVT_OK;
         if ((uint64_t)(p->live + 1) * 2 <= cap)
             return ptab_rebuild(idx, p, groups);
         if (groups >= 0x08000000u)
             return KVT_ERR_NO_SPACE;
-        if (!over_budget(idx, ptab_bytes(groups)))
-            return ptab_rebuild(idx, p, groups * 2);
+        if (!over_budget(idx, ptab_bytes(grp_grow(groups) - groups)))
+            return ptab_rebuild(idx, p, grp_grow(groups));
         if (evict_batch(idx) == 0)
             return KVT_ERR_NO_SPACE;
     }
@@ -754,7 +754,7 @@ static kvt_status_t ptab_reserve(kvt_idx_t *idx, uint32_t pod)
 static void ptab_insert(kvt_idx_t *idx, kvt_pod_t *p, uint32_t ref)
 {
     bool spec;
-    ptab_put(p->g, p->gmask, kvt_mix64(ref_ehash(idx, ref, &spec)), ref);
+    ptab_put(p->g, p->ngroups, kvt_mix64(ref_ehash(idx, ref, &spec)), ref);
     p->live++;
 }
 
@@ -774,18 +774,19 @@ static void ptab_maybe_shrink(kvt_idx_t *idx, kvt_pod_t *p)
     if (p->g == NULL)
         return;
     if (p->live == 0) {
-        acct_free(idx, p->g, ptab_bytes(p->gmask + 1));
+        acct_free(idx, p->g, ptab_bytes(p->ngroups));
         p->g = NULL;
-        p->gmask = 0;
+        p->ngroups = 0;
         p->tomb = 0;
         return;
     }
-    uint32_t groups = p->gmask + 1;
+    uint32_t groups = p->ngroups;
     if (groups <= PTAB_MIN_GROUPS || (uint64_t)p->live * 8 > ptab_cap(p))
         return;
-    uint32_t ng = groups;
-    while (ng > PTAB_MIN_GROUPS && (uint64_t)p->live * 4 <= (uint64_t)(ng / 2) * GSLOTS)
-        ng /= 2;
+    /* target about half full */
+    uint32_t ng = (uint32_t)(((uint64_t)p->live * 2 + GSLOTS - 1) / GSLOTS);
+    if (ng < PTAB_MIN_GROUPS)
+        ng = PTAB_MIN_GROUPS;
     ptab_rebuild(idx, p, ng); /* on failure the bigger table stays */
 }
 
@@ -1152,9 +1153,11 @@ static size_t evict_batch(kvt_idx_t *idx)
     for (uint32_t p = 0; p < idx->pod_hi; p++)
         if (idx->pods[p].name != NULL && p != idx->pin_pod)
             ptab_maybe_shrink(idx, &idx->pods[p]);
-    uint32_t kgroups = idx->sh.ktab->gmask + 1;
-    if (kgroups > KTAB_MIN_GROUPS && (uint64_t)idx->kt_live * 8 <= ktab_cap(idx->sh.ktab))
-        ktab_rebuild(idx, kgroups / 4 < KTAB_MIN_GROUPS ? KTAB_MIN_GROUPS : kgroups / 4);
+    uint32_t kgroups = idx->sh.ktab->ngroups;
+    if (kgroups > KTAB_MIN_GROUPS && (uint64_t)idx->kt_live * 8 <= ktab_cap(idx->sh.ktab)) {
+        uint32_t ng = (uint32_t)(((uint64_t)idx->kt_live * 2 + GSLOTS - 1) / GSLOTS);
+        ktab_rebuild(idx, ng < KTAB_MIN_GROUPS ? KTAB_MIN_GROUPS : ng);
+    }
     idx->evicted += evicted;
 out:
     idx->evicting = false;
@@ -1523,7 +1526,7 @@ kvt_status_t kvt_idx_pod_clear(kvt_idx_t *idx, uint32_t pod, unsigned tiers)
     kvt_pod_t *p = pod_live(idx, pod);
     if (p == NULL || (tiers & ~KVT_TIER_ALL) != 0)
         return KVT_ERR_INVAL;
-    for (uint32_t i = 0; p->g != NULL && i < PSLOT(p->gmask + 1, 0); i++) {
+    for (uint32_t i = 0; p->g != NULL && i < PSLOT(p->ngroups, 0); i++) {
         if ((i & 15u) >= GSLOTS || p->g[i >> 4].ctrl[i & 15u] < 0x80u)
             continue;
         uint32_t ref = PREF(p, i);
@@ -1552,7 +1555,7 @@ kvt_status_t kvt_idx_pod_drop(kvt_idx_t *idx, uint32_t pod)
         idx->pod_map.tomb++;
     }
     if (p->g != NULL)
-        acct_free(idx, p->g, ptab_bytes(p->gmask + 1));
+        acct_free(idx, p->g, ptab_bytes(p->ngroups));
     acct_free(idx, p->name, p->name_bytes);
     memset(p, 0, sizeof(*p));
     idx->pod_free[idx->npod_free++] = pod;
@@ -1634,6 +1637,33 @@ static void write_done(kvt_idx_t *idx)
     idx->pin_pod = KVT_NIL;
 }
 
+/*
+ * Overlaps the cache misses of a long store: the key-table and pod-table
+ * groups of block i + 8 and the node of block i + 4 are fetched while block
+ * i is applied. Hints only: nothing here changes state.
+ */
+static inline void store_prefetch(kvt_idx_t *idx, uint32_t pod, uint64_t salt,
+                                  const uint64_t *keys, const uint64_t *ehashes, size_t n,
+                                  size_t i)
+{
+    const kvt_ktab_t *t = idx->sh.ktab;
+    const kvt_pod_t *p = &idx->pods[pod];
+    if (i + 8 < n) {
+        __builtin_prefetch(&t->g[grp_home(kvt_mix64(keys[i + 8] ^ salt), t->ngroups)]);
+        if (p->g != NULL) {
+            uint64_t eh = ehashes ? ehashes[i + 8] : keys[i + 8];
+            __builtin_prefetch(&p->g[grp_home(kvt_mix64(eh), p->ngroups)]);
+        }
+    }
+    if (i + 4 < n) {
+        uint64_t h = kvt_mix64(keys[i + 4] ^ salt);
+        const kvt_group_t *g = &t->g[grp_home(h, t->ngroups)];
+        uint32_t m = grp_match(g, ktab_tag(h));
+        if (m != 0)
+            __builtin_prefetch(N(idx, g->slot[__builtin_ctz(m)]));
+    }
+}
+
 kvt_status_t kvt_idx_store(kvt_idx_t *idx, uint32_t ns, uint32_t pod, unsigned tier,
                            const uint64_t *parent_key, const uint64_t *keys,
                            const uint64_t *ehashes, size_t n)
@@ -1648,6 +1678,7 @@ kvt_status_t kvt_idx_store(kvt_idx_t *idx, uint32_t ns, uint32_t pod, unsigned t
     for (size_t i = 0; i < n; i++) {
         uint64_t eh = ehashes ? ehashes[i] : keys[i];
         uint32_t nid = KVT_NIL;
+        store_prefetch(idx, pod, salt, keys, ehashes, n, i);
         idx->pin[0] = parent;
         idx->pin[1] = KVT_NIL;
         st = node_get(idx, keys[i] ^ salt, eh, parent, &nid);

@@ -89,8 +89,10 @@ typedef struct kvt_dir {
  * Group tables (key table and per-pod tables): open addressing over 64-byte
  * groups, each one cache line with 12 control bytes and 12 slots, so a probe
  * usually costs one miss. ctrl: 0 empty, 1 tombstone (also the 4 padding
- * bytes), 0x80|7-bit tag live. A probe scans groups from h & gmask onward
- * and stops at the first group holding an empty slot.
+ * bytes), 0x80|7-bit tag live. A probe scans groups from grp_home() onward
+ * and stops at the first group holding an empty slot. Group counts are not
+ * powers of two (the home group is a multiply-shift of the hash's high
+ * bits), so tables grow by half and stay about 3/4 full.
  */
 #define CTRL_EMPTY 0u
 #define CTRL_TOMB 1u
@@ -103,7 +105,7 @@ typedef struct kvt_group {
 
 /* Key table: salted key -> node index. Readers probe it without locks. */
 typedef struct kvt_ktab {
-    uint32_t gmask; /* groups - 1, groups a power of two */
+    uint32_t ngroups; /* any count >= 1: see grp_home() */
     uint32_t pad[15];
     kvt_group_t g[]; /* 64-byte aligned */
 } kvt_ktab_t;
@@ -228,9 +230,26 @@ static inline uint64_t kvt_mix64(uint64_t x)
     return x;
 }
 
+/* Tag from the low bits: independent of grp_home(), which uses the high ones. */
 static inline uint8_t ktab_tag(uint64_t h)
 {
-    return (uint8_t)(0x80u | (h >> 57));
+    return (uint8_t)(0x80u | (h & 0x7fu));
+}
+
+static inline uint32_t grp_home(uint64_t h, uint32_t ngroups)
+{
+    return (uint32_t)(((h >> 32) * (uint64_t)ngroups) >> 32);
+}
+
+static inline uint32_t grp_next(uint32_t gi, uint32_t ngroups)
+{
+    return gi + 1 == ngroups ? 0 : gi + 1;
+}
+
+/* Group count after growing by half (at least one more). */
+static inline uint32_t grp_grow(uint32_t ngroups)
+{
+    return ngroups + (ngroups / 2 ? ngroups / 2 : 1);
 }
 
 /* Atomic accessors for chunked arrays (reader side). */

@@ -123,7 +123,7 @@ static uint32_t probe(kvt_idx_shared_t *sh, kvt_ktab_t *t, kvt_dir_t **nodes, ui
 {
     uint64_t h = kvt_mix64(key);
     uint8_t tag = ktab_tag(h);
-    for (uint32_t gi = (uint32_t)h & t->gmask;; gi = (gi + 1) & t->gmask) {
+    for (uint32_t gi = grp_home(h, t->ngroups);; gi = grp_next(gi, t->ngroups)) {
         const kvt_group_t *g = &t->g[gi];
         uint32_t m = grp_match(g, tag);
         __atomic_thread_fence(__ATOMIC_ACQUIRE); /* slots were published before their ctrl */
@@ -147,7 +147,7 @@ static uint32_t probe_candidate(kvt_ktab_t *t, uint64_t key)
 {
     uint64_t h = kvt_mix64(key);
     uint8_t tag = ktab_tag(h);
-    for (uint32_t gi = (uint32_t)h & t->gmask;; gi = (gi + 1) & t->gmask) {
+    for (uint32_t gi = grp_home(h, t->ngroups);; gi = grp_next(gi, t->ngroups)) {
         const kvt_group_t *g = &t->g[gi];
         uint32_t m = grp_match(g, tag);
         __atomic_thread_fence(__ATOMIC_ACQUIRE);
@@ -160,7 +160,7 @@ static uint32_t probe_candidate(kvt_ktab_t *t, uint64_t key)
 
 static inline void prefetch_group(const kvt_ktab_t *t, uint64_t key)
 {
-    __builtin_prefetch(&t->g[(uint32_t)kvt_mix64(key) & t->gmask]);
+    __builtin_prefetch(&t->g[grp_home(kvt_mix64(key), t->ngroups)]);
 }
 
 /*
