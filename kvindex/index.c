@@ -706,9 +706,29 @@ static kvt_status_t ptab_rebuild(kvt_idx_t *idx, kvt_pod_t *p, uint32_t groups)
     idx->bytes += ptab_bytes(groups);
     grp_init(g, groups);
     if (p->g != NULL) {
-        for (uint32_t gi = 0; gi < p->ngroups; gi++) {
-            for (uint32_t m = ~grp_free(&p->g[gi]) & ((1u << GSLOTS) - 1); m != 0; m &= m - 1) {
-                uint32_t ref = p->g[gi].slot[__builtin_ctz(m)];
+        /*
+         * Re-hashing needs each entry's engine hash, which lives in its node:
+         * a miss per entry. Fetch nodes a few entries ahead so misses overlap.
+         */
+        enum { AHEAD = 8 };
+        uint32_t ring[AHEAD], nring = 0, head = 0;
+        for (uint32_t gi = 0; gi <= p->ngroups; gi++) {
+            uint32_t m = gi < p->ngroups ? ~grp_free(&p->g[gi]) & ((1u << GSLOTS) - 1) : 0;
+            for (;;) {
+                bool drain = m == 0 && gi == p->ngroups && nring > 0;
+                if (m != 0 && nring < AHEAD) {
+                    uint32_t ref = p->g[gi].slot[__builtin_ctz(m)];
+                    m &= m - 1;
+                    if (!(ref & ALIAS_BIT))
+                        __builtin_prefetch(&N(idx, ref)->ehash);
+                    ring[(head + nring++) % AHEAD] = ref;
+                    continue;
+                }
+                if (nring == 0 || (!drain && nring < AHEAD))
+                    break;
+                uint32_t ref = ring[head];
+                head = (head + 1) % AHEAD;
+                nring--;
                 bool spec;
                 ptab_put(g, groups, kvt_mix64(ref_ehash(idx, ref, &spec)), ref);
             }
@@ -744,8 +764,10 @@ static kvt_status_t ptab_reserve(kvt_idx_t *idx, uint32_t pod)
             return ptab_rebuild(idx, p, groups);
         if (groups >= 0x08000000u)
             return KVT_ERR_NO_SPACE;
-        if (!over_budget(idx, ptab_bytes(grp_grow(groups) - groups)))
-            return ptab_rebuild(idx, p, grp_grow(groups));
+        /* small tables double (fewer re-hashes), big ones grow by half (less slack) */
+        uint32_t ng = groups < 16 ? groups * 2 : grp_grow(groups);
+        if (!over_budget(idx, ptab_bytes(ng - groups)))
+            return ptab_rebuild(idx, p, ng);
         if (evict_batch(idx) == 0)
             return KVT_ERR_NO_SPACE;
     }

@@ -186,17 +186,12 @@ struct kvt_idx_reader {
     kvt_idx_t *idx;
     int slot;
     uint32_t qgen;
-    uint32_t cap;          /* pods the scratch arrays cover */
-    struct rstate *st;     /* per pod: query generation, run, tier counts */
-    uint32_t *allow;       /* per pod: generation when listed in the query's filter */
-    uint32_t *touched;     /* pods seen at block 0, in order */
-    kvt_idx_match_t *res;  /* results */
-    kvt_elem_t *snap;      /* copy of one node's holders */
+    uint32_t cap;         /* pods the scratch arrays cover */
+    uint32_t *allow;      /* per pod: generation when listed in the query's filter */
+    uint32_t *alive;      /* indices into res of pods still extending their run */
+    kvt_idx_match_t *res; /* results, in pod order */
+    kvt_elem_t *snap;     /* copy of one node's holders */
     uint32_t snapcap;
-};
-
-struct rstate {
-    uint32_t gen, run, gpu, cpu, disk;
 };
 
 /* Fields readers touch; the rest of struct kvt_idx is private to index.c. */

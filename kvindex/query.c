@@ -35,9 +35,8 @@ void kvt_idx_reader_destroy(kvt_idx_reader_t *r)
     if (r == NULL)
         return;
     kvt_ebr_slot_release(&idx_shared(r->idx)->ebr, r->slot);
-    free(r->st);
     free(r->allow);
-    free(r->touched);
+    free(r->alive);
     free(r->res);
     free(r->snap);
     free(r);
@@ -51,24 +50,20 @@ static kvt_status_t reader_fit(kvt_idx_reader_t *r, uint32_t cap)
     uint32_t ncap = r->cap ? r->cap : 64;
     while (ncap < cap)
         ncap *= 2;
-    struct rstate *st = calloc(ncap, sizeof(*st));
     uint32_t *allow = calloc(ncap, sizeof(*allow));
-    uint32_t *touched = malloc(ncap * sizeof(*touched));
+    uint32_t *alive = malloc(ncap * sizeof(*alive));
     kvt_idx_match_t *res = malloc(ncap * sizeof(*res));
-    if (!st || !allow || !touched || !res) {
-        free(st);
+    if (!allow || !alive || !res) {
         free(allow);
-        free(touched);
+        free(alive);
         free(res);
         return KVT_ERR_NO_MEM;
     }
-    free(r->st);
     free(r->allow);
-    free(r->touched);
+    free(r->alive);
     free(r->res);
-    r->st = st;
     r->allow = allow;
-    r->touched = touched;
+    r->alive = alive;
     r->res = res;
     r->cap = ncap;
     r->qgen = 0; /* fresh arrays: every generation mark is stale */
@@ -208,16 +203,6 @@ static int snapshot(kvt_idx_reader_t *r, kvt_idx_shared_t *sh, kvt_dir_t **nodes
     }
 }
 
-static inline void count_tier(struct rstate *st, unsigned tiers)
-{
-    if (tiers & (KVT_TIER_GPU | KVT_TIER_SPEC))
-        st->gpu++;
-    else if (tiers & KVT_TIER_CPU)
-        st->cpu++;
-    else
-        st->disk++;
-}
-
 kvt_status_t kvt_idx_query(kvt_idx_reader_t *r, uint32_t ns, const uint64_t *keys, size_t n,
                            const uint32_t *pods, size_t npods, const kvt_idx_match_t **res_p,
                            size_t *nres_p)
@@ -232,7 +217,6 @@ kvt_status_t kvt_idx_query(kvt_idx_reader_t *r, uint32_t ns, const uint64_t *key
         return KVT_ERR_NO_MEM;
     if (++r->qgen == 0) {
         /* generation wrapped: clear the marks once every 4 G queries */
-        memset(r->st, 0, r->cap * sizeof(*r->st));
         memset(r->allow, 0, r->cap * sizeof(*r->allow));
         r->qgen = 1;
     }
@@ -249,7 +233,7 @@ kvt_status_t kvt_idx_query(kvt_idx_reader_t *r, uint32_t ns, const uint64_t *key
     kvt_dir_t *nodes = __atomic_load_n(&sh->nodes, __ATOMIC_ACQUIRE);
     kvt_dir_t *sets = __atomic_load_n(&sh->sets, __ATOMIC_ACQUIRE);
     const uint32_t now = __atomic_load_n(&sh->clock32, __ATOMIC_RELAXED);
-    uint32_t ntouched = 0;
+    uint32_t nres = 0, nalive = 0;
     kvt_status_t status = KVT_OK;
 
     /*
@@ -290,25 +274,59 @@ kvt_status_t kvt_idx_query(kvt_idx_reader_t *r, uint32_t ns, const uint64_t *key
             status = KVT_ERR_NO_MEM;
             break;
         }
+        const kvt_elem_t *snap = r->snap;
         uint32_t extended = 0;
-        for (int j = 0; j < cnt; j++) {
-            kvt_elem_t e = r->snap[j];
-            uint32_t pod = ELEM_POD(e);
-            if (pod >= r->cap)
-                continue; /* a pod registered after this query started */
-            struct rstate *st = &r->st[pod];
-            if (i == 0) {
-                if (pods != NULL && r->allow[pod] != gen)
-                    continue;
-                *st = (struct rstate){gen, 1, 0, 0, 0};
-                r->touched[ntouched++] = pod;
-            } else {
-                if (st->gen != gen || st->run != i)
-                    continue;
-                st->run++;
+        if (i == 0) {
+            /* results are written in pod order: holder sets are sorted by pod */
+            for (int j = 0; j < cnt; j++) {
+                uint32_t pod = ELEM_POD(snap[j]);
+                if (pod >= r->cap || (pods != NULL && r->allow[pod] != gen))
+                    continue; /* registered after this query started, or filtered out */
+                unsigned tiers = ELEM_TIERS(snap[j]);
+                unsigned g = (tiers & (KVT_TIER_GPU | KVT_TIER_SPEC)) != 0;
+                unsigned c = !g && (tiers & KVT_TIER_CPU) != 0;
+                r->res[nres] = (kvt_idx_match_t){pod, 1, g, c, !g && !c};
+                r->alive[nres] = nres;
+                nres++;
             }
-            count_tier(st, ELEM_TIERS(e));
-            extended++;
+            nalive = nres;
+            extended = nres;
+        } else {
+            /* intersect the alive results (sorted by pod) with this block's holders */
+            uint32_t a = 0, out = 0;
+            for (int j = 0; j < cnt && a < nalive; j++) {
+                uint32_t pod = ELEM_POD(snap[j]);
+                if (nalive > 32 && cnt * 8 < (int)nalive) {
+                    /* few holders, many alive: binary search instead of a walk */
+                    uint32_t lo = a, hi = nalive;
+                    while (lo < hi) {
+                        uint32_t mid = (lo + hi) / 2;
+                        if (r->res[r->alive[mid]].pod < pod)
+                            lo = mid + 1;
+                        else
+                            hi = mid;
+                    }
+                    a = lo;
+                } else {
+                    while (a < nalive && r->res[r->alive[a]].pod < pod)
+                        a++;
+                }
+                if (a == nalive || r->res[r->alive[a]].pod != pod)
+                    continue;
+                uint32_t k = r->alive[a++];
+                kvt_idx_match_t *m = &r->res[k];
+                unsigned tiers = ELEM_TIERS(snap[j]);
+                m->matched++;
+                if (tiers & (KVT_TIER_GPU | KVT_TIER_SPEC))
+                    m->gpu++;
+                else if (tiers & KVT_TIER_CPU)
+                    m->cpu++;
+                else
+                    m->disk++;
+                r->alive[out++] = k; /* out <= a: compaction in place keeps the order */
+            }
+            nalive = out;
+            extended = out;
         }
         if (extended == 0)
             break; /* nobody can extend its run */
@@ -317,11 +335,6 @@ kvt_status_t kvt_idx_query(kvt_idx_reader_t *r, uint32_t ns, const uint64_t *key
             __atomic_store_n(&nd->stamp, now, __ATOMIC_RELAXED);
     }
     kvt_ebr_exit(&sh->ebr, r->slot);
-
-    for (uint32_t j = 0; j < ntouched; j++) {
-        struct rstate *st = &r->st[r->touched[j]];
-        r->res[j] = (kvt_idx_match_t){r->touched[j], st->run, st->gpu, st->cpu, st->disk};
-    }
-    *nres_p = ntouched;
+    *nres_p = nres;
     return status;
 }
