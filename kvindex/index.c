@@ -764,8 +764,8 @@ static kvt_status_t ptab_reserve(kvt_idx_t *idx, uint32_t pod)
             return ptab_rebuild(idx, p, groups);
         if (groups >= 0x08000000u)
             return KVT_ERR_NO_SPACE;
-        /* small tables double (fewer re-hashes), big ones grow by half (less slack) */
-        uint32_t ng = groups < 16 ? groups * 2 : grp_grow(groups);
+        /* small tables grow x4 (fewer re-hashes), big ones by half (less slack) */
+        uint32_t ng = groups < 8 ? groups * 4 : grp_grow(groups);
         if (!over_budget(idx, ptab_bytes(ng - groups)))
             return ptab_rebuild(idx, p, ng);
         if (evict_batch(idx) == 0)
@@ -1670,6 +1670,14 @@ static inline void store_prefetch(kvt_idx_t *idx, uint32_t pod, uint64_t salt,
 {
     const kvt_ktab_t *t = idx->sh.ktab;
     const kvt_pod_t *p = &idx->pods[pod];
+    for (size_t j = i == 0 ? 0 : 8; i == 0 && j < 8 && j < n; j++) {
+        /* prime: the first blocks' groups */
+        __builtin_prefetch(&t->g[grp_home(kvt_mix64(keys[j] ^ salt), t->ngroups)]);
+        if (p->g != NULL) {
+            uint64_t eh = ehashes ? ehashes[j] : keys[j];
+            __builtin_prefetch(&p->g[grp_home(kvt_mix64(eh), p->ngroups)]);
+        }
+    }
     if (i + 8 < n) {
         __builtin_prefetch(&t->g[grp_home(kvt_mix64(keys[i + 8] ^ salt), t->ngroups)]);
         if (p->g != NULL) {
