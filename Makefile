@@ -1,6 +1,7 @@
 # Thin wrapper over the CMake presets (CMakePresets.json); every target is phony.
 #   make / make build   install missing Debian packages, configure and build the release tree
-#   make test           all tests (release), then the unit tests again under ASan+UBSan
+#   make test           all tests (release), the unit tests again under ASan+UBSan, and the
+#                       concurrency test under TSan
 #   make bench          hash and index micro-benchmarks; logs in build/bench/
 #   make fuzz           every libFuzzer target for FUZZ_SECONDS on a copy of its seed corpus
 #   make format         clang-format -i on every .c/.h outside build/
@@ -33,13 +34,17 @@ configure: deps
 build: configure
 	$(CMAKE) --build --preset release $(JOBS_FLAG)
 
-# Release first (all tests), then the unit tests (named test_*) again under ASan+UBSan;
-# one recipe so the order holds under make -j too.
+# Release first (all tests), then the unit tests (named test_*) again under ASan+UBSan,
+# then the one-writer/many-readers test under ThreadSanitizer; one recipe so the order
+# holds under make -j too.
 test: build
 	$(CTEST) --preset release
 	$(CMAKE) --preset asan
 	$(CMAKE) --build --preset asan $(JOBS_FLAG)
 	$(CTEST) --preset asan-unit
+	$(CMAKE) --preset tsan
+	$(CMAKE) --build --preset tsan $(JOBS_FLAG)
+	$(CTEST) --preset tsan-concurrency
 
 # Just the ASan+UBSan half of `make test`.
 test-asan: deps
