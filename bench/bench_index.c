@@ -604,6 +604,22 @@ static int bi_run_naive(const bi_opts_t *o, const bi_prep_t *p, bi_run_t *run)
     return rc;
 }
 
+/* Runs one round of @impl and keeps it in *@best if it is the fastest so far. */
+static int bi_round(const bi_opts_t *o, bi_prep_t *p, unsigned impl, uint32_t round, bi_run_t *best)
+{
+    bi_run_t r = {.name = best->name};
+    int rc = impl == BI_IMPL_KVTIER ? bi_run_kvtier(o, p, &r) : bi_run_naive(o, p, &r);
+    if (rc != 0)
+        return rc;
+    if (round == 0 || r.ops_per_sec > best->ops_per_sec) {
+        bi_run_free(best);
+        *best = r;
+    } else {
+        bi_run_free(&r);
+    }
+    return 0;
+}
+
 static void bi_json_str(FILE *f, const char *s)
 {
     fputc('"', f);
@@ -679,27 +695,10 @@ int kvt_bench_index_main(int argc, char **argv)
     int have_kv = (o.impls & BI_IMPL_KVTIER) != 0, have_nv = (o.impls & BI_IMPL_NAIVE) != 0;
     /* rounds alternate between the implementations so both see the same noise */
     for (uint32_t round = 0; round < o.repeat; round++) {
-        bi_run_t tk = {.name = "kvtier"}, tn = {.name = "naive"};
-        if (have_kv) {
-            if (bi_run_kvtier(&o, &p, &tk) != 0)
-                goto out;
-            if (round == 0 || tk.ops_per_sec > kv.ops_per_sec) {
-                bi_run_free(&kv);
-                kv = tk;
-            } else {
-                bi_run_free(&tk);
-            }
-        }
-        if (have_nv) {
-            if (bi_run_naive(&o, &p, &tn) != 0)
-                goto out;
-            if (round == 0 || tn.ops_per_sec > nv.ops_per_sec) {
-                bi_run_free(&nv);
-                nv = tn;
-            } else {
-                bi_run_free(&tn);
-            }
-        }
+        if (have_kv && bi_round(&o, &p, BI_IMPL_KVTIER, round, &kv) != 0)
+            goto out;
+        if (have_nv && bi_round(&o, &p, BI_IMPL_NAIVE, round, &nv) != 0)
+            goto out;
     }
 
     const bi_run_t *main_run = have_kv ? &kv : &nv;

@@ -444,7 +444,7 @@ kvt_status_t kvt_trace_parse(const char *buf, size_t len, kvt_trace_t **t_p, cha
     /* ids are back to back in request order: fix the pointers now that they stopped moving */
     size_t off = 0;
     for (size_t i = 0; i < b.nreqs; i++) {
-        b.reqs[i].hash_ids = b.ids + off;
+        b.reqs[i].hash_ids = b.ids != NULL ? b.ids + off : NULL; /* no ids at all: NULL */
         off += b.reqs[i].nblocks;
         if (b.reqs[i].nblocks > t->max_blocks)
             t->max_blocks = b.reqs[i].nblocks;

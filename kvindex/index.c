@@ -1653,6 +1653,19 @@ static bool tier_ok(unsigned tier)
     return tier == KVT_TIER_GPU || tier == KVT_TIER_CPU || tier == KVT_TIER_DISK;
 }
 
+/*
+ * Ends a store or speculate that stopped with @st before its last @left
+ * blocks. A full budget with nothing evictable but this chain's own tail is
+ * not an error: the chain keeps its prefix and the rest is counted as dropped.
+ */
+static kvt_status_t write_stopped(kvt_idx_t *idx, kvt_status_t st, size_t left)
+{
+    if (st != KVT_ERR_NO_SPACE)
+        return st;
+    idx->dropped += left;
+    return KVT_OK;
+}
+
 static void write_done(kvt_idx_t *idx)
 {
     idx->pin[0] = idx->pin[1] = KVT_NIL;
@@ -1718,11 +1731,7 @@ kvt_status_t kvt_idx_store(kvt_idx_t *idx, uint32_t ns, uint32_t pod, unsigned t
             idx->pin[0] = KVT_NIL;
             idx->pin[1] = KVT_NIL;
             node_maybe_free(idx, nid);
-            if (st == KVT_ERR_NO_SPACE) {
-                /* budget full of this very chain: keep its prefix, drop the tail */
-                idx->dropped += n - i;
-                st = KVT_OK;
-            }
+            st = write_stopped(idx, st, n - i);
             break;
         }
         parent = nid;
@@ -1824,10 +1833,7 @@ kvt_status_t kvt_idx_speculate(kvt_idx_t *idx, uint32_t ns, uint32_t pod,
         idx->pin[1] = KVT_NIL;
         st = node_get(idx, key, keys[i], parent, &nid);
         if (st != KVT_OK) {
-            if (st == KVT_ERR_NO_SPACE) {
-                idx->dropped += n - i;
-                st = KVT_OK;
-            }
+            st = write_stopped(idx, st, n - i);
             break;
         }
         kvt_node_t *nd = N(idx, nid);
@@ -1846,10 +1852,7 @@ kvt_status_t kvt_idx_speculate(kvt_idx_t *idx, uint32_t ns, uint32_t pod,
                     ref_drop(idx, pod, slot);
                 else
                     node_maybe_free(idx, nid);
-                if (st == KVT_ERR_NO_SPACE) {
-                    idx->dropped += n - i;
-                    st = KVT_OK;
-                }
+                st = write_stopped(idx, st, n - i);
                 break;
             }
         }
