@@ -319,14 +319,18 @@ static kvt_status_t ktab_rebuild(kvt_idx_t *idx, uint32_t groups)
     if (t == NULL)
         return KVT_ERR_NO_MEM;
     kvt_dir_t *d = idx->sh.nodes;
+    enum { AHEAD = 16 }; /* the reads stream; the writes land at random: fetch them early */
     for (uint32_t c = 0; c < d->n; c++) {
         kvt_node_t *chunk = d->chunk[c];
         uint32_t end = idx->nodes_used - c * NODE_CHUNK;
         if (end > NODE_CHUNK)
             end = NODE_CHUNK;
-        for (uint32_t i = 0; i < end; i++)
+        for (uint32_t i = 0; i < end; i++) {
+            if (i + AHEAD < end && chunk[i + AHEAD].pods != PODS_FREE)
+                __builtin_prefetch(&t->g[grp_home(kvt_mix64(chunk[i + AHEAD].key), groups)]);
             if (chunk[i].pods != PODS_FREE)
                 ktab_put(t, chunk[i].key, c * NODE_CHUNK + i);
+        }
     }
     __atomic_store_n(&idx->sh.ktab, t, __ATOMIC_RELEASE);
     acct_retire(idx, old, ktab_bytes(old->ngroups));
@@ -710,7 +714,7 @@ static kvt_status_t ptab_rebuild(kvt_idx_t *idx, kvt_pod_t *p, uint32_t groups)
          * Re-hashing needs each entry's engine hash, which lives in its node:
          * a miss per entry. Fetch nodes a few entries ahead so misses overlap.
          */
-        enum { AHEAD = 8 };
+        enum { AHEAD = 16 };
         uint32_t ring[AHEAD], nring = 0, head = 0;
         for (uint32_t gi = 0; gi <= p->ngroups; gi++) {
             uint32_t m = gi < p->ngroups ? ~grp_free(&p->g[gi]) & ((1u << GSLOTS) - 1) : 0;
