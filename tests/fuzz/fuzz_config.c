@@ -17,15 +17,9 @@
 
 #include "common/config.h"
 
-int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+#include "tests/fuzz/fuzz_check.h"
 
-#define CHECK(cond)                                                                                \
-    do {                                                                                           \
-        if (!(cond)) {                                                                             \
-            fprintf(stderr, "fuzz_config: check failed at line %d: %s\n", __LINE__, #cond);        \
-            abort();                                                                               \
-        }                                                                                          \
-    } while (0)
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
 typedef struct fz_cfg {
     char *name;

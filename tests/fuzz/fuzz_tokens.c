@@ -20,15 +20,9 @@
 
 #include "kvindex/tokens.h"
 
-int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+#include "tests/fuzz/fuzz_check.h"
 
-#define CHECK(cond)                                                                                \
-    do {                                                                                           \
-        if (!(cond)) {                                                                             \
-            fprintf(stderr, "fuzz_tokens: check failed at line %d: %s\n", __LINE__, #cond);        \
-            abort();                                                                               \
-        }                                                                                          \
-    } while (0)
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
 static int is_digit(char c)
 {

@@ -15,15 +15,9 @@
 
 #include "bench/trace.h"
 
-int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+#include "tests/fuzz/fuzz_check.h"
 
-#define CHECK(cond)                                                                                \
-    do {                                                                                           \
-        if (!(cond)) {                                                                             \
-            fprintf(stderr, "fuzz_trace: check failed at line %d: %s\n", __LINE__, #cond);         \
-            abort();                                                                               \
-        }                                                                                          \
-    } while (0)
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
 /* Writes @t back in the trace format; returns a malloc'd buffer and its length. */
 static char *serialize(const kvt_trace_t *t, size_t *len_p)
