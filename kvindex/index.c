@@ -12,7 +12,6 @@
 
 #define ALIAS_BIT 0x80000000u
 #define ALIAS_SPEC 0x1u /* alias flag: speculative mark */
-#define ALIAS_LIVE 0x2u
 
 #define KTAB_MIN_GROUPS 64u
 #define PTAB_MIN_GROUPS 1u
@@ -292,19 +291,40 @@ static uint32_t ktab_lookup(kvt_idx_t *idx, uint64_t key)
 }
 
 /* Inserts (key, nid) into the first free slot; publishes the control byte last. */
-static void ktab_put(kvt_ktab_t *t, uint64_t key, uint32_t nid)
+/*
+ * Both group tables: puts @v at the first free slot of hash @h's probe
+ * sequence, publishing the control byte last (readers of the key table rely
+ * on that; the writer-only pod tables do not mind).
+ */
+static void grp_put(kvt_group_t *groups, uint32_t ngroups, uint64_t h, uint32_t v)
 {
-    uint64_t h = kvt_mix64(key);
-    for (uint32_t gi = grp_home(h, t->ngroups);; gi = grp_next(gi, t->ngroups)) {
-        kvt_group_t *g = &t->g[gi];
+    for (uint32_t gi = grp_home(h, ngroups);; gi = grp_next(gi, ngroups)) {
+        kvt_group_t *g = &groups[gi];
         uint32_t m = grp_free(g);
         if (m == 0)
             continue;
         uint32_t si = (uint32_t)__builtin_ctz(m);
-        __atomic_store_n(&g->slot[si], nid, __ATOMIC_RELEASE);
+        __atomic_store_n(&g->slot[si], v, __ATOMIC_RELEASE);
         __atomic_store_n(&g->ctrl[si], ktab_tag(h), __ATOMIC_RELEASE);
         return;
     }
+}
+
+/*
+ * Both group tables: frees slot @si of group @g. A group that still has an
+ * empty slot never overflowed, so no probe passes it and the slot can become
+ * empty; otherwise it becomes a tombstone. Returns true for a tombstone.
+ */
+static bool grp_erase(kvt_group_t *g, uint32_t si)
+{
+    bool tomb = grp_match(g, CTRL_EMPTY) == 0;
+    __atomic_store_n(&g->ctrl[si], tomb ? CTRL_TOMB : CTRL_EMPTY, __ATOMIC_RELEASE);
+    return tomb;
+}
+
+static void ktab_put(kvt_ktab_t *t, uint64_t key, uint32_t nid)
+{
+    grp_put(t->g, t->ngroups, kvt_mix64(key), nid);
 }
 
 /*
@@ -363,11 +383,8 @@ static void ktab_delete(kvt_idx_t *idx, uint64_t key)
     uint32_t gi, si;
     if (!ktab_find(idx, t, key, &gi, &si))
         return;
-    /* a group that still has an empty slot never overflowed: no probe passes it */
-    bool empty_ok = grp_match(&t->g[gi], CTRL_EMPTY) != 0;
-    __atomic_store_n(&t->g[gi].ctrl[si], empty_ok ? CTRL_EMPTY : CTRL_TOMB, __ATOMIC_RELEASE);
     idx->kt_live--;
-    if (!empty_ok)
+    if (grp_erase(&t->g[gi], si))
         idx->kt_tomb++;
 }
 
@@ -688,20 +705,6 @@ static uint32_t ptab_find(kvt_idx_t *idx, kvt_pod_t *p, uint64_t eh, bool spec)
     }
 }
 
-static void ptab_put(kvt_group_t *groups, uint32_t ngroups, uint64_t h, uint32_t ref)
-{
-    for (uint32_t gi = grp_home(h, ngroups);; gi = grp_next(gi, ngroups)) {
-        kvt_group_t *g = &groups[gi];
-        uint32_t m = grp_free(g);
-        if (m == 0)
-            continue;
-        uint32_t si = (uint32_t)__builtin_ctz(m);
-        g->ctrl[si] = ktab_tag(h);
-        g->slot[si] = ref;
-        return;
-    }
-}
-
 static kvt_status_t ptab_rebuild(kvt_idx_t *idx, kvt_pod_t *p, uint32_t groups)
 {
     kvt_group_t *g = aligned_alloc(64, ptab_bytes(groups));
@@ -734,7 +737,7 @@ static kvt_status_t ptab_rebuild(kvt_idx_t *idx, kvt_pod_t *p, uint32_t groups)
                 head = (head + 1) % AHEAD;
                 nring--;
                 bool spec;
-                ptab_put(g, groups, kvt_mix64(ref_ehash(idx, ref, &spec)), ref);
+                grp_put(g, groups, kvt_mix64(ref_ehash(idx, ref, &spec)), ref);
             }
         }
         acct_free(idx, p->g, ptab_bytes(p->ngroups));
@@ -780,17 +783,14 @@ static kvt_status_t ptab_reserve(kvt_idx_t *idx, uint32_t pod)
 static void ptab_insert(kvt_idx_t *idx, kvt_pod_t *p, uint32_t ref)
 {
     bool spec;
-    ptab_put(p->g, p->ngroups, kvt_mix64(ref_ehash(idx, ref, &spec)), ref);
+    grp_put(p->g, p->ngroups, kvt_mix64(ref_ehash(idx, ref, &spec)), ref);
     p->live++;
 }
 
 static void ptab_delete(kvt_pod_t *p, uint32_t slot)
 {
-    kvt_group_t *g = &p->g[slot >> 4];
-    bool empty_ok = grp_match(g, CTRL_EMPTY) != 0; /* see ktab_delete */
-    g->ctrl[slot & 15u] = empty_ok ? CTRL_EMPTY : CTRL_TOMB;
     p->live--;
-    if (!empty_ok)
+    if (grp_erase(&p->g[slot >> 4], slot & 15u))
         p->tomb++;
 }
 
@@ -944,7 +944,7 @@ static kvt_status_t alias_add(kvt_idx_t *idx, uint32_t nid, uint32_t pod, uint64
     al->node = nid;
     al->pod = (uint16_t)pod;
     al->tiers = (uint8_t)tier;
-    al->flags = ALIAS_LIVE | (spec ? ALIAS_SPEC : 0);
+    al->flags = spec ? ALIAS_SPEC : 0;
     kvt_podset_t *s = set_of(idx, n->pods);
     al->next = s->alias_head;
     s->alias_head = a;

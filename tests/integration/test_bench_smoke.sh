@@ -109,6 +109,16 @@ for impl in kvtier naive; do
         fail "--impl $impl: bad JSON result"
 done
 
+# several rounds: the best is reported, and the answers still agree
+out=$TMP/mini_repeat.out
+if "$BENCH" index --trace "$MINI" --pods 4 --repeat 2 >"$out" 2>&1; then
+    check_json "$out" "j['repeat'] == 2 and j['hit_blocks'] == 11 and j['agree'] is True" ||
+        fail "--repeat 2: bad JSON result"
+else
+    fail "--repeat 2: exit status $?"
+    cat "$out" >&2
+fi
+
 # a budget: runs, and the naive model is not compared
 out=$TMP/mini_budget.out
 if "$BENCH" index --trace "$MINI" --pods 2 --budget-bytes 64M >"$out" 2>&1; then
@@ -172,6 +182,9 @@ expect_exit 2 --trace "$MINI" --pods 4 --impl both2
 expect_exit 2 --trace "$MINI" --pods 4 --load-weight -1
 expect_exit 2 --trace "$MINI" --pods 4 --load-weight nan
 expect_exit 2 --trace "$MINI" --pods 4 --load-weight 1x
+expect_exit 2 --trace "$MINI" --pods 4 --repeat 0
+expect_exit 2 --trace "$MINI" --pods 4 --repeat 101
+expect_exit 2 --trace "$MINI" --pods 4 --repeat two
 expect_exit 2 --trace "$MINI" --pods 4 --frobnicate
 expect_exit 2 --trace "$MINI" --pods=4 --route=spread extra
 
