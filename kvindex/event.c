@@ -1,0 +1,1 @@
+/* kvindex/event.c: being written */

@@ -1,0 +1,99 @@
+/*
+ * kvindex/event: engine KV events in one neutral form. Decoders (JSON here,
+ * vLLM/SGLang msgpack later) fill a kvt_evbatch_t; kvt_ev_apply() applies it
+ * to the index on the writer thread.
+ *
+ * Field names and meanings follow vLLM's KVEvents (../shared/WIRE-FORMATS.md).
+ */
+#ifndef KVT_KVINDEX_EVENT_H
+#define KVT_KVINDEX_EVENT_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "common/status.h"
+#include "kvindex/index.h"
+
+typedef enum kvt_ev_type {
+    KVT_EV_STORED = 1,  /* BlockStored */
+    KVT_EV_REMOVED = 2, /* BlockRemoved */
+    KVT_EV_CLEARED = 3, /* AllBlocksCleared */
+} kvt_ev_type_t;
+
+/* One event. Pointers point into the batch's arena. */
+typedef struct kvt_event {
+    kvt_ev_type_t type;
+    unsigned tier;          /* KVT_TIER_* from "medium" (absent or null: GPU) */
+    uint32_t nhashes;       /* engine block hashes (stored or removed) */
+    const uint64_t *hashes; /* NULL when nhashes is 0 */
+    bool has_parent;        /* "parent_block_hash" present and not null */
+    uint64_t parent;        /* engine hash of the parent block */
+    uint32_t ntokens;       /* "token_ids"; block_size * nhashes, or 0 (placeholder) */
+    const uint32_t *tokens; /* NULL when ntokens is 0 */
+    uint32_t block_size;    /* "block_size"; 0 when absent */
+    const char *lora_name;  /* NUL-terminated; NULL: the batch's LoRA */
+} kvt_event_t;
+
+/* A batch of events from one pod (engine, DP rank) for one model. */
+typedef struct kvt_evbatch {
+    const char *pod;   /* NUL-terminated, 1..KVT_IDX_MAX_NAME bytes */
+    uint32_t dp_rank;  /* "dp_rank"; 0 when absent */
+    const char *model; /* NUL-terminated; "" when absent (only for batches without BlockStored) */
+    const char *lora;  /* "lora_name" of the batch; NULL: base model */
+    kvt_event_t *ev;
+    size_t nev;
+    size_t unknown; /* events of unknown types and unknown fields, skipped */
+    void *arena;    /* owns every pointer above; freed by kvt_evbatch_cleanup() */
+} kvt_evbatch_t;
+
+/* Frees what a decoder put in @b and zeroes it. A zeroed batch is a no-op. */
+void kvt_evbatch_cleanup(kvt_evbatch_t *b);
+
+/*
+ * Decodes the JSON body of POST /v1/events:
+ *   {"pod": str, "model": str, "lora_name"?: str|null, "dp_rank"?: uint,
+ *    "events": [ {"type": "BlockStored", "block_hashes": [h..],
+ *                 "parent_block_hash"?: h|null, "token_ids"?: [u32..],
+ *                 "block_size"?: uint, "medium"?: str|null,
+ *                 "lora_name"?: str|null, "lora_id"?: any, "extra_keys"?: any,
+ *                 "group_idx"?: any, ... },
+ *                {"type": "BlockRemoved", "block_hashes": [h..], "medium"?: str|null},
+ *                {"type": "AllBlocksCleared"} ]}
+ * A hash h is a JSON integer: unsigned 64-bit decimal, or a negative int64
+ * (SGLang) taken as its two's-complement u64. Unknown event types and unknown
+ * fields inside an event are skipped and counted in b->unknown; an unknown
+ * top-level field, a wrong type, a missing required field, token_ids whose
+ * length is not block_size * len(block_hashes), or trailing bytes are errors.
+ * On success fills *@b (caller cleans up). On failure *@b is untouched and a
+ * one-line reason is written to @err (NUL-terminated, at most @errlen bytes).
+ * Returns KVT_OK, KVT_ERR_PARSE (not JSON), KVT_ERR_INVAL (wrong shape),
+ * KVT_ERR_TOO_BIG (a name over KVT_IDX_MAX_NAME, more than @max_items hashes
+ * or tokens in all) or KVT_ERR_NO_MEM.
+ */
+kvt_status_t kvt_ev_json_decode(const char *body, size_t len, size_t max_items,
+                                kvt_evbatch_t *b, char *err, size_t errlen);
+
+/* What kvt_ev_apply() did; counters are added to, never reset. */
+typedef struct kvt_ev_counters {
+    uint64_t events;     /* events applied */
+    uint64_t blocks;     /* block hashes in applied events */
+    uint64_t unresolved; /* hashes the pod did not know (removals, placeholder stores) */
+    uint64_t rejected;   /* events refused (e.g. BlockStored with neither tokens nor a known hash) */
+} kvt_ev_counters_t;
+
+/*
+ * Writer. Applies @b to @idx: registers the pod (b->pod, b->dp_rank) and the
+ * namespace (model, LoRA) as needed. BlockStored with tokens computes keys
+ * with the hashing standard, continuing from the parent's key when the pod
+ * knows parent_block_hash, else from block 0; without tokens it adds the
+ * tier to blocks the pod already knows by engine hash. BlockRemoved drops
+ * the medium's tier; AllBlocksCleared drops the pod's GPU tier.
+ * @default_block_size is used when an event has tokens but no block_size.
+ * Returns KVT_OK, or the first hard error (KVT_ERR_NO_MEM, KVT_ERR_LIMIT);
+ * events before it stay applied.
+ */
+kvt_status_t kvt_ev_apply(kvt_idx_t *idx, const kvt_evbatch_t *b, uint32_t default_block_size,
+                          kvt_ev_counters_t *c);
+
+#endif

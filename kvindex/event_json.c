@@ -1,0 +1,1 @@
+/* kvindex/event_json.c: being written */

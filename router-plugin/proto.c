@@ -1,0 +1,1 @@
+/* router-plugin/proto.c: being written */

@@ -1,0 +1,1 @@
+/* server/http.c: being written */
