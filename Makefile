@@ -6,7 +6,8 @@
 #   make fuzz           every libFuzzer target for FUZZ_SECONDS on a copy of its seed corpus
 #   make format         clang-format -i on every .c/.h outside build/
 #   make clean          remove build/
-# `make run` (start kvtierd on its defaults) is added together with the daemon.
+#   make run            install, build, then run kvtierd in the foreground on its defaults
+#                       (HTTP 127.0.0.1:7421, RPC 127.0.0.1:7420; Ctrl-C stops it)
 
 SHELL := /bin/bash
 .SHELLFLAGS := -eu -o pipefail -c
@@ -21,7 +22,7 @@ FUZZ_SECONDS ?= 60
 
 JOBS_FLAG := $(if $(JOBS),-j $(JOBS),)
 
-.PHONY: all build deps configure test test-asan bench fuzz format clean
+.PHONY: all build deps configure run test test-asan bench fuzz format clean
 
 all: build
 
@@ -33,6 +34,10 @@ configure: deps
 
 build: configure
 	$(CMAKE) --build --preset release $(JOBS_FLAG)
+
+# Extra daemon flags: make run ARGS="--log-level debug"
+run: build
+	exec build/bin/kvtierd $(ARGS)
 
 # Release first (all tests), then the unit tests (named test_*) again under ASan+UBSan,
 # then the one-writer/many-readers test under ThreadSanitizer; one recipe so the order

@@ -20,6 +20,9 @@ int kvt_bench_hash_main(int argc, char **argv);
 /* `kvtier-bench index`: index and query benchmarks (bench_index.c; docs/performance.md). */
 int kvt_bench_index_main(int argc, char **argv);
 
+/* `kvtier-bench rpc`: a real kvtierd's query throughput and latency (bench_rpc.c). */
+int kvt_bench_rpc_main(int argc, char **argv);
+
 /* Sorts @v[0..n) ascending in place. */
 void kvt_bench_sort_u64(uint64_t *v, size_t n);
 

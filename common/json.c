@@ -1,1 +1,1228 @@
-/* common/json.c: being written */
+/*
+ * Strict JSON pull parser and writer. The parser is a hand-written scanner
+ * over (s, len): every read is checked against len because HTTP bodies are
+ * not NUL-terminated. The state machine in `expect` makes the parser reject
+ * malformed text whatever order the caller asks in, so a caller mistake can
+ * never make bad JSON look good.
+ */
+#include "common/json.h"
+
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* What may come next (kvt_json_t.expect). */
+enum {
+    KVT_JSON_X_VALUE = 0, /* a value: start, after ':', after array_next() == 1 */
+    KVT_JSON_X_FIRST,     /* just after '{' or '[': the container's _next() */
+    KVT_JSON_X_AFTER,     /* after a value inside a container: its _next() */
+    KVT_JSON_X_DONE,      /* the top value is complete: kvt_json_end() */
+};
+
+#define KVT_JSON_IS_WS(c) ((c) == ' ' || (c) == '\n' || (c) == '\r' || (c) == '\t')
+#define KVT_JSON_IS_DIGIT(c) ((unsigned char)((c) - '0') < 10u)
+
+/* ---- errors --------------------------------------------------------------------------- */
+
+#if defined(__GNUC__)
+__attribute__((format(printf, 4, 5)))
+#endif
+static kvt_status_t
+kvt_json_fail(kvt_json_t *j, kvt_status_t st, size_t off, const char *fmt, ...)
+{
+    if (j->err != KVT_OK)
+        return j->err;
+    int n = snprintf(j->msg, sizeof(j->msg), "offset %zu: ", off);
+    if (n > 0 && (size_t)n < sizeof(j->msg)) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(j->msg + n, sizeof(j->msg) - (size_t)n, fmt, ap);
+        va_end(ap);
+    }
+    j->err = st;
+    j->err_off = off;
+    return st;
+}
+
+/* Describes the byte at @off for a message: "'x'", "byte 0xc3", "end of input". */
+static const char *kvt_json_got(const kvt_json_t *j, size_t off, char *buf, size_t cap)
+{
+    if (off >= j->len)
+        return "end of input";
+    unsigned char c = (unsigned char)j->s[off];
+    if (c >= 0x20 && c < 0x7f)
+        snprintf(buf, cap, "'%c'", c);
+    else
+        snprintf(buf, cap, "byte 0x%02x", c);
+    return buf;
+}
+
+static kvt_status_t kvt_json_expected(kvt_json_t *j, size_t off, const char *what)
+{
+    char got[16];
+    return kvt_json_fail(j, KVT_ERR_PARSE, off, "expected %s, got %s", what,
+                         kvt_json_got(j, off, got, sizeof(got)));
+}
+
+/* ---- state helpers -------------------------------------------------------------------- */
+
+static void kvt_json_skip_ws(kvt_json_t *j)
+{
+    size_t p = j->pos;
+    while (p < j->len && KVT_JSON_IS_WS(j->s[p]))
+        p++;
+    j->pos = p;
+}
+
+static bool kvt_json_top_is_obj(const kvt_json_t *j)
+{
+    uint32_t d = j->depth - 1;
+    return (j->is_obj[d / 64] >> (d % 64)) & 1u;
+}
+
+/* A value was consumed: the container, or the document, continues. */
+static void kvt_json_value_done(kvt_json_t *j)
+{
+    j->expect = j->depth == 0 ? KVT_JSON_X_DONE : KVT_JSON_X_AFTER;
+}
+
+/*
+ * Checks that a value is due and positions on its first byte. The end of the
+ * input where a value is due is a parse error (the text is truncated).
+ */
+static kvt_status_t kvt_json_want_value(kvt_json_t *j)
+{
+    if (j->err != KVT_OK)
+        return j->err;
+    switch (j->expect) {
+    case KVT_JSON_X_VALUE: break;
+    case KVT_JSON_X_DONE:
+        return kvt_json_fail(j, KVT_ERR_INVAL, j->pos, "no value expected after the top value");
+    default:
+        return kvt_json_fail(j, KVT_ERR_INVAL, j->pos,
+                             "no value expected here: call kvt_json_%s_next() first",
+                             kvt_json_top_is_obj(j) ? "object" : "array");
+    }
+    kvt_json_skip_ws(j);
+    if (j->pos >= j->len)
+        return kvt_json_expected(j, j->pos, "a value");
+    return KVT_OK;
+}
+
+static kvt_json_type_t kvt_json_type_at(char c)
+{
+    switch (c) {
+    case '{': return KVT_JSON_OBJECT;
+    case '[': return KVT_JSON_ARRAY;
+    case '"': return KVT_JSON_STRING;
+    case 't': return KVT_JSON_TRUE;
+    case 'f': return KVT_JSON_FALSE;
+    case 'n': return KVT_JSON_NULL;
+    case '-': return KVT_JSON_NUMBER;
+    default: return KVT_JSON_IS_DIGIT(c) ? KVT_JSON_NUMBER : KVT_JSON_NONE;
+    }
+}
+
+/* The value due is not of the type asked for: INVAL naming what it is, or
+ * PARSE when the byte starts no value at all. */
+static kvt_status_t kvt_json_type_error(kvt_json_t *j, const char *want)
+{
+    static const char *const names[] = {
+        [KVT_JSON_OBJECT] = "an object", [KVT_JSON_ARRAY] = "an array",
+        [KVT_JSON_STRING] = "a string",  [KVT_JSON_NUMBER] = "a number",
+        [KVT_JSON_TRUE] = "true",        [KVT_JSON_FALSE] = "false",
+        [KVT_JSON_NULL] = "null",
+    };
+    kvt_json_type_t t = kvt_json_type_at(j->s[j->pos]);
+    if (t == KVT_JSON_NONE)
+        return kvt_json_expected(j, j->pos, "a value");
+    return kvt_json_fail(j, KVT_ERR_INVAL, j->pos, "expected %s, got %s", want, names[t]);
+}
+
+kvt_json_type_t kvt_json_peek(kvt_json_t *j)
+{
+    if (j->err != KVT_OK || j->expect != KVT_JSON_X_VALUE)
+        return KVT_JSON_NONE;
+    if (kvt_json_want_value(j) != KVT_OK)
+        return KVT_JSON_NONE;
+    kvt_json_type_t t = kvt_json_type_at(j->s[j->pos]);
+    if (t == KVT_JSON_NONE)
+        kvt_json_expected(j, j->pos, "a value");
+    return t;
+}
+
+/* ---- init ----------------------------------------------------------------------------- */
+
+void kvt_json_init(kvt_json_t *j, const char *text, size_t len)
+{
+    j->s = text;
+    j->len = text == NULL ? 0 : len;
+    j->pos = 0;
+    j->err_off = 0;
+    j->err = KVT_OK;
+    j->depth = 0;
+    j->max_depth = KVT_JSON_DEPTH_DEFAULT;
+    j->expect = KVT_JSON_X_VALUE;
+    memset(j->is_obj, 0, sizeof(j->is_obj));
+    j->msg[0] = '\0';
+    j->key[0] = '\0';
+    j->key_len = 0;
+}
+
+void kvt_json_set_max_depth(kvt_json_t *j, unsigned max_depth)
+{
+    if (max_depth < 1)
+        max_depth = 1;
+    if (max_depth > KVT_JSON_DEPTH_LIMIT)
+        max_depth = KVT_JSON_DEPTH_LIMIT;
+    j->max_depth = max_depth;
+}
+
+kvt_status_t kvt_json_status(const kvt_json_t *j)
+{
+    return j->err;
+}
+
+const char *kvt_json_error(const kvt_json_t *j)
+{
+    return j->err == KVT_OK ? "" : j->msg;
+}
+
+size_t kvt_json_offset(const kvt_json_t *j)
+{
+    return j->err == KVT_OK ? j->pos : j->err_off;
+}
+
+/* ---- strings -------------------------------------------------------------------------- */
+
+/*
+ * Length of the valid UTF-8 sequence at s[0..n) (2 to 4; the caller handles
+ * ASCII), or 0 when it is invalid: a stray continuation byte, an overlong
+ * form, an encoded surrogate, a code point above U+10FFFF, or a truncation.
+ * Ranges from Unicode's table of well-formed byte sequences.
+ */
+static size_t kvt_json_utf8_len(const unsigned char *s, size_t n)
+{
+    unsigned char c = s[0];
+    unsigned char lo = 0x80, hi = 0xbf;
+    size_t k;
+
+    if (c >= 0xc2 && c <= 0xdf) {
+        k = 2;
+    } else if (c >= 0xe0 && c <= 0xef) {
+        k = 3;
+        if (c == 0xe0)
+            lo = 0xa0;
+        else if (c == 0xed)
+            hi = 0x9f;
+    } else if (c >= 0xf0 && c <= 0xf4) {
+        k = 4;
+        if (c == 0xf0)
+            lo = 0x90;
+        else if (c == 0xf4)
+            hi = 0x8f;
+    } else {
+        return 0;
+    }
+    if (n < k || s[1] < lo || s[1] > hi)
+        return 0;
+    for (size_t i = 2; i < k; i++)
+        if (s[i] < 0x80 || s[i] > 0xbf)
+            return 0;
+    return k;
+}
+
+/* Four hex digits at s[p..p+4) (the caller checked bounds), or -1. */
+static long kvt_json_hex4(const char *s, size_t p)
+{
+    long v = 0;
+    for (size_t i = 0; i < 4; i++) {
+        unsigned char c = (unsigned char)s[p + i];
+        int d;
+        if (c >= '0' && c <= '9')
+            d = c - '0';
+        else if (c >= 'a' && c <= 'f')
+            d = c - 'a' + 10;
+        else if (c >= 'A' && c <= 'F')
+            d = c - 'A' + 10;
+        else
+            return -1;
+        v = v * 16 + d;
+    }
+    return v;
+}
+
+/* A \u escape at s[p] ('\\'): sets *cp and *end (past it and any low half). */
+static kvt_status_t kvt_json_unicode_escape(kvt_json_t *j, size_t p, uint32_t *cp, size_t *end)
+{
+    if (j->len - p < 6)
+        return kvt_json_fail(j, KVT_ERR_PARSE, p, "truncated \\u escape");
+    long hi = kvt_json_hex4(j->s, p + 2);
+    if (hi < 0)
+        return kvt_json_fail(j, KVT_ERR_PARSE, p, "invalid \\u escape: need 4 hex digits");
+    if (hi >= 0xdc00 && hi <= 0xdfff)
+        return kvt_json_fail(j, KVT_ERR_PARSE, p, "lone low surrogate \\u%04lx", hi);
+    if (hi < 0xd800 || hi > 0xdbff) {
+        *cp = (uint32_t)hi;
+        *end = p + 6;
+        return KVT_OK;
+    }
+    /* A high surrogate must be followed by an escaped low one. */
+    size_t q = p + 6;
+    long lo = -1;
+    if (j->len - q >= 6 && j->s[q] == '\\' && j->s[q + 1] == 'u')
+        lo = kvt_json_hex4(j->s, q + 2);
+    if (lo < 0xdc00 || lo > 0xdfff)
+        return kvt_json_fail(j, KVT_ERR_PARSE, p, "lone high surrogate \\u%04lx", hi);
+    *cp = 0x10000u + (((uint32_t)hi - 0xd800u) << 10) + ((uint32_t)lo - 0xdc00u);
+    *end = q + 6;
+    return KVT_OK;
+}
+
+static size_t kvt_json_utf8_put(uint32_t cp, char *o)
+{
+    if (cp < 0x80) {
+        o[0] = (char)cp;
+        return 1;
+    }
+    if (cp < 0x800) {
+        o[0] = (char)(0xc0 | (cp >> 6));
+        o[1] = (char)(0x80 | (cp & 0x3f));
+        return 2;
+    }
+    if (cp < 0x10000) {
+        o[0] = (char)(0xe0 | (cp >> 12));
+        o[1] = (char)(0x80 | ((cp >> 6) & 0x3f));
+        o[2] = (char)(0x80 | (cp & 0x3f));
+        return 3;
+    }
+    o[0] = (char)(0xf0 | (cp >> 18));
+    o[1] = (char)(0x80 | ((cp >> 12) & 0x3f));
+    o[2] = (char)(0x80 | ((cp >> 6) & 0x3f));
+    o[3] = (char)(0x80 | (cp & 0x3f));
+    return 4;
+}
+
+/*
+ * Decodes the string at j->pos ('"') into out[0..cap) (NUL-terminated), or
+ * only checks it when @out is NULL. @what names it in the TOO_BIG message.
+ * On success moves past the closing quote and sets *@len_p.
+ */
+static kvt_status_t kvt_json_scan_string(kvt_json_t *j, char *out, size_t cap, const char *what,
+                                         size_t *len_p)
+{
+    const char *s = j->s;
+    const size_t len = j->len, start = j->pos;
+    const size_t room = out == NULL ? SIZE_MAX : cap - 1; /* bytes that fit before the NUL */
+    size_t p = start + 1, o = 0;
+
+    for (;;) {
+        /* The common case: a run of printable ASCII. */
+        size_t q = p;
+        while (q < len) {
+            unsigned char c = (unsigned char)s[q];
+            if (c < 0x20 || c == '"' || c == '\\' || c >= 0x80)
+                break;
+            q++;
+        }
+        if (q > p) {
+            if (q - p > room - o)
+                goto too_big;
+            if (out != NULL)
+                memcpy(out + o, s + p, q - p);
+            o += q - p;
+            p = q;
+        }
+        if (p >= len)
+            return kvt_json_fail(j, KVT_ERR_PARSE, len, "unterminated string (opened at %zu)",
+                                 start);
+        unsigned char c = (unsigned char)s[p];
+        char tmp[4];
+        size_t k;
+        if (c == '"') {
+            break;
+        } else if (c == '\\') {
+            if (p + 1 >= len)
+                return kvt_json_fail(j, KVT_ERR_PARSE, len, "unterminated string (opened at %zu)",
+                                     start);
+            char e = s[p + 1];
+            k = 1;
+            switch (e) {
+            case '"': tmp[0] = '"'; break;
+            case '\\': tmp[0] = '\\'; break;
+            case '/': tmp[0] = '/'; break;
+            case 'b': tmp[0] = '\b'; break;
+            case 'f': tmp[0] = '\f'; break;
+            case 'n': tmp[0] = '\n'; break;
+            case 'r': tmp[0] = '\r'; break;
+            case 't': tmp[0] = '\t'; break;
+            case 'u': {
+                uint32_t cp = 0;
+                size_t end = p;
+                kvt_status_t st = kvt_json_unicode_escape(j, p, &cp, &end);
+                if (st != KVT_OK)
+                    return st;
+                k = kvt_json_utf8_put(cp, tmp);
+                if (k > room - o)
+                    goto too_big;
+                if (out != NULL)
+                    memcpy(out + o, tmp, k);
+                o += k;
+                p = end;
+                continue;
+            }
+            default: {
+                char got[16];
+                return kvt_json_fail(j, KVT_ERR_PARSE, p, "invalid escape: '\\' then %s",
+                                     kvt_json_got(j, p + 1, got, sizeof(got)));
+            }
+            }
+            if (k > room - o)
+                goto too_big;
+            if (out != NULL)
+                out[o] = tmp[0];
+            o++;
+            p += 2;
+        } else if (c < 0x20) {
+            return kvt_json_fail(j, KVT_ERR_PARSE, p, "control byte 0x%02x in a string", c);
+        } else {
+            k = kvt_json_utf8_len((const unsigned char *)s + p, len - p);
+            if (k == 0)
+                return kvt_json_fail(j, KVT_ERR_PARSE, p, "invalid UTF-8 in a string");
+            if (k > room - o)
+                goto too_big;
+            if (out != NULL)
+                memcpy(out + o, s + p, k);
+            o += k;
+            p += k;
+        }
+    }
+    if (out != NULL)
+        out[o] = '\0';
+    j->pos = p + 1;
+    if (len_p != NULL)
+        *len_p = o;
+    return KVT_OK;
+
+too_big:
+    return kvt_json_fail(j, KVT_ERR_TOO_BIG, start, "%s longer than %zu bytes", what, room);
+}
+
+kvt_status_t kvt_json_string(kvt_json_t *j, char *buf, size_t cap, size_t *len_p)
+{
+    kvt_status_t st = kvt_json_want_value(j);
+    if (st != KVT_OK)
+        return st;
+    if (buf == NULL || cap == 0)
+        return kvt_json_fail(j, KVT_ERR_INVAL, j->pos, "kvt_json_string() needs a buffer");
+    if (j->s[j->pos] != '"')
+        return kvt_json_type_error(j, "a string");
+    size_t n;
+    st = kvt_json_scan_string(j, buf, cap, "string", &n);
+    if (st != KVT_OK)
+        return st;
+    kvt_json_value_done(j);
+    if (len_p != NULL)
+        *len_p = n;
+    return KVT_OK;
+}
+
+/* ---- numbers -------------------------------------------------------------------------- */
+
+typedef struct kvt_json_num {
+    size_t start, end; /* the number's text */
+    bool neg;          /* leading '-' */
+    bool frac_or_exp;  /* has a fraction or an exponent: not an integer literal */
+    bool ovf;          /* the integer part does not fit 64 bits */
+    uint64_t mag;      /* the integer part's magnitude when !ovf */
+} kvt_json_num_t;
+
+/* Scans the number at j->pos by RFC 8259's grammar; does not move. */
+static kvt_status_t kvt_json_scan_number(kvt_json_t *j, kvt_json_num_t *n)
+{
+    const char *s = j->s;
+    const size_t len = j->len;
+    size_t p = j->pos;
+
+    n->start = p;
+    n->neg = false;
+    n->frac_or_exp = false;
+    n->ovf = false;
+    n->mag = 0;
+    if (s[p] == '-') {
+        n->neg = true;
+        p++;
+    }
+    if (p >= len || !KVT_JSON_IS_DIGIT(s[p]))
+        return kvt_json_expected(j, p, "a digit");
+    if (s[p] == '0') {
+        p++;
+        if (p < len && KVT_JSON_IS_DIGIT(s[p]))
+            return kvt_json_fail(j, KVT_ERR_PARSE, n->start, "leading zeros are not allowed");
+    } else {
+        uint64_t m = 0;
+        while (p < len && KVT_JSON_IS_DIGIT(s[p])) {
+            unsigned d = (unsigned)(s[p] - '0');
+            if (m > (UINT64_MAX - d) / 10)
+                n->ovf = true;
+            else
+                m = m * 10 + d;
+            p++;
+        }
+        n->mag = m;
+    }
+    if (p < len && s[p] == '.') {
+        p++;
+        if (p >= len || !KVT_JSON_IS_DIGIT(s[p]))
+            return kvt_json_expected(j, p, "a digit after '.'");
+        while (p < len && KVT_JSON_IS_DIGIT(s[p]))
+            p++;
+        n->frac_or_exp = true;
+    }
+    if (p < len && (s[p] == 'e' || s[p] == 'E')) {
+        p++;
+        if (p < len && (s[p] == '+' || s[p] == '-'))
+            p++;
+        if (p >= len || !KVT_JSON_IS_DIGIT(s[p]))
+            return kvt_json_expected(j, p, "a digit in the exponent");
+        while (p < len && KVT_JSON_IS_DIGIT(s[p]))
+            p++;
+        n->frac_or_exp = true;
+    }
+    n->end = p;
+    return KVT_OK;
+}
+
+static kvt_status_t kvt_json_range_error(kvt_json_t *j, const kvt_json_num_t *n, const char *type)
+{
+    size_t w = n->end - n->start;
+    return kvt_json_fail(j, KVT_ERR_RANGE, n->start, "%.*s%s is out of range for %s",
+                         (int)(w > 24 ? 24 : w), j->s + n->start, w > 24 ? "..." : "", type);
+}
+
+/* Scans an integer literal that is due; @want names the type for messages. */
+static kvt_status_t kvt_json_int_literal(kvt_json_t *j, const char *want, kvt_json_num_t *n)
+{
+    kvt_status_t st = kvt_json_want_value(j);
+    if (st != KVT_OK)
+        return st;
+    char c = j->s[j->pos];
+    if (c != '-' && !KVT_JSON_IS_DIGIT(c))
+        return kvt_json_type_error(j, want);
+    st = kvt_json_scan_number(j, n);
+    if (st != KVT_OK)
+        return st;
+    if (n->frac_or_exp)
+        return kvt_json_fail(j, KVT_ERR_INVAL, n->start,
+                             "expected %s, got a number with a fraction or exponent", want);
+    return KVT_OK;
+}
+
+/* An unsigned integer in [0, max]; @type names it in range errors. */
+static kvt_status_t kvt_json_read_uint(kvt_json_t *j, uint64_t max, const char *type, uint64_t *v_p)
+{
+    kvt_json_num_t n;
+    kvt_status_t st = kvt_json_int_literal(j, "an unsigned integer", &n);
+    if (st != KVT_OK)
+        return st;
+    if (n.ovf || n.mag > max || (n.neg && n.mag != 0))
+        return kvt_json_range_error(j, &n, type);
+    j->pos = n.end;
+    kvt_json_value_done(j);
+    *v_p = n.mag;
+    return KVT_OK;
+}
+
+kvt_status_t kvt_json_u64(kvt_json_t *j, uint64_t *v_p)
+{
+    return kvt_json_read_uint(j, UINT64_MAX, "a u64", v_p);
+}
+
+kvt_status_t kvt_json_u32(kvt_json_t *j, uint32_t *v_p)
+{
+    uint64_t v = 0;
+    kvt_status_t st = kvt_json_read_uint(j, UINT32_MAX, "a u32", &v);
+    if (st == KVT_OK)
+        *v_p = (uint32_t)v;
+    return st;
+}
+
+kvt_status_t kvt_json_i64(kvt_json_t *j, int64_t *v_p)
+{
+    kvt_json_num_t n;
+    kvt_status_t st = kvt_json_int_literal(j, "an integer", &n);
+    if (st != KVT_OK)
+        return st;
+    uint64_t lim = n.neg ? (uint64_t)INT64_MAX + 1 : (uint64_t)INT64_MAX;
+    if (n.ovf || n.mag > lim)
+        return kvt_json_range_error(j, &n, "an i64");
+    j->pos = n.end;
+    kvt_json_value_done(j);
+    /* -(2^63) has no positive int64 counterpart: negate in unsigned arithmetic. */
+    *v_p = n.neg ? (int64_t)(0 - n.mag) : (int64_t)n.mag;
+    return KVT_OK;
+}
+
+kvt_status_t kvt_json_hash(kvt_json_t *j, uint64_t *v_p)
+{
+    kvt_json_num_t n;
+    kvt_status_t st = kvt_json_int_literal(j, "an integer hash", &n);
+    if (st != KVT_OK)
+        return st;
+    if (n.ovf || (n.neg && n.mag > (uint64_t)INT64_MAX + 1))
+        return kvt_json_range_error(j, &n, "a hash (u64 or i64)");
+    j->pos = n.end;
+    kvt_json_value_done(j);
+    *v_p = n.neg ? 0 - n.mag : n.mag;
+    return KVT_OK;
+}
+
+/*
+ * Converts a checked number to a double. strtod() wants a NUL-terminated
+ * string and honours the locale's decimal point, so the number is rewritten
+ * as "[-]DIGITSeEXP" in a local buffer. Only the first 780 significant
+ * digits are kept, with a trailing 1 standing in for any nonzero digit after
+ * them; 780 exceeds the 767 digits a correctly rounded decision can depend on.
+ */
+static kvt_status_t kvt_json_num_to_double(kvt_json_t *j, const kvt_json_num_t *n, double *v_p)
+{
+    enum { KEEP = 780 };
+    char buf[KEEP + 40];
+    const char *s = j->s;
+    size_t p = n->start, o = 0, kept = 0;
+    int64_t exp10 = 0; /* value = digits * 10^exp10 */
+    bool sticky = false, seen_nonzero = false, in_frac = false;
+
+    if (n->neg) {
+        buf[o++] = '-';
+        p++;
+    }
+    for (; p < n->end; p++) {
+        char c = s[p];
+        if (c == '.') {
+            in_frac = true;
+            continue;
+        }
+        if (!KVT_JSON_IS_DIGIT(c))
+            break;
+        if (in_frac)
+            exp10--;
+        if (c == '0' && !seen_nonzero)
+            continue; /* leading zeros carry no digits */
+        seen_nonzero = true;
+        if (kept < KEEP) {
+            buf[o++] = c;
+            kept++;
+        } else {
+            exp10++; /* a dropped digit still scales the ones kept */
+            if (c != '0')
+                sticky = true;
+        }
+    }
+    if (sticky) {
+        buf[o++] = '1';
+        exp10--;
+    }
+    if (kept == 0)
+        buf[o++] = '0';
+    if (p < n->end) {
+        /* Exponent, saturated: anything past 10^9 is 0 or infinity anyway. */
+        p++;
+        bool eneg = false;
+        if (s[p] == '+' || s[p] == '-')
+            eneg = s[p++] == '-';
+        int64_t e = 0;
+        for (; p < n->end; p++)
+            if (e < 1000000000)
+                e = e * 10 + (s[p] - '0');
+        exp10 += eneg ? -e : e;
+    }
+    if (exp10 > 2000000000)
+        exp10 = 2000000000;
+    if (exp10 < -2000000000)
+        exp10 = -2000000000;
+    snprintf(buf + o, sizeof(buf) - o, "e%lld", (long long)exp10);
+    double v = strtod(buf, NULL);
+    if (isinf(v))
+        return kvt_json_range_error(j, n, "a double");
+    *v_p = v;
+    return KVT_OK;
+}
+
+kvt_status_t kvt_json_double(kvt_json_t *j, double *v_p)
+{
+    kvt_status_t st = kvt_json_want_value(j);
+    if (st != KVT_OK)
+        return st;
+    if (kvt_json_type_at(j->s[j->pos]) != KVT_JSON_NUMBER)
+        return kvt_json_type_error(j, "a number");
+    kvt_json_num_t n;
+    double v;
+    st = kvt_json_scan_number(j, &n);
+    if (st == KVT_OK)
+        st = kvt_json_num_to_double(j, &n, &v);
+    if (st != KVT_OK)
+        return st;
+    j->pos = n.end;
+    kvt_json_value_done(j);
+    *v_p = v;
+    return KVT_OK;
+}
+
+/* ---- literals ------------------------------------------------------------------------- */
+
+static kvt_status_t kvt_json_literal(kvt_json_t *j, const char *word, size_t n)
+{
+    if (j->len - j->pos < n || memcmp(j->s + j->pos, word, n) != 0)
+        return kvt_json_fail(j, KVT_ERR_PARSE, j->pos, "invalid literal (expected %s)", word);
+    j->pos += n;
+    kvt_json_value_done(j);
+    return KVT_OK;
+}
+
+kvt_status_t kvt_json_bool(kvt_json_t *j, bool *v_p)
+{
+    kvt_status_t st = kvt_json_want_value(j);
+    if (st != KVT_OK)
+        return st;
+    char c = j->s[j->pos];
+    if (c == 't')
+        st = kvt_json_literal(j, "true", 4);
+    else if (c == 'f')
+        st = kvt_json_literal(j, "false", 5);
+    else
+        return kvt_json_type_error(j, "a boolean");
+    if (st == KVT_OK)
+        *v_p = c == 't';
+    return st;
+}
+
+kvt_status_t kvt_json_null(kvt_json_t *j)
+{
+    kvt_status_t st = kvt_json_want_value(j);
+    if (st != KVT_OK)
+        return st;
+    if (j->s[j->pos] != 'n')
+        return kvt_json_type_error(j, "null");
+    return kvt_json_literal(j, "null", 4);
+}
+
+/* ---- containers ----------------------------------------------------------------------- */
+
+/* Opens the container at j->pos (its bracket already checked). */
+static kvt_status_t kvt_json_open(kvt_json_t *j, bool obj)
+{
+    if (j->depth >= j->max_depth)
+        return kvt_json_fail(j, KVT_ERR_TOO_BIG, j->pos, "nesting deeper than %u", j->max_depth);
+    uint32_t d = j->depth;
+    if (obj)
+        j->is_obj[d / 64] |= UINT64_C(1) << (d % 64);
+    else
+        j->is_obj[d / 64] &= ~(UINT64_C(1) << (d % 64));
+    j->depth++;
+    j->pos++;
+    j->expect = KVT_JSON_X_FIRST;
+    return KVT_OK;
+}
+
+static void kvt_json_close(kvt_json_t *j)
+{
+    j->pos++;
+    j->depth--;
+    kvt_json_value_done(j);
+}
+
+kvt_status_t kvt_json_object_begin(kvt_json_t *j)
+{
+    kvt_status_t st = kvt_json_want_value(j);
+    if (st != KVT_OK)
+        return st;
+    if (j->s[j->pos] != '{')
+        return kvt_json_type_error(j, "an object");
+    return kvt_json_open(j, true);
+}
+
+kvt_status_t kvt_json_array_begin(kvt_json_t *j)
+{
+    kvt_status_t st = kvt_json_want_value(j);
+    if (st != KVT_OK)
+        return st;
+    if (j->s[j->pos] != '[')
+        return kvt_json_type_error(j, "an array");
+    return kvt_json_open(j, false);
+}
+
+/* The container's _next() is due and the innermost container is of the kind
+ * asked for; otherwise a usage error. */
+static kvt_status_t kvt_json_want_next(kvt_json_t *j, bool obj)
+{
+    if (j->err != KVT_OK)
+        return j->err;
+    if (j->depth == 0 || kvt_json_top_is_obj(j) != obj)
+        return kvt_json_fail(j, KVT_ERR_INVAL, j->pos, "not inside an %s",
+                             obj ? "object" : "array");
+    if (j->expect == KVT_JSON_X_VALUE)
+        return kvt_json_fail(j, KVT_ERR_INVAL, j->pos, "the %s value was not read",
+                             obj ? "member's" : "element's");
+    return KVT_OK;
+}
+
+/* kvt_json_object_next() that decodes the key when @want_key (else only checks it). */
+static int kvt_json_obj_next(kvt_json_t *j, bool want_key)
+{
+    kvt_status_t st = kvt_json_want_next(j, true);
+    if (st != KVT_OK)
+        return st;
+    kvt_json_skip_ws(j);
+    if (j->pos < j->len && j->s[j->pos] == '}') {
+        kvt_json_close(j);
+        return 0;
+    }
+    if (j->expect == KVT_JSON_X_AFTER) {
+        if (j->pos >= j->len || j->s[j->pos] != ',')
+            return kvt_json_expected(j, j->pos, "',' or '}'");
+        j->pos++;
+        kvt_json_skip_ws(j);
+        if (j->pos >= j->len || j->s[j->pos] != '"')
+            return kvt_json_expected(j, j->pos, "a key");
+    } else if (j->pos >= j->len || j->s[j->pos] != '"') {
+        return kvt_json_expected(j, j->pos, "a key or '}'");
+    }
+    size_t klen = 0;
+    st = kvt_json_scan_string(j, want_key ? j->key : NULL, sizeof(j->key), "key", &klen);
+    if (st != KVT_OK)
+        return st;
+    j->key_len = klen;
+    kvt_json_skip_ws(j);
+    if (j->pos >= j->len || j->s[j->pos] != ':')
+        return kvt_json_expected(j, j->pos, "':'");
+    j->pos++;
+    j->expect = KVT_JSON_X_VALUE;
+    return 1;
+}
+
+int kvt_json_object_next(kvt_json_t *j, const char **key_p, size_t *klen_p)
+{
+    int r = kvt_json_obj_next(j, true);
+    if (r == 1) {
+        if (key_p != NULL)
+            *key_p = j->key;
+        if (klen_p != NULL)
+            *klen_p = j->key_len;
+    }
+    return r;
+}
+
+int kvt_json_array_next(kvt_json_t *j)
+{
+    kvt_status_t st = kvt_json_want_next(j, false);
+    if (st != KVT_OK)
+        return st;
+    kvt_json_skip_ws(j);
+    if (j->pos < j->len && j->s[j->pos] == ']') {
+        kvt_json_close(j);
+        return 0;
+    }
+    if (j->expect == KVT_JSON_X_AFTER) {
+        if (j->pos >= j->len || j->s[j->pos] != ',')
+            return kvt_json_expected(j, j->pos, "',' or ']'");
+        j->pos++;
+    }
+    j->expect = KVT_JSON_X_VALUE;
+    return 1;
+}
+
+/* ---- skip ----------------------------------------------------------------------------- */
+
+/* Consumes the scalar due at j->pos, or opens the container there. */
+static kvt_status_t kvt_json_skip_one(kvt_json_t *j)
+{
+    kvt_status_t st = kvt_json_want_value(j);
+    if (st != KVT_OK)
+        return st;
+    switch (j->s[j->pos]) {
+    case '{': return kvt_json_open(j, true);
+    case '[': return kvt_json_open(j, false);
+    case '"': st = kvt_json_scan_string(j, NULL, 0, "string", NULL); break;
+    case 't': return kvt_json_literal(j, "true", 4);
+    case 'f': return kvt_json_literal(j, "false", 5);
+    case 'n': return kvt_json_literal(j, "null", 4);
+    default:
+        if (j->s[j->pos] != '-' && !KVT_JSON_IS_DIGIT(j->s[j->pos]))
+            return kvt_json_expected(j, j->pos, "a value");
+        kvt_json_num_t n;
+        st = kvt_json_scan_number(j, &n);
+        if (st == KVT_OK)
+            j->pos = n.end;
+        break;
+    }
+    if (st == KVT_OK)
+        kvt_json_value_done(j);
+    return st;
+}
+
+kvt_status_t kvt_json_skip(kvt_json_t *j)
+{
+    const uint32_t base = j->depth;
+    /* Iterative, so the depth limit bounds the work, not the C stack. */
+    do {
+        if (j->err != KVT_OK)
+            return j->err;
+        if (j->expect == KVT_JSON_X_VALUE) {
+            kvt_json_skip_one(j);
+        } else if (j->depth > base) {
+            if (kvt_json_top_is_obj(j))
+                kvt_json_obj_next(j, false);
+            else
+                kvt_json_array_next(j);
+        } else {
+            return kvt_json_want_value(j); /* nothing due to skip: the usage error */
+        }
+    } while (j->depth > base);
+    return j->err;
+}
+
+kvt_status_t kvt_json_end(kvt_json_t *j)
+{
+    if (j->err != KVT_OK)
+        return j->err;
+    if (j->expect != KVT_JSON_X_DONE)
+        return kvt_json_fail(j, KVT_ERR_INVAL, j->pos, "the top value was not read to its end");
+    kvt_json_skip_ws(j);
+    if (j->pos < j->len)
+        return kvt_json_expected(j, j->pos, "end of input");
+    return KVT_OK;
+}
+
+/* ---- number arrays -------------------------------------------------------------------- */
+
+/*
+ * Fast path for one integer literal at s[p]: up to 20 digits with an
+ * optional '-', not followed by '.', 'e', 'E' or another digit. Returns 1
+ * with the magnitude in *mag and the end in *end; 0 for anything else (a
+ * leading zero, overflow, a fraction, another type), which the caller hands
+ * to the full scanner so that errors read the same either way.
+ */
+static inline int kvt_json_fast_int(const char *s, size_t len, size_t p, bool *neg, uint64_t *mag,
+                                    size_t *end)
+{
+    *neg = false;
+    if (p < len && s[p] == '-') {
+        *neg = true;
+        p++;
+    }
+    if (p >= len || !KVT_JSON_IS_DIGIT(s[p]))
+        return 0;
+    uint64_t v = (uint64_t)(s[p] - '0');
+    size_t q = p + 1;
+    if (v != 0) {
+        size_t lim = len - q < 18 ? len : q + 18; /* 19 digits cannot overflow */
+        while (q < lim && KVT_JSON_IS_DIGIT(s[q]))
+            v = v * 10 + (uint64_t)(s[q++] - '0');
+        if (q < len && KVT_JSON_IS_DIGIT(s[q])) {
+            uint64_t d = (uint64_t)(s[q] - '0');
+            if (v > (UINT64_MAX - d) / 10)
+                return 0;
+            v = v * 10 + d;
+            q++;
+        }
+    }
+    if (q < len && (KVT_JSON_IS_DIGIT(s[q]) || s[q] == '.' || s[q] == 'e' || s[q] == 'E'))
+        return 0;
+    *mag = v;
+    *end = q;
+    return 1;
+}
+
+/*
+ * Both array readers: @hash selects kvt_json_hash() semantics (negatives
+ * wrap) and u64 output, else unsigned in [0, max] and u32 output.
+ */
+static kvt_status_t kvt_json_int_array(kvt_json_t *j, bool hash, void *out, size_t cap,
+                                       uint64_t max, size_t *n_p)
+{
+    kvt_status_t st = kvt_json_array_begin(j);
+    if (st != KVT_OK)
+        return st;
+    const char *s = j->s;
+    const size_t len = j->len;
+    size_t p = j->pos, n = 0;
+
+    while (p < len && KVT_JSON_IS_WS(s[p]))
+        p++;
+    if (p < len && s[p] == ']') {
+        j->pos = p;
+        kvt_json_close(j);
+        *n_p = 0;
+        return KVT_OK;
+    }
+    for (;;) {
+        /* One element at p (after whitespace). */
+        bool neg;
+        uint64_t mag = 0, v = 0;
+        size_t end, start = p;
+        if (kvt_json_fast_int(s, len, p, &neg, &mag, &end) &&
+            (hash ? !neg || mag <= (uint64_t)INT64_MAX + 1 : !neg || mag == 0)) {
+            v = neg ? 0 - mag : mag;
+            p = end;
+        } else {
+            /* Slow path: the full reader decides, or fails with its message. */
+            j->pos = p;
+            j->expect = KVT_JSON_X_VALUE;
+            st = hash ? kvt_json_hash(j, &v) : kvt_json_read_uint(j, UINT32_MAX, "a u32", &v);
+            if (st != KVT_OK)
+                return st;
+            p = j->pos;
+        }
+        if (!hash && v > max)
+            return kvt_json_fail(j, KVT_ERR_RANGE, start, "%llu is above the limit %llu",
+                                 (unsigned long long)v, (unsigned long long)max);
+        if (n >= cap)
+            return kvt_json_fail(j, KVT_ERR_TOO_BIG, start, "array has more than %zu elements",
+                                 cap);
+        if (hash)
+            ((uint64_t *)out)[n++] = v;
+        else
+            ((uint32_t *)out)[n++] = (uint32_t)v;
+
+        while (p < len && KVT_JSON_IS_WS(s[p]))
+            p++;
+        if (p < len && s[p] == ',') {
+            p++;
+            while (p < len && KVT_JSON_IS_WS(s[p]))
+                p++;
+            continue;
+        }
+        if (p < len && s[p] == ']')
+            break;
+        j->pos = p;
+        return kvt_json_expected(j, p, "',' or ']'");
+    }
+    j->pos = p;
+    kvt_json_close(j);
+    *n_p = n;
+    return KVT_OK;
+}
+
+kvt_status_t kvt_json_u32_array(kvt_json_t *j, uint32_t *out, size_t cap, uint32_t max, size_t *n_p)
+{
+    return kvt_json_int_array(j, false, out, cap, max, n_p);
+}
+
+kvt_status_t kvt_json_hash_array(kvt_json_t *j, uint64_t *out, size_t cap, size_t *n_p)
+{
+    return kvt_json_int_array(j, true, out, cap, UINT64_MAX, n_p);
+}
+
+/* ---- writer --------------------------------------------------------------------------- */
+
+void kvt_jbuf_init(kvt_jbuf_t *b)
+{
+    b->buf = NULL;
+    b->len = 0;
+    b->cap = 0;
+    b->oom = false;
+}
+
+void kvt_jbuf_cleanup(kvt_jbuf_t *b)
+{
+    free(b->buf);
+    kvt_jbuf_init(b);
+}
+
+void kvt_jbuf_reset(kvt_jbuf_t *b)
+{
+    b->len = 0;
+    b->oom = false;
+    if (b->buf != NULL)
+        b->buf[0] = '\0';
+}
+
+/* Room for @n more bytes plus the NUL; false (and oom) when it cannot grow. */
+static bool kvt_jbuf_reserve(kvt_jbuf_t *b, size_t n)
+{
+    if (b->oom)
+        return false;
+    if (b->cap > b->len && n < b->cap - b->len)
+        return true;
+    if (n > SIZE_MAX / 2 - b->len - 1) {
+        b->oom = true;
+        return false;
+    }
+    size_t need = b->len + n + 1;
+    size_t cap = b->cap < 64 ? 64 : b->cap;
+    while (cap < need)
+        cap *= 2;
+    char *p = realloc(b->buf, cap);
+    if (p == NULL) {
+        b->oom = true;
+        return false;
+    }
+    b->buf = p;
+    b->cap = cap;
+    return true;
+}
+
+void kvt_jbuf_raw(kvt_jbuf_t *b, const char *s, size_t n)
+{
+    if (!kvt_jbuf_reserve(b, n))
+        return;
+    if (n > 0)
+        memcpy(b->buf + b->len, s, n);
+    b->len += n;
+    b->buf[b->len] = '\0';
+}
+
+void kvt_jbuf_cstr(kvt_jbuf_t *b, const char *s)
+{
+    kvt_jbuf_raw(b, s, strlen(s));
+}
+
+void kvt_jbuf_str(kvt_jbuf_t *b, const char *s, size_t n)
+{
+    static const char hex[] = "0123456789abcdef";
+    /* Worst case 6 output bytes per input byte, plus the quotes. */
+    if (n > (SIZE_MAX - 2) / 6) {
+        b->oom = true;
+        return;
+    }
+    if (!kvt_jbuf_reserve(b, 6 * n + 2))
+        return;
+    char *o = b->buf + b->len;
+    const unsigned char *u = (const unsigned char *)s;
+    *o++ = '"';
+    for (size_t i = 0; i < n;) {
+        unsigned char c = u[i];
+        if (c >= 0x20 && c < 0x80 && c != '"' && c != '\\') {
+            *o++ = (char)c;
+            i++;
+            continue;
+        }
+        if (c >= 0x80) {
+            size_t k = kvt_json_utf8_len(u + i, n - i);
+            if (k == 0) {
+                memcpy(o, "\\ufffd", 6);
+                o += 6;
+                i++;
+            } else {
+                memcpy(o, u + i, k);
+                o += k;
+                i += k;
+            }
+            continue;
+        }
+        *o++ = '\\';
+        switch (c) {
+        case '"': *o++ = '"'; break;
+        case '\\': *o++ = '\\'; break;
+        case '\b': *o++ = 'b'; break;
+        case '\f': *o++ = 'f'; break;
+        case '\n': *o++ = 'n'; break;
+        case '\r': *o++ = 'r'; break;
+        case '\t': *o++ = 't'; break;
+        default:
+            *o++ = 'u';
+            *o++ = '0';
+            *o++ = '0';
+            *o++ = hex[c >> 4];
+            *o++ = hex[c & 15];
+            break;
+        }
+        i++;
+    }
+    *o++ = '"';
+    b->len = (size_t)(o - b->buf);
+    b->buf[b->len] = '\0';
+}
+
+/* Writes @v in decimal ending at @end (exclusive); returns the first byte. Two digits per
+ * step from a table: the division count, not the stores, is what costs. */
+static char *kvt_json_fmt_u64(uint64_t v, char *end)
+{
+    static const char pairs[] = "00010203040506070809101112131415161718192021222324"
+                                "25262728293031323334353637383940414243444546474849"
+                                "50515253545556575859606162636465666768697071727374"
+                                "75767778798081828384858687888990919293949596979899";
+    char *o = end;
+    while (v >= 100) {
+        unsigned r = (unsigned)(v % 100);
+        v /= 100;
+        o -= 2;
+        o[0] = pairs[2 * r];
+        o[1] = pairs[2 * r + 1];
+    }
+    if (v >= 10) {
+        o -= 2;
+        o[0] = pairs[2 * v];
+        o[1] = pairs[2 * v + 1];
+    } else {
+        *--o = (char)('0' + v);
+    }
+    return o;
+}
+
+void kvt_jbuf_u64(kvt_jbuf_t *b, uint64_t v)
+{
+    char tmp[24];
+    char *p = kvt_json_fmt_u64(v, tmp + sizeof(tmp));
+    kvt_jbuf_raw(b, p, (size_t)(tmp + sizeof(tmp) - p));
+}
+
+void kvt_jbuf_i64(kvt_jbuf_t *b, int64_t v)
+{
+    char tmp[24];
+    uint64_t mag = v < 0 ? 0 - (uint64_t)v : (uint64_t)v;
+    char *p = kvt_json_fmt_u64(mag, tmp + sizeof(tmp));
+    if (v < 0)
+        *--p = '-';
+    kvt_jbuf_raw(b, p, (size_t)(tmp + sizeof(tmp) - p));
+}
+
+void kvt_jbuf_f64(kvt_jbuf_t *b, double v)
+{
+    if (!isfinite(v)) {
+        kvt_jbuf_raw(b, "null", 4);
+        return;
+    }
+    char tmp[40];
+    int n = 0;
+    /* The shortest of 15..17 significant digits that reads back exactly. */
+    for (int prec = 15; prec <= 17; prec++) {
+        n = snprintf(tmp, sizeof(tmp), "%.*g", prec, v);
+        if (prec == 17 || strtod(tmp, NULL) == v)
+            break;
+    }
+    if (n <= 0 || (size_t)n >= sizeof(tmp))
+        return;
+    /* A locale may print ',' for the point; JSON wants '.'. */
+    for (int i = 0; i < n; i++)
+        if (!KVT_JSON_IS_DIGIT(tmp[i]) && tmp[i] != '-' && tmp[i] != '+' && tmp[i] != 'e')
+            tmp[i] = '.';
+    kvt_jbuf_raw(b, tmp, (size_t)n);
+}
+
+void kvt_jbuf_printf(kvt_jbuf_t *b, const char *fmt, ...)
+{
+    va_list ap;
+    char tmp[256];
+
+    if (b->oom)
+        return;
+    va_start(ap, fmt);
+    int n = vsnprintf(tmp, sizeof(tmp), fmt, ap);
+    va_end(ap);
+    if (n < 0)
+        return;
+    if ((size_t)n < sizeof(tmp)) {
+        kvt_jbuf_raw(b, tmp, (size_t)n);
+        return;
+    }
+    if (!kvt_jbuf_reserve(b, (size_t)n))
+        return;
+    va_start(ap, fmt);
+    vsnprintf(b->buf + b->len, (size_t)n + 1, fmt, ap);
+    va_end(ap);
+    b->len += (size_t)n;
+}

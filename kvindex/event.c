@@ -1,1 +1,119 @@
-/* kvindex/event.c: being written */
+/*
+ * kvindex/event.c: applies a decoded batch of engine events to the index
+ * (writer thread). Decoders live in event_json.c (and the msgpack codec).
+ */
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "kvindex/event.h"
+#include "kvindex/hash.h"
+
+static const char *ev_lora(const kvt_evbatch_t *b, const kvt_event_t *e)
+{
+    return e->lora_name != NULL ? e->lora_name : b->lora;
+}
+
+static uint32_t ev_block_size(const kvt_event_t *e, uint32_t def)
+{
+    return e->block_size != 0 ? e->block_size : def;
+}
+
+/* Refuses the batch before anything changes; see kvt_ev_apply(). */
+static kvt_status_t ev_check(kvt_idx_t *idx, const kvt_evbatch_t *b, uint32_t def, char *err,
+                             size_t errlen)
+{
+    for (size_t i = 0; i < b->nev; i++) {
+        const kvt_event_t *e = &b->ev[i];
+        if (e->type != KVT_EV_STORED || e->ntokens == 0)
+            continue;
+        uint32_t bs = ev_block_size(e, def);
+        if (b->model == NULL || b->model[0] == '\0') {
+            snprintf(err, errlen, "events[%zu]: BlockStored with token_ids needs \"model\"", i);
+            return KVT_ERR_INVAL;
+        }
+        if (bs == 0 || (uint64_t)bs * e->nhashes != e->ntokens) {
+            snprintf(err, errlen, "events[%zu]: %u token_ids do not fill %u blocks of %u", i,
+                     e->ntokens, e->nhashes, bs);
+            return KVT_ERR_INVAL;
+        }
+        uint32_t ns;
+        if (kvt_idx_ns_get(idx, b->model, ev_lora(b, e), 0, &ns) == KVT_OK &&
+            kvt_idx_ns_block_size(idx, ns) != bs) {
+            snprintf(err, errlen, "events[%zu]: block_size %u, but model '%s' uses %u", i, bs,
+                     b->model, kvt_idx_ns_block_size(idx, ns));
+            return KVT_ERR_INVAL;
+        }
+    }
+    return KVT_OK;
+}
+
+static kvt_status_t ev_stored(kvt_idx_t *idx, const kvt_evbatch_t *b, const kvt_event_t *e,
+                              uint32_t pod, uint32_t def, uint64_t *keys, kvt_ev_counters_t *c)
+{
+    if (e->ntokens == 0) {
+        /* a placeholder (vLLM CPU offload): only hashes the pod already knows */
+        size_t unresolved = 0;
+        kvt_status_t st =
+            kvt_idx_store_by_ehash(idx, pod, e->tier, e->hashes, e->nhashes, &unresolved);
+        c->unresolved += unresolved;
+        return st;
+    }
+    uint32_t bs = ev_block_size(e, def);
+    uint32_t ns;
+    kvt_status_t st = kvt_idx_ns_get(idx, b->model, ev_lora(b, e), bs, &ns);
+    if (st != KVT_OK)
+        return st;
+    uint64_t parent_key;
+    const uint64_t *parent = NULL;
+    if (e->has_parent) {
+        if (kvt_idx_pod_key(idx, pod, ns, e->parent, &parent_key) == KVT_OK)
+            parent = &parent_key;
+        else
+            c->orphans++; /* the chain is recomputed from the tokens alone */
+    }
+    kvt_hash_seq(e->tokens, e->ntokens, bs, KVT_HASH_SEED, parent, NULL, keys);
+    return kvt_idx_store(idx, ns, pod, e->tier, parent, keys, e->hashes, e->nhashes);
+}
+
+kvt_status_t kvt_ev_apply(kvt_idx_t *idx, const kvt_evbatch_t *b, uint32_t default_block_size,
+                          kvt_ev_counters_t *c, char *err, size_t errlen)
+{
+    if (errlen > 0)
+        err[0] = '\0';
+    kvt_status_t st = ev_check(idx, b, default_block_size, err, errlen);
+    if (st != KVT_OK)
+        return st;
+    uint32_t pod;
+    st = kvt_idx_pod_get(idx, b->pod, b->dp_rank, &pod);
+    if (st != KVT_OK) {
+        snprintf(err, errlen, "pod '%s': %s", b->pod, kvt_status_str(st));
+        return st;
+    }
+    size_t maxn = 0;
+    for (size_t i = 0; i < b->nev; i++)
+        if (b->ev[i].nhashes > maxn)
+            maxn = b->ev[i].nhashes;
+    uint64_t *keys = maxn ? malloc(maxn * sizeof(*keys)) : NULL;
+    if (maxn && keys == NULL)
+        return KVT_ERR_NO_MEM;
+    for (size_t i = 0; i < b->nev && st == KVT_OK; i++) {
+        const kvt_event_t *e = &b->ev[i];
+        size_t unresolved = 0;
+        switch (e->type) {
+        case KVT_EV_STORED: st = ev_stored(idx, b, e, pod, default_block_size, keys, c); break;
+        case KVT_EV_REMOVED:
+            st = kvt_idx_remove(idx, pod, e->tier, e->hashes, e->nhashes, &unresolved);
+            c->unresolved += unresolved;
+            break;
+        case KVT_EV_CLEARED: st = kvt_idx_pod_clear(idx, pod, KVT_TIER_GPU); break;
+        }
+        if (st == KVT_OK) {
+            c->events++;
+            c->blocks += e->nhashes;
+        } else {
+            snprintf(err, errlen, "events[%zu]: %s", i, kvt_status_str(st));
+        }
+    }
+    free(keys);
+    return st;
+}

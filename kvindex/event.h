@@ -71,15 +71,15 @@ void kvt_evbatch_cleanup(kvt_evbatch_t *b);
  * KVT_ERR_TOO_BIG (a name over KVT_IDX_MAX_NAME, more than @max_items hashes
  * or tokens in all) or KVT_ERR_NO_MEM.
  */
-kvt_status_t kvt_ev_json_decode(const char *body, size_t len, size_t max_items,
-                                kvt_evbatch_t *b, char *err, size_t errlen);
+kvt_status_t kvt_ev_json_decode(const char *body, size_t len, size_t max_items, kvt_evbatch_t *b,
+                                char *err, size_t errlen);
 
 /* What kvt_ev_apply() did; counters are added to, never reset. */
 typedef struct kvt_ev_counters {
     uint64_t events;     /* events applied */
     uint64_t blocks;     /* block hashes in applied events */
     uint64_t unresolved; /* hashes the pod did not know (removals, placeholder stores) */
-    uint64_t rejected;   /* events refused (e.g. BlockStored with neither tokens nor a known hash) */
+    uint64_t orphans;    /* BlockStored whose parent the pod did not know: chained from block 0 */
 } kvt_ev_counters_t;
 
 /*
@@ -90,10 +90,13 @@ typedef struct kvt_ev_counters {
  * tier to blocks the pod already knows by engine hash. BlockRemoved drops
  * the medium's tier; AllBlocksCleared drops the pod's GPU tier.
  * @default_block_size is used when an event has tokens but no block_size.
- * Returns KVT_OK, or the first hard error (KVT_ERR_NO_MEM, KVT_ERR_LIMIT);
- * events before it stay applied.
+ * The whole batch is checked first: a BlockStored with tokens and no model,
+ * or whose block size differs from its namespace's, fails the batch with
+ * KVT_ERR_INVAL and nothing applied (a one-line reason in @err, @errlen
+ * bytes). Otherwise returns KVT_OK, or the first hard error (KVT_ERR_NO_MEM,
+ * KVT_ERR_LIMIT, KVT_ERR_TOO_BIG); events before it stay applied.
  */
 kvt_status_t kvt_ev_apply(kvt_idx_t *idx, const kvt_evbatch_t *b, uint32_t default_block_size,
-                          kvt_ev_counters_t *c);
+                          kvt_ev_counters_t *c, char *err, size_t errlen);
 
 #endif

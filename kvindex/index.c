@@ -1547,6 +1547,21 @@ uint64_t kvt_idx_pod_entries(const kvt_idx_t *idx, uint32_t pod)
     return p ? p->entries : 0;
 }
 
+kvt_status_t kvt_idx_pod_key(const kvt_idx_t *cidx, uint32_t pod, uint32_t ns, uint64_t ehash,
+                             uint64_t *key_p)
+{
+    kvt_idx_t *idx = (kvt_idx_t *)cidx;
+    kvt_pod_t *p = pod_live(idx, pod);
+    if (p == NULL || ns >= idx->sh.nns)
+        return KVT_ERR_INVAL;
+    uint32_t slot = ptab_find(idx, p, ehash, false);
+    if (slot == KVT_NIL)
+        return KVT_ERR_NOT_FOUND;
+    kvt_node_t *n = N(idx, ref_node(idx, PREF(p, slot)));
+    *key_p = n->key ^ dir_ns(idx->sh.nss, ns)->salt;
+    return KVT_OK;
+}
+
 kvt_status_t kvt_idx_pod_clear(kvt_idx_t *idx, uint32_t pod, unsigned tiers)
 {
     kvt_pod_t *p = pod_live(idx, pod);

@@ -129,6 +129,16 @@ const char *kvt_idx_pod_name(const kvt_idx_t *idx, uint32_t pod, uint32_t *dp_ra
 uint64_t kvt_idx_pod_entries(const kvt_idx_t *idx, uint32_t pod);
 
 /*
+ * Writer. The key (in namespace @ns) of the block @pod holds under engine
+ * hash @ehash: how an event's parent_block_hash continues a chain.
+ * KVT_ERR_NOT_FOUND when the pod does not know @ehash, KVT_ERR_INVAL for a
+ * bad pod or namespace. (A pod's engine hashes are not per namespace: the
+ * key is right when the block belongs to @ns.)
+ */
+kvt_status_t kvt_idx_pod_key(const kvt_idx_t *idx, uint32_t pod, uint32_t ns, uint64_t ehash,
+                             uint64_t *key_p);
+
+/*
  * Writer. Removes tiers @tiers from every entry of @pod (AllBlocksCleared is
  * @tiers = KVT_TIER_GPU; KVT_TIER_ALL also drops speculative entries). Costs
  * O(blocks the pod holds).

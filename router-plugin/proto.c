@@ -1,1 +1,821 @@
-/* router-plugin/proto.c: being written */
+/*
+ * router-plugin/proto.c: the binary RPC codec (proto.h, docs/protocol.md).
+ *
+ * Byte order is handled byte by byte, so the code is independent of the host
+ * order and of alignment: bodies are parsed in place and their numbers may sit
+ * at any address.
+ */
+#include "router-plugin/proto.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ---- little-endian helpers ------------------------------------------------------------------ */
+
+static uint16_t ld16(const uint8_t *p)
+{
+    return (uint16_t)(p[0] | (uint16_t)p[1] << 8);
+}
+
+static uint32_t ld32(const uint8_t *p)
+{
+    return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+}
+
+static uint64_t ld64(const uint8_t *p)
+{
+    return (uint64_t)ld32(p) | (uint64_t)ld32(p + 4) << 32;
+}
+
+static void st16(uint8_t *p, uint16_t v)
+{
+    p[0] = (uint8_t)v;
+    p[1] = (uint8_t)(v >> 8);
+}
+
+static void st32(uint8_t *p, uint32_t v)
+{
+    for (int i = 0; i < 4; i++)
+        p[i] = (uint8_t)(v >> (8 * i));
+}
+
+static void st64(uint8_t *p, uint64_t v)
+{
+    for (int i = 0; i < 8; i++)
+        p[i] = (uint8_t)(v >> (8 * i));
+}
+
+static void set_why(const char **why_p, const char *why)
+{
+    if (why_p != NULL)
+        *why_p = why;
+}
+
+/* ---- header --------------------------------------------------------------------------------- */
+
+#define KVT_PROTO_F_KNOWN (KVT_PROTO_F_RESPONSE | KVT_PROTO_F_ERROR)
+
+bool kvt_proto_op_known(uint8_t op)
+{
+    switch (op) {
+    case KVT_PROTO_OP_HELLO:
+    case KVT_PROTO_OP_PING:
+    case KVT_PROTO_OP_QUERY:
+    case KVT_PROTO_OP_EVENTS:
+    case KVT_PROTO_OP_ENGINE_DROP:
+    case KVT_PROTO_OP_STATS: return true;
+    }
+    return false;
+}
+
+const char *kvt_proto_op_name(uint8_t op)
+{
+    switch (op) {
+    case KVT_PROTO_OP_HELLO: return "HELLO";
+    case KVT_PROTO_OP_PING: return "PING";
+    case KVT_PROTO_OP_QUERY: return "QUERY";
+    case KVT_PROTO_OP_EVENTS: return "EVENTS";
+    case KVT_PROTO_OP_ENGINE_DROP: return "ENGINE_DROP";
+    case KVT_PROTO_OP_STATS: return "STATS";
+    }
+    return "UNKNOWN";
+}
+
+bool kvt_proto_op_mutating(uint8_t op)
+{
+    return op == KVT_PROTO_OP_EVENTS || op == KVT_PROTO_OP_ENGINE_DROP;
+}
+
+uint16_t kvt_proto_http_status(kvt_status_t st)
+{
+    switch (st) {
+    case KVT_ERR_INVAL:
+    case KVT_ERR_PARSE:
+    case KVT_ERR_RANGE:
+    case KVT_ERR_PROTO: return 400;
+    case KVT_ERR_NOT_FOUND: return 404;
+    case KVT_ERR_TOO_BIG: return 413;
+    case KVT_ERR_LIMIT: return 429;
+    case KVT_ERR_UNSUPPORTED: return 501;
+    case KVT_ERR_NO_SPACE:
+    case KVT_ERR_NO_MEM:
+    case KVT_ERR_TIMEOUT:
+    case KVT_ERR_CLOSED:
+    case KVT_ERR_PEER:
+    case KVT_ERR_IO: return 503;
+    default: return 500;
+    }
+}
+
+void kvt_proto_hdr_peek(const uint8_t *buf, kvt_proto_hdr_t *h)
+{
+    h->version = buf[4];
+    h->op = buf[5];
+    h->flags = ld16(buf + 6);
+    h->req_id = ld64(buf + 8);
+    h->body_len = ld32(buf + 16);
+}
+
+kvt_status_t kvt_proto_hdr_check(const uint8_t *buf, uint32_t max_body, kvt_proto_hdr_t *h_p,
+                                 const char **why_p)
+{
+    kvt_proto_hdr_t h;
+
+    if (max_body > KVT_PROTO_MAX_BODY_LIMIT)
+        max_body = KVT_PROTO_MAX_BODY_LIMIT;
+    kvt_proto_hdr_peek(buf, &h);
+    if (ld32(buf) != KVT_PROTO_MAGIC) {
+        set_why(why_p, "header: bad magic (not a kvtier frame)");
+        return KVT_ERR_PROTO;
+    }
+    if (h.version != KVT_PROTO_VERSION) {
+        set_why(why_p, "header: unsupported protocol version");
+        return KVT_ERR_PROTO;
+    }
+    if ((h.flags & ~KVT_PROTO_F_KNOWN) != 0) {
+        set_why(why_p, "header: unknown flag bits");
+        return KVT_ERR_PROTO;
+    }
+    if ((h.flags & KVT_PROTO_F_ERROR) != 0 && (h.flags & KVT_PROTO_F_RESPONSE) == 0) {
+        set_why(why_p, "header: error flag on a request");
+        return KVT_ERR_PROTO;
+    }
+    if (ld32(buf + 20) != 0) {
+        set_why(why_p, "header: reserved field is not zero");
+        return KVT_ERR_PROTO;
+    }
+    if (h.body_len > max_body) {
+        set_why(why_p, "header: body larger than the maximum frame size");
+        return KVT_ERR_TOO_BIG;
+    }
+    if (!kvt_proto_op_known(h.op)) {
+        set_why(why_p, "header: unknown opcode");
+        return KVT_ERR_UNSUPPORTED;
+    }
+    *h_p = h;
+    return KVT_OK;
+}
+
+kvt_status_t kvt_proto_hdr_decode(const uint8_t *buf, uint32_t max_body, kvt_proto_hdr_t *h_p)
+{
+    return kvt_proto_hdr_check(buf, max_body, h_p, NULL);
+}
+
+void kvt_proto_hdr_encode(const kvt_proto_hdr_t *h, uint8_t *out)
+{
+    st32(out, KVT_PROTO_MAGIC);
+    out[4] = h->version;
+    out[5] = h->op;
+    st16(out + 6, h->flags);
+    st64(out + 8, h->req_id);
+    st32(out + 16, h->body_len);
+    st32(out + 20, 0);
+}
+
+/* ---- reader --------------------------------------------------------------------------------- */
+
+void kvt_proto_rd_init(kvt_proto_rd_t *r, const void *p, size_t len)
+{
+    /* NULL + 0 is undefined behaviour in C, so an empty body gets a dummy pointer. */
+    static const uint8_t empty[1];
+    r->p = p != NULL ? p : empty;
+    r->end = r->p + (p != NULL ? len : 0);
+    r->bad = false;
+}
+
+size_t kvt_proto_rd_left(const kvt_proto_rd_t *r)
+{
+    return r->bad ? 0 : (size_t)(r->end - r->p);
+}
+
+bool kvt_proto_rd_done(const kvt_proto_rd_t *r)
+{
+    return !r->bad && r->p == r->end;
+}
+
+const uint8_t *kvt_proto_rd_raw(kvt_proto_rd_t *r, size_t n)
+{
+    if (r->bad || (size_t)(r->end - r->p) < n) {
+        r->bad = true;
+        return NULL;
+    }
+    const uint8_t *p = r->p;
+    r->p += n;
+    return p;
+}
+
+uint8_t kvt_proto_rd_u8(kvt_proto_rd_t *r)
+{
+    const uint8_t *p = kvt_proto_rd_raw(r, 1);
+    return p != NULL ? p[0] : 0;
+}
+
+uint16_t kvt_proto_rd_u16(kvt_proto_rd_t *r)
+{
+    const uint8_t *p = kvt_proto_rd_raw(r, 2);
+    return p != NULL ? ld16(p) : 0;
+}
+
+uint32_t kvt_proto_rd_u32(kvt_proto_rd_t *r)
+{
+    const uint8_t *p = kvt_proto_rd_raw(r, 4);
+    return p != NULL ? ld32(p) : 0;
+}
+
+uint64_t kvt_proto_rd_u64(kvt_proto_rd_t *r)
+{
+    const uint8_t *p = kvt_proto_rd_raw(r, 8);
+    return p != NULL ? ld64(p) : 0;
+}
+
+int32_t kvt_proto_rd_i32(kvt_proto_rd_t *r)
+{
+    uint32_t u = kvt_proto_rd_u32(r);
+    int32_t v;
+    memcpy(&v, &u, sizeof(v)); /* two's complement without implementation-defined casts */
+    return v;
+}
+
+double kvt_proto_rd_f64(kvt_proto_rd_t *r)
+{
+    uint64_t u = kvt_proto_rd_u64(r);
+    double v;
+    memcpy(&v, &u, sizeof(v));
+    return v;
+}
+
+kvt_proto_str_t kvt_proto_rd_str(kvt_proto_rd_t *r)
+{
+    kvt_proto_str_t s = {NULL, 0};
+    if (r->bad)
+        return s;
+    const uint8_t *start = r->p;
+    uint16_t len = kvt_proto_rd_u16(r);
+    const uint8_t *p = kvt_proto_rd_raw(r, len);
+    if (p == NULL || len > KVT_PROTO_MAX_STR || memchr(p, '\0', len) != NULL) {
+        r->p = start; /* a failed read does not advance */
+        r->bad = true;
+        return s;
+    }
+    s.p = (const char *)p;
+    s.len = len;
+    return s;
+}
+
+/* ---- writer --------------------------------------------------------------------------------- */
+
+void kvt_proto_wr_init(kvt_proto_wr_t *w)
+{
+    memset(w, 0, sizeof(*w));
+}
+
+void kvt_proto_wr_cleanup(kvt_proto_wr_t *w)
+{
+    free(w->buf);
+    memset(w, 0, sizeof(*w));
+}
+
+void kvt_proto_wr_reset(kvt_proto_wr_t *w)
+{
+    w->len = 0;
+    w->oom = false;
+    w->bad = false;
+}
+
+kvt_status_t kvt_proto_wr_reserve(kvt_proto_wr_t *w, size_t n)
+{
+    if (w->cap - w->len >= n)
+        return KVT_OK;
+    if (n > SIZE_MAX / 2 - w->len) {
+        w->oom = true;
+        return KVT_ERR_NO_MEM;
+    }
+    size_t cap = w->cap < 256 ? 256 : w->cap;
+    while (cap - w->len < n)
+        cap *= 2;
+    uint8_t *buf = realloc(w->buf, cap);
+    if (buf == NULL) {
+        w->oom = true;
+        return KVT_ERR_NO_MEM;
+    }
+    w->buf = buf;
+    w->cap = cap;
+    return KVT_OK;
+}
+
+void kvt_proto_wr_consume(kvt_proto_wr_t *w, size_t n)
+{
+    if (n >= w->len) {
+        w->len = 0;
+        return;
+    }
+    memmove(w->buf, w->buf + n, w->len - n);
+    w->len -= n;
+}
+
+/* Returns where @n bytes may be written, or NULL after an allocation failure. */
+static uint8_t *wr_room(kvt_proto_wr_t *w, size_t n)
+{
+    if (w->oom || kvt_proto_wr_reserve(w, n) != KVT_OK)
+        return NULL;
+    uint8_t *p = w->buf + w->len;
+    w->len += n;
+    return p;
+}
+
+void kvt_proto_wr_raw(kvt_proto_wr_t *w, const void *p, size_t len)
+{
+    if (len == 0)
+        return;
+    uint8_t *dst = wr_room(w, len);
+    if (dst != NULL)
+        memcpy(dst, p, len);
+}
+
+void kvt_proto_wr_u8(kvt_proto_wr_t *w, uint8_t v)
+{
+    uint8_t *p = wr_room(w, 1);
+    if (p != NULL)
+        p[0] = v;
+}
+
+void kvt_proto_wr_u16(kvt_proto_wr_t *w, uint16_t v)
+{
+    uint8_t *p = wr_room(w, 2);
+    if (p != NULL)
+        st16(p, v);
+}
+
+void kvt_proto_wr_u32(kvt_proto_wr_t *w, uint32_t v)
+{
+    uint8_t *p = wr_room(w, 4);
+    if (p != NULL)
+        st32(p, v);
+}
+
+void kvt_proto_wr_u64(kvt_proto_wr_t *w, uint64_t v)
+{
+    uint8_t *p = wr_room(w, 8);
+    if (p != NULL)
+        st64(p, v);
+}
+
+void kvt_proto_wr_i32(kvt_proto_wr_t *w, int32_t v)
+{
+    uint32_t u;
+    memcpy(&u, &v, sizeof(u));
+    kvt_proto_wr_u32(w, u);
+}
+
+void kvt_proto_wr_f64(kvt_proto_wr_t *w, double v)
+{
+    uint64_t u;
+    memcpy(&u, &v, sizeof(u));
+    kvt_proto_wr_u64(w, u);
+}
+
+void kvt_proto_wr_str(kvt_proto_wr_t *w, const char *p, size_t len)
+{
+    if (len > KVT_PROTO_MAX_STR || (len > 0 && (p == NULL || memchr(p, '\0', len) != NULL))) {
+        w->bad = true;
+        return;
+    }
+    kvt_proto_wr_u16(w, (uint16_t)len);
+    kvt_proto_wr_raw(w, p, len);
+}
+
+size_t kvt_proto_wr_frame_begin(kvt_proto_wr_t *w, uint8_t op, uint16_t flags, uint64_t req_id)
+{
+    size_t off = w->len;
+    kvt_proto_hdr_t h = {KVT_PROTO_VERSION, op, flags, req_id, 0};
+    uint8_t *p = wr_room(w, KVT_PROTO_HDR_SIZE);
+    if (p != NULL)
+        kvt_proto_hdr_encode(&h, p);
+    return off;
+}
+
+kvt_status_t kvt_proto_wr_frame_end(kvt_proto_wr_t *w, size_t off)
+{
+    kvt_status_t st = KVT_OK;
+
+    if (w->oom)
+        st = KVT_ERR_NO_MEM;
+    else if (w->bad || off > w->len || w->len - off < KVT_PROTO_HDR_SIZE ||
+             w->len - off - KVT_PROTO_HDR_SIZE > KVT_PROTO_MAX_BODY_LIMIT)
+        st = KVT_ERR_TOO_BIG;
+    if (st != KVT_OK) {
+        if (off < w->len)
+            w->len = off;
+        w->oom = false;
+        w->bad = false;
+        return st;
+    }
+    st32(w->buf + off + 16, (uint32_t)(w->len - off - KVT_PROTO_HDR_SIZE));
+    return KVT_OK;
+}
+
+kvt_status_t kvt_proto_raw_encode(kvt_proto_wr_t *w, uint8_t op, uint16_t flags, uint64_t req_id,
+                                  const void *body, size_t len)
+{
+    if (len > KVT_PROTO_MAX_BODY_LIMIT)
+        return KVT_ERR_TOO_BIG; /* before copying up to SIZE_MAX bytes */
+    size_t off = kvt_proto_wr_frame_begin(w, op, flags, req_id);
+    kvt_proto_wr_raw(w, body, len);
+    return kvt_proto_wr_frame_end(w, off);
+}
+
+/* ---- HELLO ---------------------------------------------------------------------------------- */
+
+kvt_status_t kvt_proto_hello_req_encode(kvt_proto_wr_t *w, uint64_t req_id,
+                                        const kvt_proto_hello_req_t *h)
+{
+    size_t off = kvt_proto_wr_frame_begin(w, KVT_PROTO_OP_HELLO, 0, req_id);
+    kvt_proto_wr_u32(w, h->client_version);
+    kvt_proto_wr_str(w, h->token.p, h->token.len);
+    return kvt_proto_wr_frame_end(w, off);
+}
+
+kvt_status_t kvt_proto_hello_ans_encode(kvt_proto_wr_t *w, uint64_t req_id,
+                                        const kvt_proto_hello_ans_t *h)
+{
+    size_t off = kvt_proto_wr_frame_begin(w, KVT_PROTO_OP_HELLO, KVT_PROTO_F_RESPONSE, req_id);
+    kvt_proto_wr_u32(w, h->server_version);
+    kvt_proto_wr_u32(w, h->max_body);
+    return kvt_proto_wr_frame_end(w, off);
+}
+
+kvt_status_t kvt_proto_hello_req_decode(const uint8_t *body, size_t len, kvt_proto_hello_req_t *h_p,
+                                        const char **why_p)
+{
+    kvt_proto_rd_t r;
+    kvt_proto_hello_req_t h;
+
+    kvt_proto_rd_init(&r, body, len);
+    h.client_version = kvt_proto_rd_u32(&r);
+    if (r.bad) {
+        set_why(why_p, "hello: body shorter than its version field");
+        return KVT_ERR_INVAL;
+    }
+    h.token = kvt_proto_rd_str(&r);
+    if (r.bad) {
+        set_why(why_p, "hello: bad auth token string (truncated, too long or NUL byte)");
+        return KVT_ERR_INVAL;
+    }
+    if (!kvt_proto_rd_done(&r)) {
+        set_why(why_p, "hello: trailing bytes after the auth token");
+        return KVT_ERR_INVAL;
+    }
+    *h_p = h;
+    return KVT_OK;
+}
+
+kvt_status_t kvt_proto_hello_ans_decode(const uint8_t *body, size_t len, kvt_proto_hello_ans_t *h_p,
+                                        const char **why_p)
+{
+    kvt_proto_rd_t r;
+    kvt_proto_hello_ans_t h;
+
+    kvt_proto_rd_init(&r, body, len);
+    h.server_version = kvt_proto_rd_u32(&r);
+    h.max_body = kvt_proto_rd_u32(&r);
+    if (r.bad) {
+        set_why(why_p, "hello answer: body shorter than 8 bytes");
+        return KVT_ERR_INVAL;
+    }
+    if (!kvt_proto_rd_done(&r)) {
+        set_why(why_p, "hello answer: trailing bytes");
+        return KVT_ERR_INVAL;
+    }
+    *h_p = h;
+    return KVT_OK;
+}
+
+/* ---- QUERY request -------------------------------------------------------------------------- */
+
+kvt_status_t kvt_proto_query_decode(const uint8_t *body, size_t len, uint32_t max_items,
+                                    kvt_proto_query_t *q_p, const char **why_p)
+{
+    kvt_proto_rd_t r;
+    kvt_proto_query_t q;
+
+    kvt_proto_rd_init(&r, body, len);
+    q.model = kvt_proto_rd_str(&r);
+    if (r.bad) {
+        set_why(why_p, "query: bad model string (truncated, too long or NUL byte)");
+        return KVT_ERR_INVAL;
+    }
+    if (q.model.len == 0) {
+        set_why(why_p, "query: empty model name");
+        return KVT_ERR_INVAL;
+    }
+    q.lora = kvt_proto_rd_str(&r);
+    if (r.bad) {
+        set_why(why_p, "query: bad lora string (truncated, too long or NUL byte)");
+        return KVT_ERR_INVAL;
+    }
+    q.kind = kvt_proto_rd_u8(&r);
+    const uint8_t *pad = kvt_proto_rd_raw(&r, 3);
+    q.n = kvt_proto_rd_u32(&r);
+    if (r.bad) {
+        set_why(why_p, "query: body ends inside kind, pad or count");
+        return KVT_ERR_INVAL;
+    }
+    if (q.kind != KVT_PROTO_Q_TOKENS && q.kind != KVT_PROTO_Q_KEYS) {
+        set_why(why_p, "query: unknown kind (0 tokens, 1 keys)");
+        return KVT_ERR_INVAL;
+    }
+    if (pad[0] != 0 || pad[1] != 0 || pad[2] != 0) {
+        set_why(why_p, "query: pad bytes are not zero");
+        return KVT_ERR_INVAL;
+    }
+    if (q.n > max_items) {
+        set_why(why_p, "query: more tokens or keys than the server accepts");
+        return KVT_ERR_TOO_BIG;
+    }
+    size_t width = q.kind == KVT_PROTO_Q_TOKENS ? 4 : 8;
+    if ((size_t)q.n > kvt_proto_rd_left(&r) / width) {
+        set_why(why_p, "query: body ends inside the values");
+        return KVT_ERR_INVAL;
+    }
+    q.values = kvt_proto_rd_raw(&r, (size_t)q.n * width);
+    q.npods = kvt_proto_rd_u32(&r);
+    if (r.bad) {
+        set_why(why_p, "query: body ends before the pod count");
+        return KVT_ERR_INVAL;
+    }
+    q.pods = r.p;
+    for (uint32_t i = 0; i < q.npods; i++) {
+        kvt_proto_str_t pod = kvt_proto_rd_str(&r);
+        if (r.bad) {
+            set_why(why_p, "query: bad pod name (truncated, too long or NUL byte)");
+            return KVT_ERR_INVAL;
+        }
+        if (pod.len == 0) {
+            set_why(why_p, "query: empty pod name");
+            return KVT_ERR_INVAL;
+        }
+    }
+    q.pods_len = (size_t)(r.p - q.pods);
+    if (!kvt_proto_rd_done(&r)) {
+        set_why(why_p, "query: trailing bytes after the pod list");
+        return KVT_ERR_INVAL;
+    }
+    *q_p = q;
+    return KVT_OK;
+}
+
+uint32_t kvt_proto_query_token(const kvt_proto_query_t *q, uint32_t i)
+{
+    return ld32(q->values + (size_t)i * 4);
+}
+
+uint64_t kvt_proto_query_key(const kvt_proto_query_t *q, uint32_t i)
+{
+    return ld64(q->values + (size_t)i * 8);
+}
+
+kvt_status_t kvt_proto_query_req_encode(kvt_proto_wr_t *w, uint64_t req_id,
+                                        const kvt_proto_query_req_t *q)
+{
+    if (q->kind != KVT_PROTO_Q_TOKENS && q->kind != KVT_PROTO_Q_KEYS)
+        return KVT_ERR_INVAL;
+    if (q->model.len == 0)
+        return KVT_ERR_INVAL;
+    const void *vals = q->kind == KVT_PROTO_Q_TOKENS ? (const void *)q->tokens : q->keys;
+    if (q->n > 0 && vals == NULL)
+        return KVT_ERR_INVAL;
+    if (q->npods > 0 && q->pods == NULL)
+        return KVT_ERR_INVAL;
+    for (uint32_t i = 0; i < q->npods; i++)
+        if (q->pods[i].len == 0)
+            return KVT_ERR_INVAL;
+    size_t width = q->kind == KVT_PROTO_Q_TOKENS ? 4 : 8;
+    if ((size_t)q->n > KVT_PROTO_MAX_BODY_LIMIT / width)
+        return KVT_ERR_TOO_BIG;
+
+    size_t off = kvt_proto_wr_frame_begin(w, KVT_PROTO_OP_QUERY, 0, req_id);
+    kvt_proto_wr_str(w, q->model.p, q->model.len);
+    kvt_proto_wr_str(w, q->lora.p, q->lora.len);
+    kvt_proto_wr_u8(w, q->kind);
+    kvt_proto_wr_raw(w, "\0\0\0", 3);
+    kvt_proto_wr_u32(w, q->n);
+    /* One reservation, then direct stores: the values are the bulk of the frame. */
+    uint8_t *dst = wr_room(w, (size_t)q->n * width);
+    if (dst != NULL) {
+        if (q->kind == KVT_PROTO_Q_TOKENS)
+            for (uint32_t i = 0; i < q->n; i++)
+                st32(dst + (size_t)i * 4, q->tokens[i]);
+        else
+            for (uint32_t i = 0; i < q->n; i++)
+                st64(dst + (size_t)i * 8, q->keys[i]);
+    }
+    kvt_proto_wr_u32(w, q->npods);
+    for (uint32_t i = 0; i < q->npods; i++)
+        kvt_proto_wr_str(w, q->pods[i].p, q->pods[i].len);
+    return kvt_proto_wr_frame_end(w, off);
+}
+
+/* ---- QUERY answer --------------------------------------------------------------------------- */
+
+void kvt_proto_query_ans_begin(kvt_proto_wr_t *w, uint64_t req_id, uint32_t block_size,
+                               uint32_t num_blocks, kvt_proto_query_ans_enc_t *e)
+{
+    e->frame_off = kvt_proto_wr_frame_begin(w, KVT_PROTO_OP_QUERY, KVT_PROTO_F_RESPONSE, req_id);
+    kvt_proto_wr_u32(w, block_size);
+    kvt_proto_wr_u32(w, num_blocks);
+    e->npods_off = w->len;
+    kvt_proto_wr_u32(w, 0);
+    e->npods = 0;
+}
+
+void kvt_proto_query_ans_add(kvt_proto_wr_t *w, kvt_proto_query_ans_enc_t *e,
+                             const kvt_proto_pod_ans_t *pod)
+{
+    if (pod->pod.len == 0 || !isfinite(pod->score) || e->npods == UINT32_MAX) {
+        w->bad = true;
+        return;
+    }
+    kvt_proto_wr_str(w, pod->pod.p, pod->pod.len);
+    kvt_proto_wr_u32(w, pod->dp_rank);
+    kvt_proto_wr_u32(w, pod->matched);
+    kvt_proto_wr_u32(w, pod->gpu);
+    kvt_proto_wr_u32(w, pod->cpu);
+    kvt_proto_wr_u32(w, pod->disk);
+    kvt_proto_wr_f64(w, pod->score);
+    e->npods++;
+}
+
+kvt_status_t kvt_proto_query_ans_end(kvt_proto_wr_t *w, kvt_proto_query_ans_enc_t *e)
+{
+    if (!w->oom && !w->bad && e->npods_off + 4 <= w->len)
+        st32(w->buf + e->npods_off, e->npods);
+    return kvt_proto_wr_frame_end(w, e->frame_off);
+}
+
+/* Reads one entry; false when it is truncated or invalid (@r may then be bad or not). */
+static bool read_pod(kvt_proto_rd_t *r, kvt_proto_pod_ans_t *pod, const char **why_p)
+{
+    pod->pod = kvt_proto_rd_str(r);
+    if (r->bad) {
+        set_why(why_p, "query answer: bad pod name (truncated, too long or NUL byte)");
+        return false;
+    }
+    if (pod->pod.len == 0) {
+        set_why(why_p, "query answer: empty pod name");
+        return false;
+    }
+    pod->dp_rank = kvt_proto_rd_u32(r);
+    pod->matched = kvt_proto_rd_u32(r);
+    pod->gpu = kvt_proto_rd_u32(r);
+    pod->cpu = kvt_proto_rd_u32(r);
+    pod->disk = kvt_proto_rd_u32(r);
+    pod->score = kvt_proto_rd_f64(r);
+    if (r->bad) {
+        set_why(why_p, "query answer: body ends inside a pod entry");
+        return false;
+    }
+    if (!isfinite(pod->score)) {
+        set_why(why_p, "query answer: score is not a finite number");
+        return false;
+    }
+    return true;
+}
+
+kvt_status_t kvt_proto_query_ans_decode(const uint8_t *body, size_t len, kvt_proto_query_ans_t *a_p,
+                                        const char **why_p)
+{
+    kvt_proto_rd_t r;
+    kvt_proto_query_ans_t a;
+    kvt_proto_pod_ans_t pod;
+
+    kvt_proto_rd_init(&r, body, len);
+    a.block_size = kvt_proto_rd_u32(&r);
+    a.num_blocks = kvt_proto_rd_u32(&r);
+    a.npods = kvt_proto_rd_u32(&r);
+    if (r.bad) {
+        set_why(why_p, "query answer: body shorter than 12 bytes");
+        return KVT_ERR_INVAL;
+    }
+    a.pods = r.p;
+    for (uint32_t i = 0; i < a.npods; i++)
+        if (!read_pod(&r, &pod, why_p))
+            return KVT_ERR_INVAL;
+    a.pods_len = (size_t)(r.p - a.pods);
+    if (!kvt_proto_rd_done(&r)) {
+        set_why(why_p, "query answer: trailing bytes after the pod entries");
+        return KVT_ERR_INVAL;
+    }
+    *a_p = a;
+    return KVT_OK;
+}
+
+bool kvt_proto_query_ans_next(kvt_proto_rd_t *r, kvt_proto_pod_ans_t *pod_p)
+{
+    kvt_proto_rd_t save = *r;
+    kvt_proto_pod_ans_t pod;
+
+    if (r->bad || r->p == r->end)
+        return false;
+    if (!read_pod(r, &pod, NULL)) {
+        *r = save;
+        r->bad = true;
+        return false;
+    }
+    *pod_p = pod;
+    return true;
+}
+
+/* ---- ENGINE_DROP ---------------------------------------------------------------------------- */
+
+kvt_status_t kvt_proto_drop_req_encode(kvt_proto_wr_t *w, uint64_t req_id, kvt_proto_str_t pod)
+{
+    if (pod.len == 0)
+        return KVT_ERR_INVAL;
+    size_t off = kvt_proto_wr_frame_begin(w, KVT_PROTO_OP_ENGINE_DROP, 0, req_id);
+    kvt_proto_wr_str(w, pod.p, pod.len);
+    return kvt_proto_wr_frame_end(w, off);
+}
+
+kvt_status_t kvt_proto_drop_req_decode(const uint8_t *body, size_t len, kvt_proto_str_t *pod_p,
+                                       const char **why_p)
+{
+    kvt_proto_rd_t r;
+
+    kvt_proto_rd_init(&r, body, len);
+    kvt_proto_str_t pod = kvt_proto_rd_str(&r);
+    if (r.bad) {
+        set_why(why_p, "engine drop: bad pod name (truncated, too long or NUL byte)");
+        return KVT_ERR_INVAL;
+    }
+    if (pod.len == 0) {
+        set_why(why_p, "engine drop: empty pod name");
+        return KVT_ERR_INVAL;
+    }
+    if (!kvt_proto_rd_done(&r)) {
+        set_why(why_p, "engine drop: trailing bytes after the pod name");
+        return KVT_ERR_INVAL;
+    }
+    *pod_p = pod;
+    return KVT_OK;
+}
+
+/* ---- error answers -------------------------------------------------------------------------- */
+
+kvt_status_t kvt_proto_err_encode(kvt_proto_wr_t *w, uint8_t op, uint64_t req_id,
+                                  kvt_status_t status, uint16_t http, const char *msg,
+                                  size_t msg_len)
+{
+    if ((int)status >= 0 || http < 400 || http > 599)
+        return KVT_ERR_INVAL;
+    if (msg == NULL)
+        msg_len = 0;
+    const char *nul = msg_len > 0 ? memchr(msg, '\0', msg_len) : NULL;
+    if (nul != NULL)
+        msg_len = (size_t)(nul - msg);
+    if (msg_len > KVT_PROTO_MAX_STR) {
+        msg_len = KVT_PROTO_MAX_STR;
+        /* Do not split a UTF-8 sequence: back off over continuation bytes. */
+        while (msg_len > 0 && ((unsigned char)msg[msg_len] & 0xC0) == 0x80)
+            msg_len--;
+    }
+    size_t off = kvt_proto_wr_frame_begin(w, op, KVT_PROTO_F_RESPONSE | KVT_PROTO_F_ERROR, req_id);
+    kvt_proto_wr_i32(w, (int32_t)status);
+    kvt_proto_wr_u16(w, http);
+    kvt_proto_wr_str(w, msg, msg_len);
+    return kvt_proto_wr_frame_end(w, off);
+}
+
+kvt_status_t kvt_proto_err_decode(const uint8_t *body, size_t len, kvt_proto_err_t *e_p,
+                                  const char **why_p)
+{
+    kvt_proto_rd_t r;
+    kvt_proto_err_t e;
+
+    kvt_proto_rd_init(&r, body, len);
+    e.status = kvt_proto_rd_i32(&r);
+    e.http = kvt_proto_rd_u16(&r);
+    if (r.bad) {
+        set_why(why_p, "error answer: body shorter than 6 bytes");
+        return KVT_ERR_INVAL;
+    }
+    if (e.status >= 0) {
+        set_why(why_p, "error answer: status is not negative");
+        return KVT_ERR_INVAL;
+    }
+    if (e.http < 400 || e.http > 599) {
+        set_why(why_p, "error answer: http status outside 400..599");
+        return KVT_ERR_INVAL;
+    }
+    e.msg = kvt_proto_rd_str(&r);
+    if (r.bad) {
+        set_why(why_p, "error answer: bad message string (truncated, too long or NUL byte)");
+        return KVT_ERR_INVAL;
+    }
+    if (!kvt_proto_rd_done(&r)) {
+        set_why(why_p, "error answer: trailing bytes after the message");
+        return KVT_ERR_INVAL;
+    }
+    *e_p = e;
+    return KVT_OK;
+}

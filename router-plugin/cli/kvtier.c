@@ -12,13 +12,15 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "common/status.h"
 #include "kvindex/hash.h"
 #include "kvindex/tokens.h"
+#include "kvtier/client.h"
 
 #define KVT_CLI_EXIT_OK 0
-#define KVT_CLI_EXIT_FAIL 1  /* runtime failure: out of memory, write error */
+#define KVT_CLI_EXIT_FAIL 1  /* runtime failure: server or connection error, out of memory */
 #define KVT_CLI_EXIT_USAGE 2 /* malformed command line or input */
 
 #define KVT_CLI_MAX_BLOCK_SIZE 1048576u
@@ -73,10 +75,10 @@ static int kvt_cli_parse_u64(const char *s, uint64_t *out_p)
 
 /*
  * Reads all of @path ("-" is stdin) into a malloc'd buffer. Returns 0, or -1
- * after writing a message (no newline) into @err.
+ * after writing a message (no newline, naming the file as @what) into @err.
  */
-static int kvt_cli_read_file(const char *path, char **buf_p, size_t *len_p, char *err,
-                             size_t errlen)
+static int kvt_cli_read_file(const char *path, const char *what, char **buf_p, size_t *len_p,
+                             char *err, size_t errlen)
 {
     int is_stdin = strcmp(path, "-") == 0;
     FILE *f = is_stdin ? stdin : fopen(path, "rb");
@@ -84,20 +86,20 @@ static int kvt_cli_read_file(const char *path, char **buf_p, size_t *len_p, char
     size_t len = 0, cap = 0;
 
     if (f == NULL) {
-        snprintf(err, errlen, "cannot open tokens file '%s': %s", path, strerror(errno));
+        snprintf(err, errlen, "cannot open %s '%s': %s", what, path, strerror(errno));
         return -1;
     }
     for (;;) {
         if (len == cap) {
             if (cap >= KVT_CLI_MAX_FILE) {
-                snprintf(err, errlen, "tokens file '%s' is larger than %zu bytes", path,
+                snprintf(err, errlen, "%s '%s' is larger than %zu bytes", what, path,
                          KVT_CLI_MAX_FILE);
                 goto err_free;
             }
             size_t ncap = cap == 0 ? 65536 : cap * 2;
             char *nbuf = realloc(buf, ncap);
             if (nbuf == NULL) {
-                snprintf(err, errlen, "out of memory reading tokens file '%s'", path);
+                snprintf(err, errlen, "out of memory reading %s '%s'", what, path);
                 goto err_free;
             }
             buf = nbuf;
@@ -107,7 +109,7 @@ static int kvt_cli_read_file(const char *path, char **buf_p, size_t *len_p, char
         len += got;
         if (got == 0) {
             if (ferror(f)) {
-                snprintf(err, errlen, "cannot read tokens file '%s': %s", path, strerror(errno));
+                snprintf(err, errlen, "cannot read %s '%s': %s", what, path, strerror(errno));
                 goto err_free;
             }
             break;
@@ -134,7 +136,7 @@ static void kvt_cli_print_array(FILE *out, const uint64_t *v, size_t n)
     fputc(']', out);
 }
 
-/* ---- kvtier hash ---------------------------------------------------------------------- */
+/* ---- kvtier hash ---------------------------------------------------------------------------- */
 
 static void kvt_cli_hash_usage(FILE *out)
 {
@@ -224,7 +226,7 @@ static int kvt_cli_hash_main(int argc, char **argv)
             return kvt_cli_fail("hash: --tokens: %s", err);
     } else {
         const char *path = val[KVT_HOPT_FILE];
-        if (kvt_cli_read_file(path, &text, &text_len, err, sizeof(err)) != 0)
+        if (kvt_cli_read_file(path, "tokens file", &text, &text_len, err, sizeof(err)) != 0)
             return kvt_cli_fail("hash: %s", err);
         st = kvt_tokens_parse(text, text_len, &tokens, &ntokens, err, sizeof(err));
         free(text);
@@ -265,12 +267,534 @@ err_free_tokens:
     return rc;
 }
 
-/* ---- dispatch ------------------------------------------------------------------------- */
+/* ---- options shared by the subcommands that talk to kvtierd --------------------------------- */
 
-/* Later subcommands (query, events, stats against a running kvtierd) add a row here. */
+/*
+ * Parses "--name V" / "--name=V" options listed in @names (NULL-terminated)
+ * into @val (same index; each at most once) and collects up to @maxpos
+ * positional arguments. Returns 0, 1 for --help (@usage printed), or the
+ * usage exit code after printing the error.
+ */
+static int kvt_cli_opts(const char *cmd, int argc, char **argv, const char *const *names,
+                        const char **val, const char **pos, int maxpos, int *npos_p,
+                        void (*usage)(FILE *out))
+{
+    int npos = 0;
+
+    for (int i = 1; i < argc; i++) {
+        const char *arg = argv[i];
+        if (strcmp(arg, "--help") == 0 || strcmp(arg, "-h") == 0) {
+            usage(stdout);
+            return 1;
+        }
+        if (strcmp(arg, "-") == 0 || strncmp(arg, "-", 1) != 0) {
+            if (npos >= maxpos)
+                return kvt_cli_fail("%s: unexpected argument '%s'", cmd, arg);
+            pos[npos++] = arg;
+            continue;
+        }
+        if (strncmp(arg, "--", 2) != 0)
+            return kvt_cli_fail("%s: unknown option '%s'", cmd, arg);
+        const char *eq = strchr(arg, '=');
+        size_t name_len = eq != NULL ? (size_t)(eq - arg) : strlen(arg);
+        int opt = -1;
+        for (int o = 0; names[o] != NULL; o++)
+            if (strlen(names[o]) == name_len && strncmp(arg, names[o], name_len) == 0)
+                opt = o;
+        if (opt < 0)
+            return kvt_cli_fail("%s: unknown option '%.*s'", cmd, (int)name_len, arg);
+        if (val[opt] != NULL)
+            return kvt_cli_fail("%s: option %s given twice", cmd, names[opt]);
+        if (eq != NULL) {
+            val[opt] = eq + 1;
+        } else {
+            if (i + 1 >= argc)
+                return kvt_cli_fail("%s: option %s needs a value", cmd, names[opt]);
+            val[opt] = argv[++i];
+        }
+    }
+    *npos_p = npos;
+    return 0;
+}
+
+/* Strict decimal in 1..3600000 for millisecond options. */
+static int kvt_cli_parse_ms(const char *s, int *ms_p)
+{
+    uint64_t v;
+    if (kvt_cli_parse_u64(s, &v) != 0 || v < 1 || v > 3600000)
+        return -1;
+    *ms_p = (int)v;
+    return 0;
+}
+
+/*
+ * Makes a client for --addr (else KVTIER_ADDR, else the default) with
+ * --timeout and --auth-token (else KVTIER_TOKEN). It connects on its first
+ * call, so only local checks happen here. Returns the exit code: 0 with
+ * *@c_p set, 2 for a bad address or value, 1 when out of memory.
+ */
+static int kvt_cli_connect(const char *cmd, const char *addr, const char *timeout,
+                           const char *token, kvt_client_t **c_p)
+{
+    kvt_client_opts_t o;
+    char msg[512];
+
+    kvt_client_opts_default(&o);
+    o.lazy_connect = true;
+    if (addr == NULL)
+        addr = getenv("KVTIER_ADDR");
+    if (addr != NULL && addr[0] != '\0')
+        o.address = addr;
+    if (token == NULL)
+        token = getenv("KVTIER_TOKEN");
+    o.auth_token = token;
+    if (timeout != NULL) {
+        if (kvt_cli_parse_ms(timeout, &o.io_timeout_ms) != 0)
+            return kvt_cli_fail("%s: --timeout must be milliseconds in 1..3600000, got '%s'", cmd,
+                                timeout);
+        o.connect_timeout_ms = o.io_timeout_ms;
+    }
+    kvt_status_t st = kvt_client_create_msg(&o, c_p, msg, sizeof(msg));
+    if (st == KVT_OK)
+        return KVT_CLI_EXIT_OK;
+    kvt_cli_fail("%s: %s", cmd, msg);
+    return st == KVT_ERR_INVAL ? KVT_CLI_EXIT_USAGE : KVT_CLI_EXIT_FAIL;
+}
+
+/* The failure of a call on @c: one stderr line, exit 1. */
+static int kvt_cli_call_failed(const char *cmd, kvt_client_t *c, kvt_status_t st)
+{
+    const char *msg = kvt_client_last_error(c);
+    if (msg[0] != '\0')
+        kvt_cli_fail("%s: %s", cmd, msg);
+    else
+        kvt_cli_fail("%s: %s", cmd, kvt_status_str(st));
+    return KVT_CLI_EXIT_FAIL;
+}
+
+/* Writes @s as a JSON string (quotes, backslashes and control bytes escaped). */
+static void kvt_cli_json_str(FILE *out, const char *s)
+{
+    fputc('"', out);
+    for (; *s != '\0'; s++) {
+        unsigned char ch = (unsigned char)*s;
+        if (ch == '"' || ch == '\\')
+            fprintf(out, "\\%c", ch);
+        else if (ch < 0x20)
+            fprintf(out, "\\u%04x", ch);
+        else
+            fputc(ch, out);
+    }
+    fputc('"', out);
+}
+
+/* Writes a finite double in its shortest form that reads back exactly. */
+static void kvt_cli_json_double(FILE *out, double d)
+{
+    char buf[40];
+    for (int prec = 15; prec <= 17; prec++) {
+        snprintf(buf, sizeof(buf), "%.*g", prec, d);
+        if (strtod(buf, NULL) == d)
+            break;
+    }
+    fputs(buf, out);
+}
+
+/* Flushes stdout; a write error is a runtime failure. */
+static int kvt_cli_finish(const char *cmd)
+{
+    if (fflush(stdout) != 0 || ferror(stdout)) {
+        kvt_cli_fail("%s: cannot write output: %s", cmd, strerror(errno));
+        return KVT_CLI_EXIT_FAIL;
+    }
+    return KVT_CLI_EXIT_OK;
+}
+
+/* ---- kvtier query --------------------------------------------------------------------------- */
+
+static void kvt_cli_query_usage(FILE *out)
+{
+    fprintf(out,
+            "usage: kvtier query [--addr A] [--model M] [--lora L]\n"
+            "                    (--tokens LIST | --tokens-file F | --keys LIST)\n"
+            "                    [--pods P1,P2,...] [--timeout MS] [--auth-token T]\n"
+            "\n"
+            "Asks a running kvtierd which pods hold the longest prefix of a prompt and\n"
+            "prints the answer as one JSON line, like POST /v1/query:\n"
+            "{\"block_size\":B,\"num_blocks\":N,\"pods\":[{\"pod\":..,\"dp_rank\":..,\n"
+            "\"matched_blocks\":..,\"gpu\":..,\"cpu\":..,\"disk\":..,\"score\":..}]} best first.\n"
+            "\n"
+            "  --addr A          kvtierd's RPC address, host:port or unix:/path\n"
+            "                    (default $KVTIER_ADDR, else %s)\n"
+            "  --model M         model name (default $KVTIER_MODEL; required)\n"
+            "  --lora L          LoRA adapter name (default: the base model)\n"
+            "  --tokens LIST     token ids, as for 'kvtier hash'\n"
+            "  --tokens-file F   read the token ids from file F ('-' reads stdin)\n"
+            "  --keys LIST       block sequence keys (unsigned 64-bit decimals, separated\n"
+            "                    by commas and/or whitespace) instead of tokens\n"
+            "  --pods LIST       only rank these pods (comma-separated names)\n"
+            "  --timeout MS      connect and call timeout in milliseconds (default 1000)\n"
+            "  --auth-token T    token for HELLO (default $KVTIER_TOKEN)\n"
+            "\n"
+            "Exit codes: 0 ok, 1 server or connection error, 2 bad usage or input\n"
+            "(one 'kvtier: ...' line on stderr).\n",
+            KVT_CLIENT_DEFAULT_ADDR);
+}
+
+enum {
+    KVT_QOPT_ADDR,
+    KVT_QOPT_MODEL,
+    KVT_QOPT_LORA,
+    KVT_QOPT_TOKENS,
+    KVT_QOPT_FILE,
+    KVT_QOPT_KEYS,
+    KVT_QOPT_PODS,
+    KVT_QOPT_TIMEOUT,
+    KVT_QOPT_TOKEN,
+    KVT_QOPT_COUNT
+};
+
+static const char *const kvt_cli_query_opts[KVT_QOPT_COUNT + 1] = {
+    [KVT_QOPT_ADDR] = "--addr",        [KVT_QOPT_MODEL] = "--model",
+    [KVT_QOPT_LORA] = "--lora",        [KVT_QOPT_TOKENS] = "--tokens",
+    [KVT_QOPT_FILE] = "--tokens-file", [KVT_QOPT_KEYS] = "--keys",
+    [KVT_QOPT_PODS] = "--pods",        [KVT_QOPT_TIMEOUT] = "--timeout",
+    [KVT_QOPT_TOKEN] = "--auth-token", [KVT_QOPT_COUNT] = NULL,
+};
+
+/* Parses "k1,k2 k3": unsigned 64-bit decimals separated by commas and/or whitespace. */
+static int kvt_cli_parse_keys(const char *s, uint64_t **keys_p, size_t *n_p)
+{
+    size_t cap = 0, n = 0;
+    uint64_t *keys = NULL;
+    char tok[32];
+
+    while (*s != '\0') {
+        while (*s == ',' || *s == ' ' || *s == '\t' || *s == '\n' || *s == '\r')
+            s++;
+        if (*s == '\0')
+            break;
+        size_t len = strcspn(s, ", \t\r\n");
+        if (len >= sizeof(tok))
+            goto err_free;
+        memcpy(tok, s, len);
+        tok[len] = '\0';
+        uint64_t v;
+        if (kvt_cli_parse_u64(tok, &v) != 0)
+            goto err_free;
+        if (n == cap) {
+            cap = cap == 0 ? 64 : cap * 2;
+            uint64_t *nk = realloc(keys, cap * sizeof(*nk));
+            if (nk == NULL)
+                goto err_free;
+            keys = nk;
+        }
+        keys[n++] = v;
+        s += len;
+    }
+    *keys_p = keys;
+    *n_p = n;
+    return 0;
+
+err_free:
+    free(keys);
+    return -1;
+}
+
+/* Splits "a,b,c" into a malloc'd array of pointers into a malloc'd copy (*@buf_p). */
+static int kvt_cli_split_pods(const char *s, char **buf_p, const char ***pods_p, size_t *n_p)
+{
+    size_t n = 1;
+    for (const char *p = s; *p != '\0'; p++)
+        n += *p == ',';
+    char *buf = strdup(s);
+    const char **pods = calloc(n, sizeof(*pods));
+    if (buf == NULL || pods == NULL) {
+        free(buf);
+        free(pods);
+        return -1;
+    }
+    size_t i = 0;
+    for (char *p = buf;;) {
+        char *comma = strchr(p, ',');
+        if (comma != NULL)
+            *comma = '\0';
+        if (*p == '\0' || strlen(p) > 255) {
+            free(buf);
+            free(pods);
+            return -2;
+        }
+        pods[i++] = p;
+        if (comma == NULL)
+            break;
+        p = comma + 1;
+    }
+    *buf_p = buf;
+    *pods_p = pods;
+    *n_p = n;
+    return 0;
+}
+
+static int kvt_cli_query_main(int argc, char **argv)
+{
+    const char *val[KVT_QOPT_COUNT] = {NULL};
+    const char *pos[1];
+    int npos = 0;
+    uint32_t *tokens = NULL;
+    uint64_t *keys = NULL;
+    size_t n = 0, npods = 0;
+    char *podbuf = NULL;
+    const char **pods = NULL;
+    kvt_client_t *c = NULL;
+    kvt_client_result_t res;
+    char err[256];
+    int rc;
+
+    rc = kvt_cli_opts("query", argc, argv, kvt_cli_query_opts, val, pos, 0, &npos,
+                      kvt_cli_query_usage);
+    if (rc != 0)
+        return rc == 1 ? KVT_CLI_EXIT_OK : rc;
+    const char *model = val[KVT_QOPT_MODEL] != NULL ? val[KVT_QOPT_MODEL] : getenv("KVTIER_MODEL");
+    if (model == NULL || model[0] == '\0')
+        return kvt_cli_fail("query: --model is required (or set KVTIER_MODEL)");
+    if (strlen(model) > 255)
+        return kvt_cli_fail("query: --model is longer than 255 bytes");
+    if (val[KVT_QOPT_LORA] != NULL && strlen(val[KVT_QOPT_LORA]) > 255)
+        return kvt_cli_fail("query: --lora is longer than 255 bytes");
+    int given = (val[KVT_QOPT_TOKENS] != NULL) + (val[KVT_QOPT_FILE] != NULL) +
+                (val[KVT_QOPT_KEYS] != NULL);
+    if (given != 1)
+        return kvt_cli_fail("query: give exactly one of --tokens, --tokens-file and --keys");
+
+    if (val[KVT_QOPT_TOKENS] != NULL) {
+        const char *list = val[KVT_QOPT_TOKENS];
+        if (kvt_tokens_parse(list, strlen(list), &tokens, &n, err, sizeof(err)) != KVT_OK)
+            return kvt_cli_fail("query: --tokens: %s", err);
+    } else if (val[KVT_QOPT_FILE] != NULL) {
+        const char *path = val[KVT_QOPT_FILE];
+        char *text = NULL;
+        size_t text_len = 0;
+        if (kvt_cli_read_file(path, "tokens file", &text, &text_len, err, sizeof(err)) != 0)
+            return kvt_cli_fail("query: %s", err);
+        kvt_status_t st = kvt_tokens_parse(text, text_len, &tokens, &n, err, sizeof(err));
+        free(text);
+        if (st != KVT_OK)
+            return kvt_cli_fail("query: tokens file '%s': %s", path, err);
+    } else if (kvt_cli_parse_keys(val[KVT_QOPT_KEYS], &keys, &n) != 0) {
+        return kvt_cli_fail("query: --keys must be unsigned 64-bit decimals separated by "
+                            "commas or spaces");
+    }
+    if (val[KVT_QOPT_PODS] != NULL) {
+        int r = kvt_cli_split_pods(val[KVT_QOPT_PODS], &podbuf, &pods, &npods);
+        if (r != 0) {
+            rc = r == -1 ? KVT_CLI_EXIT_FAIL : KVT_CLI_EXIT_USAGE;
+            kvt_cli_fail("query: %s", r == -1
+                                          ? "out of memory"
+                                          : "--pods names must be 1..255 bytes, comma-separated");
+            goto out;
+        }
+    }
+
+    rc = kvt_cli_connect("query", val[KVT_QOPT_ADDR], val[KVT_QOPT_TIMEOUT], val[KVT_QOPT_TOKEN],
+                         &c);
+    if (rc != KVT_CLI_EXIT_OK)
+        goto out;
+    const char *lora = val[KVT_QOPT_LORA];
+    kvt_status_t st = val[KVT_QOPT_KEYS] != NULL
+                          ? kvt_client_query_keys(c, model, lora, keys, n, pods, npods, &res)
+                          : kvt_client_query(c, model, lora, tokens, n, pods, npods, &res);
+    if (st != KVT_OK) {
+        rc = kvt_cli_call_failed("query", c, st);
+        goto out;
+    }
+    printf("{\"block_size\":%" PRIu32 ",\"num_blocks\":%" PRIu32 ",\"pods\":[", res.block_size,
+           res.num_blocks);
+    for (size_t i = 0; i < res.npods; i++) {
+        const kvt_client_pod_t *p = &res.pods[i];
+        fputs(i == 0 ? "{\"pod\":" : ",{\"pod\":", stdout);
+        kvt_cli_json_str(stdout, p->pod);
+        printf(",\"dp_rank\":%" PRIu32 ",\"matched_blocks\":%" PRIu32 ",\"gpu\":%" PRIu32
+               ",\"cpu\":%" PRIu32 ",\"disk\":%" PRIu32 ",\"score\":",
+               p->dp_rank, p->matched, p->gpu, p->cpu, p->disk);
+        kvt_cli_json_double(stdout, p->score);
+        fputc('}', stdout);
+    }
+    fputs("]}\n", stdout);
+    kvt_client_result_free(&res);
+    rc = kvt_cli_finish("query");
+out:
+    kvt_client_destroy(c);
+    free(pods);
+    free(podbuf);
+    free(tokens);
+    free(keys);
+    return rc;
+}
+
+/* ---- kvtier events / stats / ping ----------------------------------------------------------- */
+
+static void kvt_cli_events_usage(FILE *out)
+{
+    fprintf(
+        out,
+        "usage: kvtier events [--addr A] [--timeout MS] [--auth-token T] FILE\n"
+        "\n"
+        "Sends a JSON events file ('-' reads stdin) to a running kvtierd, as\n"
+        "POST /v1/events does: {\"pod\",\"model\",\"events\":[{\"type\":\"BlockStored\",..},..]}\n"
+        "(docs/api.md), and prints the server's JSON answer on one line.\n"
+        "\n"
+        "  --addr A        RPC address (default $KVTIER_ADDR, else %s)\n"
+        "  --timeout MS    connect and call timeout in milliseconds (default 1000)\n"
+        "  --auth-token T  token for HELLO (default $KVTIER_TOKEN)\n"
+        "\n"
+        "Exit codes: 0 ok, 1 server or connection error (also a refused file),\n"
+        "2 bad usage or unreadable file.\n",
+        KVT_CLIENT_DEFAULT_ADDR);
+}
+
+static void kvt_cli_stats_usage(FILE *out)
+{
+    fprintf(out, "usage: kvtier stats [--addr A] [--timeout MS] [--auth-token T]\n"
+                 "\n"
+                 "Prints the JSON of GET /v1/stats from a running kvtierd on one line.\n"
+                 "Options as for 'kvtier events'. Exit codes: 0 ok, 1 server or connection\n"
+                 "error, 2 bad usage.\n");
+}
+
+static void kvt_cli_ping_usage(FILE *out)
+{
+    fprintf(out, "usage: kvtier ping [--addr A] [--timeout MS] [--auth-token T]\n"
+                 "\n"
+                 "Connects to a running kvtierd, says HELLO and PING, and prints\n"
+                 "{\"ok\":true,\"rtt_us\":N}. Exit 0 when it answered, 1 when it did not,\n"
+                 "2 on bad usage: scripts can wait for a daemon with it.\n");
+}
+
+enum { KVT_COPT_ADDR, KVT_COPT_TIMEOUT, KVT_COPT_TOKEN, KVT_COPT_COUNT };
+
+static const char *const kvt_cli_conn_opts[KVT_COPT_COUNT + 1] = {
+    [KVT_COPT_ADDR] = "--addr",
+    [KVT_COPT_TIMEOUT] = "--timeout",
+    [KVT_COPT_TOKEN] = "--auth-token",
+    [KVT_COPT_COUNT] = NULL,
+};
+
+/* Prints a JSON answer, adding the newline it lacks. */
+static int kvt_cli_print_answer(const char *cmd, const char *json)
+{
+    size_t len = strlen(json);
+    fputs(json, stdout);
+    if (len == 0 || json[len - 1] != '\n')
+        fputc('\n', stdout);
+    return kvt_cli_finish(cmd);
+}
+
+static int kvt_cli_events_main(int argc, char **argv)
+{
+    const char *val[KVT_COPT_COUNT] = {NULL};
+    const char *pos[1] = {NULL};
+    int npos = 0;
+    char err[256];
+    char *text = NULL, *answer = NULL;
+    size_t len = 0;
+    kvt_client_t *c = NULL;
+
+    int rc = kvt_cli_opts("events", argc, argv, kvt_cli_conn_opts, val, pos, 1, &npos,
+                          kvt_cli_events_usage);
+    if (rc != 0)
+        return rc == 1 ? KVT_CLI_EXIT_OK : rc;
+    if (npos != 1)
+        return kvt_cli_fail("events: give the JSON events file ('-' for stdin)");
+    if (kvt_cli_read_file(pos[0], "events file", &text, &len, err, sizeof(err)) != 0)
+        return kvt_cli_fail("events: %s", err);
+    if (len == 0) {
+        free(text);
+        return kvt_cli_fail("events: events file '%s' is empty", pos[0]);
+    }
+    rc = kvt_cli_connect("events", val[KVT_COPT_ADDR], val[KVT_COPT_TIMEOUT], val[KVT_COPT_TOKEN],
+                         &c);
+    if (rc == KVT_CLI_EXIT_OK) {
+        kvt_status_t st = kvt_client_report_events(c, text, len, &answer);
+        if (st == KVT_ERR_TOO_BIG)
+            rc = (kvt_cli_fail("events: %s", kvt_client_last_error(c)), KVT_CLI_EXIT_USAGE);
+        else if (st != KVT_OK)
+            rc = kvt_cli_call_failed("events", c, st);
+        else
+            rc = kvt_cli_print_answer("events", answer);
+    }
+    free(answer);
+    free(text);
+    kvt_client_destroy(c);
+    return rc;
+}
+
+static int kvt_cli_stats_main(int argc, char **argv)
+{
+    const char *val[KVT_COPT_COUNT] = {NULL};
+    const char *pos[1];
+    int npos = 0;
+    char *json = NULL;
+    kvt_client_t *c = NULL;
+
+    int rc = kvt_cli_opts("stats", argc, argv, kvt_cli_conn_opts, val, pos, 0, &npos,
+                          kvt_cli_stats_usage);
+    if (rc != 0)
+        return rc == 1 ? KVT_CLI_EXIT_OK : rc;
+    rc = kvt_cli_connect("stats", val[KVT_COPT_ADDR], val[KVT_COPT_TIMEOUT], val[KVT_COPT_TOKEN],
+                         &c);
+    if (rc == KVT_CLI_EXIT_OK) {
+        kvt_status_t st = kvt_client_stats(c, &json);
+        rc = st != KVT_OK ? kvt_cli_call_failed("stats", c, st)
+                          : kvt_cli_print_answer("stats", json);
+    }
+    free(json);
+    kvt_client_destroy(c);
+    return rc;
+}
+
+static int kvt_cli_ping_main(int argc, char **argv)
+{
+    const char *val[KVT_COPT_COUNT] = {NULL};
+    const char *pos[1];
+    int npos = 0;
+    kvt_client_t *c = NULL;
+
+    int rc =
+        kvt_cli_opts("ping", argc, argv, kvt_cli_conn_opts, val, pos, 0, &npos, kvt_cli_ping_usage);
+    if (rc != 0)
+        return rc == 1 ? KVT_CLI_EXIT_OK : rc;
+    rc =
+        kvt_cli_connect("ping", val[KVT_COPT_ADDR], val[KVT_COPT_TIMEOUT], val[KVT_COPT_TOKEN], &c);
+    if (rc == KVT_CLI_EXIT_OK) {
+        struct timespec t0, t1;
+        clock_gettime(CLOCK_MONOTONIC, &t0);
+        kvt_status_t st = kvt_client_ping(c);
+        clock_gettime(CLOCK_MONOTONIC, &t1);
+        if (st != KVT_OK) {
+            rc = kvt_cli_call_failed("ping", c, st);
+        } else {
+            long long us =
+                (long long)(t1.tv_sec - t0.tv_sec) * 1000000 + (t1.tv_nsec - t0.tv_nsec) / 1000;
+            printf("{\"ok\":true,\"rtt_us\":%lld}\n", us);
+            rc = kvt_cli_finish("ping");
+        }
+    }
+    kvt_client_destroy(c);
+    return rc;
+}
+
+/* ---- dispatch ------------------------------------------------------------------------------- */
+
 static const kvt_cli_cmd_t kvt_cli_cmds[] = {
     {"hash", "hash a token list into block keys (local and seq hashes)", kvt_cli_hash_main,
      kvt_cli_hash_usage},
+    {"query", "ask a running kvtierd which pods hold a prompt's prefix", kvt_cli_query_main,
+     kvt_cli_query_usage},
+    {"events", "send a JSON events file to a running kvtierd", kvt_cli_events_main,
+     kvt_cli_events_usage},
+    {"stats", "print a running kvtierd's statistics (JSON)", kvt_cli_stats_main,
+     kvt_cli_stats_usage},
+    {"ping", "check that a kvtierd answers", kvt_cli_ping_main, kvt_cli_ping_usage},
 };
 
 #define KVT_CLI_NCMDS (sizeof(kvt_cli_cmds) / sizeof(kvt_cli_cmds[0]))

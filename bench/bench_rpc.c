@@ -1,0 +1,626 @@
+/*
+ * `kvtier-bench rpc`: query throughput and latency of a real kvtierd over
+ * loopback, binary RPC (pipelined) and HTTP/JSON (keep-alive), with
+ * `redis-benchmark -P 16 -t get` against a Debian redis-server measured in
+ * the same run as the yardstick.
+ *
+ * The bench starts kvtierd itself (--kvtierd, default: next to this binary)
+ * on ephemeral ports in a temp dir, loads P pods' worth of prompts through
+ * POST /v1/events, then:
+ *   1. RPC closed loop: C connections with D queries in flight each, S seconds;
+ *   2. RPC open loop at half the rate found in 1: latency from the scheduled
+ *      send time to the answer (p50, p99);
+ *   3. HTTP closed loop: H keep-alive connections, one request in flight each;
+ *   4. redis-benchmark (skipped when redis is not installed).
+ * Prompts are 1024 tokens (block size 16) sharing a 256-token system prefix,
+ * so every query walks the index and matches several pods.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <math.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "bench/bench.h"
+#include "router-plugin/proto.h"
+
+typedef struct br_opts {
+    const char *kvtierd;
+    double seconds;
+    uint32_t conns, depth, http_conns, pods, prompts, tokens, workers;
+    bool redis;
+} br_opts_t;
+
+static uint64_t br_now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+static void br_usage(FILE *out)
+{
+    fprintf(out,
+            "usage: kvtier-bench rpc [--kvtierd PATH] [--seconds S] [--conns C] [--depth D]\n"
+            "                        [--http-conns H] [--pods P] [--prompts K] [--tokens N]\n"
+            "                        [--workers W] [--no-redis]\n"
+            "\n"
+            "Starts kvtierd (W query workers, default 2) on loopback, stores K prompts of N\n"
+            "tokens (default 256 x 1024, block size 16) on P pods (default 64), then measures\n"
+            "RPC queries/s with C connections x D in flight (default 4 x 32), RPC latency at\n"
+            "half that rate, HTTP queries/s with H keep-alive connections (default 16), and\n"
+            "redis-benchmark -P 16 -t get as the yardstick. S seconds per phase (default 3).\n"
+            "The last line is JSON.\n");
+}
+
+static int br_parse(int argc, char **argv, br_opts_t *o)
+{
+    static char def_path[4096];
+    *o = (br_opts_t){NULL, 3.0, 4, 32, 16, 64, 256, 1024, 2, true};
+    for (int i = 1; i < argc; i++) {
+        const char *v = NULL;
+        uint64_t u;
+        int r;
+        if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
+            br_usage(stdout);
+            return 1;
+        }
+        if (strcmp(argv[i], "--no-redis") == 0) {
+            o->redis = false;
+            continue;
+        }
+        if ((r = kvt_bench_opt(argc, argv, &i, "--kvtierd", &v)) != 0) {
+            if (r < 0)
+                return -1;
+            o->kvtierd = v;
+            continue;
+        }
+        if ((r = kvt_bench_opt(argc, argv, &i, "--seconds", &v)) != 0) {
+            if (r < 0 || kvt_bench_parse_double("--seconds", v, 0.1, 600, &o->seconds) != 0)
+                return -1;
+            continue;
+        }
+        struct {
+            const char *name;
+            uint32_t *field;
+            uint64_t lo, hi;
+        } u32s[] = {{"--conns", &o->conns, 1, 256},           {"--depth", &o->depth, 1, 1024},
+                    {"--http-conns", &o->http_conns, 1, 256}, {"--pods", &o->pods, 1, 10000},
+                    {"--prompts", &o->prompts, 1, 100000},    {"--tokens", &o->tokens, 16, 65536},
+                    {"--workers", &o->workers, 1, 64}};
+        bool found = false;
+        for (size_t k = 0; k < sizeof(u32s) / sizeof(u32s[0]) && !found; k++) {
+            if ((r = kvt_bench_opt(argc, argv, &i, u32s[k].name, &v)) == 0)
+                continue;
+            if (r < 0 || kvt_bench_parse_u64(u32s[k].name, v, u32s[k].lo, u32s[k].hi, &u) != 0)
+                return -1;
+            *u32s[k].field = (uint32_t)u;
+            found = true;
+        }
+        if (!found) {
+            fprintf(stderr, "kvtier-bench: unknown option '%s' (try --help)\n", argv[i]);
+            return -1;
+        }
+    }
+    if (o->kvtierd == NULL) {
+        ssize_t n = readlink("/proc/self/exe", def_path, sizeof(def_path) - 16);
+        if (n <= 0)
+            return -1;
+        def_path[n] = '\0';
+        char *slash = strrchr(def_path, '/');
+        strcpy(slash ? slash + 1 : def_path, "kvtierd");
+        o->kvtierd = def_path;
+    }
+    return 0;
+}
+
+/* ---- sockets ------------------------------------------------------------------------ */
+
+static int br_connect(uint16_t port)
+{
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    struct sockaddr_in sa = {
+        .sin_family = AF_INET, .sin_port = htons(port), .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    int one = 1;
+    if (fd < 0 || connect(fd, (struct sockaddr *)&sa, sizeof(sa)) != 0) {
+        if (fd >= 0)
+            close(fd);
+        return -1;
+    }
+    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+    return fd;
+}
+
+static int br_write_all(int fd, const void *p, size_t n)
+{
+    const char *c = p;
+    while (n > 0) {
+        ssize_t w = write(fd, c, n);
+        if (w < 0 && errno == EINTR)
+            continue;
+        if (w <= 0)
+            return -1;
+        c += w;
+        n -= (size_t)w;
+    }
+    return 0;
+}
+
+/* One HTTP request, blocking; returns the status or -1. */
+static int br_http(uint16_t port, const char *method, const char *path, const char *body,
+                   size_t len)
+{
+    int fd = br_connect(port);
+    if (fd < 0)
+        return -1;
+    char head[256];
+    int hl = snprintf(head, sizeof(head),
+                      "%s %s HTTP/1.1\r\nContent-Length: %zu\r\nConnection: close\r\n\r\n", method,
+                      path, len);
+    int status = -1;
+    char buf[4096];
+    if (br_write_all(fd, head, (size_t)hl) == 0 && br_write_all(fd, body, len) == 0) {
+        ssize_t n = read(fd, buf, sizeof(buf) - 1);
+        if (n > 12) {
+            buf[n] = '\0';
+            status = atoi(buf + 9);
+        }
+    }
+    close(fd);
+    return status;
+}
+
+/* ---- the daemon ------------------------------------------------------------------------ */
+
+typedef struct br_daemon {
+    pid_t pid;
+    uint16_t http, rpc;
+    char dir[64];
+} br_daemon_t;
+
+static int br_daemon_start(const br_opts_t *o, br_daemon_t *d)
+{
+    strcpy(d->dir, "/tmp/kvtier_bench_rpc.XXXXXX");
+    if (mkdtemp(d->dir) == NULL)
+        return -1;
+    int pfd[2];
+    if (pipe(pfd) != 0)
+        return -1;
+    char workers[16], data[128];
+    snprintf(workers, sizeof(workers), "%u", o->workers);
+    snprintf(data, sizeof(data), "%s/data", d->dir);
+    d->pid = fork();
+    if (d->pid == 0) {
+        dup2(pfd[1], 1);
+        close(pfd[0]);
+        execl(o->kvtierd, o->kvtierd, "--http-listen", "127.0.0.1:0", "--rpc-listen", "127.0.0.1:0",
+              "--data-dir", data, "--workers", workers, "--log-level", "warn", "--max-connections",
+              "4096", (char *)NULL);
+        _exit(127);
+    }
+    close(pfd[1]);
+    char line[128];
+    size_t n = 0;
+    while (n < sizeof(line) - 1) {
+        ssize_t r = read(pfd[0], line + n, 1);
+        if (r <= 0 || line[n] == '\n')
+            break;
+        n++;
+    }
+    line[n] = '\0';
+    close(pfd[0]);
+    unsigned h = 0, r = 0;
+    if (sscanf(line, "kvtierd listening http=%u rpc=%u", &h, &r) != 2) {
+        fprintf(stderr, "kvtier-bench: %s did not start (got '%s')\n", o->kvtierd, line);
+        return -1;
+    }
+    d->http = (uint16_t)h;
+    d->rpc = (uint16_t)r;
+    return 0;
+}
+
+static void br_daemon_stop(br_daemon_t *d)
+{
+    if (d->pid > 0) {
+        kill(d->pid, SIGTERM);
+        waitpid(d->pid, NULL, 0);
+    }
+    char cmd[128];
+    snprintf(cmd, sizeof(cmd), "rm -rf %s", d->dir);
+    if (system(cmd) != 0)
+        fprintf(stderr, "kvtier-bench: could not remove %s\n", d->dir);
+}
+
+/* ---- workload ------------------------------------------------------------------------------ */
+
+static uint64_t br_rand(uint64_t *x)
+{
+    *x ^= *x << 13;
+    *x ^= *x >> 7;
+    *x ^= *x << 17;
+    return *x;
+}
+
+/* Prompt @i: a shared 256-token system prefix, then tokens of its own. */
+static void br_prompt(uint32_t i, uint32_t n, uint32_t *out)
+{
+    uint64_t x = 0x9e3779b97f4a7c15ull;
+    for (uint32_t t = 0; t < n; t++) {
+        if (t == 256)
+            x = 0x12345678ull + i * 0x9e3779b97f4a7c15ull;
+        out[t] = (uint32_t)(br_rand(&x) % 128000u);
+    }
+}
+
+static int br_load(const br_opts_t *o, const br_daemon_t *d, uint32_t *tok)
+{
+    size_t cap = (size_t)o->tokens * 12 + 4096;
+    char *body = malloc(cap);
+    if (body == NULL)
+        return -1;
+    for (uint32_t i = 0; i < o->prompts; i++) {
+        br_prompt(i, o->tokens, tok);
+        uint32_t nb = o->tokens / 16;
+        /* each prompt's blocks on one pod; its first half also on the next pod */
+        for (int half = 0; half < 2; half++) {
+            uint32_t pod = (i + (uint32_t)half) % o->pods, blocks = half ? nb / 2 : nb;
+            size_t n = (size_t)snprintf(body, cap,
+                                        "{\"pod\":\"pod-%u\",\"model\":\"bench\",\"events\":[{"
+                                        "\"type\":\"BlockStored\",\"block_size\":16,"
+                                        "\"block_hashes\":[",
+                                        pod);
+            for (uint32_t b = 0; b < blocks; b++)
+                n += (size_t)snprintf(body + n, cap - n, "%s%u", b ? "," : "", i * 4096 + b + 1);
+            n += (size_t)snprintf(body + n, cap - n, "],\"token_ids\":[");
+            for (uint32_t t = 0; t < blocks * 16; t++)
+                n += (size_t)snprintf(body + n, cap - n, "%s%u", t ? "," : "", tok[t]);
+            n += (size_t)snprintf(body + n, cap - n, "]}]}");
+            int st = br_http(d->http, "POST", "/v1/events", body, n);
+            if (st != 200) {
+                fprintf(stderr, "kvtier-bench: loading events failed (HTTP %d)\n", st);
+                free(body);
+                return -1;
+            }
+        }
+    }
+    free(body);
+    return 0;
+}
+
+/* ---- load generator ------------------------------------------------------------------------- */
+
+typedef struct br_conn {
+    int fd;
+    uint8_t *in;
+    size_t inlen, incap;
+    uint32_t inflight;
+    uint64_t *sent_at; /* per in-flight slot (req_id % depth) */
+} br_conn_t;
+
+typedef struct br_result {
+    uint64_t done, errors;
+    uint64_t *lat; /* ns, one per answer (open loop) */
+    size_t nlat, caplat;
+} br_result_t;
+
+/*
+ * RPC load: closed loop when @rate is 0 (keep D in flight per connection),
+ * else open loop at @rate queries/s (latency from the scheduled time).
+ */
+static int br_rpc_run(const br_opts_t *o, uint16_t port, uint8_t **reqs, size_t *reqlen,
+                      double rate, br_result_t *res)
+{
+    uint32_t nc = o->conns, depth = o->depth;
+    br_conn_t *c = calloc(nc, sizeof(*c));
+    int ep = epoll_create1(EPOLL_CLOEXEC);
+    if (c == NULL || ep < 0)
+        return -1;
+    uint32_t slots = rate > 0 ? 65536 : depth;
+    for (uint32_t i = 0; i < nc; i++) {
+        c[i].fd = br_connect(port);
+        c[i].incap = 1 << 20;
+        c[i].in = malloc(c[i].incap);
+        c[i].sent_at = calloc(slots, sizeof(uint64_t));
+        if (c[i].fd < 0 || c[i].in == NULL || c[i].sent_at == NULL)
+            return -1;
+        struct epoll_event ev = {.events = EPOLLIN, .data.u32 = i};
+        epoll_ctl(ep, EPOLL_CTL_ADD, c[i].fd, &ev);
+    }
+    uint64_t t0 = br_now_ns(), end = t0 + (uint64_t)(o->seconds * 1e9);
+    uint64_t next_id = 1, scheduled = 0;
+    double interval = rate > 0 ? 1e9 / rate : 0;
+    uint32_t rr = 0;
+    /* closed loop: fill every connection */
+    if (rate == 0)
+        for (uint32_t i = 0; i < nc; i++)
+            for (uint32_t k = 0; k < depth; k++, next_id++) {
+                size_t q = next_id % o->prompts;
+                uint8_t *f = reqs[q];
+                memcpy(f + 8, &next_id, 8); /* req_id: little-endian host */
+                c[i].sent_at[next_id % slots] = br_now_ns();
+                if (br_write_all(c[i].fd, f, reqlen[q]) != 0)
+                    return -1;
+                c[i].inflight++;
+            }
+    for (;;) {
+        uint64_t now = br_now_ns();
+        if (now >= end)
+            break;
+        if (rate > 0) {
+            /* send every request whose time has come */
+            while (t0 + (uint64_t)(scheduled * interval) <= now) {
+                br_conn_t *k = &c[rr++ % nc];
+                if (k->inflight >= slots - 1)
+                    break;
+                size_t q = next_id % o->prompts;
+                memcpy(reqs[q] + 8, &next_id, 8);
+                k->sent_at[next_id % slots] = t0 + (uint64_t)(scheduled * interval);
+                if (br_write_all(k->fd, reqs[q], reqlen[q]) != 0)
+                    return -1;
+                k->inflight++;
+                next_id++;
+                scheduled++;
+            }
+        }
+        struct epoll_event evs[64];
+        int n = epoll_wait(ep, evs, 64, rate > 0 ? 0 : 100);
+        for (int e = 0; e < n; e++) {
+            br_conn_t *k = &c[evs[e].data.u32];
+            ssize_t r = read(k->fd, k->in + k->inlen, k->incap - k->inlen);
+            if (r <= 0)
+                return -1;
+            k->inlen += (size_t)r;
+            size_t off = 0;
+            while (k->inlen - off >= KVT_PROTO_HDR_SIZE) {
+                kvt_proto_hdr_t h;
+                kvt_proto_hdr_peek(k->in + off, &h);
+                if (k->inlen - off < KVT_PROTO_HDR_SIZE + h.body_len)
+                    break;
+                uint64_t t = br_now_ns();
+                if (h.flags & KVT_PROTO_F_ERROR)
+                    res->errors++;
+                res->done++;
+                k->inflight--;
+                if (rate > 0 && res->nlat < res->caplat)
+                    res->lat[res->nlat++] = t - k->sent_at[h.req_id % slots];
+                off += KVT_PROTO_HDR_SIZE + h.body_len;
+                if (rate == 0) {
+                    size_t q = next_id % o->prompts;
+                    memcpy(reqs[q] + 8, &next_id, 8);
+                    k->sent_at[next_id % slots] = t;
+                    if (br_write_all(k->fd, reqs[q], reqlen[q]) != 0)
+                        return -1;
+                    k->inflight++;
+                    next_id++;
+                }
+            }
+            memmove(k->in, k->in + off, k->inlen - off);
+            k->inlen -= off;
+        }
+    }
+    double secs = (double)(br_now_ns() - t0) / 1e9;
+    for (uint32_t i = 0; i < nc; i++) {
+        close(c[i].fd);
+        free(c[i].in);
+        free(c[i].sent_at);
+    }
+    free(c);
+    close(ep);
+    return (int)(secs * 1000);
+}
+
+/* HTTP closed loop: H keep-alive connections, one request in flight each. */
+static double br_http_run(const br_opts_t *o, uint16_t port, char **reqs, size_t *reqlen,
+                          uint64_t *errors_p)
+{
+    uint32_t nc = o->http_conns;
+    int ep = epoll_create1(EPOLL_CLOEXEC);
+    br_conn_t *c = calloc(nc, sizeof(*c));
+    if (c == NULL || ep < 0)
+        return -1;
+    uint64_t next = 0, done = 0, errors = 0;
+    for (uint32_t i = 0; i < nc; i++) {
+        c[i].fd = br_connect(port);
+        c[i].incap = 1 << 16;
+        c[i].in = malloc(c[i].incap);
+        if (c[i].fd < 0 || c[i].in == NULL)
+            return -1;
+        struct epoll_event ev = {.events = EPOLLIN, .data.u32 = i};
+        epoll_ctl(ep, EPOLL_CTL_ADD, c[i].fd, &ev);
+        size_t q = next++ % o->prompts;
+        if (br_write_all(c[i].fd, reqs[q], reqlen[q]) != 0)
+            return -1;
+    }
+    uint64_t t0 = br_now_ns(), end = t0 + (uint64_t)(o->seconds * 1e9);
+    while (br_now_ns() < end) {
+        struct epoll_event evs[64];
+        int n = epoll_wait(ep, evs, 64, 100);
+        for (int e = 0; e < n; e++) {
+            br_conn_t *k = &c[evs[e].data.u32];
+            ssize_t r = read(k->fd, k->in + k->inlen, k->incap - k->inlen - 1);
+            if (r <= 0)
+                return -1;
+            k->inlen += (size_t)r;
+            k->in[k->inlen] = '\0';
+            /* one answer: head, then Content-Length bytes */
+            char *he = strstr((char *)k->in, "\r\n\r\n");
+            if (he == NULL)
+                continue;
+            char *cl = strstr((char *)k->in, "Content-Length: ");
+            size_t blen = cl ? (size_t)strtoul(cl + 16, NULL, 10) : 0;
+            size_t total = (size_t)(he + 4 - (char *)k->in) + blen;
+            if (k->inlen < total)
+                continue;
+            if (strncmp((char *)k->in + 9, "200", 3) != 0)
+                errors++;
+            done++;
+            memmove(k->in, k->in + total, k->inlen - total);
+            k->inlen -= total;
+            size_t q = next++ % o->prompts;
+            if (br_write_all(k->fd, reqs[q], reqlen[q]) != 0)
+                return -1;
+        }
+    }
+    double secs = (double)(br_now_ns() - t0) / 1e9;
+    for (uint32_t i = 0; i < nc; i++) {
+        close(c[i].fd);
+        free(c[i].in);
+    }
+    free(c);
+    close(ep);
+    *errors_p = errors;
+    return (double)done / secs;
+}
+
+/* redis-benchmark -P 16 -t get against a fresh redis-server; GET/s, or 0 when unavailable. */
+static double br_redis(void)
+{
+    if (access("/usr/bin/redis-server", X_OK) != 0 || access("/usr/bin/redis-benchmark", X_OK) != 0)
+        return 0;
+    int s = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    socklen_t sl = sizeof(sa);
+    if (s < 0 || bind(s, (struct sockaddr *)&sa, sizeof(sa)) != 0 ||
+        getsockname(s, (struct sockaddr *)&sa, &sl) != 0)
+        return 0;
+    unsigned port = ntohs(sa.sin_port);
+    close(s);
+    char cmd[512];
+    snprintf(cmd, sizeof(cmd),
+             "redis-server --port %u --bind 127.0.0.1 --save '' --appendonly no --daemonize yes "
+             "--pidfile /tmp/kvtier_bench_redis_%u.pid --logfile /dev/null",
+             port, port);
+    if (system(cmd) != 0)
+        return 0;
+    usleep(300000);
+    snprintf(cmd, sizeof(cmd),
+             "redis-benchmark -h 127.0.0.1 -p %u -P 16 -t get -n 2000000 -q 2>/dev/null "
+             "| tr '\\r' '\\n' | grep -o 'GET: [0-9.]*' | tail -1",
+             port);
+    FILE *f = popen(cmd, "r");
+    double rps = 0;
+    if (f != NULL) {
+        char line[128];
+        if (fgets(line, sizeof(line), f) != NULL)
+            rps = strtod(line + 5, NULL);
+        pclose(f);
+    }
+    snprintf(cmd, sizeof(cmd),
+             "kill $(cat /tmp/kvtier_bench_redis_%u.pid) 2>/dev/null; rm -f "
+             "/tmp/kvtier_bench_redis_%u.pid",
+             port, port);
+    if (system(cmd) != 0)
+        fprintf(stderr, "kvtier-bench: could not stop redis-server\n");
+    return rps;
+}
+
+static int br_cmp(const void *a, const void *b)
+{
+    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+    return (x > y) - (x < y);
+}
+
+int kvt_bench_rpc_main(int argc, char **argv)
+{
+    br_opts_t o;
+    int rc = br_parse(argc, argv, &o);
+    if (rc != 0)
+        return rc > 0 ? 0 : 2;
+    signal(SIGPIPE, SIG_IGN);
+    br_daemon_t d = {0};
+    uint32_t *tok = malloc((size_t)o.tokens * sizeof(uint32_t));
+    uint8_t **rpc = calloc(o.prompts, sizeof(*rpc));
+    size_t *rpclen = calloc(o.prompts, sizeof(*rpclen));
+    char **http = calloc(o.prompts, sizeof(*http));
+    size_t *httplen = calloc(o.prompts, sizeof(*httplen));
+    if (!tok || !rpc || !rpclen || !http || !httplen)
+        return 1;
+    if (br_daemon_start(&o, &d) != 0 || br_load(&o, &d, tok) != 0) {
+        br_daemon_stop(&d);
+        return 1;
+    }
+    /* requests, built before the clock starts */
+    for (uint32_t i = 0; i < o.prompts; i++) {
+        br_prompt(i, o.tokens, tok);
+        kvt_proto_wr_t w;
+        kvt_proto_wr_init(&w);
+        kvt_proto_query_req_t q = {
+            .model = {"bench", 5}, .kind = KVT_PROTO_Q_TOKENS, .n = o.tokens, .tokens = tok};
+        if (kvt_proto_query_req_encode(&w, 0, &q) != KVT_OK)
+            return 1;
+        rpc[i] = w.buf;
+        rpclen[i] = w.len;
+        size_t cap = (size_t)o.tokens * 12 + 256, n = 0;
+        char *body = malloc(cap), *req = malloc(cap + 256);
+        n = (size_t)snprintf(body, cap, "{\"model\":\"bench\",\"token_ids\":[");
+        for (uint32_t t = 0; t < o.tokens; t++)
+            n += (size_t)snprintf(body + n, cap - n, "%s%u", t ? "," : "", tok[t]);
+        n += (size_t)snprintf(body + n, cap - n, "]}");
+        httplen[i] = (size_t)snprintf(req, cap + 256,
+                                      "POST /v1/query HTTP/1.1\r\nHost: b\r\nContent-Length: "
+                                      "%zu\r\n\r\n%s",
+                                      n, body);
+        http[i] = req;
+        free(body);
+    }
+    br_result_t closed = {0}, open = {0};
+    if (br_rpc_run(&o, d.rpc, rpc, rpclen, 0, &closed) < 0) {
+        fprintf(stderr, "kvtier-bench: rpc closed loop failed\n");
+        br_daemon_stop(&d);
+        return 1;
+    }
+    double rpc_qps = (double)closed.done / o.seconds;
+    open.caplat = (size_t)(rpc_qps * o.seconds) + 1024;
+    open.lat = malloc(open.caplat * sizeof(uint64_t));
+    if (open.lat == NULL || br_rpc_run(&o, d.rpc, rpc, rpclen, rpc_qps / 2, &open) < 0) {
+        fprintf(stderr, "kvtier-bench: rpc open loop failed\n");
+        br_daemon_stop(&d);
+        return 1;
+    }
+    qsort(open.lat, open.nlat, sizeof(uint64_t), br_cmp);
+    double p50 = kvt_bench_percentile(open.lat, open.nlat, 50) / 1000.0;
+    double p99 = kvt_bench_percentile(open.lat, open.nlat, 99) / 1000.0;
+    uint64_t http_err = 0;
+    double http_qps = br_http_run(&o, d.http, http, httplen, &http_err);
+    br_daemon_stop(&d);
+    double redis = o.redis ? br_redis() : 0;
+
+    printf("kvtierd: %u workers; %u prompts of %u tokens on %u pods\n", o.workers, o.prompts,
+           o.tokens, o.pods);
+    printf("%-34s %12.0f /s  (%u conns x %u in flight, %" PRIu64 " errors)\n",
+           "rpc queries, closed loop", rpc_qps, o.conns, o.depth, closed.errors);
+    printf("%-34s %12.0f /s  p50 %.1f us  p99 %.1f us  (%zu samples, %" PRIu64 " errors)\n",
+           "rpc queries, open loop at half", (double)open.done / o.seconds, p50, p99, open.nlat,
+           open.errors);
+    printf("%-34s %12.0f /s  (%u keep-alive conns, %" PRIu64 " errors)\n",
+           "http queries, closed loop", http_qps, o.http_conns, http_err);
+    printf("%-34s %12.0f /s  (redis-benchmark -P 16 -t get)\n", "redis GET (yardstick)", redis);
+    printf("{\"bench\":\"rpc\",\"workers\":%u,\"tokens\":%u,\"conns\":%u,\"depth\":%u,"
+           "\"rpc_queries_per_sec\":%.0f,\"rpc_p50_us\":%.1f,\"rpc_p99_us\":%.1f,"
+           "\"rpc_half_load_per_sec\":%.0f,\"http_queries_per_sec\":%.0f,"
+           "\"redis_get_per_sec\":%.0f,\"rpc_vs_redis\":%.3f,\"errors\":%" PRIu64 "}\n",
+           o.workers, o.tokens, o.conns, o.depth, rpc_qps, p50, p99, (double)open.done / o.seconds,
+           http_qps, redis, redis > 0 ? rpc_qps / redis : 0.0,
+           closed.errors + open.errors + http_err);
+    for (uint32_t i = 0; i < o.prompts; i++) {
+        free(rpc[i]);
+        free(http[i]);
+    }
+    free(rpc);
+    free(rpclen);
+    free(http);
+    free(httplen);
+    free(tok);
+    free(open.lat);
+    return closed.errors + open.errors + http_err ? 1 : 0;
+}

@@ -1,0 +1,237 @@
+/*
+ * libkvtier: the C client of kvtierd's binary RPC (docs/protocol.md,
+ * docs/client.md). Link with -lkvtier (pkg-config kvtier, or CMake
+ * find_package(kvtier) and target kvtier::kvtier).
+ *
+ * A kvt_client_t is one connection to one kvtierd, over TCP ("host:port") or
+ * a Unix socket ("unix:/path"). Calls use blocking semantics with poll()
+ * timeouts; the library starts no thread and installs no signal handler
+ * (writes use MSG_NOSIGNAL). A client is not thread-safe: use one per thread,
+ * or serialize calls. Different clients are independent.
+ *
+ * Connection life: every (re)connect sends HELLO (with the auth token when
+ * one is set) and learns the server's frame limit. A refused token fails the
+ * connect; without a token, a server that has one refuses the HELLO (401) but
+ * still serves reads, so the client carries on (mutating calls then fail with
+ * the server's 401). A call that finds the
+ * connection broken closes it; the next call reconnects. Idempotent calls
+ * (query, stats, ping) are retried once, on a fresh connection, when a reused
+ * connection fails before the answer arrives; report_events and drop_engine
+ * are never retried (they may or may not have been applied).
+ *
+ * Errors: every function returns a kvt_status_t (common/status.h, installed
+ * as kvtier/common/status.h): the server's own status for an error answer,
+ * KVT_ERR_IO (connect/read/write failure), KVT_ERR_TIMEOUT, KVT_ERR_CLOSED
+ * (the server closed the connection), KVT_ERR_PROTO (the server's bytes broke
+ * the protocol), KVT_ERR_INVAL (bad argument), KVT_ERR_TOO_BIG (request over
+ * the server's frame limit), KVT_ERR_NO_MEM. kvt_client_last_error() gives a
+ * one-line message for the last failure.
+ *
+ * Sync and async: the blocking calls and the submit/progress pair share the
+ * connection. A blocking call refuses to run (KVT_ERR_INVAL) while submitted
+ * queries are still in flight.
+ */
+#ifndef KVTIER_CLIENT_H
+#define KVTIER_CLIENT_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "common/status.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Default RPC address of kvtierd. */
+#define KVT_CLIENT_DEFAULT_ADDR "127.0.0.1:7420"
+/* Size of a pod name buffer in a result (names are at most 255 bytes + NUL). */
+#define KVT_CLIENT_POD_NAME_SIZE 256
+
+typedef struct kvt_client kvt_client_t;
+
+typedef struct kvt_client_opts {
+    const char *address;    /* "host:port", "[v6]:port" or "unix:/path"; NULL: the default */
+    int connect_timeout_ms; /* per connect + HELLO; <= 0: 1000 */
+    int io_timeout_ms;      /* per call, send to answer; <= 0: 1000 */
+    const char *auth_token; /* sent in HELLO; NULL or "": none. At most 255 bytes */
+    bool lazy_connect;      /* true: create does not connect; the first call does */
+} kvt_client_opts_t;
+
+/* One pod of a query answer. */
+typedef struct kvt_client_pod {
+    char pod[KVT_CLIENT_POD_NAME_SIZE]; /* NUL-terminated engine name */
+    uint32_t dp_rank;                   /* data-parallel rank */
+    uint32_t matched;                   /* consecutive blocks from block 0 held in any tier */
+    uint32_t gpu, cpu, disk;            /* of those, blocks whose fastest tier is GPU/CPU/DISK */
+    double score;                       /* higher is better */
+} kvt_client_pod_t;
+
+/* A query answer. Filled by the query calls; release with kvt_client_result_free(). */
+typedef struct kvt_client_result {
+    uint32_t block_size;    /* tokens per block of the model */
+    uint32_t num_blocks;    /* full blocks in the query */
+    size_t npods;           /* entries in pods */
+    kvt_client_pod_t *pods; /* best first; malloc'd, NULL when npods is 0 */
+    size_t answered;        /* fan-out: sidecars that answered (1 for a single query) */
+    size_t asked;           /* fan-out: sidecars asked (1 for a single query) */
+} kvt_client_result_t;
+
+/* Fills @o with the defaults (default address, 1000 ms timeouts, no token, eager connect). */
+void kvt_client_opts_default(kvt_client_opts_t *o);
+
+/*
+ * Creates a client for @o (NULL: defaults); the strings in @o are copied.
+ * Unless o->lazy_connect, connects and says HELLO before returning.
+ * Returns KVT_OK and sets *@c_p; or KVT_ERR_INVAL (bad address or token),
+ * KVT_ERR_NO_MEM, or a connect/HELLO failure (KVT_ERR_IO, KVT_ERR_TIMEOUT,
+ * KVT_ERR_CLOSED, KVT_ERR_PROTO, the server's status such as a 401's).
+ * On failure nothing is allocated; when @msg/@msglen are given (may be NULL/0)
+ * the failure's message is written there.
+ */
+kvt_status_t kvt_client_create(const kvt_client_opts_t *o, kvt_client_t **c_p);
+kvt_status_t kvt_client_create_msg(const kvt_client_opts_t *o, kvt_client_t **c_p, char *msg,
+                                   size_t msglen);
+
+/* Closes the connection and frees @c (NULL is a no-op). Queries still in flight are
+ * dropped without callbacks. */
+void kvt_client_destroy(kvt_client_t *c);
+
+/* The message of the last failure on @c (owned by @c, valid until the next
+ * call on it); "" when there was none. Inside a progress callback: the message of
+ * the request being completed. */
+const char *kvt_client_last_error(const kvt_client_t *c);
+
+/* ---- blocking calls ------------------------------------------------------------------------- */
+
+/*
+ * Asks which pods hold the longest prefix of @tokens[0..@n) (u32 token ids;
+ * kvtierd hashes them with the model's block size) of @model (1..255 bytes)
+ * with LoRA @lora (NULL or "": base model). @pods/@npods: restrict the answer
+ * to these pod names (NULL/0: every pod). On KVT_OK fills *@res_p, which the
+ * caller releases with kvt_client_result_free(); on failure *@res_p is untouched.
+ */
+kvt_status_t kvt_client_query(kvt_client_t *c, const char *model, const char *lora,
+                              const uint32_t *tokens, size_t n, const char *const *pods,
+                              size_t npods, kvt_client_result_t *res_p);
+
+/* kvt_client_query() with @n block sequence keys (kvindex/hash.h) instead of tokens. */
+kvt_status_t kvt_client_query_keys(kvt_client_t *c, const char *model, const char *lora,
+                                   const uint64_t *keys, size_t n, const char *const *pods,
+                                   size_t npods, kvt_client_result_t *res_p);
+
+/* Frees what a query put in @r and zeroes it; a zeroed result is a no-op. */
+void kvt_client_result_free(kvt_client_result_t *r);
+
+/*
+ * Sends @json[0..@len) as the EVENTS body (the JSON of HTTP POST /v1/events).
+ * On KVT_OK and when @answer_p is not NULL, *@answer_p is the server's JSON
+ * answer, NUL-terminated and malloc'd (caller frees with free()).
+ */
+kvt_status_t kvt_client_report_events(kvt_client_t *c, const char *json, size_t len,
+                                      char **answer_p);
+
+/* Fetches the JSON of GET /v1/stats into *@json_p (malloc'd, NUL-terminated; free()). */
+kvt_status_t kvt_client_stats(kvt_client_t *c, char **json_p);
+
+/* Round trip with an empty body. */
+kvt_status_t kvt_client_ping(kvt_client_t *c);
+
+/* Unsubscribes engine @pod and drops what it held (DELETE /v1/engines/{pod}).
+ * *@answer_p (when not NULL) receives the JSON answer as for report_events. */
+kvt_status_t kvt_client_drop_engine(kvt_client_t *c, const char *pod, char **answer_p);
+
+/* ---- asynchronous queries (event-loop routers) ---------------------------------------------- */
+
+/*
+ * Completion of a submitted query. @st is KVT_OK with @res the answer, or an
+ * error with @res NULL (kvt_client_last_error() has the message). @res and
+ * its pods are owned by the client and valid only during the callback. The
+ * callback must not call kvt_client_destroy() nor blocking calls on @c; it
+ * may submit new queries.
+ */
+typedef void (*kvt_client_cb)(void *arg, uint64_t req_id, kvt_status_t st,
+                              const kvt_client_result_t *res);
+
+/* The connected socket, to watch for POLLIN (and POLLOUT while
+ * kvt_client_want_write()); -1 when not connected. It may change after any
+ * call: read it again after each one. */
+int kvt_client_fd(const kvt_client_t *c);
+
+/* True while submitted bytes wait to be written (the socket was full). */
+bool kvt_client_want_write(const kvt_client_t *c);
+
+/* Submitted queries that have not been completed yet. */
+size_t kvt_client_inflight(const kvt_client_t *c);
+
+/*
+ * Queues a query (arguments as kvt_client_query()) and writes as much of it as
+ * the socket takes without blocking. Sets *@req_id_p to the id its completion
+ * will carry. Reconnects first (blocking, up to the connect timeout) when the
+ * connection is down. Returns KVT_OK, or an error (nothing was queued).
+ */
+kvt_status_t kvt_client_query_submit(kvt_client_t *c, const char *model, const char *lora,
+                                     const uint32_t *tokens, size_t n, const char *const *pods,
+                                     size_t npods, uint64_t *req_id_p);
+kvt_status_t kvt_client_query_keys_submit(kvt_client_t *c, const char *model, const char *lora,
+                                          const uint64_t *keys, size_t n, const char *const *pods,
+                                          size_t npods, uint64_t *req_id_p);
+
+/*
+ * Without blocking: writes pending bytes, reads whatever answers have arrived
+ * and calls @cb(@arg, ...) once for each completed query. Returns KVT_OK; or,
+ * when the connection broke or the server broke the protocol, closes it,
+ * completes every query in flight with that error through @cb, and returns
+ * the error.
+ */
+kvt_status_t kvt_client_progress(kvt_client_t *c, kvt_client_cb cb, void *arg);
+
+/* ---- fan-out over several sidecars ---------------------------------------------------------- */
+
+/*
+ * Sends the same query to the @n clients @cs at once (pipelined submit on
+ * each, then one poll() over all sockets) and merges the answers into
+ * *@res_p: a pod (name, dp_rank) reported by several sidecars keeps its best
+ * entry (higher score, then more matched blocks); pods are ordered best first
+ * by score, ties by matched blocks, then by name. block_size and num_blocks
+ * come from the first client (in @cs order) that answered. res->asked is @n,
+ * res->answered the number of sidecars that answered within @timeout_ms
+ * (<= 0: each client's io timeout, the largest). Sidecars that fail or time
+ * out are skipped (a timed-out connection is closed and reconnects next
+ * time); clients with queries in flight count as failed.
+ * Returns KVT_OK when at least one sidecar answered; otherwise the first
+ * sidecar's error (KVT_ERR_INVAL for bad arguments or @n 0) and *@res_p is
+ * untouched.
+ */
+kvt_status_t kvt_client_fanout_query(kvt_client_t *const *cs, size_t n, const char *model,
+                                     const char *lora, const uint32_t *tokens, size_t ntokens,
+                                     const char *const *pods, size_t npods, int timeout_ms,
+                                     kvt_client_result_t *res_p);
+kvt_status_t kvt_client_fanout_query_keys(kvt_client_t *const *cs, size_t n, const char *model,
+                                          const char *lora, const uint64_t *keys, size_t nkeys,
+                                          const char *const *pods, size_t npods, int timeout_ms,
+                                          kvt_client_result_t *res_p);
+
+/* ---- in-process helpers --------------------------------------------------------------------- */
+
+/*
+ * Block keys of @tokens[0..@n) under kvtier's hashing standard (DESIGN.md:
+ * XXH3-64, seed 1337, chained), for kvt_client_query_keys(): writes
+ * @n / @block_size keys to @keys_out and returns that count (0 when
+ * @block_size is 0). The full API is in kvtier/kvindex/hash.h.
+ */
+size_t kvt_client_hash_tokens(const uint32_t *tokens, size_t n, uint32_t block_size,
+                              uint64_t *keys_out);
+
+/* free() for the strings the library returns (for bindings that cannot call libc's). */
+void kvt_client_free(void *p);
+
+/* The library's version string ("0.1.0"). */
+const char *kvt_client_version(void);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

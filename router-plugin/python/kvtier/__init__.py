@@ -1,0 +1,418 @@
+"""kvtier: Python binding of libkvtier, the client of kvtierd's binary RPC.
+
+Standard library only (ctypes over libkvtier.so.0). Example::
+
+    import kvtier
+
+    with kvtier.Client("127.0.0.1:7420", timeout=1.0) as c:
+        for p in c.query("llama-3-8b", [1, 2, 3, ...]):
+            print(p["pod"], p["matched_blocks"], p["score"])
+        c.report_events({"pod": "pod-a", "model": "llama-3-8b", "events": [...]})
+        print(c.stats())
+
+The shared library is looked up, in order: the path in the environment
+variable KVTIER_LIB; next to this package (kvtier/libkvtier.so.0); the build
+tree of a source checkout (build/lib); the install tree
+(<prefix>/lib/libkvtier.so.0 when this file is installed under
+<prefix>/lib/kvtier/python/kvtier/); finally the system loader.
+
+Errors raise kvtier.Error: the server's message (or the local one) with the
+kvt_status_t code in .status. Bad argument types or values raise TypeError or
+ValueError. A Client serializes its own calls with a lock, so it may be shared
+between threads (each call still waits for the previous one).
+"""
+
+import array
+import ctypes
+import ctypes.util
+import json
+import os
+import threading
+
+__all__ = ["Client", "Error", "hash_tokens", "library_path", "DEFAULT_ADDR"]
+
+DEFAULT_ADDR = "127.0.0.1:7420"
+
+# kvt_status_t names (common/status.h), for messages.
+_STATUS = {
+    0: "ok",
+    -100: "invalid argument",
+    -101: "parse error",
+    -102: "value out of range",
+    -103: "input too large",
+    -200: "not found",
+    -201: "already exists",
+    -300: "no space",
+    -301: "out of memory",
+    -302: "limit reached",
+    -400: "i/o error",
+    -401: "timed out",
+    -500: "peer error",
+    -501: "protocol error",
+    -502: "connection closed",
+    -600: "internal error",
+    -601: "not supported",
+}
+
+
+class Error(Exception):
+    """A failed call. .status is the kvt_status_t (negative int), .message the text."""
+
+    def __init__(self, status, message):
+        self.status = status
+        self.message = message or _STATUS.get(status, "error %d" % status)
+        super().__init__(self.message)
+
+    @property
+    def status_name(self):
+        return _STATUS.get(self.status, "unknown status")
+
+
+class _Opts(ctypes.Structure):
+    _fields_ = [
+        ("address", ctypes.c_char_p),
+        ("connect_timeout_ms", ctypes.c_int),
+        ("io_timeout_ms", ctypes.c_int),
+        ("auth_token", ctypes.c_char_p),
+        ("lazy_connect", ctypes.c_bool),
+    ]
+
+
+class _Pod(ctypes.Structure):
+    _fields_ = [
+        ("pod", ctypes.c_char * 256),
+        ("dp_rank", ctypes.c_uint32),
+        ("matched", ctypes.c_uint32),
+        ("gpu", ctypes.c_uint32),
+        ("cpu", ctypes.c_uint32),
+        ("disk", ctypes.c_uint32),
+        ("score", ctypes.c_double),
+    ]
+
+
+class _Result(ctypes.Structure):
+    _fields_ = [
+        ("block_size", ctypes.c_uint32),
+        ("num_blocks", ctypes.c_uint32),
+        ("npods", ctypes.c_size_t),
+        ("pods", ctypes.POINTER(_Pod)),
+        ("answered", ctypes.c_size_t),
+        ("asked", ctypes.c_size_t),
+    ]
+
+
+def _candidates():
+    env = os.environ.get("KVTIER_LIB")
+    if env:
+        yield env
+        return
+    here = os.path.dirname(os.path.abspath(__file__))
+    for name in ("libkvtier.so.0", "libkvtier.so"):
+        yield os.path.join(here, name)
+    # Source checkout: router-plugin/python/kvtier/ -> <repo>/build/lib
+    repo = os.path.normpath(os.path.join(here, "..", "..", ".."))
+    yield os.path.join(repo, "build", "lib", "libkvtier.so.0")
+    # Install tree: <prefix>/lib/kvtier/python/kvtier/ -> <prefix>/lib
+    libdir = os.path.normpath(os.path.join(here, "..", "..", ".."))
+    yield os.path.join(libdir, "libkvtier.so.0")
+    found = ctypes.util.find_library("kvtier")
+    yield found or "libkvtier.so.0"
+
+
+_lib = None
+_lib_path = None
+_lib_lock = threading.Lock()
+
+
+def _load():
+    global _lib, _lib_path
+    with _lib_lock:
+        if _lib is not None:
+            return _lib
+        errors = []
+        for path in _candidates():
+            if os.sep in path and not os.path.exists(path):
+                continue
+            try:
+                lib = ctypes.CDLL(path)
+            except OSError as e:
+                errors.append("%s: %s" % (path, e))
+                continue
+            _declare(lib)
+            _lib, _lib_path = lib, path
+            return lib
+        raise Error(-400, "cannot load libkvtier (set KVTIER_LIB): " + ("; ".join(errors) or "not found"))
+
+
+def _declare(lib):
+    P = ctypes.POINTER
+    c_client = ctypes.c_void_p
+    st = ctypes.c_int
+    cstrs = P(ctypes.c_char_p)
+    sigs = {
+        "kvt_client_opts_default": (None, [P(_Opts)]),
+        "kvt_client_create_msg": (st, [P(_Opts), P(c_client), ctypes.c_char_p, ctypes.c_size_t]),
+        "kvt_client_destroy": (None, [c_client]),
+        "kvt_client_last_error": (ctypes.c_char_p, [c_client]),
+        "kvt_client_query": (st, [c_client, ctypes.c_char_p, ctypes.c_char_p, P(ctypes.c_uint32),
+                                  ctypes.c_size_t, cstrs, ctypes.c_size_t, P(_Result)]),
+        "kvt_client_query_keys": (st, [c_client, ctypes.c_char_p, ctypes.c_char_p,
+                                       P(ctypes.c_uint64), ctypes.c_size_t, cstrs,
+                                       ctypes.c_size_t, P(_Result)]),
+        "kvt_client_result_free": (None, [P(_Result)]),
+        "kvt_client_report_events": (st, [c_client, ctypes.c_char_p, ctypes.c_size_t,
+                                          P(ctypes.c_void_p)]),
+        "kvt_client_stats": (st, [c_client, P(ctypes.c_void_p)]),
+        "kvt_client_ping": (st, [c_client]),
+        "kvt_client_drop_engine": (st, [c_client, ctypes.c_char_p, P(ctypes.c_void_p)]),
+        "kvt_client_hash_tokens": (ctypes.c_size_t, [P(ctypes.c_uint32), ctypes.c_size_t,
+                                                     ctypes.c_uint32, P(ctypes.c_uint64)]),
+        "kvt_client_free": (None, [ctypes.c_void_p]),
+        "kvt_client_version": (ctypes.c_char_p, []),
+    }
+    for name, (res, args) in sigs.items():
+        fn = getattr(lib, name)
+        fn.restype = res
+        fn.argtypes = args
+
+
+def library_path():
+    """The path of the libkvtier that was loaded (loads it if needed)."""
+    _load()
+    return _lib_path
+
+
+def _u32_array(values, what):
+    try:
+        arr = array.array("I", values)
+    except (OverflowError, TypeError) as e:
+        raise ValueError("%s must be integers in 0..4294967295: %s" % (what, e)) from None
+    if arr.itemsize != 4:  # pragma: no cover (every Linux ABI has 4-byte unsigned int)
+        arr = array.array("L", values)
+    return arr
+
+
+def _u64_array(values, what):
+    try:
+        return array.array("Q", values)
+    except (OverflowError, TypeError) as e:
+        raise ValueError("%s must be integers in 0..2**64-1: %s" % (what, e)) from None
+
+
+def _ptr(arr, ctype):
+    if len(arr) == 0:
+        return None
+    return (ctype * len(arr)).from_buffer(arr)
+
+
+def _name(s, what, allow_empty=False):
+    if s is None:
+        return None
+    if isinstance(s, str):
+        s = s.encode("utf-8")
+    if not isinstance(s, (bytes, bytearray)):
+        raise TypeError("%s must be a str" % what)
+    if (not s and not allow_empty) or len(s) > 255 or b"\0" in s:
+        raise ValueError("%s must be 1..255 bytes without NUL" % what)
+    return bytes(s)
+
+
+def hash_tokens(token_ids, block_size):
+    """Block keys of token_ids under kvtier's hashing standard (XXH3-64, seed 1337,
+    chained), as query_keys() takes them. Trailing tokens that fill no block are ignored."""
+    lib = _load()
+    if not isinstance(block_size, int) or not 0 < block_size < 2**32:
+        raise ValueError("block_size must be an integer in 1..4294967295")
+    toks = _u32_array(token_ids, "token_ids")
+    nblocks = len(toks) // block_size
+    if nblocks == 0:
+        return []
+    out = (ctypes.c_uint64 * nblocks)()
+    n = lib.kvt_client_hash_tokens(_ptr(toks, ctypes.c_uint32), len(toks), block_size, out)
+    return list(out[:n])
+
+
+class Client:
+    """One connection to one kvtierd ("host:port", "[v6]:port" or "unix:/path").
+
+    timeout: seconds, for connecting and for each call. token: the auth token
+    sent in HELLO (needed for report_events/drop_engine on servers that have
+    one). lazy: do not connect before the first call. The connection is
+    re-established on the next call after it breaks.
+    """
+
+    def __init__(self, addr=DEFAULT_ADDR, timeout=1.0, token=None, lazy=False):
+        lib = _load()
+        self._lib = lib
+        self._c = ctypes.c_void_p()
+        self._lock = threading.Lock()
+        o = _Opts()
+        lib.kvt_client_opts_default(ctypes.byref(o))
+        o.address = _name(addr, "addr")
+        ms = int(round(float(timeout) * 1000))
+        if ms < 1:
+            raise ValueError("timeout must be at least 0.001 s")
+        o.connect_timeout_ms = o.io_timeout_ms = min(ms, 2**31 - 1)
+        o.auth_token = _name(token, "token", allow_empty=True) if token else None
+        o.lazy_connect = bool(lazy)
+        msg = ctypes.create_string_buffer(512)
+        st = lib.kvt_client_create_msg(ctypes.byref(o), ctypes.byref(self._c), msg, len(msg))
+        if st != 0:
+            self._c = ctypes.c_void_p()
+            raise Error(st, msg.value.decode("utf-8", "replace"))
+        self.addr = addr
+
+    # -- plumbing --------------------------------------------------------------------------
+    def _handle(self):
+        if not self._c:
+            raise Error(-502, "client is closed")
+        return self._c
+
+    def _raise(self, st):
+        msg = self._lib.kvt_client_last_error(self._c) or b""
+        raise Error(st, msg.decode("utf-8", "replace"))
+
+    def _take_string(self, ptr):
+        try:
+            return ctypes.string_at(ptr.value).decode("utf-8", "replace")
+        finally:
+            self._lib.kvt_client_free(ptr)
+
+    @staticmethod
+    def _pods_arg(pods):
+        if pods is None:
+            return None, 0, None
+        if isinstance(pods, (str, bytes)):
+            raise TypeError("pods must be a list of names, not a single string")
+        names = [_name(p, "pod name") for p in pods]
+        if not names:
+            return None, 0, None
+        arr = (ctypes.c_char_p * len(names))(*names)
+        return arr, len(names), names
+
+    def _query(self, fn, model, values, ctype, lora, pods):
+        model_b = _name(model, "model")
+        lora_b = _name(lora, "lora", allow_empty=True) if lora else None
+        parr, npods, _keep = self._pods_arg(pods)
+        res = _Result()
+        with self._lock:
+            c = self._handle()
+            st = fn(c, model_b, lora_b, _ptr(values, ctype), len(values), parr, npods,
+                    ctypes.byref(res))
+            if st != 0:
+                self._raise(st)
+        try:
+            out = {
+                "block_size": res.block_size,
+                "num_blocks": res.num_blocks,
+                "pods": [
+                    {
+                        "pod": p.pod.decode("utf-8", "replace"),
+                        "dp_rank": p.dp_rank,
+                        "matched_blocks": p.matched,
+                        "gpu": p.gpu,
+                        "cpu": p.cpu,
+                        "disk": p.disk,
+                        "score": p.score,
+                    }
+                    for p in (res.pods[i] for i in range(res.npods))
+                ],
+            }
+        finally:
+            self._lib.kvt_client_result_free(ctypes.byref(res))
+        return out
+
+    # -- calls -----------------------------------------------------------------------------
+    def query_answer(self, model, token_ids, lora=None, pods=None):
+        """Like query() but returns the whole answer, shaped as POST /v1/query's:
+        {"block_size", "num_blocks", "pods": [...]}."""
+        toks = _u32_array(token_ids, "token_ids")
+        return self._query(self._lib.kvt_client_query, model, toks, ctypes.c_uint32, lora, pods)
+
+    def query(self, model, token_ids, lora=None, pods=None):
+        """Which pods hold the longest prefix of token_ids: a list of dicts
+        {"pod","dp_rank","matched_blocks","gpu","cpu","disk","score"}, best first.
+        pods: only rank these pod names (None: every pod)."""
+        return self.query_answer(model, token_ids, lora, pods)["pods"]
+
+    def query_keys_answer(self, model, keys, lora=None, pods=None):
+        """query_answer() with block sequence keys (see hash_tokens) instead of tokens."""
+        ks = _u64_array(keys, "keys")
+        return self._query(self._lib.kvt_client_query_keys, model, ks, ctypes.c_uint64, lora, pods)
+
+    def query_keys(self, model, keys, lora=None, pods=None):
+        """query() with block sequence keys (see hash_tokens) instead of tokens."""
+        return self.query_keys_answer(model, keys, lora, pods)["pods"]
+
+    def report_events(self, events):
+        """Sends events (a dict, or its JSON as str/bytes) as POST /v1/events does;
+        returns the server's answer as a dict."""
+        if isinstance(events, dict):
+            body = json.dumps(events, separators=(",", ":")).encode("utf-8")
+        elif isinstance(events, str):
+            body = events.encode("utf-8")
+        elif isinstance(events, (bytes, bytearray)):
+            body = bytes(events)
+        else:
+            raise TypeError("events must be a dict or a JSON str/bytes")
+        out = ctypes.c_void_p()
+        with self._lock:
+            c = self._handle()
+            st = self._lib.kvt_client_report_events(c, body, len(body), ctypes.byref(out))
+            if st != 0:
+                self._raise(st)
+        return json.loads(self._take_string(out))
+
+    def stats(self):
+        """The JSON of GET /v1/stats, as a dict."""
+        out = ctypes.c_void_p()
+        with self._lock:
+            c = self._handle()
+            st = self._lib.kvt_client_stats(c, ctypes.byref(out))
+            if st != 0:
+                self._raise(st)
+        return json.loads(self._take_string(out))
+
+    def ping(self):
+        """A round trip; raises Error when the server does not answer."""
+        with self._lock:
+            c = self._handle()
+            st = self._lib.kvt_client_ping(c)
+            if st != 0:
+                self._raise(st)
+
+    def drop_engine(self, pod):
+        """Unsubscribes engine pod and drops what it held; returns the answer as a dict."""
+        pod_b = _name(pod, "pod")
+        out = ctypes.c_void_p()
+        with self._lock:
+            c = self._handle()
+            st = self._lib.kvt_client_drop_engine(c, pod_b, ctypes.byref(out))
+            if st != 0:
+                self._raise(st)
+        return json.loads(self._take_string(out))
+
+    def close(self):
+        """Closes the connection; later calls raise Error. Idempotent."""
+        with self._lock:
+            if self._c:
+                self._lib.kvt_client_destroy(self._c)
+                self._c = ctypes.c_void_p()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+        return False
+
+    def __del__(self):
+        try:
+            if getattr(self, "_c", None):
+                self._lib.kvt_client_destroy(self._c)
+                self._c = ctypes.c_void_p()
+        except Exception:  # interpreter shutdown
+            pass
+
+    def __repr__(self):
+        return "kvtier.Client(%r%s)" % (getattr(self, "addr", "?"), "" if self._c else ", closed")

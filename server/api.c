@@ -1,0 +1,344 @@
+/*
+ * server/api.c: queries (decode, hash, look up, score, encode), job
+ * construction for writes, /v1/stats, /metrics and request accounting.
+ */
+#define KVT_LOG_COMPONENT "api"
+
+#include "server/api.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kvindex/hash.h"
+
+/* ---- scratch ---------------------------------------------------------------------- */
+
+static bool grow(void **p, size_t *cap, size_t need, size_t elem)
+{
+    if (need <= *cap)
+        return true;
+    size_t n = *cap ? *cap : 256;
+    while (n < need)
+        n *= 2;
+    void *q = realloc(*p, n * elem);
+    if (q == NULL)
+        return false;
+    *p = q;
+    *cap = n;
+    return true;
+}
+
+kvt_status_t srv_scratch(kvt_srv_worker_t *w, size_t ntokens, size_t nfilter)
+{
+    size_t kc = w->keys_cap, tc = w->tokens_cap, fc = w->filter_cap;
+    if (!grow((void **)&w->keys, &kc, ntokens + 1, sizeof(uint64_t)))
+        return KVT_ERR_NO_MEM;
+    w->keys_cap = kc;
+    if (!grow((void **)&w->tokens, &tc, ntokens + 1, sizeof(uint32_t)))
+        return KVT_ERR_NO_MEM;
+    w->tokens_cap = tc;
+    if (!grow((void **)&w->filter, &fc, nfilter + 1, sizeof(uint32_t)))
+        return KVT_ERR_NO_MEM;
+    w->filter_cap = fc;
+    return KVT_OK;
+}
+
+/* ---- the query itself ------------------------------------------------------------- */
+
+/* Runs @q; on KVT_OK the worker holds the registry until srv_query_done(). */
+kvt_status_t srv_query_run(kvt_srv_worker_t *w, const srv_query_t *q, srv_answer_t *a,
+                           const char **why_p)
+{
+    kvt_srv_t *srv = w->srv;
+    kvt_srv_reg_t *reg = srv_reg_enter(w);
+    w->cur_reg = reg;
+    const reg_ns_t *ns = srv_reg_ns(reg, q->model, q->model_len, q->lora, q->lora_len);
+    uint32_t bs = ns ? ns->block_size : srv->cfg.block_size;
+    const uint64_t *keys = q->keys;
+    size_t nb = q->n;
+    if (!q->by_keys) {
+        nb = q->n / bs;
+        kvt_hash_seq(q->tokens, q->n, bs, KVT_HASH_SEED, NULL, NULL, w->keys);
+        keys = w->keys;
+    }
+    *a = (srv_answer_t){bs, (uint32_t)nb, 0, NULL};
+    if (ns == NULL || nb == 0)
+        return KVT_OK; /* a model nobody has reported yet holds nothing */
+    size_t nf = 0;
+    for (size_t i = 0; i < q->npods; i++)
+        nf += srv_reg_pods_named(reg, q->pod_names[i], q->pod_name_lens[i], w->filter + nf,
+                                 w->filter_cap - nf);
+    if (q->npods > 0 && nf == 0)
+        return KVT_OK; /* none of the named pods is known */
+    const kvt_idx_match_t *res;
+    size_t nres;
+    kvt_status_t st =
+        kvt_idx_query(w->reader, ns->ns, keys, nb, q->npods ? w->filter : NULL, nf, &res, &nres);
+    if (st != KVT_OK) {
+        *why_p = "out of memory";
+        srv_query_done(w);
+        return st;
+    }
+    size_t sc = w->scored_cap;
+    if (!grow((void **)&w->scored, &sc, nres + 1, sizeof(kvt_scored_t))) {
+        *why_p = "out of memory";
+        srv_query_done(w);
+        return KVT_ERR_NO_MEM;
+    }
+    w->scored_cap = sc;
+    size_t n = kvt_score_rank(&srv->weights, res, nres, NULL, 0, NULL, 0, keys[nb - 1], w->scored);
+    /* pods registered after this snapshot have no name yet: leave them out this time */
+    size_t k = 0;
+    for (size_t i = 0; i < n; i++)
+        if (w->scored[i].matched > 0 && w->scored[i].pod < reg->npods &&
+            reg->pods[w->scored[i].pod].live)
+            w->scored[k++] = w->scored[i];
+    a->npods = k;
+    a->scored = w->scored;
+    return KVT_OK;
+}
+
+void srv_query_pod(kvt_srv_worker_t *w, const srv_answer_t *a, size_t i, srv_answer_pod_t *p)
+{
+    const kvt_scored_t *s = &a->scored[i];
+    const reg_pod_t *rp = &w->cur_reg->pods[s->pod];
+    *p = (srv_answer_pod_t){w->cur_reg->names + rp->name_off,
+                            rp->dp_rank,
+                            s->matched,
+                            s->gpu,
+                            s->cpu,
+                            s->disk,
+                            s->score};
+}
+
+void srv_query_done(kvt_srv_worker_t *w)
+{
+    w->cur_reg = NULL;
+    srv_reg_exit(w);
+}
+
+/* ---- JSON front end ------------------------------------------------------------------ */
+
+#define MAX_FILTER 1024u /* pod names in one query's filter */
+
+kvt_status_t srv_api_query_json(kvt_srv_worker_t *w, const char *body, size_t len, kvt_jbuf_t *out,
+                                const char **why_p)
+{
+    kvt_srv_t *srv = w->srv;
+    static __thread char why[200];
+    static __thread char names[MAX_FILTER][KVT_IDX_MAX_NAME + 1];
+    static __thread const char *name_p[MAX_FILTER];
+    static __thread size_t name_len[MAX_FILTER];
+    char model[KVT_IDX_MAX_NAME + 1] = "", lora[KVT_IDX_MAX_NAME + 1] = "";
+    size_t mlen = 0, llen = 0, n = 0, npods = 0;
+    bool have_model = false, have_tokens = false, have_keys = false;
+    size_t cap = len / 2 + 1;
+    if (cap > srv->cfg.max_query_tokens)
+        cap = srv->cfg.max_query_tokens;
+    if (srv_scratch(w, cap, MAX_FILTER * 8) != KVT_OK) {
+        *why_p = "out of memory";
+        return KVT_ERR_NO_MEM;
+    }
+    kvt_json_t j;
+    kvt_json_init(&j, body, len);
+    kvt_status_t st = kvt_json_object_begin(&j);
+    const char *key;
+    size_t klen;
+    int more;
+    while (st == KVT_OK && (more = kvt_json_object_next(&j, &key, &klen)) == 1) {
+        if (klen == 5 && memcmp(key, "model", 5) == 0) {
+            st = kvt_json_string(&j, model, sizeof(model), &mlen);
+            have_model = true;
+        } else if (klen == 9 && memcmp(key, "lora_name", 9) == 0) {
+            if (kvt_json_peek(&j) == KVT_JSON_NULL)
+                st = kvt_json_null(&j);
+            else
+                st = kvt_json_string(&j, lora, sizeof(lora), &llen);
+        } else if (klen == 9 && memcmp(key, "token_ids", 9) == 0) {
+            st = kvt_json_u32_array(&j, w->tokens, cap, UINT32_MAX, &n);
+            have_tokens = true;
+        } else if (klen == 12 && memcmp(key, "block_hashes", 12) == 0) {
+            st = kvt_json_hash_array(&j, w->keys, cap, &n);
+            have_keys = true;
+        } else if (klen == 4 && memcmp(key, "pods", 4) == 0) {
+            st = kvt_json_array_begin(&j);
+            while (st == KVT_OK && (more = kvt_json_array_next(&j)) == 1) {
+                if (npods == MAX_FILTER) {
+                    snprintf(why, sizeof(why), "more than %u pods in the filter", MAX_FILTER);
+                    *why_p = why;
+                    return KVT_ERR_TOO_BIG;
+                }
+                st = kvt_json_string(&j, names[npods], sizeof(names[npods]), &name_len[npods]);
+                name_p[npods] = names[npods];
+                npods++;
+            }
+            if (st == KVT_OK && more < 0)
+                st = (kvt_status_t)more;
+        } else {
+            snprintf(why, sizeof(why), "unknown field '%.*s' in query",
+                     (int)(klen > 64 ? 64 : klen), key);
+            *why_p = why;
+            return KVT_ERR_INVAL;
+        }
+    }
+    if (st == KVT_OK && more < 0)
+        st = (kvt_status_t)more;
+    if (st == KVT_OK)
+        st = kvt_json_end(&j);
+    if (st != KVT_OK) {
+        if (st == KVT_ERR_TOO_BIG && kvt_json_status(&j) == KVT_ERR_TOO_BIG && n == 0 &&
+            (have_tokens || have_keys))
+            snprintf(why, sizeof(why), "more than %zu tokens or keys in one query", cap);
+        else
+            snprintf(why, sizeof(why), "%s",
+                     kvt_json_error(&j)[0] ? kvt_json_error(&j) : kvt_status_str(st));
+        *why_p = why;
+        return st == KVT_ERR_PARSE ? KVT_ERR_PARSE : st;
+    }
+    if (!have_model || mlen == 0) {
+        *why_p = "query needs a non-empty \"model\"";
+        return KVT_ERR_INVAL;
+    }
+    if (have_tokens == have_keys) {
+        *why_p = "query needs exactly one of \"token_ids\" and \"block_hashes\"";
+        return KVT_ERR_INVAL;
+    }
+    srv_query_t q = {model,     mlen,    lora,  llen,   have_keys, n,
+                     w->tokens, w->keys, npods, name_p, name_len};
+    srv_answer_t a;
+    st = srv_query_run(w, &q, &a, why_p);
+    if (st != KVT_OK)
+        return st;
+    kvt_jbuf_cstr(out, "{\"block_size\":");
+    kvt_jbuf_u64(out, a.block_size);
+    kvt_jbuf_cstr(out, ",\"num_blocks\":");
+    kvt_jbuf_u64(out, a.num_blocks);
+    kvt_jbuf_cstr(out, ",\"pods\":[");
+    for (size_t i = 0; i < a.npods; i++) {
+        srv_answer_pod_t p;
+        srv_query_pod(w, &a, i, &p);
+        kvt_jbuf_cstr(out, i ? ",{\"pod\":" : "{\"pod\":");
+        kvt_jbuf_str(out, p.pod, strlen(p.pod));
+        kvt_jbuf_cstr(out, ",\"dp_rank\":");
+        kvt_jbuf_u64(out, p.dp_rank);
+        kvt_jbuf_cstr(out, ",\"matched_blocks\":");
+        kvt_jbuf_u64(out, p.matched);
+        kvt_jbuf_cstr(out, ",\"gpu\":");
+        kvt_jbuf_u64(out, p.gpu);
+        kvt_jbuf_cstr(out, ",\"cpu\":");
+        kvt_jbuf_u64(out, p.cpu);
+        kvt_jbuf_cstr(out, ",\"disk\":");
+        kvt_jbuf_u64(out, p.disk);
+        kvt_jbuf_cstr(out, ",\"score\":");
+        if (p.score == floor(p.score) && fabs(p.score) < 1e15)
+            kvt_jbuf_i64(out, (int64_t)p.score); /* the common case; shortest-float is slow */
+        else
+            kvt_jbuf_f64(out, p.score);
+        kvt_jbuf_cstr(out, "}");
+    }
+    kvt_jbuf_cstr(out, "]}");
+    srv_query_done(w);
+    return out->oom ? KVT_ERR_NO_MEM : KVT_OK;
+}
+
+/* ---- RPC front end -------------------------------------------------------------------- */
+
+kvt_status_t srv_api_query_rpc(kvt_srv_worker_t *w, uint64_t req_id, const uint8_t *body,
+                               size_t len, kvt_proto_wr_t *wr, const char **why_p)
+{
+    kvt_srv_t *srv = w->srv;
+    static __thread const char *name_p[MAX_FILTER];
+    static __thread size_t name_len[MAX_FILTER];
+    kvt_proto_query_t pq;
+    kvt_status_t st = kvt_proto_query_decode(body, len, srv->cfg.max_query_tokens, &pq, why_p);
+    if (st != KVT_OK)
+        return st;
+    if (pq.npods > MAX_FILTER) {
+        *why_p = "too many pods in the filter";
+        return KVT_ERR_TOO_BIG;
+    }
+    if (srv_scratch(w, pq.n, MAX_FILTER * 8) != KVT_OK) {
+        *why_p = "out of memory";
+        return KVT_ERR_NO_MEM;
+    }
+    bool by_keys = pq.kind == KVT_PROTO_Q_KEYS;
+    for (uint32_t i = 0; i < pq.n; i++) {
+        if (by_keys)
+            w->keys[i] = kvt_proto_query_key(&pq, i);
+        else
+            w->tokens[i] = kvt_proto_query_token(&pq, i);
+    }
+    kvt_proto_rd_t r;
+    kvt_proto_rd_init(&r, pq.pods, pq.pods_len);
+    for (uint32_t i = 0; i < pq.npods; i++) {
+        kvt_proto_str_t s = kvt_proto_rd_str(&r);
+        name_p[i] = s.p;
+        name_len[i] = s.len;
+    }
+    srv_query_t q = {pq.model.p,  pq.model.len, pq.lora.p ? pq.lora.p : "",
+                     pq.lora.len, by_keys,      pq.n,
+                     w->tokens,   w->keys,      pq.npods,
+                     name_p,      name_len};
+    srv_answer_t a;
+    st = srv_query_run(w, &q, &a, why_p);
+    if (st != KVT_OK)
+        return st;
+    kvt_proto_query_ans_enc_t e;
+    kvt_proto_query_ans_begin(wr, req_id, a.block_size, a.num_blocks, &e);
+    for (size_t i = 0; i < a.npods; i++) {
+        srv_answer_pod_t p;
+        srv_query_pod(w, &a, i, &p);
+        kvt_proto_pod_ans_t pa = {
+            {p.pod, (uint16_t)strlen(p.pod)}, p.dp_rank, p.matched, p.gpu, p.cpu, p.disk, p.score};
+        kvt_proto_query_ans_add(wr, &e, &pa);
+    }
+    st = kvt_proto_query_ans_end(wr, &e);
+    srv_query_done(w);
+    if (st != KVT_OK)
+        *why_p = "answer could not be encoded";
+    return st;
+}
+
+/* ---- writes ------------------------------------------------------------------------------ */
+
+kvt_status_t srv_api_events_job(kvt_srv_worker_t *w, const char *body, size_t len,
+                                srv_job_t **job_p, char *msg, size_t msglen)
+{
+    srv_job_t *job = calloc(1, sizeof(*job));
+    if (job == NULL) {
+        snprintf(msg, msglen, "out of memory");
+        return KVT_ERR_NO_MEM;
+    }
+    kvt_status_t st =
+        kvt_ev_json_decode(body, len, w->srv->cfg.max_event_items, &job->batch, msg, msglen);
+    if (st != KVT_OK) {
+        free(job);
+        return st;
+    }
+    job->kind = JOB_EVENTS;
+    job->worker = w;
+    *job_p = job;
+    return KVT_OK;
+}
+
+kvt_status_t srv_api_drop_job(kvt_srv_worker_t *w, const char *pod, srv_job_t **job_p, char *msg,
+                              size_t msglen)
+{
+    size_t n = strlen(pod);
+    if (n == 0 || n > KVT_IDX_MAX_NAME) {
+        snprintf(msg, msglen, "pod name must be 1..%u bytes", KVT_IDX_MAX_NAME);
+        return KVT_ERR_INVAL;
+    }
+    srv_job_t *job = calloc(1, sizeof(*job));
+    if (job == NULL) {
+        snprintf(msg, msglen, "out of memory");
+        return KVT_ERR_NO_MEM;
+    }
+    job->kind = JOB_DROP;
+    job->worker = w;
+    memcpy(job->pod, pod, n + 1);
+    *job_p = job;
+    return KVT_OK;
+}

@@ -1,0 +1,35 @@
+/*
+ * server/api: the operations behind both front ends (HTTP/JSON and binary
+ * RPC), run on a worker thread. Queries complete here; writes become jobs
+ * for the writer thread.
+ */
+#ifndef KVT_SERVER_API_H
+#define KVT_SERVER_API_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "common/json.h"
+#include "router-plugin/proto.h"
+#include "server/srv_int.h"
+
+/* POST /v1/query: decodes @body, runs the query, writes the JSON answer to @out.
+ * On error returns the status and a one-line reason in *@why_p (valid until the
+ * worker's next call). */
+kvt_status_t srv_api_query_json(kvt_srv_worker_t *w, const char *body, size_t len, kvt_jbuf_t *out,
+                                const char **why_p);
+
+/* RPC QUERY: decodes @body and appends the answer frame to @wr. Errors as above. */
+kvt_status_t srv_api_query_rpc(kvt_srv_worker_t *w, uint64_t req_id, const uint8_t *body,
+                               size_t len, kvt_proto_wr_t *wr, const char **why_p);
+
+/* Decodes an events body into a new job (caller submits or frees it). On error
+ * writes a one-line reason to @msg. */
+kvt_status_t srv_api_events_job(kvt_srv_worker_t *w, const char *body, size_t len,
+                                srv_job_t **job_p, char *msg, size_t msglen);
+
+/* A job dropping every DP rank of @pod (NUL-terminated, 1..255 bytes). */
+kvt_status_t srv_api_drop_job(kvt_srv_worker_t *w, const char *pod, srv_job_t **job_p, char *msg,
+                              size_t msglen);
+
+#endif

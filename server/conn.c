@@ -1,0 +1,695 @@
+/*
+ * server/conn.c: client connections on a worker's event base, for both front
+ * ends. Limits that keep one client from hurting others live here: the
+ * connection cap, buffered bytes per connection (reads pause while output is
+ * backed up), a deadline for every started request (slow clients), an idle
+ * timeout, and a cap on RPC requests waiting for the writer.
+ *
+ * HTTP requests on one connection are handled one at a time (answers must
+ * keep their order); RPC requests are pipelined and answered as they finish.
+ */
+#define KVT_LOG_COMPONENT "conn"
+
+#include <errno.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <event2/buffer.h>
+#include <event2/bufferevent.h>
+#include <event2/listener.h>
+
+#include "common/log.h"
+#include "router-plugin/proto.h"
+#include "server/api.h"
+#include "server/http.h"
+#include "server/srv_int.h"
+
+struct kvt_srv_conn {
+    kvt_srv_worker_t *w;
+    struct bufferevent *bev; /* NULL once closed */
+    struct event *deadline;  /* request timeout */
+    enum srv_proto proto;
+    int refs;           /* the socket's, plus one per job at the writer */
+    bool in_request;    /* bytes of an unfinished request are buffered */
+    bool busy;          /* HTTP: a request waits for the writer */
+    bool close_after;   /* close once the output is flushed */
+    bool sent_continue; /* HTTP: "100 Continue" sent for the current request */
+    bool authed;        /* RPC: HELLO carried the token */
+    bool paused;        /* reads off: output backed up or too many jobs in flight */
+    uint32_t inflight;  /* RPC jobs at the writer */
+    bool keep_alive;    /* HTTP: of the request waiting for the writer */
+    enum srv_call call; /* ... and its call, for metrics */
+    kvt_srv_conn_t *prev, *next;
+};
+
+static void conn_read_cb(struct bufferevent *bev, void *arg);
+static void http_error(kvt_srv_conn_t *c, int status, const char *msg, bool keep_alive);
+
+static void conn_unref(kvt_srv_conn_t *c)
+{
+    if (--c->refs > 0)
+        return;
+    free(c);
+}
+
+static void conn_close(kvt_srv_conn_t *c)
+{
+    if (c->bev == NULL)
+        return;
+    bufferevent_free(c->bev); /* BEV_OPT_CLOSE_ON_FREE closes the socket */
+    c->bev = NULL;
+    event_free(c->deadline);
+    c->deadline = NULL;
+    if (c->prev)
+        c->prev->next = c->next;
+    else
+        c->w->conns = c->next;
+    if (c->next)
+        c->next->prev = c->prev;
+    atomic_fetch_sub(&c->w->srv->nconns, 1);
+    conn_unref(c);
+}
+
+void srv_conn_close_all(kvt_srv_worker_t *w)
+{
+    while (w->conns != NULL)
+        conn_close(w->conns);
+}
+
+/* Output backed up beyond the per-connection budget: stop reading until it drains. */
+static void conn_update_reading(kvt_srv_conn_t *c)
+{
+    if (c->bev == NULL)
+        return;
+    kvt_srv_t *srv = c->w->srv;
+    size_t out = evbuffer_get_length(bufferevent_get_output(c->bev));
+    bool pause = out > srv->cfg.conn_buffer || c->busy || c->close_after ||
+                 c->inflight >= srv->cfg.rpc_max_inflight;
+    if (pause && !c->paused)
+        bufferevent_disable(c->bev, EV_READ);
+    else if (!pause && c->paused)
+        bufferevent_enable(c->bev, EV_READ);
+    c->paused = pause;
+}
+
+static void deadline_cb(evutil_socket_t fd, short what, void *arg)
+{
+    (void)fd;
+    (void)what;
+    kvt_srv_conn_t *c = arg;
+    CTR_INC(c->w->ctr.timeouts[c->proto]);
+    if (c->proto == PROTO_HTTP && !c->busy) {
+        http_error(c, 408, "request took too long", false);
+        conn_update_reading(c);
+        return;
+    }
+    conn_close(c);
+}
+
+static void request_started(kvt_srv_conn_t *c)
+{
+    if (c->in_request)
+        return;
+    c->in_request = true;
+    uint64_t ms = c->w->srv->cfg.request_timeout_ms;
+    struct timeval tv = {(time_t)(ms / 1000), (suseconds_t)(ms % 1000) * 1000};
+    event_add(c->deadline, &tv);
+}
+
+static void request_finished(kvt_srv_conn_t *c)
+{
+    c->in_request = false;
+    c->sent_continue = false;
+    event_del(c->deadline);
+}
+
+/* ---- HTTP ------------------------------------------------------------------------ */
+
+static void http_respond(kvt_srv_conn_t *c, int status, const char *ctype, const char *body,
+                         size_t len, bool keep_alive)
+{
+    if (c->bev == NULL)
+        return;
+    struct evbuffer *out = bufferevent_get_output(c->bev);
+    evbuffer_add_printf(out, "HTTP/1.1 %d %s\r\nContent-Type: %s\r\nContent-Length: %zu\r\n%s\r\n",
+                        status, kvt_http_reason(status), ctype, len,
+                        keep_alive ? "" : "Connection: close\r\n");
+    evbuffer_add(out, body, len);
+    if (!keep_alive)
+        c->close_after = true;
+}
+
+static void http_json(kvt_srv_conn_t *c, int status, const kvt_jbuf_t *b, bool keep_alive)
+{
+    if (b->oom) {
+        static const char oom[] = "{\"error\":\"out of memory\"}";
+        http_respond(c, 503, "application/json", oom, sizeof(oom) - 1, keep_alive);
+        return;
+    }
+    http_respond(c, status, "application/json", b->buf, b->len, keep_alive);
+}
+
+static void http_error(kvt_srv_conn_t *c, int status, const char *msg, bool keep_alive)
+{
+    kvt_jbuf_t *b = &c->w->out;
+    kvt_jbuf_reset(b);
+    kvt_jbuf_cstr(b, "{\"error\":");
+    kvt_jbuf_str(b, msg, strlen(msg));
+    kvt_jbuf_cstr(b, "}");
+    http_json(c, status, b, keep_alive);
+}
+
+/* Hands @job to the writer; the connection stays alive until the answer comes back. */
+static kvt_status_t conn_submit(kvt_srv_conn_t *c, srv_job_t *job, uint64_t req_id, uint64_t t0,
+                                char *msg, size_t msglen)
+{
+    job->conn = c;
+    job->req_id = req_id;
+    job->t0_ns = t0;
+    c->refs++;
+    kvt_status_t st = srv_submit(c->w->srv, job);
+    if (st != KVT_OK) {
+        c->refs--;
+        srv_job_free(job);
+        snprintf(msg, msglen, "writer queue full or stopping: retry");
+    }
+    return st;
+}
+
+static bool http_authorized(kvt_srv_conn_t *c, const kvt_http_req_t *r)
+{
+    kvt_srv_t *srv = c->w->srv;
+    if (srv->auth_token == NULL)
+        return true;
+    if (r->auth == NULL || r->auth_len < 7 || strncasecmp(r->auth, "Bearer ", 7) != 0)
+        return false;
+    return srv_auth_ok(srv, r->auth + 7, r->auth_len - 7);
+}
+
+static bool path_is(const kvt_http_req_t *r, const char *p)
+{
+    return r->path_len == strlen(p) && memcmp(r->path, p, r->path_len) == 0;
+}
+
+static bool path_under(const kvt_http_req_t *r, const char *prefix)
+{
+    size_t n = strlen(prefix);
+    return r->path_len > n && memcmp(r->path, prefix, n) == 0;
+}
+
+/* Routes one complete request. Returns the call (for metrics) and its status via *status_p,
+ * or -1 in *status_p when the answer comes later from the writer. */
+static enum srv_call http_dispatch(kvt_srv_conn_t *c, const kvt_http_req_t *r, const char *body,
+                                   uint64_t t0, int *status_p)
+{
+    kvt_srv_worker_t *w = c->w;
+    bool ka = r->keep_alive;
+    int status = 200;
+    enum srv_call call = CALL_OTHER;
+    const char *why = NULL;
+
+#define METHOD_ONLY(m)                                                                             \
+    if (r->method != (m)) {                                                                        \
+        status = 405;                                                                              \
+        http_error(c, status, "method not allowed", ka);                                           \
+        goto out;                                                                                  \
+    }
+    if (path_is(r, "/healthz")) {
+        call = CALL_HEALTHZ;
+        METHOD_ONLY(KVT_HTTP_GET);
+        static const char ok[] = "{\"status\":\"ok\"}";
+        http_respond(c, 200, "application/json", ok, sizeof(ok) - 1, ka);
+    } else if (path_is(r, "/metrics")) {
+        call = CALL_METRICS;
+        METHOD_ONLY(KVT_HTTP_GET);
+        kvt_jbuf_reset(&w->out);
+        srv_metrics_text(w, &w->out);
+        http_respond(c, 200, "text/plain; version=0.0.4; charset=utf-8", w->out.buf, w->out.len,
+                     ka);
+    } else if (path_is(r, "/v1/stats")) {
+        call = CALL_STATS;
+        METHOD_ONLY(KVT_HTTP_GET);
+        kvt_jbuf_reset(&w->out);
+        srv_stats_json(w, &w->out);
+        http_json(c, 200, &w->out, ka);
+    } else if (path_is(r, "/v1/query")) {
+        call = CALL_QUERY;
+        METHOD_ONLY(KVT_HTTP_POST);
+        kvt_jbuf_reset(&w->out);
+        kvt_status_t st = srv_api_query_json(w, body, r->body_len, &w->out, &why);
+        status = st == KVT_OK ? 200 : kvt_proto_http_status(st);
+        if (st == KVT_OK)
+            http_json(c, 200, &w->out, ka);
+        else
+            http_error(c, status, why ? why : kvt_status_str(st), ka);
+    } else if (path_is(r, "/v1/events") || path_under(r, "/v1/engines/")) {
+        bool events = path_is(r, "/v1/events");
+        call = events ? CALL_EVENTS : CALL_ENGINES;
+        METHOD_ONLY(events ? KVT_HTTP_POST : KVT_HTTP_DELETE);
+        if (!http_authorized(c, r)) {
+            status = 401;
+            http_error(c, status, "missing or wrong bearer token", ka);
+            goto out;
+        }
+        srv_job_t *job = NULL;
+        kvt_status_t st;
+        char msg[256];
+        if (events) {
+            st = srv_api_events_job(w, body, r->body_len, &job, msg, sizeof(msg));
+        } else {
+            char pod[KVT_IDX_MAX_NAME + 1];
+            const char *enc = r->path + strlen("/v1/engines/");
+            long n =
+                kvt_http_pct_decode(enc, r->path_len - strlen("/v1/engines/"), pod, sizeof(pod));
+            if (n <= 0 || memchr(pod, '/', (size_t)n) != NULL) {
+                st = KVT_ERR_INVAL;
+                snprintf(msg, sizeof(msg), "bad pod name in path");
+            } else {
+                st = srv_api_drop_job(w, pod, &job, msg, sizeof(msg));
+            }
+        }
+        if (st == KVT_OK)
+            st = conn_submit(c, job, 0, t0, msg, sizeof(msg));
+        if (st != KVT_OK) {
+            status = st == KVT_ERR_LIMIT ? 503 : kvt_proto_http_status(st);
+            http_error(c, status, msg, ka);
+            goto out;
+        }
+        c->busy = true;
+        c->keep_alive = ka;
+        c->call = call;
+        status = -1;
+    } else if (path_is(r, "/v1/engines") || path_under(r, "/v1/blocks/") ||
+               path_is(r, "/v1/prefetch") || path_is(r, "/v1/transfer")) {
+        status = 501;
+        http_error(c, status, "not implemented yet in this kvtierd", ka);
+    } else {
+        status = 404;
+        http_error(c, status, "no such path", ka);
+    }
+#undef METHOD_ONLY
+out:
+    *status_p = status;
+    return call;
+}
+
+static void http_read(kvt_srv_conn_t *c)
+{
+    kvt_srv_worker_t *w = c->w;
+    kvt_srv_t *srv = w->srv;
+    struct evbuffer *in = bufferevent_get_input(c->bev);
+    while (c->bev != NULL && !c->busy && !c->close_after) {
+        size_t len = evbuffer_get_length(in);
+        if (len == 0)
+            return;
+        request_started(c);
+        uint64_t t0 = srv_now_ns();
+        size_t look = len < srv->cfg.max_header ? len : srv->cfg.max_header;
+        const char *p = (const char *)evbuffer_pullup(in, (ssize_t)look);
+        kvt_http_req_t r;
+        int status = 0;
+        const char *why = NULL;
+        int got = kvt_http_parse_head(p, look, srv->cfg.max_header, &r, &status, &why);
+        if (got == 0)
+            return;
+        if (got < 0) {
+            http_error(c, status, why, false);
+            srv_count(w, PROTO_HTTP, CALL_OTHER, status, t0);
+            break;
+        }
+        if (r.body_len > srv->cfg.max_body) {
+            char msg[96];
+            snprintf(msg, sizeof(msg), "body of %llu bytes is over the limit of %llu",
+                     (unsigned long long)r.body_len, (unsigned long long)srv->cfg.max_body);
+            http_error(c, 413, msg, false); /* the body is not read: the connection ends */
+            srv_count(w, PROTO_HTTP, CALL_OTHER, 413, t0);
+            break;
+        }
+        size_t total = r.head_len + (size_t)r.body_len;
+        if (len < total) {
+            if (r.expect_continue && !c->sent_continue) {
+                evbuffer_add_printf(bufferevent_get_output(c->bev),
+                                    "HTTP/1.1 100 Continue\r\n\r\n");
+                c->sent_continue = true;
+            }
+            return;
+        }
+        p = (const char *)evbuffer_pullup(in, (ssize_t)total);
+        /* the parse result points into the first pullup, which may have moved */
+        kvt_http_parse_head(p, r.head_len, srv->cfg.max_header, &r, &status, &why);
+        enum srv_call call = http_dispatch(c, &r, p + r.head_len, t0, &status);
+        evbuffer_drain(in, total);
+        request_finished(c);
+        if (status >= 0) /* else the writer answers: srv_conn_job_done() counts it */
+            srv_count(w, PROTO_HTTP, call, status, t0);
+    }
+    conn_update_reading(c);
+}
+
+/* ---- RPC ----------------------------------------------------------------------------- */
+
+static void rpc_send(kvt_srv_conn_t *c, kvt_proto_wr_t *wr)
+{
+    if (c->bev != NULL && wr->len > 0)
+        bufferevent_write(c->bev, wr->buf, wr->len);
+}
+
+static void rpc_error(kvt_srv_conn_t *c, uint8_t op, uint64_t req_id, kvt_status_t st,
+                      uint16_t http, const char *msg)
+{
+    kvt_proto_wr_t wr;
+    kvt_proto_wr_init(&wr);
+    kvt_proto_err_encode(&wr, op, req_id, st, http, msg, msg ? strlen(msg) : 0);
+    rpc_send(c, &wr);
+    kvt_proto_wr_cleanup(&wr);
+}
+
+static enum srv_call rpc_call_of(uint8_t op)
+{
+    switch (op) {
+    case KVT_PROTO_OP_HELLO: return CALL_HELLO;
+    case KVT_PROTO_OP_PING: return CALL_PING;
+    case KVT_PROTO_OP_QUERY: return CALL_QUERY;
+    case KVT_PROTO_OP_EVENTS: return CALL_EVENTS;
+    case KVT_PROTO_OP_ENGINE_DROP: return CALL_ENGINES;
+    case KVT_PROTO_OP_STATS: return CALL_STATS;
+    default: return CALL_OTHER;
+    }
+}
+
+/* Handles one whole frame; returns the http-like status, or -1 when the writer answers. */
+static int rpc_dispatch(kvt_srv_conn_t *c, const kvt_proto_hdr_t *h, const uint8_t *body)
+{
+    kvt_srv_worker_t *w = c->w;
+    kvt_srv_t *srv = w->srv;
+    const char *why = NULL;
+    kvt_proto_wr_t *wr = &w->rpc_out;
+    kvt_proto_wr_reset(wr);
+    if (h->flags & KVT_PROTO_F_RESPONSE) {
+        rpc_error(c, h->op, h->req_id, KVT_ERR_PROTO, 400, "a request must not carry RESPONSE");
+        return 400;
+    }
+    if (kvt_proto_op_mutating(h->op) && srv->auth_token != NULL && !c->authed) {
+        rpc_error(c, h->op, h->req_id, KVT_ERR_INVAL, 401, "say HELLO with the auth token first");
+        return 401;
+    }
+    switch (h->op) {
+    case KVT_PROTO_OP_HELLO: {
+        kvt_proto_hello_req_t hr;
+        kvt_status_t st = kvt_proto_hello_req_decode(body, h->body_len, &hr, &why);
+        if (st != KVT_OK) {
+            rpc_error(c, h->op, h->req_id, st, 400, why);
+            return 400;
+        }
+        if (!srv_auth_ok(srv, hr.token.p, hr.token.len)) {
+            rpc_error(c, h->op, h->req_id, KVT_ERR_INVAL, 401, "wrong auth token");
+            return 401;
+        }
+        c->authed = true;
+        kvt_proto_hello_ans_t ans = {KVT_PROTO_VERSION, (uint32_t)srv->cfg.rpc_max_frame};
+        kvt_proto_hello_ans_encode(wr, h->req_id, &ans);
+        break;
+    }
+    case KVT_PROTO_OP_PING:
+        kvt_proto_raw_encode(wr, h->op, KVT_PROTO_F_RESPONSE, h->req_id, NULL, 0);
+        break;
+    case KVT_PROTO_OP_STATS:
+        kvt_jbuf_reset(&w->out);
+        srv_stats_json(w, &w->out);
+        kvt_proto_raw_encode(wr, h->op, KVT_PROTO_F_RESPONSE, h->req_id, w->out.buf, w->out.len);
+        break;
+    case KVT_PROTO_OP_QUERY: {
+        kvt_status_t st = srv_api_query_rpc(w, h->req_id, body, h->body_len, wr, &why);
+        if (st != KVT_OK) {
+            uint16_t hs = kvt_proto_http_status(st);
+            rpc_error(c, h->op, h->req_id, st, hs, why ? why : kvt_status_str(st));
+            return hs;
+        }
+        break;
+    }
+    case KVT_PROTO_OP_EVENTS:
+    case KVT_PROTO_OP_ENGINE_DROP: {
+        srv_job_t *job = NULL;
+        char msg[256];
+        kvt_status_t st;
+        if (h->op == KVT_PROTO_OP_EVENTS) {
+            st = srv_api_events_job(w, (const char *)body, h->body_len, &job, msg, sizeof(msg));
+        } else {
+            kvt_proto_str_t pod;
+            char name[KVT_IDX_MAX_NAME + 1];
+            st = kvt_proto_drop_req_decode(body, h->body_len, &pod, &why);
+            if (st == KVT_OK) {
+                memcpy(name, pod.p, pod.len);
+                name[pod.len] = '\0';
+                st = srv_api_drop_job(w, name, &job, msg, sizeof(msg));
+            } else {
+                snprintf(msg, sizeof(msg), "%s", why);
+            }
+        }
+        if (st == KVT_OK)
+            st = conn_submit(c, job, h->req_id, srv_now_ns(), msg, sizeof(msg));
+        if (st != KVT_OK) {
+            uint16_t hs = st == KVT_ERR_LIMIT ? 503 : kvt_proto_http_status(st);
+            rpc_error(c, h->op, h->req_id, st, hs, msg);
+            return hs;
+        }
+        c->inflight++;
+        return -1;
+    }
+    default: rpc_error(c, h->op, h->req_id, KVT_ERR_UNSUPPORTED, 501, "unknown opcode"); return 501;
+    }
+    if (wr->oom) {
+        rpc_error(c, h->op, h->req_id, KVT_ERR_NO_MEM, 503, "out of memory");
+        return 503;
+    }
+    rpc_send(c, wr);
+    return 200;
+}
+
+static void rpc_read(kvt_srv_conn_t *c)
+{
+    kvt_srv_worker_t *w = c->w;
+    kvt_srv_t *srv = w->srv;
+    struct evbuffer *in = bufferevent_get_input(c->bev);
+    while (c->bev != NULL && !c->close_after && c->inflight < srv->cfg.rpc_max_inflight) {
+        size_t len = evbuffer_get_length(in);
+        if (len == 0)
+            return;
+        request_started(c);
+        if (len < KVT_PROTO_HDR_SIZE)
+            return;
+        const uint8_t *p = evbuffer_pullup(in, KVT_PROTO_HDR_SIZE);
+        kvt_proto_hdr_t h;
+        const char *why = NULL;
+        kvt_status_t st = kvt_proto_hdr_check(p, (uint32_t)srv->cfg.rpc_max_frame, &h, &why);
+        if (st == KVT_ERR_UNSUPPORTED) {
+            kvt_proto_hdr_peek(p, &h); /* valid framing: skip the frame, answer 501 */
+        } else if (st != KVT_OK) {
+            CTR_INC(w->ctr.bad_frames);
+            kvt_proto_hdr_t raw;
+            kvt_proto_hdr_peek(p, &raw);
+            rpc_error(c, raw.op, st == KVT_ERR_TOO_BIG ? raw.req_id : 0, st,
+                      kvt_proto_http_status(st), why);
+            c->close_after = true;
+            srv_count(w, PROTO_RPC, CALL_OTHER, kvt_proto_http_status(st), srv_now_ns());
+            break;
+        }
+        size_t total = KVT_PROTO_HDR_SIZE + (size_t)h.body_len;
+        if (len < total)
+            return;
+        uint64_t t0 = srv_now_ns();
+        p = evbuffer_pullup(in, (ssize_t)total);
+        int status = rpc_dispatch(c, &h, p + KVT_PROTO_HDR_SIZE);
+        evbuffer_drain(in, total);
+        request_finished(c);
+        if (status >= 0)
+            srv_count(w, PROTO_RPC, rpc_call_of(h.op), status, t0);
+    }
+    conn_update_reading(c);
+}
+
+/* ---- answers from the writer ------------------------------------------------------- */
+
+void srv_conn_job_done(srv_job_t *job)
+{
+    kvt_srv_conn_t *c = job->conn;
+    kvt_srv_worker_t *w = job->worker;
+    if (c->bev != NULL) {
+        if (c->proto == PROTO_HTTP) {
+            http_json(c, job->http_status, &job->answer, c->keep_alive);
+            c->busy = false;
+            srv_count(w, PROTO_HTTP, c->call, job->http_status, job->t0_ns);
+        } else {
+            kvt_proto_wr_t *wr = &w->rpc_out;
+            kvt_proto_wr_reset(wr);
+            uint8_t op = job->kind == JOB_EVENTS ? KVT_PROTO_OP_EVENTS : KVT_PROTO_OP_ENGINE_DROP;
+            if (job->http_status == 200)
+                kvt_proto_raw_encode(wr, op, KVT_PROTO_F_RESPONSE, job->req_id, job->answer.buf,
+                                     job->answer.len);
+            else
+                kvt_proto_err_encode(wr, op, job->req_id, job->st, (uint16_t)job->http_status,
+                                     job->errmsg, strlen(job->errmsg));
+            rpc_send(c, wr);
+            c->inflight--;
+            srv_count(w, PROTO_RPC, rpc_call_of(op), job->http_status, job->t0_ns);
+        }
+    }
+    srv_job_free(job);
+    if (c->bev != NULL) {
+        conn_update_reading(c);
+        conn_read_cb(c->bev, c); /* requests that arrived meanwhile */
+    }
+    conn_unref(c);
+}
+
+/* ---- callbacks ------------------------------------------------------------------------ */
+
+static void conn_read_cb(struct bufferevent *bev, void *arg)
+{
+    (void)bev;
+    kvt_srv_conn_t *c = arg;
+    if (c->proto == PROTO_HTTP)
+        http_read(c);
+    else
+        rpc_read(c);
+    if (c->bev != NULL && c->close_after &&
+        evbuffer_get_length(bufferevent_get_output(c->bev)) == 0)
+        conn_close(c);
+}
+
+static void conn_write_cb(struct bufferevent *bev, void *arg)
+{
+    (void)bev;
+    kvt_srv_conn_t *c = arg;
+    if (c->close_after && !c->busy && c->inflight == 0) {
+        conn_close(c);
+        return;
+    }
+    conn_update_reading(c);
+}
+
+static void conn_event_cb(struct bufferevent *bev, short what, void *arg)
+{
+    (void)bev;
+    kvt_srv_conn_t *c = arg;
+    if (what & BEV_EVENT_TIMEOUT)
+        CTR_INC(c->w->ctr.timeouts[c->proto]);
+    conn_close(c); /* EOF, error or idle timeout */
+}
+
+static void accept_cb(struct evconnlistener *l, evutil_socket_t fd, struct sockaddr *sa, int len,
+                      void *arg);
+
+static void accept_conn(kvt_srv_worker_t *w, enum srv_proto proto, evutil_socket_t fd)
+{
+    kvt_srv_t *srv = w->srv;
+    if (atomic_fetch_add(&srv->nconns, 1) >= (int)srv->cfg.max_connections) {
+        atomic_fetch_sub(&srv->nconns, 1);
+        CTR_INC(w->ctr.conns_refused[proto]);
+        /* best effort: one non-blocking write, then close */
+        if (proto == PROTO_HTTP) {
+            static const char busy[] =
+                "HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\n"
+                "Content-Length: 32\r\nConnection: close\r\n\r\n{\"error\":\"too many "
+                "connections\"}";
+            ssize_t r = send(fd, busy, sizeof(busy) - 1, MSG_NOSIGNAL | MSG_DONTWAIT);
+            (void)r;
+        } else {
+            kvt_proto_wr_t wr;
+            kvt_proto_wr_init(&wr);
+            static const char msg[] = "too many connections";
+            kvt_proto_err_encode(&wr, KVT_PROTO_OP_HELLO, 0, KVT_ERR_LIMIT, 503, msg,
+                                 sizeof(msg) - 1);
+            ssize_t r = send(fd, wr.buf, wr.len, MSG_NOSIGNAL | MSG_DONTWAIT);
+            (void)r;
+            kvt_proto_wr_cleanup(&wr);
+        }
+        close(fd);
+        return;
+    }
+    kvt_srv_conn_t *c = calloc(1, sizeof(*c));
+    struct bufferevent *bev = c ? bufferevent_socket_new(w->base, fd, BEV_OPT_CLOSE_ON_FREE) : NULL;
+    struct event *dl = c ? evtimer_new(w->base, deadline_cb, c) : NULL;
+    if (c == NULL || bev == NULL || dl == NULL) {
+        if (bev)
+            bufferevent_free(bev);
+        else
+            close(fd);
+        if (dl)
+            event_free(dl);
+        free(c);
+        atomic_fetch_sub(&srv->nconns, 1);
+        return;
+    }
+    c->w = w;
+    c->bev = bev;
+    c->deadline = dl;
+    c->proto = proto;
+    c->refs = 1;
+    c->authed = srv->auth_token == NULL;
+    c->next = w->conns;
+    if (w->conns)
+        w->conns->prev = c;
+    w->conns = c;
+    CTR_INC(w->ctr.conns_accepted[proto]);
+    bufferevent_setcb(bev, conn_read_cb, conn_write_cb, conn_event_cb, c);
+    /* input beyond one request plus a head is not read until it is consumed */
+    size_t high = (proto == PROTO_HTTP ? srv->cfg.max_body + srv->cfg.max_header
+                                       : srv->cfg.rpc_max_frame + KVT_PROTO_HDR_SIZE) +
+                  65536;
+    bufferevent_setwatermark(bev, EV_READ, 0, high);
+    uint64_t ms = srv->cfg.idle_timeout_ms;
+    struct timeval tv = {(time_t)(ms / 1000), (suseconds_t)(ms % 1000) * 1000};
+    bufferevent_set_timeouts(bev, ms ? &tv : NULL, NULL);
+    bufferevent_enable(bev, EV_READ | EV_WRITE);
+}
+
+static void accept_cb(struct evconnlistener *l, evutil_socket_t fd, struct sockaddr *sa, int len,
+                      void *arg)
+{
+    (void)l;
+    (void)sa;
+    (void)len;
+    listen_arg_t *a = arg;
+    if (a->proto == PROTO_HTTP || a->proto == PROTO_RPC) {
+        int one = 1;
+        setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+    }
+    accept_conn(a->w, a->proto == NPROTOS ? PROTO_RPC : a->proto, fd);
+}
+
+static void accept_error_cb(struct evconnlistener *l, void *arg)
+{
+    (void)l;
+    (void)arg;
+    /* EMFILE and friends: log and keep listening; the next accept may work */
+    kvt_log_warn("accept failed: %s", strerror(errno));
+}
+
+kvt_status_t srv_conn_listen(kvt_srv_worker_t *w)
+{
+    static const enum srv_proto which[] = {PROTO_HTTP, PROTO_RPC, NPROTOS};
+    struct evconnlistener **slot[] = {&w->l_http, &w->l_rpc, &w->l_unix};
+    for (int i = 0; i < 3; i++) {
+        int fd = srv_listener_fd(w, which[i]);
+        if (fd == -1 && (i == 2 || (i == 0 ? w->srv->fd_http : w->srv->fd_rpc) < 0))
+            continue; /* that listener is off */
+        if (fd < 0)
+            return KVT_ERR_IO;
+        listen_arg_t *a = &w->listen_args[i];
+        a->w = w;
+        a->proto = which[i];
+        *slot[i] = evconnlistener_new(w->base, accept_cb, a, LEV_OPT_CLOSE_ON_FREE, -1, fd);
+        if (*slot[i] == NULL) {
+            close(fd);
+            return KVT_ERR_NO_MEM;
+        }
+        evconnlistener_set_error_cb(*slot[i], accept_error_cb);
+    }
+    return KVT_OK;
+}

@@ -1,0 +1,141 @@
+/*
+ * kvtierd: the kvtier sidecar daemon. Options come from the config table
+ * below (defaults < --config file < KVTIER_* environment < flags); see
+ * docs/configuration.md. SIGTERM or SIGINT stops it cleanly.
+ */
+#define KVT_LOG_COMPONENT "kvtierd"
+
+#include <signal.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "common/config.h"
+#include "common/log.h"
+#include "server/srv.h"
+
+typedef struct daemon_cfg {
+    kvt_srv_config_t srv;
+    char *log_format;
+} daemon_cfg_t;
+
+#define O(f) offsetof(daemon_cfg_t, srv.f)
+static const kvt_cfg_opt_t opts[] = {
+    {"http-listen", "127.0.0.1:7421", "HTTP/JSON API address (host:port; empty: off)",
+     &kvt_cfg_string, O(http_listen), 0},
+    {"rpc-listen", "127.0.0.1:7420", "binary RPC address (host:port; empty: off)", &kvt_cfg_string,
+     O(rpc_listen), 0},
+    {"rpc-unix", "", "binary RPC on this Unix socket path too (empty: off)", &kvt_cfg_string,
+     O(rpc_unix), 0},
+    {"allow-remote", "false", "allow listening on addresses other than loopback", &kvt_cfg_bool,
+     O(allow_remote), 0},
+    {"data-dir", "./var/kvtier", "directory for kvtierd's files (created if missing)",
+     &kvt_cfg_string, O(data_dir), 0},
+    {"auth-token-file", "", "file holding a shared token every mutating call must present",
+     &kvt_cfg_string, O(auth_token_file), 0},
+    {"workers", "0", "query threads (0: one per core)", &kvt_cfg_u32, O(workers), 0},
+    {"max-connections", "1024", "open client connections at most", &kvt_cfg_u32, O(max_connections),
+     0},
+    {"max-body", "8MiB", "largest HTTP request body", &kvt_cfg_size, O(max_body), 0},
+    {"max-header", "16KiB", "largest HTTP request head", &kvt_cfg_size, O(max_header), 0},
+    {"rpc-max-frame", "4MiB", "largest RPC frame body (1KiB..64MiB)", &kvt_cfg_size,
+     O(rpc_max_frame), 0},
+    {"rpc-max-inflight", "64", "RPC writes per connection waiting for the writer", &kvt_cfg_u32,
+     O(rpc_max_inflight), 0},
+    {"conn-buffer", "4MiB", "unsent answer bytes per connection before its reads pause",
+     &kvt_cfg_size, O(conn_buffer), 0},
+    {"request-timeout", "10s", "a started request must arrive whole within this", &kvt_cfg_duration,
+     O(request_timeout_ms), 0},
+    {"idle-timeout", "120s", "close connections idle this long (0: never)", &kvt_cfg_duration,
+     O(idle_timeout_ms), 0},
+    {"index-budget", "0", "index memory budget in bytes (0: unbounded)", &kvt_cfg_size,
+     O(index_budget), 0},
+    {"block-size", "16", "tokens per block for models whose events do not say", &kvt_cfg_u32,
+     O(block_size), 0},
+    {"max-query-tokens", "131072", "tokens or keys in one query", &kvt_cfg_u32, O(max_query_tokens),
+     0},
+    {"max-event-items", "4194304", "block hashes plus token ids in one event batch", &kvt_cfg_u32,
+     O(max_event_items), 0},
+    {"writer-queue", "4096", "write requests waiting for the index writer before 503", &kvt_cfg_u32,
+     O(writer_queue), 0},
+    {"stats-period", "100ms", "how often /v1/stats and /metrics counters are refreshed",
+     &kvt_cfg_duration, O(stats_period_ms), 0},
+    {"log-level", "info", "error, warn, info or debug", &kvt_cfg_log_level, O(log_level), 0},
+    {"log-format", "text", "text or logfmt", &kvt_cfg_string, offsetof(daemon_cfg_t, log_format),
+     0},
+};
+#undef O
+#define NOPTS (sizeof(opts) / sizeof(opts[0]))
+
+static kvt_srv_t *g_srv;
+
+static void on_signal(int sig)
+{
+    (void)sig;
+    if (g_srv != NULL)
+        kvt_srv_stop(g_srv);
+}
+
+int main(int argc, char **argv)
+{
+    daemon_cfg_t cfg;
+    memset(&cfg, 0, sizeof(cfg));
+    kvt_cfg_result_t res;
+    char err[512];
+    if (kvt_cfg_load(opts, NOPTS, &cfg, sizeof(cfg), argc, argv, NULL, &res, err, sizeof(err)) !=
+        KVT_OK) {
+        fprintf(stderr, "kvtierd: %s\n", err);
+        return 2;
+    }
+    int rc = 0;
+    if (res.help) {
+        kvt_cfg_usage(stdout, "kvtierd", opts, NOPTS);
+        goto out;
+    }
+    if (res.first_arg < argc) {
+        fprintf(stderr, "kvtierd: unexpected argument '%s'\n", argv[res.first_arg]);
+        rc = 2;
+        goto out;
+    }
+    if (strcmp(cfg.log_format, "text") != 0 && strcmp(cfg.log_format, "logfmt") != 0) {
+        fprintf(stderr, "kvtierd: --log-format must be text or logfmt, got '%s'\n", cfg.log_format);
+        rc = 2;
+        goto out;
+    }
+    if (res.dump) {
+        rc = kvt_cfg_dump(stdout, opts, NOPTS, &cfg) == KVT_OK ? 0 : 1;
+        goto out;
+    }
+    kvt_log_set_level(cfg.srv.log_level);
+    kvt_log_set_format(strcmp(cfg.log_format, "logfmt") == 0 ? KVT_LOG_LOGFMT : KVT_LOG_TEXT);
+    if (res.file)
+        kvt_log_info("config file %s", res.file);
+
+    kvt_srv_t *srv;
+    kvt_status_t st = kvt_srv_create(&cfg.srv, &srv);
+    if (st != KVT_OK) {
+        fprintf(stderr, "kvtierd: cannot start: %s (see the log above)\n", kvt_status_str(st));
+        rc = 1;
+        goto out;
+    }
+    g_srv = srv;
+    struct sigaction sa;
+    memset(&sa, 0, sizeof(sa));
+    sa.sa_handler = on_signal;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGTERM, &sa, NULL);
+    sigaction(SIGINT, &sa, NULL);
+    signal(SIGPIPE, SIG_IGN);
+    /* tests and scripts read the ports from this line */
+    printf("kvtierd listening http=%u rpc=%u\n", kvt_srv_http_port(srv), kvt_srv_rpc_port(srv));
+    fflush(stdout);
+    st = kvt_srv_run(srv);
+    g_srv = NULL;
+    kvt_srv_destroy(srv);
+    kvt_log_info("stopped");
+    rc = st == KVT_OK ? 0 : 1;
+out:
+    kvt_cfg_cleanup(opts, NOPTS, &cfg);
+    kvt_cfg_result_cleanup(&res);
+    return rc;
+}

@@ -1,0 +1,258 @@
+/*
+ * server/metrics.c: request accounting (per-worker counters, summed when
+ * scraped), the GET /v1/stats JSON and the GET /metrics Prometheus text.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "server/srv_int.h"
+
+/* Upper bounds of the latency buckets, seconds; the last bucket is +Inf. */
+static const double bucket_le[NBUCKETS - 1] = {0.00001, 0.000025, 0.00005, 0.0001, 0.00025, 0.0005,
+                                               0.001,   0.0025,   0.005,   0.01,   0.025,   0.05,
+                                               0.1,     0.25,     0.5,     1.0,    2.5};
+
+static const char *const call_name[NCALLS] = {"healthz", "metrics", "stats", "events", "query",
+                                              "engines", "hello",   "ping",  "other"};
+static const char *const proto_name[NPROTOS] = {"http", "rpc"};
+static const char *const class_name[NCLASSES] = {"2xx", "4xx", "5xx"};
+
+void srv_count(kvt_srv_worker_t *w, enum srv_proto proto, enum srv_call call, int http_status,
+               uint64_t t0_ns)
+{
+    enum srv_class cl = http_status < 400 ? CLASS_2XX : http_status < 500 ? CLASS_4XX : CLASS_5XX;
+    uint64_t ns = srv_now_ns() - t0_ns;
+    double s = (double)ns / 1e9;
+    int b = 0;
+    while (b < NBUCKETS - 1 && s > bucket_le[b])
+        b++;
+    CTR_INC(w->ctr.requests[proto][call][cl]);
+    CTR_INC(w->ctr.hist[proto][call][b]);
+    __atomic_fetch_add(&w->ctr.lat_sum_ns[proto][call], ns, __ATOMIC_RELAXED);
+}
+
+static uint64_t ld(const uint64_t *p)
+{
+    return __atomic_load_n(p, __ATOMIC_RELAXED);
+}
+
+/* Sums every worker's counters into @t. */
+static void sum_counters(kvt_srv_t *srv, srv_counters_t *t)
+{
+    memset(t, 0, sizeof(*t));
+    for (int i = 0; i < srv->nworkers; i++) {
+        const uint64_t *src = (const uint64_t *)(const void *)&srv->workers[i].ctr;
+        uint64_t *dst = (uint64_t *)(void *)t;
+        for (size_t k = 0; k < sizeof(*t) / sizeof(uint64_t); k++)
+            dst[k] += ld(&src[k]);
+    }
+}
+
+typedef struct pub {
+    kvt_idx_stats_t idx;
+    kvt_ev_counters_t ev;
+    uint64_t batches, rejected, drops;
+    uint64_t *pod_entries;
+    uint32_t npods;
+} pub_t;
+
+static void pub_get(kvt_srv_t *srv, pub_t *p)
+{
+    pthread_mutex_lock(&srv->stats_mu);
+    p->idx = srv->st_idx;
+    p->ev = srv->st_ev_pub;
+    p->batches = srv->st_batches_pub;
+    p->rejected = srv->st_rejected_pub;
+    p->drops = srv->st_drops_pub;
+    p->npods = srv->st_npods;
+    p->pod_entries = p->npods ? malloc(p->npods * sizeof(uint64_t)) : NULL;
+    if (p->pod_entries)
+        memcpy(p->pod_entries, srv->st_pod_entries, p->npods * sizeof(uint64_t));
+    else
+        p->npods = 0;
+    pthread_mutex_unlock(&srv->stats_mu);
+}
+
+void srv_stats_json(kvt_srv_worker_t *w, kvt_jbuf_t *o)
+{
+    kvt_srv_t *srv = w->srv;
+    pub_t p;
+    pub_get(srv, &p);
+    srv_counters_t t;
+    sum_counters(srv, &t);
+    kvt_jbuf_printf(o, "{\"uptime_s\":%.3f,", (double)(srv_now_ns() - srv->started_ns) / 1e9);
+    kvt_jbuf_printf(o,
+                    "\"index\":{\"blocks\":%llu,\"entries\":%llu,\"bytes\":%llu,"
+                    "\"budget_bytes\":%llu,\"evicted\":%llu,\"dropped\":%llu,"
+                    "\"speculative\":%llu,\"pods\":%u,\"namespaces\":%u},",
+                    (unsigned long long)p.idx.blocks, (unsigned long long)p.idx.entries,
+                    (unsigned long long)p.idx.bytes, (unsigned long long)srv->cfg.index_budget,
+                    (unsigned long long)p.idx.evicted, (unsigned long long)p.idx.dropped,
+                    (unsigned long long)p.idx.speculative, p.idx.pods, p.idx.namespaces);
+    kvt_jbuf_printf(o,
+                    "\"events\":{\"batches\":%llu,\"rejected_batches\":%llu,\"applied\":%llu,"
+                    "\"blocks\":%llu,\"unresolved\":%llu,\"orphans\":%llu,"
+                    "\"engines_dropped\":%llu},",
+                    (unsigned long long)p.batches, (unsigned long long)p.rejected,
+                    (unsigned long long)p.ev.events, (unsigned long long)p.ev.blocks,
+                    (unsigned long long)p.ev.unresolved, (unsigned long long)p.ev.orphans,
+                    (unsigned long long)p.drops);
+    kvt_jbuf_printf(o, "\"connections\":{\"open\":%d", atomic_load(&srv->nconns));
+    for (int pr = 0; pr < NPROTOS; pr++)
+        kvt_jbuf_printf(o, ",\"%s_accepted\":%llu,\"%s_refused\":%llu", proto_name[pr],
+                        (unsigned long long)t.conns_accepted[pr], proto_name[pr],
+                        (unsigned long long)t.conns_refused[pr]);
+    kvt_jbuf_cstr(o, "},\"engines\":[");
+    kvt_srv_reg_t *reg = srv_reg_enter(w);
+    bool first = true;
+    for (uint32_t i = 0; i < p.npods && i < reg->npods; i++) {
+        if (!reg->pods[i].live || p.pod_entries[i] == UINT64_MAX)
+            continue;
+        const char *name = reg->names + reg->pods[i].name_off;
+        kvt_jbuf_cstr(o, first ? "{\"pod\":" : ",{\"pod\":");
+        first = false;
+        kvt_jbuf_str(o, name, strlen(name));
+        kvt_jbuf_printf(o, ",\"dp_rank\":%u,\"entries\":%llu,\"source\":\"http\"}",
+                        reg->pods[i].dp_rank, (unsigned long long)p.pod_entries[i]);
+    }
+    srv_reg_exit(w);
+    kvt_jbuf_cstr(o, "]}");
+    free(p.pod_entries);
+}
+
+static void metric_head(kvt_jbuf_t *o, const char *name, const char *type, const char *help)
+{
+    kvt_jbuf_printf(o, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
+}
+
+/* A label value: Prometheus escapes backslash, quote and newline. */
+static void label_value(kvt_jbuf_t *o, const char *s)
+{
+    for (; *s; s++) {
+        if (*s == '\\' || *s == '"')
+            kvt_jbuf_printf(o, "\\%c", *s);
+        else if (*s == '\n')
+            kvt_jbuf_cstr(o, "\\n");
+        else
+            kvt_jbuf_raw(o, s, 1);
+    }
+}
+
+void srv_metrics_text(kvt_srv_worker_t *w, kvt_jbuf_t *o)
+{
+    kvt_srv_t *srv = w->srv;
+    pub_t p;
+    pub_get(srv, &p);
+    srv_counters_t t;
+    sum_counters(srv, &t);
+
+    metric_head(o, "kvtier_requests_total", "counter",
+                "Requests answered, by front end, call and status class.");
+    for (int pr = 0; pr < NPROTOS; pr++)
+        for (int c = 0; c < NCALLS; c++)
+            for (int k = 0; k < NCLASSES; k++)
+                if (t.requests[pr][c][k] || (c == CALL_QUERY && k == CLASS_2XX))
+                    kvt_jbuf_printf(
+                        o, "kvtier_requests_total{proto=\"%s\",call=\"%s\",code=\"%s\"} %llu\n",
+                        proto_name[pr], call_name[c], class_name[k],
+                        (unsigned long long)t.requests[pr][c][k]);
+    metric_head(o, "kvtier_request_duration_seconds", "histogram",
+                "Time from a request's first parsed byte to its answer.");
+    for (int pr = 0; pr < NPROTOS; pr++)
+        for (int c = 0; c < NCALLS; c++) {
+            uint64_t cum = 0;
+            for (int b = 0; b < NBUCKETS; b++)
+                cum += t.hist[pr][c][b];
+            if (cum == 0)
+                continue;
+            cum = 0;
+            for (int b = 0; b < NBUCKETS; b++) {
+                cum += t.hist[pr][c][b];
+                if (b < NBUCKETS - 1)
+                    kvt_jbuf_printf(o,
+                                    "kvtier_request_duration_seconds_bucket{proto=\"%s\",call=\"%"
+                                    "s\",le=\"%g\"} %llu\n",
+                                    proto_name[pr], call_name[c], bucket_le[b],
+                                    (unsigned long long)cum);
+                else
+                    kvt_jbuf_printf(o,
+                                    "kvtier_request_duration_seconds_bucket{proto=\"%s\",call=\"%"
+                                    "s\",le=\"+Inf\"} %llu\n",
+                                    proto_name[pr], call_name[c], (unsigned long long)cum);
+            }
+            kvt_jbuf_printf(o,
+                            "kvtier_request_duration_seconds_sum{proto=\"%s\",call=\"%s\"} %.9f\n",
+                            proto_name[pr], call_name[c], (double)t.lat_sum_ns[pr][c] / 1e9);
+            kvt_jbuf_printf(
+                o, "kvtier_request_duration_seconds_count{proto=\"%s\",call=\"%s\"} %llu\n",
+                proto_name[pr], call_name[c], (unsigned long long)cum);
+        }
+
+    struct {
+        const char *name, *type, *help;
+        uint64_t v;
+    } g[] = {
+        {"kvtier_index_blocks", "gauge", "Distinct blocks (keys) in the index.", p.idx.blocks},
+        {"kvtier_index_entries", "gauge", "(block, pod) entries in the index.", p.idx.entries},
+        {"kvtier_index_bytes", "gauge", "Bytes the index has allocated.", p.idx.bytes},
+        {"kvtier_index_budget_bytes", "gauge", "Index memory budget; 0 is unbounded.",
+         srv->cfg.index_budget},
+        {"kvtier_index_evicted_blocks_total", "counter",
+         "Blocks evicted to stay within the budget.", p.idx.evicted},
+        {"kvtier_index_dropped_blocks_total", "counter", "Blocks not stored: budget full.",
+         p.idx.dropped},
+        {"kvtier_index_speculative_entries", "gauge", "Live speculative entries.",
+         p.idx.speculative},
+        {"kvtier_index_pods", "gauge", "Registered pods (engine, DP rank).", p.idx.pods},
+        {"kvtier_index_namespaces", "gauge", "Registered (model, LoRA) namespaces.",
+         p.idx.namespaces},
+        {"kvtier_event_batches_total", "counter", "Event batches applied.", p.batches},
+        {"kvtier_event_batches_rejected_total", "counter", "Event batches refused as bad input.",
+         p.rejected},
+        {"kvtier_events_applied_total", "counter", "Engine events applied.", p.ev.events},
+        {"kvtier_event_blocks_total", "counter", "Block hashes in applied events.", p.ev.blocks},
+        {"kvtier_events_unresolved_total", "counter", "Engine hashes a pod did not know.",
+         p.ev.unresolved},
+        {"kvtier_events_orphans_total", "counter", "BlockStored whose parent the pod did not know.",
+         p.ev.orphans},
+        {"kvtier_engines_dropped_total", "counter", "Engines dropped through the API.", p.drops},
+        {"kvtier_rpc_bad_frames_total", "counter", "RPC connections closed for a malformed frame.",
+         t.bad_frames},
+    };
+    for (size_t i = 0; i < sizeof(g) / sizeof(g[0]); i++) {
+        metric_head(o, g[i].name, g[i].type, g[i].help);
+        kvt_jbuf_printf(o, "%s %llu\n", g[i].name, (unsigned long long)g[i].v);
+    }
+    metric_head(o, "kvtier_connections_open", "gauge", "Open client connections.");
+    kvt_jbuf_printf(o, "kvtier_connections_open %d\n", atomic_load(&srv->nconns));
+    const char *cn[] = {"kvtier_connections_accepted_total", "kvtier_connections_refused_total",
+                        "kvtier_request_timeouts_total"};
+    const char *ch[] = {"Connections accepted.", "Connections refused over --max-connections.",
+                        "Connections closed for a slow request or idleness."};
+    for (int k = 0; k < 3; k++) {
+        metric_head(o, cn[k], "counter", ch[k]);
+        for (int pr = 0; pr < NPROTOS; pr++) {
+            uint64_t v = k == 0   ? t.conns_accepted[pr]
+                         : k == 1 ? t.conns_refused[pr]
+                                  : t.timeouts[pr];
+            kvt_jbuf_printf(o, "%s{proto=\"%s\"} %llu\n", cn[k], proto_name[pr],
+                            (unsigned long long)v);
+        }
+    }
+    metric_head(o, "kvtier_pod_entries", "gauge", "(block, pod) entries per pod.");
+    kvt_srv_reg_t *reg = srv_reg_enter(w);
+    for (uint32_t i = 0; i < p.npods && i < reg->npods; i++) {
+        if (!reg->pods[i].live || p.pod_entries[i] == UINT64_MAX)
+            continue;
+        kvt_jbuf_cstr(o, "kvtier_pod_entries{pod=\"");
+        label_value(o, reg->names + reg->pods[i].name_off);
+        kvt_jbuf_printf(o, "\",dp_rank=\"%u\"} %llu\n", reg->pods[i].dp_rank,
+                        (unsigned long long)p.pod_entries[i]);
+    }
+    srv_reg_exit(w);
+    metric_head(o, "kvtier_uptime_seconds", "gauge", "Seconds since kvtierd started.");
+    kvt_jbuf_printf(o, "kvtier_uptime_seconds %.3f\n",
+                    (double)(srv_now_ns() - srv->started_ns) / 1e9);
+    free(p.pod_entries);
+}

@@ -1,0 +1,902 @@
+/*
+ * server/srv.c: daemon lifecycle, the writer thread, registry snapshots and
+ * published counters. srv_int.h describes the threads.
+ */
+#define KVT_LOG_COMPONENT "srv"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <event2/listener.h>
+#include <event2/thread.h>
+
+#include "common/log.h"
+#include "server/srv_int.h"
+
+/* SO_REUSEPORT lets every worker own a listening socket on the same port. */
+#ifndef SO_REUSEPORT
+#error "kvtierd needs SO_REUSEPORT (Linux >= 3.9)"
+#endif
+
+static int stop_pipe[2] = {-1, -1}; /* written by kvt_srv_stop(), read by kvt_srv_run() */
+
+uint64_t srv_now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+/* ---- addresses and listeners ---------------------------------------------- */
+
+/* Parses "host:port" or "[v6]:port" into @ss. */
+static kvt_status_t parse_addr(const char *text, struct sockaddr_storage *ss, socklen_t *len_p)
+{
+    char host[256];
+    const char *colon = strrchr(text, ':');
+    if (colon == NULL || colon == text || strlen(colon + 1) == 0 ||
+        (size_t)(colon - text) >= sizeof(host))
+        return KVT_ERR_INVAL;
+    size_t hl = (size_t)(colon - text);
+    memcpy(host, text, hl);
+    host[hl] = '\0';
+    if (host[0] == '[' && hl >= 2 && host[hl - 1] == ']') {
+        memmove(host, host + 1, hl - 2);
+        host[hl - 2] = '\0';
+    }
+    char *end;
+    unsigned long port = strtoul(colon + 1, &end, 10);
+    if (*end != '\0' || port > 65535)
+        return KVT_ERR_INVAL;
+    struct addrinfo hints = {.ai_family = AF_UNSPEC,
+                             .ai_socktype = SOCK_STREAM,
+                             .ai_flags = AI_PASSIVE | AI_NUMERICSERV};
+    struct addrinfo *ai = NULL;
+    if (getaddrinfo(host, colon + 1, &hints, &ai) != 0 || ai == NULL)
+        return KVT_ERR_INVAL;
+    memcpy(ss, ai->ai_addr, ai->ai_addrlen);
+    *len_p = ai->ai_addrlen;
+    freeaddrinfo(ai);
+    return KVT_OK;
+}
+
+static bool is_loopback(const struct sockaddr_storage *ss)
+{
+    if (ss->ss_family == AF_INET) {
+        const struct sockaddr_in *s = (const struct sockaddr_in *)(const void *)ss;
+        return (ntohl(s->sin_addr.s_addr) >> 24) == 127;
+    }
+    if (ss->ss_family == AF_INET6) {
+        const struct sockaddr_in6 *s = (const struct sockaddr_in6 *)(const void *)ss;
+        return IN6_IS_ADDR_LOOPBACK(&s->sin6_addr);
+    }
+    return false;
+}
+
+static int listen_tcp(const struct sockaddr_storage *ss, socklen_t len)
+{
+    int fd = socket(ss->ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    if (fd < 0)
+        return -1;
+    int one = 1;
+    if (setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one)) != 0 ||
+        setsockopt(fd, SOL_SOCKET, SO_REUSEPORT, &one, sizeof(one)) != 0 ||
+        bind(fd, (const struct sockaddr *)ss, len) != 0 || listen(fd, 1024) != 0) {
+        int e = errno;
+        close(fd);
+        errno = e;
+        return -1;
+    }
+    return fd;
+}
+
+static uint16_t bound_port(int fd)
+{
+    struct sockaddr_storage ss;
+    socklen_t len = sizeof(ss);
+    if (getsockname(fd, (struct sockaddr *)&ss, &len) != 0)
+        return 0;
+    if (ss.ss_family == AF_INET)
+        return ntohs(((struct sockaddr_in *)(void *)&ss)->sin_port);
+    return ntohs(((struct sockaddr_in6 *)(void *)&ss)->sin6_port);
+}
+
+/* Opens @text's listener; with @port_p non-zero, binds that port instead (other workers). */
+static int open_listener(kvt_srv_t *srv, const char *what, const char *text, uint16_t port)
+{
+    struct sockaddr_storage ss;
+    socklen_t len;
+    if (parse_addr(text, &ss, &len) != KVT_OK) {
+        kvt_log_error("%s address '%s' is not host:port", what, text);
+        return -2;
+    }
+    if (!is_loopback(&ss) && !srv->cfg.allow_remote) {
+        kvt_log_error("%s address '%s' is not loopback: pass --allow-remote to bind it", what,
+                      text);
+        return -2;
+    }
+    if (port != 0) {
+        if (ss.ss_family == AF_INET)
+            ((struct sockaddr_in *)(void *)&ss)->sin_port = htons(port);
+        else
+            ((struct sockaddr_in6 *)(void *)&ss)->sin6_port = htons(port);
+    }
+    int fd = listen_tcp(&ss, len);
+    if (fd < 0)
+        kvt_log_error("cannot listen on %s %s: %s", what, text, strerror(errno));
+    return fd;
+}
+
+static int listen_unix(const char *path)
+{
+    struct sockaddr_un sa = {.sun_family = AF_UNIX};
+    if (strlen(path) >= sizeof(sa.sun_path)) {
+        kvt_log_error("unix socket path too long: %s", path);
+        return -2;
+    }
+    strcpy(sa.sun_path, path);
+    int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    if (fd < 0)
+        return -1;
+    unlink(path); /* a stale socket from an earlier run */
+    if (bind(fd, (struct sockaddr *)&sa, sizeof(sa)) != 0 || listen(fd, 1024) != 0) {
+        kvt_log_error("cannot listen on unix socket %s: %s", path, strerror(errno));
+        close(fd);
+        return -1;
+    }
+    chmod(path, 0600); /* only this user may talk to the daemon */
+    return fd;
+}
+
+/* ---- auth ------------------------------------------------------------------- */
+
+static kvt_status_t load_token(kvt_srv_t *srv, const char *path)
+{
+    FILE *f = fopen(path, "r");
+    if (f == NULL) {
+        kvt_log_error("cannot read auth token file %s: %s", path, strerror(errno));
+        return KVT_ERR_INVAL;
+    }
+    char buf[KVT_IDX_MAX_NAME + 2];
+    size_t n = fread(buf, 1, sizeof(buf) - 1, f);
+    fclose(f);
+    buf[n] = '\0';
+    while (n > 0 && (buf[n - 1] == '\n' || buf[n - 1] == '\r' || buf[n - 1] == ' '))
+        buf[--n] = '\0';
+    if (n == 0 || n > KVT_IDX_MAX_NAME) {
+        kvt_log_error("auth token file %s must hold 1..%u bytes", path, KVT_IDX_MAX_NAME);
+        return KVT_ERR_INVAL;
+    }
+    srv->auth_token = strdup(buf);
+    return srv->auth_token ? KVT_OK : KVT_ERR_NO_MEM;
+}
+
+bool srv_auth_ok(const kvt_srv_t *srv, const char *token, size_t len)
+{
+    if (srv->auth_token == NULL)
+        return true;
+    size_t want = strlen(srv->auth_token);
+    if (token == NULL)
+        return false;
+    /* constant time in the token's content */
+    unsigned diff = (unsigned)(len ^ want);
+    for (size_t i = 0; i < want; i++)
+        diff |= (unsigned)(srv->auth_token[i] ^ (i < len ? token[i] : 0));
+    return diff == 0;
+}
+
+/* ---- registry snapshots ------------------------------------------------------ */
+
+static uint64_t name_hash(const char *s, size_t n)
+{
+    uint64_t h = 1469598103934665603ull; /* FNV-1a */
+    for (size_t i = 0; i < n; i++)
+        h = (h ^ (unsigned char)s[i]) * 1099511628211ull;
+    return h;
+}
+
+/* Writer: namespaces the server has seen (the index has no enumeration). */
+struct seen_ns {
+    char *model, *lora;
+    uint32_t ns;
+};
+typedef struct seen_ns seen_ns_t;
+
+static void seen_cleanup(kvt_srv_t *srv)
+{
+    for (size_t i = 0; i < srv->nseen; i++) {
+        free(srv->seen[i].model);
+        free(srv->seen[i].lora);
+    }
+    free(srv->seen);
+    srv->seen = NULL;
+    srv->nseen = srv->capseen = 0;
+    srv->pod_hi = 0;
+}
+
+static bool seen_add(kvt_srv_t *srv, const char *model, const char *lora, uint32_t ns)
+{
+    for (size_t i = 0; i < srv->nseen; i++)
+        if (srv->seen[i].ns == ns)
+            return false;
+    if (srv->nseen == srv->capseen) {
+        size_t cap = srv->capseen ? srv->capseen * 2 : 8;
+        seen_ns_t *n = realloc(srv->seen, cap * sizeof(*n));
+        if (n == NULL)
+            return false;
+        srv->seen = n;
+        srv->capseen = cap;
+    }
+    srv->seen[srv->nseen].model = strdup(model);
+    srv->seen[srv->nseen].lora = strdup(lora ? lora : "");
+    if (srv->seen[srv->nseen].model == NULL || srv->seen[srv->nseen].lora == NULL) {
+        free(srv->seen[srv->nseen].model);
+        free(srv->seen[srv->nseen].lora);
+        return false;
+    }
+    srv->seen[srv->nseen++].ns = ns;
+    return true;
+}
+
+/* Writer. Builds and publishes a snapshot of pods and namespaces. */
+static void reg_publish(kvt_srv_t *srv)
+{
+    uint32_t npods = srv->pod_hi;
+    size_t names = 1;
+    for (uint32_t i = 0; i < npods; i++) {
+        const char *n = kvt_idx_pod_name(srv->idx, i, NULL);
+        if (n != NULL)
+            names += strlen(n) + 1;
+    }
+    for (size_t i = 0; i < srv->nseen; i++)
+        names += strlen(srv->seen[i].model) + strlen(srv->seen[i].lora) + 2;
+    uint32_t nb = 16;
+    while (nb < npods * 2u)
+        nb *= 2;
+    size_t bytes = sizeof(kvt_srv_reg_t) + npods * sizeof(reg_pod_t) +
+                   srv->nseen * sizeof(reg_ns_t) + nb * sizeof(uint32_t) + names;
+    kvt_srv_reg_t *r = calloc(1, bytes);
+    if (r == NULL) {
+        kvt_log_warn("registry snapshot: out of memory; keeping the old one");
+        return;
+    }
+    r->bytes = bytes;
+    r->npods = npods;
+    r->nns = (uint32_t)srv->nseen;
+    r->nbucket = nb;
+    r->pods = (reg_pod_t *)(void *)(r + 1);
+    r->nss = (reg_ns_t *)(void *)(r->pods + npods);
+    r->bucket = (uint32_t *)(void *)(r->nss + srv->nseen);
+    r->names = (char *)(r->bucket + nb);
+    memset(r->bucket, 0xff, nb * sizeof(uint32_t));
+    size_t off = 1;
+    for (uint32_t i = 0; i < npods; i++) {
+        uint32_t rank = 0;
+        const char *n = kvt_idx_pod_name(srv->idx, i, &rank);
+        r->pods[i].next = UINT32_MAX;
+        if (n == NULL)
+            continue;
+        size_t l = strlen(n);
+        memcpy(r->names + off, n, l + 1);
+        r->pods[i] = (reg_pod_t){(uint32_t)off, rank, 1, UINT32_MAX};
+        off += l + 1;
+        uint32_t b = (uint32_t)name_hash(n, l) & (nb - 1);
+        r->pods[i].next = r->bucket[b];
+        r->bucket[b] = i;
+    }
+    for (size_t i = 0; i < srv->nseen; i++) {
+        size_t ml = strlen(srv->seen[i].model), ll = strlen(srv->seen[i].lora);
+        r->nss[i].model_off = (uint32_t)off;
+        memcpy(r->names + off, srv->seen[i].model, ml + 1);
+        off += ml + 1;
+        r->nss[i].lora_off = (uint32_t)off;
+        memcpy(r->names + off, srv->seen[i].lora, ll + 1);
+        off += ll + 1;
+        r->nss[i].ns = srv->seen[i].ns;
+        r->nss[i].block_size = kvt_idx_ns_block_size(srv->idx, srv->seen[i].ns);
+    }
+    kvt_srv_reg_t *old = srv->reg;
+    __atomic_store_n(&srv->reg, r, __ATOMIC_RELEASE);
+    if (old != NULL)
+        kvt_ebr_retire(&srv->ebr, old, old->bytes);
+}
+
+kvt_srv_reg_t *srv_reg_enter(kvt_srv_worker_t *w)
+{
+    kvt_ebr_enter(&w->srv->ebr, w->ebr_slot);
+    return __atomic_load_n(&w->srv->reg, __ATOMIC_ACQUIRE);
+}
+
+void srv_reg_exit(kvt_srv_worker_t *w)
+{
+    kvt_ebr_exit(&w->srv->ebr, w->ebr_slot);
+}
+
+const reg_ns_t *srv_reg_ns(const kvt_srv_reg_t *r, const char *model, size_t mlen, const char *lora,
+                           size_t llen)
+{
+    for (uint32_t i = 0; i < r->nns; i++) {
+        const char *m = r->names + r->nss[i].model_off, *l = r->names + r->nss[i].lora_off;
+        if (strlen(m) == mlen && memcmp(m, model, mlen) == 0 && strlen(l) == llen &&
+            memcmp(l, lora, llen) == 0)
+            return &r->nss[i];
+    }
+    return NULL;
+}
+
+size_t srv_reg_pods_named(const kvt_srv_reg_t *r, const char *name, size_t len, uint32_t *out,
+                          size_t cap)
+{
+    size_t n = 0;
+    uint32_t b = (uint32_t)name_hash(name, len) & (r->nbucket - 1);
+    for (uint32_t id = r->bucket[b]; id != UINT32_MAX && n < cap; id = r->pods[id].next) {
+        const char *s = r->names + r->pods[id].name_off;
+        if (strlen(s) == len && memcmp(s, name, len) == 0)
+            out[n++] = id;
+    }
+    return n;
+}
+
+/* ---- writer ---------------------------------------------------------------- */
+
+void srv_job_free(srv_job_t *job)
+{
+    if (job == NULL)
+        return;
+    kvt_evbatch_cleanup(&job->batch);
+    kvt_jbuf_cleanup(&job->answer);
+    free(job);
+}
+
+kvt_status_t srv_submit(kvt_srv_t *srv, srv_job_t *job)
+{
+    pthread_mutex_lock(&srv->q_mu);
+    if (srv->q_stop || srv->q_len >= srv->cfg.writer_queue) {
+        pthread_mutex_unlock(&srv->q_mu);
+        return KVT_ERR_LIMIT;
+    }
+    job->next = NULL;
+    if (srv->q_tail)
+        srv->q_tail->next = job;
+    else
+        srv->q_head = job;
+    srv->q_tail = job;
+    srv->q_len++;
+    pthread_cond_signal(&srv->q_cv);
+    pthread_mutex_unlock(&srv->q_mu);
+    return KVT_OK;
+}
+
+static void answer_error(srv_job_t *job, int status, const char *msg)
+{
+    job->http_status = status;
+    snprintf(job->errmsg, sizeof(job->errmsg), "%s", msg);
+    kvt_jbuf_reset(&job->answer);
+    kvt_jbuf_cstr(&job->answer, "{\"error\":");
+    kvt_jbuf_str(&job->answer, msg, strlen(msg));
+    kvt_jbuf_cstr(&job->answer, "}");
+}
+
+static int status_http(kvt_status_t st)
+{
+    switch (st) {
+    case KVT_ERR_INVAL:
+    case KVT_ERR_PARSE:
+    case KVT_ERR_RANGE: return 400;
+    case KVT_ERR_TOO_BIG: return 413;
+    case KVT_ERR_NOT_FOUND: return 404;
+    case KVT_ERR_LIMIT:
+    case KVT_ERR_NO_SPACE:
+    case KVT_ERR_NO_MEM: return 503;
+    default: return 500;
+    }
+}
+
+static void job_events(kvt_srv_t *srv, srv_job_t *job)
+{
+    kvt_evbatch_t *b = &job->batch;
+    kvt_ev_counters_t before = srv->st_ev;
+    char err[256];
+    kvt_idx_stats_t s0;
+    kvt_idx_stats(srv->idx, &s0);
+    job->st = kvt_ev_apply(srv->idx, b, srv->cfg.block_size, &srv->st_ev, err, sizeof(err));
+    uint32_t pod;
+    if (kvt_idx_pod_find(srv->idx, b->pod, b->dp_rank, &pod) == KVT_OK && pod + 1 > srv->pod_hi)
+        srv->pod_hi = pod + 1;
+    bool fresh = false;
+    for (size_t i = 0; i < b->nev; i++) {
+        const kvt_event_t *e = &b->ev[i];
+        uint32_t ns;
+        const char *lora = e->lora_name ? e->lora_name : b->lora;
+        if (e->type == KVT_EV_STORED && e->ntokens > 0 &&
+            kvt_idx_ns_get(srv->idx, b->model, lora, 0, &ns) == KVT_OK)
+            fresh |= seen_add(srv, b->model, lora, ns);
+    }
+    kvt_idx_stats_t s1;
+    kvt_idx_stats(srv->idx, &s1);
+    if (fresh || s1.pods != s0.pods)
+        reg_publish(srv);
+    if (job->st != KVT_OK) {
+        srv->st_rejected += job->st == KVT_ERR_INVAL;
+        answer_error(job, status_http(job->st), err[0] ? err : kvt_status_str(job->st));
+        return;
+    }
+    srv->st_batches++;
+    job->http_status = 200;
+    kvt_jbuf_t *o = &job->answer;
+    kvt_jbuf_cstr(o, "{\"applied\":");
+    kvt_jbuf_u64(o, srv->st_ev.events - before.events);
+    kvt_jbuf_cstr(o, ",\"blocks\":");
+    kvt_jbuf_u64(o, srv->st_ev.blocks - before.blocks);
+    kvt_jbuf_cstr(o, ",\"unresolved\":");
+    kvt_jbuf_u64(o, srv->st_ev.unresolved - before.unresolved);
+    kvt_jbuf_cstr(o, ",\"orphans\":");
+    kvt_jbuf_u64(o, srv->st_ev.orphans - before.orphans);
+    kvt_jbuf_cstr(o, ",\"ignored\":");
+    kvt_jbuf_u64(o, b->unknown);
+    kvt_jbuf_cstr(o, "}");
+}
+
+static void job_drop(kvt_srv_t *srv, srv_job_t *job)
+{
+    uint32_t ranks = 0;
+    uint64_t entries = 0;
+    for (uint32_t id = 0; id < srv->pod_hi; id++) {
+        const char *n = kvt_idx_pod_name(srv->idx, id, NULL);
+        if (n == NULL || strcmp(n, job->pod) != 0)
+            continue;
+        entries += kvt_idx_pod_entries(srv->idx, id);
+        if (kvt_idx_pod_drop(srv->idx, id) == KVT_OK)
+            ranks++;
+    }
+    if (ranks == 0) {
+        job->st = KVT_ERR_NOT_FOUND;
+        char msg[KVT_IDX_MAX_NAME + 32];
+        snprintf(msg, sizeof(msg), "unknown pod '%s'", job->pod);
+        answer_error(job, 404, msg);
+        return;
+    }
+    srv->st_drops++;
+    reg_publish(srv);
+    job->st = KVT_OK;
+    job->http_status = 200;
+    kvt_jbuf_cstr(&job->answer, "{\"pod\":");
+    kvt_jbuf_str(&job->answer, job->pod, strlen(job->pod));
+    kvt_jbuf_cstr(&job->answer, ",\"dp_ranks\":");
+    kvt_jbuf_u64(&job->answer, ranks);
+    kvt_jbuf_cstr(&job->answer, ",\"entries\":");
+    kvt_jbuf_u64(&job->answer, entries);
+    kvt_jbuf_cstr(&job->answer, "}");
+}
+
+/* Writer. Copies counters for /v1/stats and /metrics. */
+static void stats_publish(kvt_srv_t *srv)
+{
+    kvt_idx_stats_t s;
+    kvt_idx_stats(srv->idx, &s);
+    uint64_t *ent = NULL;
+    if (srv->pod_hi > 0) {
+        ent = malloc(srv->pod_hi * sizeof(*ent));
+        if (ent == NULL)
+            return;
+        for (uint32_t i = 0; i < srv->pod_hi; i++)
+            ent[i] =
+                kvt_idx_pod_name(srv->idx, i, NULL) ? kvt_idx_pod_entries(srv->idx, i) : UINT64_MAX;
+    }
+    pthread_mutex_lock(&srv->stats_mu);
+    srv->st_idx = s;
+    srv->st_ev_pub = srv->st_ev;
+    srv->st_batches_pub = srv->st_batches;
+    srv->st_rejected_pub = srv->st_rejected;
+    srv->st_drops_pub = srv->st_drops;
+    uint64_t *old = srv->st_pod_entries;
+    srv->st_pod_entries = ent;
+    srv->st_npods = srv->pod_hi;
+    pthread_mutex_unlock(&srv->stats_mu);
+    free(old);
+}
+
+static void deliver(srv_job_t *job)
+{
+    kvt_srv_worker_t *w = job->worker;
+    pthread_mutex_lock(&w->done_mu);
+    job->next = NULL;
+    if (w->done_tail)
+        w->done_tail->next = job;
+    else
+        w->done_head = job;
+    w->done_tail = job;
+    pthread_mutex_unlock(&w->done_mu);
+    event_active(w->wake, EV_READ, 0);
+}
+
+static void *writer_main(void *arg)
+{
+    kvt_srv_t *srv = arg;
+    uint64_t last_stats = 0;
+    for (;;) {
+        pthread_mutex_lock(&srv->q_mu);
+        if (srv->q_head == NULL && !srv->q_stop) {
+            struct timespec ts;
+            clock_gettime(CLOCK_MONOTONIC, &ts);
+            ts.tv_nsec += 5 * 1000000; /* the index clock ticks every 5 ms at least */
+            if (ts.tv_nsec >= 1000000000) {
+                ts.tv_sec++;
+                ts.tv_nsec -= 1000000000;
+            }
+            pthread_cond_timedwait(&srv->q_cv, &srv->q_mu, &ts);
+        }
+        srv_job_t *jobs = srv->q_head;
+        bool stop = srv->q_stop && jobs == NULL;
+        srv->q_head = srv->q_tail = NULL;
+        srv->q_len = 0;
+        pthread_mutex_unlock(&srv->q_mu);
+
+        uint64_t now = srv_now_ns();
+        kvt_idx_advance(srv->idx, now / 1000000);
+        while (jobs != NULL) {
+            srv_job_t *j = jobs;
+            jobs = j->next;
+            kvt_jbuf_init(&j->answer);
+            if (j->kind == JOB_EVENTS)
+                job_events(srv, j);
+            else
+                job_drop(srv, j);
+            deliver(j);
+        }
+        kvt_ebr_reclaim(&srv->ebr);
+        if (stop || now - last_stats >= srv->cfg.stats_period_ms * 1000000ull) {
+            stats_publish(srv);
+            last_stats = now;
+        }
+        if (stop)
+            break;
+    }
+    return NULL;
+}
+
+/* ---- workers ----------------------------------------------------------------- */
+
+static void worker_wake(evutil_socket_t fd, short what, void *arg)
+{
+    (void)fd;
+    (void)what;
+    kvt_srv_worker_t *w = arg;
+    pthread_mutex_lock(&w->done_mu);
+    srv_job_t *jobs = w->done_head;
+    w->done_head = w->done_tail = NULL;
+    pthread_mutex_unlock(&w->done_mu);
+    while (jobs != NULL) {
+        srv_job_t *j = jobs;
+        jobs = j->next;
+        srv_conn_job_done(j); /* frees the job */
+    }
+    if (atomic_load(&w->srv->stopping)) {
+        srv_conn_close_all(w);
+        event_base_loopbreak(w->base);
+    }
+}
+
+static void *worker_main(void *arg)
+{
+    kvt_srv_worker_t *w = arg;
+    event_base_dispatch(w->base);
+    return NULL;
+}
+
+static void worker_cleanup(kvt_srv_worker_t *w)
+{
+    if (w->base == NULL)
+        return;
+    srv_conn_close_all(w);
+    if (w->l_http)
+        evconnlistener_free(w->l_http);
+    if (w->l_rpc)
+        evconnlistener_free(w->l_rpc);
+    if (w->l_unix)
+        evconnlistener_free(w->l_unix);
+    if (w->wake)
+        event_free(w->wake);
+    event_base_free(w->base);
+    w->base = NULL;
+    if (w->reader)
+        kvt_idx_reader_destroy(w->reader);
+    if (w->ebr_slot >= 0)
+        kvt_ebr_slot_release(&w->srv->ebr, w->ebr_slot);
+    pthread_mutex_destroy(&w->done_mu);
+    free(w->keys);
+    free(w->tokens);
+    free(w->filter);
+    free(w->scored);
+    kvt_jbuf_cleanup(&w->out);
+    kvt_proto_wr_cleanup(&w->rpc_out);
+}
+
+static kvt_status_t worker_init(kvt_srv_t *srv, kvt_srv_worker_t *w, int id)
+{
+    w->srv = srv;
+    w->id = id;
+    w->ebr_slot = -1;
+    pthread_mutex_init(&w->done_mu, NULL);
+    kvt_jbuf_init(&w->out);
+    kvt_proto_wr_init(&w->rpc_out);
+    w->base = event_base_new();
+    if (w->base == NULL)
+        return KVT_ERR_NO_MEM;
+    w->wake = event_new(w->base, -1, 0, worker_wake, w);
+    if (w->wake == NULL)
+        return KVT_ERR_NO_MEM;
+    kvt_status_t st = kvt_idx_reader_create(srv->idx, &w->reader);
+    if (st != KVT_OK)
+        return st;
+    w->ebr_slot = kvt_ebr_slot_acquire(&srv->ebr);
+    if (w->ebr_slot < 0)
+        return KVT_ERR_LIMIT;
+    return srv_conn_listen(w);
+}
+
+/* ---- lifecycle ----------------------------------------------------------------- */
+
+static char *dup_or_empty(const char *s)
+{
+    return strdup(s ? s : "");
+}
+
+static kvt_status_t mkdir_p(const char *path)
+{
+    char buf[4096];
+    if (strlen(path) >= sizeof(buf))
+        return KVT_ERR_INVAL;
+    strcpy(buf, path);
+    for (char *p = buf + 1; *p; p++) {
+        if (*p != '/')
+            continue;
+        *p = '\0';
+        if (mkdir(buf, 0750) != 0 && errno != EEXIST)
+            return KVT_ERR_IO;
+        *p = '/';
+    }
+    if (mkdir(buf, 0750) != 0 && errno != EEXIST)
+        return KVT_ERR_IO;
+    return KVT_OK;
+}
+
+kvt_status_t kvt_srv_create(const kvt_srv_config_t *cfg, kvt_srv_t **srv_p)
+{
+    static bool threads_on;
+    if (!threads_on) {
+        if (evthread_use_pthreads() != 0)
+            return KVT_ERR_INTERNAL;
+        threads_on = true;
+    }
+    kvt_srv_t *srv = calloc(1, sizeof(*srv));
+    if (srv == NULL)
+        return KVT_ERR_NO_MEM;
+    srv->cfg = *cfg;
+    srv->cfg.http_listen = dup_or_empty(cfg->http_listen);
+    srv->cfg.rpc_listen = dup_or_empty(cfg->rpc_listen);
+    srv->cfg.rpc_unix = dup_or_empty(cfg->rpc_unix);
+    srv->cfg.data_dir = dup_or_empty(cfg->data_dir);
+    srv->cfg.auth_token_file = dup_or_empty(cfg->auth_token_file);
+    srv->fd_http = srv->fd_rpc = srv->fd_unix = -1;
+    pthread_mutex_init(&srv->q_mu, NULL);
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(&srv->q_cv, &ca);
+    pthread_condattr_destroy(&ca);
+    pthread_mutex_init(&srv->stats_mu, NULL);
+    kvt_score_weights_default(&srv->weights);
+    srv->started_ns = srv_now_ns();
+    kvt_status_t st = KVT_ERR_NO_MEM;
+    if (!srv->cfg.http_listen || !srv->cfg.rpc_listen || !srv->cfg.rpc_unix || !srv->cfg.data_dir ||
+        !srv->cfg.auth_token_file)
+        goto err;
+    if (srv->cfg.block_size == 0 || srv->cfg.writer_queue == 0 || srv->cfg.max_connections == 0 ||
+        srv->cfg.rpc_max_frame > (64u << 20) || srv->cfg.rpc_max_frame < 1024) {
+        kvt_log_error("bad limits: block-size, writer-queue and max-connections must be > 0, "
+                      "rpc-max-frame in 1KiB..64MiB");
+        st = KVT_ERR_INVAL;
+        goto err;
+    }
+    if (srv->cfg.data_dir[0] && mkdir_p(srv->cfg.data_dir) != KVT_OK) {
+        kvt_log_error("cannot create data dir %s: %s", srv->cfg.data_dir, strerror(errno));
+        st = KVT_ERR_IO;
+        goto err;
+    }
+    if (srv->cfg.auth_token_file[0] && (st = load_token(srv, srv->cfg.auth_token_file)) != KVT_OK)
+        goto err;
+    long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    srv->nworkers = cfg->workers ? (int)cfg->workers : (cores > 0 ? (int)cores : 1);
+    if (srv->nworkers > 256)
+        srv->nworkers = 256;
+    kvt_idx_config_t icfg = {.budget_bytes = cfg->index_budget,
+                             .max_readers = (uint32_t)srv->nworkers + 4};
+    if ((st = kvt_idx_create(&icfg, &srv->idx)) != KVT_OK)
+        goto err;
+    if ((st = kvt_ebr_init(&srv->ebr, (uint32_t)srv->nworkers + 4)) != KVT_OK)
+        goto err;
+    reg_publish(srv);
+    if (srv->reg == NULL) {
+        st = KVT_ERR_NO_MEM;
+        goto err;
+    }
+    /* the first listeners fix the ports; other workers bind the same ones */
+    st = KVT_ERR_IO;
+    if (srv->cfg.http_listen[0]) {
+        srv->fd_http = open_listener(srv, "http", srv->cfg.http_listen, 0);
+        if (srv->fd_http < 0) {
+            st = srv->fd_http == -2 ? KVT_ERR_INVAL : KVT_ERR_IO;
+            goto err;
+        }
+        srv->http_port = bound_port(srv->fd_http);
+    }
+    if (srv->cfg.rpc_listen[0]) {
+        srv->fd_rpc = open_listener(srv, "rpc", srv->cfg.rpc_listen, 0);
+        if (srv->fd_rpc < 0) {
+            st = srv->fd_rpc == -2 ? KVT_ERR_INVAL : KVT_ERR_IO;
+            goto err;
+        }
+        srv->rpc_port = bound_port(srv->fd_rpc);
+    }
+    if (srv->cfg.rpc_unix[0]) {
+        srv->fd_unix = listen_unix(srv->cfg.rpc_unix);
+        if (srv->fd_unix < 0) {
+            st = srv->fd_unix == -2 ? KVT_ERR_INVAL : KVT_ERR_IO;
+            goto err;
+        }
+    }
+    srv->workers = calloc((size_t)srv->nworkers, sizeof(*srv->workers));
+    if (srv->workers == NULL) {
+        st = KVT_ERR_NO_MEM;
+        goto err;
+    }
+    for (int i = 0; i < srv->nworkers; i++) {
+        if ((st = worker_init(srv, &srv->workers[i], i)) != KVT_OK) {
+            kvt_log_error("worker %d: %s", i, kvt_status_str(st));
+            goto err;
+        }
+    }
+    *srv_p = srv;
+    return KVT_OK;
+err:
+    kvt_srv_destroy(srv);
+    return st;
+}
+
+uint16_t kvt_srv_http_port(const kvt_srv_t *srv)
+{
+    return srv->http_port;
+}
+
+uint16_t kvt_srv_rpc_port(const kvt_srv_t *srv)
+{
+    return srv->rpc_port;
+}
+
+/* Open a listener for worker @w (worker 0 takes the first socket; others bind their own). */
+int srv_listener_fd(kvt_srv_worker_t *w, int which);
+int srv_listener_fd(kvt_srv_worker_t *w, int which)
+{
+    kvt_srv_t *srv = w->srv;
+    if (which == PROTO_HTTP) {
+        if (srv->fd_http < 0)
+            return -1;
+        if (w->id == 0)
+            return srv->fd_http;
+        return open_listener(srv, "http", srv->cfg.http_listen, srv->http_port);
+    }
+    if (which == PROTO_RPC) {
+        if (srv->fd_rpc < 0)
+            return -1;
+        if (w->id == 0)
+            return srv->fd_rpc;
+        return open_listener(srv, "rpc", srv->cfg.rpc_listen, srv->rpc_port);
+    }
+    return w->id == 0 ? srv->fd_unix : -1;
+}
+
+kvt_status_t kvt_srv_run(kvt_srv_t *srv)
+{
+    if (pipe2(stop_pipe, O_CLOEXEC) != 0)
+        return KVT_ERR_IO;
+    if (pthread_create(&srv->writer, NULL, writer_main, srv) != 0)
+        return KVT_ERR_NO_MEM;
+    int started = 0;
+    for (; started < srv->nworkers; started++)
+        if (pthread_create(&srv->workers[started].thread, NULL, worker_main,
+                           &srv->workers[started]) != 0)
+            break;
+    kvt_log_info("kvtierd serving: http port %u, rpc port %u, %d workers%s", srv->http_port,
+                 srv->rpc_port, srv->nworkers, srv->auth_token ? ", auth token required" : "");
+    if (started == srv->nworkers) {
+        char c;
+        while (read(stop_pipe[0], &c, 1) < 0 && errno == EINTR)
+            ;
+    }
+    kvt_log_info("stopping: applying queued writes, closing connections");
+    /* writes already queued are applied and answered before the workers go */
+    pthread_mutex_lock(&srv->q_mu);
+    srv->q_stop = true;
+    pthread_cond_signal(&srv->q_cv);
+    pthread_mutex_unlock(&srv->q_mu);
+    pthread_join(srv->writer, NULL);
+    atomic_store(&srv->stopping, true);
+    for (int i = 0; i < started; i++)
+        event_active(srv->workers[i].wake, EV_READ, 0);
+    for (int i = 0; i < started; i++)
+        pthread_join(srv->workers[i].thread, NULL);
+    close(stop_pipe[0]);
+    close(stop_pipe[1]);
+    stop_pipe[0] = stop_pipe[1] = -1;
+    return started == srv->nworkers ? KVT_OK : KVT_ERR_NO_MEM;
+}
+
+void kvt_srv_stop(kvt_srv_t *srv)
+{
+    (void)srv;
+    int fd = stop_pipe[1];
+    if (fd >= 0) {
+        char c = 1;
+        ssize_t r = write(fd, &c, 1); /* async-signal-safe */
+        (void)r;
+    }
+}
+
+void kvt_srv_destroy(kvt_srv_t *srv)
+{
+    if (srv == NULL)
+        return;
+    if (srv->workers != NULL) {
+        for (int i = 0; i < srv->nworkers; i++)
+            worker_cleanup(&srv->workers[i]);
+        free(srv->workers);
+    }
+    /* worker 0's listeners owned the first fds; close any never handed over */
+    if (srv->workers == NULL) {
+        if (srv->fd_http >= 0)
+            close(srv->fd_http);
+        if (srv->fd_rpc >= 0)
+            close(srv->fd_rpc);
+        if (srv->fd_unix >= 0)
+            close(srv->fd_unix);
+    }
+    if (srv->cfg.rpc_unix && srv->cfg.rpc_unix[0] && srv->fd_unix >= 0)
+        unlink(srv->cfg.rpc_unix);
+    srv_job_t *j = srv->q_head;
+    while (j != NULL) {
+        srv_job_t *n = j->next;
+        srv_job_free(j);
+        j = n;
+    }
+    if (srv->reg != NULL) {
+        free(srv->reg);
+        srv->reg = NULL;
+    }
+    if (srv->ebr.slots != NULL)
+        kvt_ebr_cleanup(&srv->ebr);
+    kvt_idx_destroy(srv->idx);
+    seen_cleanup(srv);
+    free(srv->st_pod_entries);
+    free(srv->auth_token);
+    free(srv->cfg.http_listen);
+    free(srv->cfg.rpc_listen);
+    free(srv->cfg.rpc_unix);
+    free(srv->cfg.data_dir);
+    free(srv->cfg.auth_token_file);
+    pthread_mutex_destroy(&srv->q_mu);
+    pthread_cond_destroy(&srv->q_cv);
+    pthread_mutex_destroy(&srv->stats_mu);
+    free(srv);
+}

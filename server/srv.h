@@ -1,0 +1,65 @@
+/*
+ * server/srv: the kvtierd daemon as a library: create it from a config, run
+ * it until stopped, destroy it. main.c adds the config table and signals.
+ */
+#ifndef KVT_SERVER_SRV_H
+#define KVT_SERVER_SRV_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "common/log.h"
+#include "common/status.h"
+
+typedef struct kvt_srv_config {
+    char *http_listen;           /* "host:port"; "" disables HTTP */
+    char *rpc_listen;            /* "host:port"; "" disables the TCP RPC */
+    char *rpc_unix;              /* Unix socket path for the RPC; "" or NULL: none */
+    bool allow_remote;           /* permit binding addresses other than loopback */
+    char *data_dir;              /* created if missing; the Unix socket may live there */
+    char *auth_token_file;       /* "" or NULL: mutating calls need no token */
+    uint32_t workers;            /* query threads; 0: one per online core */
+    uint32_t max_connections;    /* across all listeners */
+    uint64_t max_body;           /* HTTP body bytes */
+    uint64_t max_header;         /* HTTP request head bytes */
+    uint64_t rpc_max_frame;      /* RPC body bytes */
+    uint32_t rpc_max_inflight;   /* RPC requests waiting on the writer per connection */
+    uint64_t conn_buffer;        /* output bytes buffered per connection before reads pause */
+    uint64_t request_timeout_ms; /* a started request must arrive whole within this */
+    uint64_t idle_timeout_ms;    /* an idle connection is closed after this */
+    uint64_t index_budget;       /* bytes; 0: unbounded */
+    uint32_t block_size;         /* default tokens per block for models that do not say */
+    uint32_t max_query_tokens;   /* tokens (or keys) per query */
+    uint32_t max_event_items;    /* hashes plus tokens per event batch */
+    uint32_t writer_queue;       /* jobs waiting for the writer before 503 */
+    uint64_t stats_period_ms;    /* how often counters are published */
+    kvt_log_level_t log_level;
+    bool log_logfmt;
+} kvt_srv_config_t;
+
+typedef struct kvt_srv kvt_srv_t;
+
+/*
+ * Binds the listeners (so ports are known at return), creates the index and
+ * threads' state. @cfg is copied (strings duplicated). Returns KVT_OK,
+ * KVT_ERR_INVAL (bad address, a non-loopback address without allow_remote,
+ * unreadable token file; a line is logged), KVT_ERR_IO (bind failed) or
+ * KVT_ERR_NO_MEM.
+ */
+kvt_status_t kvt_srv_create(const kvt_srv_config_t *cfg, kvt_srv_t **srv_p);
+
+/* Ports actually bound (useful with port 0); 0 when that listener is off. */
+uint16_t kvt_srv_http_port(const kvt_srv_t *srv);
+uint16_t kvt_srv_rpc_port(const kvt_srv_t *srv);
+
+/* Starts the threads and blocks until kvt_srv_stop(); then joins them. */
+kvt_status_t kvt_srv_run(kvt_srv_t *srv);
+
+/* Async-signal-safe: asks kvt_srv_run() to return (connections are closed, queued writes applied).
+ */
+void kvt_srv_stop(kvt_srv_t *srv);
+
+/* Frees everything. The server must not be running. NULL is a no-op. */
+void kvt_srv_destroy(kvt_srv_t *srv);
+
+#endif

@@ -1,0 +1,260 @@
+/*
+ * server private layout. docs/architecture.md ("kvtierd threads") explains it:
+ *
+ * - N worker threads, each with its own libevent base and its own listening
+ *   sockets (SO_REUSEPORT: the kernel spreads connections), serve HTTP and
+ *   the binary RPC. Queries run entirely on the worker, through the worker's
+ *   own index reader: no lock shared with the writer.
+ * - One writer thread owns every write to the index. Workers hand it jobs
+ *   (decoded event batches, engine drops) through a mutex-protected queue;
+ *   the writer answers each job on its worker's done-queue and wakes the
+ *   worker's base. Acknowledged means applied.
+ * - What workers need from the writer's world besides the index (pod names,
+ *   namespaces) is an immutable registry snapshot the writer republishes when
+ *   it changes, freed through epoch-based reclamation; counters for
+ *   /v1/stats and /metrics are a copy published every stats period under a
+ *   mutex that queries never take.
+ */
+#ifndef KVT_SERVER_SRV_INT_H
+#define KVT_SERVER_SRV_INT_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include <event2/event.h>
+
+#include "common/json.h"
+#include "kvindex/ebr.h"
+#include "kvindex/event.h"
+#include "kvindex/index.h"
+#include "kvindex/score.h"
+#include "router-plugin/proto.h"
+#include "server/srv.h"
+
+typedef struct kvt_srv_worker kvt_srv_worker_t;
+typedef struct kvt_srv_conn kvt_srv_conn_t;
+
+/* ---- registry snapshot (one malloc block; read under the server's EBR) ---- */
+
+typedef struct reg_pod {
+    uint32_t name_off; /* into names[]; 0 with live == 0 */
+    uint32_t dp_rank;
+    uint32_t live;
+    uint32_t next; /* next pod id in the same name bucket, or UINT32_MAX */
+} reg_pod_t;
+
+typedef struct reg_ns {
+    uint32_t model_off, lora_off; /* lora "" for the base model */
+    uint32_t ns, block_size;
+} reg_ns_t;
+
+typedef struct kvt_srv_reg {
+    size_t bytes;     /* of the whole block, for EBR */
+    uint32_t npods;   /* pod ids < npods */
+    uint32_t nns;     /* namespaces */
+    uint32_t nbucket; /* power of two */
+    reg_pod_t *pods;  /* [npods] */
+    reg_ns_t *nss;    /* [nns] */
+    uint32_t *bucket; /* [nbucket]: first pod id with that name hash, or UINT32_MAX */
+    char *names;      /* NUL-terminated strings; offset 0 is "" */
+} kvt_srv_reg_t;
+
+/* ---- metrics ---------------------------------------------------------------- */
+
+enum srv_call {
+    CALL_HEALTHZ,
+    CALL_METRICS,
+    CALL_STATS,
+    CALL_EVENTS,
+    CALL_QUERY,
+    CALL_ENGINES,
+    CALL_HELLO,
+    CALL_PING,
+    CALL_OTHER,
+    NCALLS
+};
+enum srv_proto { PROTO_HTTP, PROTO_RPC, NPROTOS };
+enum srv_class { CLASS_2XX, CLASS_4XX, CLASS_5XX, NCLASSES };
+#define NBUCKETS 18 /* latency histogram: bounds in srv_metrics.c, +Inf last */
+
+/* Per-worker counters: written by that worker only (relaxed atomics), summed at scrape. */
+typedef struct srv_counters {
+    uint64_t requests[NPROTOS][NCALLS][NCLASSES];
+    uint64_t hist[NPROTOS][NCALLS][NBUCKETS];
+    uint64_t lat_sum_ns[NPROTOS][NCALLS];
+    uint64_t conns_accepted[NPROTOS];
+    uint64_t conns_refused[NPROTOS]; /* over --max-connections */
+    uint64_t timeouts[NPROTOS];
+    uint64_t bad_frames; /* connection-fatal RPC errors */
+} srv_counters_t;
+
+/* A counter of the calling worker (others read it at scrape time). */
+#define CTR_INC(x) __atomic_fetch_add(&(x), 1, __ATOMIC_RELAXED)
+
+/* ---- jobs for the writer ---------------------------------------------------- */
+
+typedef enum job_kind { JOB_EVENTS = 1, JOB_DROP } job_kind_t;
+
+typedef struct srv_job {
+    struct srv_job *next;
+    job_kind_t kind;
+    kvt_srv_worker_t *worker;       /* whose done-queue gets the answer */
+    kvt_srv_conn_t *conn;           /* holds a reference until the answer is delivered */
+    uint64_t req_id;                /* RPC request id (0 for HTTP) */
+    uint64_t t0_ns;                 /* for the latency histogram */
+    kvt_evbatch_t batch;            /* JOB_EVENTS; owned */
+    char pod[KVT_IDX_MAX_NAME + 1]; /* JOB_DROP */
+    /* the writer's answer */
+    int http_status;
+    kvt_status_t st;
+    kvt_jbuf_t answer; /* JSON body */
+    char errmsg[320];  /* plain-text reason when http_status is not 200 (RPC error body) */
+} srv_job_t;
+
+/* ---- threads ---------------------------------------------------------------- */
+
+typedef struct listen_arg {
+    kvt_srv_worker_t *w;
+    enum srv_proto proto; /* NPROTOS: the Unix socket (RPC) */
+} listen_arg_t;
+
+struct kvt_srv_worker {
+    kvt_srv_t *srv;
+    int id;
+    pthread_t thread;
+    struct event_base *base;
+    struct evconnlistener *l_http, *l_rpc, *l_unix;
+    listen_arg_t listen_args[3];
+    kvt_srv_conn_t *conns; /* open connections, for shutdown */
+    struct event *wake;    /* activated by the writer (done-queue) and by stop */
+    kvt_idx_reader_t *reader;
+    kvt_srv_reg_t *cur_reg; /* registry held by the query being answered */
+    int ebr_slot;           /* in srv->ebr, for registry snapshots */
+    pthread_mutex_t done_mu;
+    srv_job_t *done_head, *done_tail;
+    /* query scratch, grown as needed */
+    uint64_t *keys;
+    size_t keys_cap;
+    uint32_t *tokens;
+    size_t tokens_cap;
+    uint32_t *filter;
+    size_t filter_cap;
+    kvt_scored_t *scored;
+    size_t scored_cap;
+    kvt_jbuf_t out;         /* answer scratch */
+    kvt_proto_wr_t rpc_out; /* RPC answer scratch */
+    srv_counters_t ctr;
+};
+
+struct kvt_srv {
+    kvt_srv_config_t cfg;
+    char *auth_token; /* NULL: no token required */
+    kvt_idx_t *idx;
+    kvt_score_weights_t weights;
+    int nworkers;
+    kvt_srv_worker_t *workers;
+    int fd_http, fd_rpc, fd_unix; /* the first listeners (port known before workers start) */
+    uint16_t http_port, rpc_port;
+    atomic_int nconns;
+    atomic_bool stopping;
+    uint64_t started_ns;
+
+    /* writer: namespaces seen (the index has no enumeration), highest pod id + 1 */
+    struct seen_ns *seen;
+    size_t nseen, capseen;
+    uint32_t pod_hi;
+
+    /* registry snapshots */
+    kvt_ebr_t ebr;
+    kvt_srv_reg_t *reg; /* published (atomic) */
+    uint32_t reg_pods_seen, reg_ns_seen;
+
+    /* writer */
+    pthread_t writer;
+    pthread_mutex_t q_mu;
+    pthread_cond_t q_cv;
+    srv_job_t *q_head, *q_tail;
+    size_t q_len;
+    bool q_stop;
+
+    /* published counters (stats_mu); written by the writer every stats period */
+    pthread_mutex_t stats_mu;
+    kvt_idx_stats_t st_idx;
+    kvt_ev_counters_t st_ev; /* writer-only running total, copied below */
+    kvt_ev_counters_t st_ev_pub;
+    uint64_t st_batches, st_batches_pub;   /* event batches applied */
+    uint64_t st_rejected, st_rejected_pub; /* batches refused as bad input */
+    uint64_t st_drops, st_drops_pub;       /* engines dropped */
+    uint64_t *st_pod_entries;              /* per pod id, published copy */
+    uint32_t st_npods;
+};
+
+/* srv.c */
+kvt_srv_reg_t *srv_reg_enter(kvt_srv_worker_t *w);
+void srv_reg_exit(kvt_srv_worker_t *w);
+const reg_ns_t *srv_reg_ns(const kvt_srv_reg_t *r, const char *model, size_t mlen, const char *lora,
+                           size_t llen);
+/* Calls fn for every live pod id named @name (all DP ranks). */
+size_t srv_reg_pods_named(const kvt_srv_reg_t *r, const char *name, size_t len, uint32_t *out,
+                          size_t cap);
+kvt_status_t srv_submit(kvt_srv_t *srv, srv_job_t *job);
+uint64_t srv_now_ns(void);
+bool srv_auth_ok(const kvt_srv_t *srv, const char *token, size_t len);
+
+/* api.c: operations shared by the HTTP and RPC front ends */
+typedef struct srv_query {
+    const char *model;
+    size_t model_len;
+    const char *lora;
+    size_t lora_len;
+    bool by_keys;
+    size_t n;
+    const uint32_t *tokens; /* !by_keys */
+    const uint64_t *keys;   /* by_keys */
+    size_t npods;           /* pod-name filter; 0: every pod */
+    const char *const *pod_names;
+    const size_t *pod_name_lens;
+} srv_query_t;
+
+typedef struct srv_answer_pod {
+    const char *pod; /* valid until srv_query_done() */
+    uint32_t dp_rank;
+    uint32_t matched, gpu, cpu, disk;
+    double score;
+} srv_answer_pod_t;
+
+typedef struct srv_answer {
+    uint32_t block_size, num_blocks;
+    size_t npods;
+    const kvt_scored_t *scored; /* [npods], best first */
+} srv_answer_t;
+
+/* Runs a query on the worker; on KVT_OK call srv_query_pod() for each pod, then srv_query_done().
+ */
+kvt_status_t srv_query_run(kvt_srv_worker_t *w, const srv_query_t *q, srv_answer_t *a,
+                           const char **why_p);
+void srv_query_pod(kvt_srv_worker_t *w, const srv_answer_t *a, size_t i, srv_answer_pod_t *p);
+void srv_query_done(kvt_srv_worker_t *w);
+/* Grows worker scratch so tokens/keys/filter hold @n. */
+kvt_status_t srv_scratch(kvt_srv_worker_t *w, size_t ntokens, size_t nfilter);
+
+/* metrics.c: GET /v1/stats and GET /metrics bodies, and per-request accounting */
+void srv_stats_json(kvt_srv_worker_t *w, kvt_jbuf_t *out);
+void srv_metrics_text(kvt_srv_worker_t *w, kvt_jbuf_t *out);
+void srv_count(kvt_srv_worker_t *w, enum srv_proto proto, enum srv_call call, int http_status,
+               uint64_t t0_ns);
+
+/* writer side (srv.c) */
+void srv_job_free(srv_job_t *job);
+
+/* The listening socket of @which (enum srv_proto, or NPROTOS for the Unix one) for worker @w. */
+int srv_listener_fd(kvt_srv_worker_t *w, int which);
+
+/* conn.c */
+kvt_status_t srv_conn_listen(kvt_srv_worker_t *w);
+void srv_conn_job_done(srv_job_t *job);
+void srv_conn_close_all(kvt_srv_worker_t *w);
+
+#endif

@@ -1,0 +1,184 @@
+/* kvindex/event: applying neutral event batches to a real index. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cmocka.h>
+
+#include <string.h>
+
+#include "kvindex/event.h"
+#include "kvindex/hash.h"
+
+typedef struct fix {
+    kvt_idx_t *idx;
+    kvt_idx_reader_t *rd;
+    uint32_t tok[64];
+} fix_t;
+
+static int setup(void **state)
+{
+    static fix_t f;
+    memset(&f, 0, sizeof(f));
+    if (kvt_idx_create(NULL, &f.idx) != KVT_OK || kvt_idx_reader_create(f.idx, &f.rd) != KVT_OK)
+        return -1;
+    for (uint32_t i = 0; i < 64; i++)
+        f.tok[i] = 1000 + i * 7;
+    *state = &f;
+    return 0;
+}
+
+static int teardown(void **state)
+{
+    fix_t *f = *state;
+    kvt_idx_reader_destroy(f->rd);
+    kvt_idx_destroy(f->idx);
+    return 0;
+}
+
+static kvt_event_t stored(const uint64_t *h, uint32_t n, const uint32_t *tok, uint32_t bs)
+{
+    return (kvt_event_t){.type = KVT_EV_STORED,
+                         .tier = KVT_TIER_GPU,
+                         .nhashes = n,
+                         .hashes = h,
+                         .ntokens = tok ? n * bs : 0,
+                         .tokens = tok,
+                         .block_size = bs};
+}
+
+static kvt_status_t apply(fix_t *f, const char *pod, kvt_event_t *ev, size_t n,
+                          kvt_ev_counters_t *c)
+{
+    kvt_evbatch_t b = {.pod = pod, .model = "m", .ev = ev, .nev = n};
+    char err[200];
+    return kvt_ev_apply(f->idx, &b, 4, c, err, sizeof(err));
+}
+
+/* matched blocks of @pod for the fixture's tokens (first @ntok), -1 if absent; tiers split out */
+static int matched(fix_t *f, const char *pod, size_t ntok, uint32_t *gpu, uint32_t *cpu)
+{
+    uint32_t ns, p;
+    if (kvt_idx_ns_get(f->idx, "m", NULL, 0, &ns) != KVT_OK ||
+        kvt_idx_pod_find(f->idx, pod, 0, &p) != KVT_OK)
+        return -1;
+    uint64_t keys[16];
+    size_t nb = kvt_hash_seq(f->tok, ntok, 4, KVT_HASH_SEED, NULL, NULL, keys);
+    const kvt_idx_match_t *res;
+    size_t nres;
+    assert_int_equal(kvt_idx_query(f->rd, ns, keys, nb, NULL, 0, &res, &nres), KVT_OK);
+    for (size_t i = 0; i < nres; i++)
+        if (res[i].pod == p) {
+            if (gpu)
+                *gpu = res[i].gpu;
+            if (cpu)
+                *cpu = res[i].cpu;
+            return (int)res[i].matched;
+        }
+    return 0;
+}
+
+static void test_store_parent_remove_clear(void **state)
+{
+    fix_t *f = *state;
+    kvt_ev_counters_t c = {0};
+    uint64_t h1[] = {11, 12, 13};
+    kvt_event_t e1 = stored(h1, 3, f->tok, 4);
+    assert_int_equal(apply(f, "A", &e1, 1, &c), KVT_OK);
+    assert_int_equal(matched(f, "A", 32, NULL, NULL), 3);
+    /* the parent continues the chain */
+    uint64_t h2[] = {14, 15};
+    kvt_event_t e2 = stored(h2, 2, f->tok + 12, 4);
+    e2.has_parent = true;
+    e2.parent = 13;
+    assert_int_equal(apply(f, "A", &e2, 1, &c), KVT_OK);
+    assert_int_equal(matched(f, "A", 32, NULL, NULL), 5);
+    assert_int_equal(c.orphans, 0);
+    /* an unknown parent: chained from block 0, so it does not extend A's prefix */
+    uint64_t h3[] = {16};
+    kvt_event_t e3 = stored(h3, 1, f->tok + 20, 4);
+    e3.has_parent = true;
+    e3.parent = 999;
+    assert_int_equal(apply(f, "A", &e3, 1, &c), KVT_OK);
+    assert_int_equal(c.orphans, 1);
+    assert_int_equal(matched(f, "A", 32, NULL, NULL), 5);
+    /* CPU placeholders by engine hash; one unknown */
+    uint64_t hp[] = {11, 12, 77};
+    kvt_event_t ep = stored(hp, 3, NULL, 0);
+    ep.tier = KVT_TIER_CPU;
+    assert_int_equal(apply(f, "A", &ep, 1, &c), KVT_OK);
+    assert_int_equal(c.unresolved, 1);
+    /* remove GPU for 11, 12: they stay in CPU */
+    uint64_t hr[] = {11, 12};
+    kvt_event_t er = {.type = KVT_EV_REMOVED, .tier = KVT_TIER_GPU, .nhashes = 2, .hashes = hr};
+    assert_int_equal(apply(f, "A", &er, 1, &c), KVT_OK);
+    uint32_t g = 0, cp = 0;
+    assert_int_equal(matched(f, "A", 32, &g, &cp), 5);
+    assert_int_equal(g, 3);
+    assert_int_equal(cp, 2);
+    /* clear drops the GPU tier: the CPU prefix remains */
+    kvt_event_t ec = {.type = KVT_EV_CLEARED};
+    assert_int_equal(apply(f, "A", &ec, 1, &c), KVT_OK);
+    assert_int_equal(matched(f, "A", 32, &g, &cp), 2);
+    assert_int_equal(g, 0);
+    assert_int_equal(c.events, 6);
+    assert_int_equal(c.blocks, 3 + 2 + 1 + 3 + 2);
+}
+
+static void test_bad_batches_change_nothing(void **state)
+{
+    fix_t *f = *state;
+    kvt_ev_counters_t c = {0};
+    uint64_t h[] = {1, 2};
+    kvt_event_t ok = stored(h, 2, f->tok, 4);
+    assert_int_equal(apply(f, "B", &ok, 1, &c), KVT_OK);
+    kvt_idx_stats_t s0;
+    kvt_idx_stats(f->idx, &s0);
+    /* block size 8 for a model created with 4; an earlier good event must not apply either */
+    kvt_event_t two[2] = {stored(h, 2, f->tok, 4), stored(h, 2, f->tok, 8)};
+    two[0].hashes = (const uint64_t[]){5, 6};
+    assert_int_equal(apply(f, "NEW", two, 2, &c), KVT_ERR_INVAL);
+    /* tokens but no model */
+    kvt_evbatch_t b = {.pod = "NEW2", .model = "", .ev = &ok, .nev = 1};
+    char err[200];
+    assert_int_equal(kvt_ev_apply(f->idx, &b, 4, &c, err, sizeof(err)), KVT_ERR_INVAL);
+    assert_non_null(strstr(err, "model"));
+    /* token count that does not fill the blocks */
+    kvt_event_t odd = stored(h, 2, f->tok, 4);
+    odd.ntokens = 7;
+    assert_int_equal(apply(f, "NEW3", &odd, 1, &c), KVT_ERR_INVAL);
+    kvt_idx_stats_t s1;
+    kvt_idx_stats(f->idx, &s1);
+    assert_memory_equal(&s0, &s1, sizeof(s0));
+    uint32_t p;
+    assert_int_equal(kvt_idx_pod_find(f->idx, "NEW", 0, &p), KVT_ERR_NOT_FOUND);
+}
+
+static void test_pod_key(void **state)
+{
+    fix_t *f = *state;
+    kvt_ev_counters_t c = {0};
+    uint64_t h[] = {41, 42};
+    kvt_event_t e = stored(h, 2, f->tok, 4);
+    assert_int_equal(apply(f, "C", &e, 1, &c), KVT_OK);
+    uint32_t ns, p;
+    assert_int_equal(kvt_idx_ns_get(f->idx, "m", NULL, 0, &ns), KVT_OK);
+    assert_int_equal(kvt_idx_pod_find(f->idx, "C", 0, &p), KVT_OK);
+    uint64_t keys[2], k;
+    kvt_hash_seq(f->tok, 8, 4, KVT_HASH_SEED, NULL, NULL, keys);
+    assert_int_equal(kvt_idx_pod_key(f->idx, p, ns, 42, &k), KVT_OK);
+    assert_true(k == keys[1]);
+    assert_int_equal(kvt_idx_pod_key(f->idx, p, ns, 43, &k), KVT_ERR_NOT_FOUND);
+    assert_int_equal(kvt_idx_pod_key(f->idx, 9999, ns, 42, &k), KVT_ERR_INVAL);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_setup_teardown(test_store_parent_remove_clear, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_bad_batches_change_nothing, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_pod_key, setup, teardown),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

@@ -1,0 +1,1771 @@
+/*
+ * common/json: the pull parser (every reader, every error kind with its
+ * offset, sticky errors, escapes, surrogates, depth, number edges), the
+ * writer, a randomized round trip (random trees written with kvt_jbuf_*,
+ * read back with the parser, compared with the tree), and accept/reject
+ * agreement with Debian's /usr/bin/python3 json module
+ * (tests/fixtures/json_check.py) on tricky and mutated documents.
+ *
+ * Without /usr/bin/python3 the other tests still run; the program then exits
+ * 77 (skip) because the comparison could not run. KVT_JSON_SEED=<n> replays
+ * a random run; KVT_JSON_ROUNDS=<n> changes the round-trip count (20000).
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cmocka.h>
+
+#include <errno.h>
+#include <inttypes.h>
+#include <math.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "common/json.h"
+
+#define PYTHON "/usr/bin/python3"
+
+/* ---- helpers -------------------------------------------------------------------------- */
+
+static void init_n(kvt_json_t *j, const char *s, size_t n)
+{
+    kvt_json_init(j, s, n);
+}
+
+static void init(kvt_json_t *j, const char *s)
+{
+    kvt_json_init(j, s, strlen(s));
+}
+
+/* The parser holds error @st at byte @off, says so in its message, and every call
+ * keeps failing the same way. */
+static void check_err_state(kvt_json_t *j, kvt_status_t st, size_t off, const char *input)
+{
+    char prefix[48];
+    uint64_t u = 77;
+    double d = 7.5;
+    bool bl = true;
+    char buf[8] = "zz";
+    size_t n = 99;
+    const char *key = "k";
+
+    if (kvt_json_status(j) != st)
+        fail_msg("input \"%s\": status %d, want %d (%s)", input, kvt_json_status(j), st,
+                 kvt_json_error(j));
+    snprintf(prefix, sizeof(prefix), "offset %zu: ", off);
+    if (strncmp(kvt_json_error(j), prefix, strlen(prefix)) != 0)
+        fail_msg("input \"%s\": message \"%s\" does not start with \"%s\"", input,
+                 kvt_json_error(j), prefix);
+    assert_true(strlen(kvt_json_error(j)) > strlen(prefix));
+    assert_null(strchr(kvt_json_error(j), '\n'));
+    assert_int_equal(kvt_json_offset(j), off);
+
+    char msg[sizeof(j->msg)];
+    snprintf(msg, sizeof(msg), "%s", kvt_json_error(j));
+    /* Sticky: every call returns the same error and changes nothing. */
+    assert_int_equal(kvt_json_peek(j), KVT_JSON_NONE);
+    assert_int_equal(kvt_json_u64(j, &u), st);
+    assert_int_equal(kvt_json_double(j, &d), st);
+    assert_int_equal(kvt_json_bool(j, &bl), st);
+    assert_int_equal(kvt_json_null(j), st);
+    assert_int_equal(kvt_json_string(j, buf, sizeof(buf), &n), st);
+    assert_int_equal(kvt_json_object_begin(j), st);
+    assert_int_equal(kvt_json_array_begin(j), st);
+    assert_int_equal(kvt_json_object_next(j, &key, &n), (int)st);
+    assert_int_equal(kvt_json_array_next(j), (int)st);
+    assert_int_equal(kvt_json_skip(j), st);
+    assert_int_equal(kvt_json_end(j), st);
+    assert_int_equal(u, 77);
+    assert_true(d == 7.5);
+    assert_true(bl);
+    assert_string_equal(buf, "zz");
+    assert_int_equal(n, 99);
+    assert_string_equal(key, "k");
+    assert_string_equal(kvt_json_error(j), msg);
+    assert_int_equal(kvt_json_offset(j), off);
+}
+
+/* Skips the whole of @s (one value then end) expecting @st at @off (st KVT_OK: accepted). */
+static void expect_skip_n(const char *s, size_t len, kvt_status_t st, size_t off)
+{
+    kvt_json_t j;
+    init_n(&j, s, len);
+    kvt_status_t got = kvt_json_skip(&j);
+    if (got == KVT_OK)
+        got = kvt_json_end(&j);
+    if (st == KVT_OK) {
+        if (got != KVT_OK)
+            fail_msg("input \"%.*s\": status %d (%s), want ok", (int)len, s, got,
+                     kvt_json_error(&j));
+        assert_string_equal(kvt_json_error(&j), "");
+        return;
+    }
+    check_err_state(&j, st, off, s);
+}
+
+static void expect_skip(const char *s, kvt_status_t st, size_t off)
+{
+    expect_skip_n(s, strlen(s), st, off);
+}
+
+/* ---- scalars -------------------------------------------------------------------------- */
+
+static void test_scalars(void **state)
+{
+    (void)state;
+    kvt_json_t j;
+    uint64_t u;
+    int64_t i;
+    uint32_t u32;
+    double d;
+    bool b;
+
+    init(&j, " 42 ");
+    assert_int_equal(kvt_json_peek(&j), KVT_JSON_NUMBER);
+    assert_int_equal(kvt_json_u64(&j, &u), KVT_OK);
+    assert_int_equal(u, 42);
+    assert_int_equal(kvt_json_peek(&j), KVT_JSON_NONE); /* nothing due after the top value */
+    assert_int_equal(kvt_json_status(&j), KVT_OK);
+    assert_int_equal(kvt_json_end(&j), KVT_OK);
+    assert_int_equal(kvt_json_offset(&j), 4);
+
+    init(&j, "18446744073709551615");
+    assert_int_equal(kvt_json_u64(&j, &u), KVT_OK);
+    assert_true(u == UINT64_MAX);
+    init(&j, "0");
+    assert_int_equal(kvt_json_u64(&j, &u), KVT_OK);
+    assert_int_equal(u, 0);
+    init(&j, "-0");
+    u = 5;
+    assert_int_equal(kvt_json_u64(&j, &u), KVT_OK);
+    assert_int_equal(u, 0);
+
+    init(&j, "-9223372036854775808");
+    assert_int_equal(kvt_json_i64(&j, &i), KVT_OK);
+    assert_true(i == INT64_MIN);
+    init(&j, "9223372036854775807");
+    assert_int_equal(kvt_json_i64(&j, &i), KVT_OK);
+    assert_true(i == INT64_MAX);
+    init(&j, "-17");
+    assert_int_equal(kvt_json_i64(&j, &i), KVT_OK);
+    assert_int_equal(i, -17);
+
+    init(&j, "4294967295");
+    assert_int_equal(kvt_json_u32(&j, &u32), KVT_OK);
+    assert_int_equal(u32, UINT32_MAX);
+
+    init(&j, "-1");
+    assert_int_equal(kvt_json_hash(&j, &u), KVT_OK);
+    assert_true(u == UINT64_MAX);
+    init(&j, "-9223372036854775808");
+    assert_int_equal(kvt_json_hash(&j, &u), KVT_OK);
+    assert_true(u == UINT64_C(9223372036854775808));
+    init(&j, "18446744073709551615");
+    assert_int_equal(kvt_json_hash(&j, &u), KVT_OK);
+    assert_true(u == UINT64_MAX);
+    init(&j, "-4658296946329380185"); /* an SGLang-style signed id */
+    assert_int_equal(kvt_json_hash(&j, &u), KVT_OK);
+    assert_true(u == (uint64_t)INT64_C(-4658296946329380185));
+
+    init(&j, "1.5");
+    assert_int_equal(kvt_json_double(&j, &d), KVT_OK);
+    assert_true(d == 1.5);
+    init(&j, "-0");
+    assert_int_equal(kvt_json_double(&j, &d), KVT_OK);
+    assert_true(d == 0.0 && signbit(d));
+    init(&j, "-0.0e+0");
+    assert_int_equal(kvt_json_double(&j, &d), KVT_OK);
+    assert_true(d == 0.0 && signbit(d));
+    init(&j, "1e3");
+    assert_int_equal(kvt_json_double(&j, &d), KVT_OK);
+    assert_true(d == 1000.0);
+    init(&j, "0.1");
+    assert_int_equal(kvt_json_double(&j, &d), KVT_OK);
+    assert_true(d == 0.1);
+    init(&j, "123456789012345678901234567890");
+    assert_int_equal(kvt_json_double(&j, &d), KVT_OK);
+    assert_true(d == 123456789012345678901234567890.0);
+    init(&j, "2.2250738585072014E-308");
+    assert_int_equal(kvt_json_double(&j, &d), KVT_OK);
+    assert_true(d == 2.2250738585072014E-308);
+    init(&j, "1e-400"); /* underflow is 0, not an error */
+    assert_int_equal(kvt_json_double(&j, &d), KVT_OK);
+    assert_true(d == 0.0);
+    init(&j, "0e99999999999999999999");
+    assert_int_equal(kvt_json_double(&j, &d), KVT_OK);
+    assert_true(d == 0.0);
+
+    init(&j, "true");
+    assert_int_equal(kvt_json_peek(&j), KVT_JSON_TRUE);
+    assert_int_equal(kvt_json_bool(&j, &b), KVT_OK);
+    assert_true(b);
+    assert_int_equal(kvt_json_end(&j), KVT_OK);
+    init(&j, "false");
+    assert_int_equal(kvt_json_peek(&j), KVT_JSON_FALSE);
+    assert_int_equal(kvt_json_bool(&j, &b), KVT_OK);
+    assert_false(b);
+    init(&j, "null");
+    assert_int_equal(kvt_json_peek(&j), KVT_JSON_NULL);
+    assert_int_equal(kvt_json_null(&j), KVT_OK);
+    assert_int_equal(kvt_json_end(&j), KVT_OK);
+}
+
+/* Doubles must be correctly rounded, also past the digits kept. */
+static void test_double_rounding(void **state)
+{
+    (void)state;
+    kvt_json_t j;
+    double d;
+    char *s = malloc(4096);
+    assert_non_null(s);
+
+    /* 2^53 + 1 is a tie: rounds to even (2^53). */
+    init(&j, "9007199254740993");
+    assert_int_equal(kvt_json_double(&j, &d), KVT_OK);
+    assert_true(d == 9007199254740992.0);
+    /* Just above the tie: rounds up, even when the deciding digit is digit 818. */
+    int n = snprintf(s, 4096, "9007199254740993.");
+    for (int k = 0; k < 800; k++)
+        s[n++] = '0';
+    s[n++] = '1';
+    s[n] = '\0';
+    init(&j, s);
+    assert_int_equal(kvt_json_double(&j, &d), KVT_OK);
+    assert_true(d == 9007199254740994.0);
+    /* The same value spelled with an exponent and leading zeros in the fraction. */
+    n = snprintf(s, 4096, "0.0000009007199254740993");
+    for (int k = 0; k < 800; k++)
+        s[n++] = '0';
+    n += snprintf(s + n, 4096 - (size_t)n, "1e22");
+    init(&j, s);
+    assert_int_equal(kvt_json_double(&j, &d), KVT_OK);
+    assert_true(d == 9007199254740994.0);
+    /* Many digits that all count: compare with strtod. */
+    n = snprintf(s, 4096, "0.");
+    for (int k = 0; k < 1500; k++)
+        s[n++] = (char)('0' + (k * 7 + 3) % 10);
+    s[n] = '\0';
+    init(&j, s);
+    assert_int_equal(kvt_json_double(&j, &d), KVT_OK);
+    assert_true(d == strtod(s, NULL));
+    free(s);
+}
+
+static void test_number_errors(void **state)
+{
+    (void)state;
+    kvt_json_t j;
+    uint64_t u;
+    int64_t i;
+    uint32_t u32;
+    double d;
+
+    init(&j, "18446744073709551616"); /* 2^64 */
+    assert_int_equal(kvt_json_u64(&j, &u), KVT_ERR_RANGE);
+    check_err_state(&j, KVT_ERR_RANGE, 0, "2^64");
+    init(&j, "[1, 99999999999999999999999]");
+    assert_int_equal(kvt_json_array_begin(&j), KVT_OK);
+    assert_int_equal(kvt_json_array_next(&j), 1);
+    assert_int_equal(kvt_json_u64(&j, &u), KVT_OK);
+    assert_int_equal(kvt_json_array_next(&j), 1);
+    assert_int_equal(kvt_json_u64(&j, &u), KVT_ERR_RANGE);
+    check_err_state(&j, KVT_ERR_RANGE, 4, "huge in array");
+    init(&j, "-1");
+    assert_int_equal(kvt_json_u64(&j, &u), KVT_ERR_RANGE);
+    check_err_state(&j, KVT_ERR_RANGE, 0, "-1 as u64");
+    init(&j, "1e3");
+    assert_int_equal(kvt_json_u64(&j, &u), KVT_ERR_INVAL);
+    check_err_state(&j, KVT_ERR_INVAL, 0, "1e3 as u64");
+    init(&j, "  1.0");
+    assert_int_equal(kvt_json_u64(&j, &u), KVT_ERR_INVAL);
+    check_err_state(&j, KVT_ERR_INVAL, 2, "1.0 as u64");
+    init(&j, "2.5");
+    assert_int_equal(kvt_json_i64(&j, &i), KVT_ERR_INVAL);
+    init(&j, "1E2");
+    assert_int_equal(kvt_json_hash(&j, &u), KVT_ERR_INVAL);
+    init(&j, "9223372036854775808");
+    assert_int_equal(kvt_json_i64(&j, &i), KVT_ERR_RANGE);
+    init(&j, "-9223372036854775809");
+    assert_int_equal(kvt_json_i64(&j, &i), KVT_ERR_RANGE);
+    init(&j, "-9223372036854775809");
+    assert_int_equal(kvt_json_hash(&j, &u), KVT_ERR_RANGE);
+    init(&j, "18446744073709551616");
+    assert_int_equal(kvt_json_hash(&j, &u), KVT_ERR_RANGE);
+    init(&j, "4294967296");
+    assert_int_equal(kvt_json_u32(&j, &u32), KVT_ERR_RANGE);
+    init(&j, "-5");
+    assert_int_equal(kvt_json_u32(&j, &u32), KVT_ERR_RANGE);
+    init(&j, "1e400");
+    assert_int_equal(kvt_json_double(&j, &d), KVT_ERR_RANGE);
+    check_err_state(&j, KVT_ERR_RANGE, 0, "1e400");
+    init(&j, "-1e400");
+    assert_int_equal(kvt_json_double(&j, &d), KVT_ERR_RANGE);
+
+    /* Malformed numbers are parse errors, whichever reader meets them. */
+    expect_skip("01", KVT_ERR_PARSE, 0);
+    expect_skip("-01", KVT_ERR_PARSE, 0);
+    expect_skip("[0, 007]", KVT_ERR_PARSE, 4);
+    expect_skip("+1", KVT_ERR_PARSE, 0);
+    expect_skip("1.", KVT_ERR_PARSE, 2);
+    expect_skip("1.e5", KVT_ERR_PARSE, 2);
+    expect_skip(".5", KVT_ERR_PARSE, 0);
+    expect_skip("1e", KVT_ERR_PARSE, 2);
+    expect_skip("1e+", KVT_ERR_PARSE, 3);
+    expect_skip("1E-x", KVT_ERR_PARSE, 3);
+    expect_skip("-", KVT_ERR_PARSE, 1);
+    expect_skip("--1", KVT_ERR_PARSE, 1);
+    expect_skip("-a", KVT_ERR_PARSE, 1);
+    expect_skip("NaN", KVT_ERR_PARSE, 0);
+    expect_skip("Infinity", KVT_ERR_PARSE, 0);
+    expect_skip("-Infinity", KVT_ERR_PARSE, 1);
+    expect_skip("0x10", KVT_ERR_PARSE, 1);
+    expect_skip("1_000", KVT_ERR_PARSE, 1);
+    init(&j, "01");
+    assert_int_equal(kvt_json_u64(&j, &u), KVT_ERR_PARSE);
+    check_err_state(&j, KVT_ERR_PARSE, 0, "01 as u64");
+    init(&j, "-");
+    assert_int_equal(kvt_json_double(&j, &d), KVT_ERR_PARSE);
+    check_err_state(&j, KVT_ERR_PARSE, 1, "- as double");
+    init(&j, "- 1");
+    assert_int_equal(kvt_json_i64(&j, &i), KVT_ERR_PARSE);
+    check_err_state(&j, KVT_ERR_PARSE, 1, "- 1");
+
+    /* Accepted edge forms. */
+    expect_skip("0", KVT_OK, 0);
+    expect_skip("-0", KVT_OK, 0);
+    expect_skip("0.0", KVT_OK, 0);
+    expect_skip("-0.0e-0", KVT_OK, 0);
+    expect_skip("1E+9", KVT_OK, 0);
+    expect_skip("123456789012345678901234567890e-999999999999", KVT_OK, 0);
+}
+
+/* ---- strings -------------------------------------------------------------------------- */
+
+/* Decodes @s (a whole document, one string) expecting @want of @wlen bytes. */
+static void check_string(const char *s, size_t slen, const char *want, size_t wlen)
+{
+    kvt_json_t j;
+    char buf[256];
+    size_t n = 999;
+    init_n(&j, s, slen);
+    assert_int_equal(kvt_json_peek(&j), KVT_JSON_STRING);
+    kvt_status_t st = kvt_json_string(&j, buf, sizeof(buf), &n);
+    if (st != KVT_OK)
+        fail_msg("input %s: %s", s, kvt_json_error(&j));
+    assert_int_equal(n, wlen);
+    assert_memory_equal(buf, want, wlen);
+    assert_int_equal(buf[wlen], '\0');
+    assert_int_equal(kvt_json_end(&j), KVT_OK);
+    /* skip accepts the same */
+    expect_skip_n(s, slen, KVT_OK, 0);
+}
+
+#define EXPECT_STR(lit, want) check_string(lit, sizeof(lit) - 1, want, sizeof(want) - 1)
+
+static void test_strings(void **state)
+{
+    (void)state;
+    EXPECT_STR("\"\"", "");
+    EXPECT_STR("\"abc\"", "abc");
+    EXPECT_STR("\"\\\"\\\\\\/\\b\\f\\n\\r\\t\"", "\"\\/\b\f\n\r\t");
+    EXPECT_STR("\"\\u0041\\u00e9\\u20AC\"", "A\xc3\xa9\xe2\x82\xac");
+    EXPECT_STR("\"\\ud83d\\ude00\"", "\xf0\x9f\x98\x80");
+    EXPECT_STR("\"\\uD834\\uDD1E\"", "\xf0\x9d\x84\x9e");
+    EXPECT_STR("\"\\udbff\\udfff\"", "\xf4\x8f\xbf\xbf"); /* U+10FFFF */
+    EXPECT_STR("\"a\\u0000b\"", "a\0b");
+    EXPECT_STR("\"\\u007f\\u0080\\u07ff\\u0800\\uffff\"",
+               "\x7f\xc2\x80\xdf\xbf\xe0\xa0\x80\xef\xbf\xbf");
+    EXPECT_STR("\"\xc3\xa9\xe2\x82\xac\xf0\x9f\x98\x80\x7f\"",
+               "\xc3\xa9\xe2\x82\xac\xf0\x9f\x98\x80\x7f");
+    EXPECT_STR("\"\xed\x9f\xbf\xee\x80\x80\xf4\x8f\xbf\xbf\"",
+               "\xed\x9f\xbf\xee\x80\x80\xf4\x8f\xbf\xbf");
+
+    /* Escape errors: the offset is the backslash. */
+    expect_skip("\"\\ud800\"", KVT_ERR_PARSE, 1);
+    expect_skip("\"ab\\ud800\\u0041\"", KVT_ERR_PARSE, 3);
+    expect_skip("\"\\ud800x\"", KVT_ERR_PARSE, 1);
+    expect_skip("\"\\ud800\\ud800\"", KVT_ERR_PARSE, 1);
+    expect_skip("\"\\udc00\"", KVT_ERR_PARSE, 1);
+    expect_skip("\"\\udfff\\ud800\"", KVT_ERR_PARSE, 1);
+    expect_skip("\"\\u12\"", KVT_ERR_PARSE, 1);
+    expect_skip("\"\\u12g4\"", KVT_ERR_PARSE, 1);
+    expect_skip("\"\\U0041\"", KVT_ERR_PARSE, 1);
+    expect_skip("\"\\x41\"", KVT_ERR_PARSE, 1);
+    expect_skip("\"\\'\"", KVT_ERR_PARSE, 1);
+    expect_skip("\"\\", KVT_ERR_PARSE, 2);
+    expect_skip("\"\\u00", KVT_ERR_PARSE, 1);
+    /* Raw control bytes: the offset is the byte. */
+    expect_skip("\"a\tb\"", KVT_ERR_PARSE, 2);
+    expect_skip("\"a\nb\"", KVT_ERR_PARSE, 2);
+    expect_skip("\"\x1f\"", KVT_ERR_PARSE, 1);
+    expect_skip_n("\"a\0\"", 4, KVT_ERR_PARSE, 2);
+    /* Invalid UTF-8: the offset is the first bad byte's sequence. */
+    expect_skip("\"\xff\"", KVT_ERR_PARSE, 1);
+    expect_skip("\"ab\x80\"", KVT_ERR_PARSE, 3);
+    expect_skip("\"\xc0\x80\"", KVT_ERR_PARSE, 1);         /* overlong NUL */
+    expect_skip("\"\xc1\xbf\"", KVT_ERR_PARSE, 1);         /* overlong */
+    expect_skip("\"\xe0\x80\xaf\"", KVT_ERR_PARSE, 1);     /* overlong */
+    expect_skip("\"\xed\xa0\x80\"", KVT_ERR_PARSE, 1);     /* encoded surrogate */
+    expect_skip("\"\xf0\x80\x80\xaf\"", KVT_ERR_PARSE, 1); /* overlong */
+    expect_skip("\"\xf4\x90\x80\x80\"", KVT_ERR_PARSE, 1); /* above U+10FFFF */
+    expect_skip("\"\xf5\x80\x80\x80\"", KVT_ERR_PARSE, 1);
+    expect_skip("\"x\xe2\x82\"", KVT_ERR_PARSE, 2); /* truncated */
+    expect_skip("\"\xe2\x82", KVT_ERR_PARSE, 1);    /* truncated at the end */
+    expect_skip("\"\xc3(\"", KVT_ERR_PARSE, 1);
+    /* Unterminated: the offset is the end. */
+    expect_skip("\"abc", KVT_ERR_PARSE, 4);
+    expect_skip("\"", KVT_ERR_PARSE, 1);
+    expect_skip("[\"a\\\"]", KVT_ERR_PARSE, 6);
+}
+
+static void test_string_buffer(void **state)
+{
+    (void)state;
+    kvt_json_t j;
+    char buf[8];
+    size_t n = 0;
+
+    init(&j, "\"abcd\"");
+    assert_int_equal(kvt_json_string(&j, buf, 5, &n), KVT_OK);
+    assert_string_equal(buf, "abcd");
+    assert_int_equal(n, 4);
+    init(&j, "\"abcd\"");
+    n = 42;
+    assert_int_equal(kvt_json_string(&j, buf, 4, &n), KVT_ERR_TOO_BIG);
+    assert_int_equal(n, 42);
+    check_err_state(&j, KVT_ERR_TOO_BIG, 0, "abcd cap 4");
+    /* A multi-byte character that would not fit whole. */
+    init(&j, " \"ab\\u20ac\"");
+    assert_int_equal(kvt_json_string(&j, buf, 5, &n), KVT_ERR_TOO_BIG);
+    check_err_state(&j, KVT_ERR_TOO_BIG, 1, "euro cap 5");
+    init(&j, "\"ab\\u20ac\"");
+    assert_int_equal(kvt_json_string(&j, buf, 6, &n), KVT_OK);
+    assert_int_equal(n, 5);
+    init(&j, "\"\"");
+    assert_int_equal(kvt_json_string(&j, buf, 1, &n), KVT_OK);
+    assert_int_equal(n, 0);
+    init(&j, "\"x\"");
+    assert_int_equal(kvt_json_string(&j, NULL, 0, &n), KVT_ERR_INVAL);
+    /* len_p may be NULL */
+    init(&j, "\"xy\"");
+    assert_int_equal(kvt_json_string(&j, buf, sizeof(buf), NULL), KVT_OK);
+    assert_string_equal(buf, "xy");
+}
+
+/* ---- containers ----------------------------------------------------------------------- */
+
+static void test_containers(void **state)
+{
+    (void)state;
+    kvt_json_t j;
+    const char *key;
+    size_t klen;
+    uint64_t u;
+    char buf[32];
+    bool b;
+
+    init(&j, " { \"a\" : 1 , \"b\\u0000c\":[true, \"x\", {}, []], \"\":null } ");
+    assert_int_equal(kvt_json_peek(&j), KVT_JSON_OBJECT);
+    assert_int_equal(kvt_json_object_begin(&j), KVT_OK);
+    assert_int_equal(kvt_json_peek(&j), KVT_JSON_NONE); /* a key is due, not a value */
+    assert_int_equal(kvt_json_object_next(&j, &key, &klen), 1);
+    assert_string_equal(key, "a");
+    assert_int_equal(klen, 1);
+    assert_int_equal(kvt_json_u64(&j, &u), KVT_OK);
+    assert_int_equal(u, 1);
+    assert_int_equal(kvt_json_object_next(&j, &key, &klen), 1);
+    assert_int_equal(klen, 3);
+    assert_memory_equal(key, "b\0c", 4);
+    assert_int_equal(kvt_json_peek(&j), KVT_JSON_ARRAY);
+    assert_int_equal(kvt_json_array_begin(&j), KVT_OK);
+    assert_int_equal(kvt_json_array_next(&j), 1);
+    assert_int_equal(kvt_json_bool(&j, &b), KVT_OK);
+    assert_true(b);
+    assert_int_equal(kvt_json_array_next(&j), 1);
+    assert_int_equal(kvt_json_string(&j, buf, sizeof(buf), NULL), KVT_OK);
+    assert_string_equal(buf, "x");
+    assert_int_equal(kvt_json_array_next(&j), 1);
+    assert_int_equal(kvt_json_object_begin(&j), KVT_OK);
+    assert_int_equal(kvt_json_object_next(&j, NULL, NULL), 0);
+    assert_int_equal(kvt_json_array_next(&j), 1);
+    assert_int_equal(kvt_json_array_begin(&j), KVT_OK);
+    assert_int_equal(kvt_json_array_next(&j), 0);
+    assert_int_equal(kvt_json_array_next(&j), 0);
+    assert_int_equal(kvt_json_object_next(&j, &key, &klen), 1);
+    assert_int_equal(klen, 0);
+    assert_string_equal(key, "");
+    assert_int_equal(kvt_json_null(&j), KVT_OK);
+    assert_int_equal(kvt_json_object_next(&j, &key, &klen), 0);
+    assert_int_equal(kvt_json_end(&j), KVT_OK);
+
+    /* Syntax errors in containers, with offsets. */
+    expect_skip("{\"a\" 1}", KVT_ERR_PARSE, 5);
+    expect_skip("{\"a\":1,}", KVT_ERR_PARSE, 7);
+    expect_skip("{\"a\":1 \"b\":2}", KVT_ERR_PARSE, 7);
+    expect_skip("{,}", KVT_ERR_PARSE, 1);
+    expect_skip("{1:2}", KVT_ERR_PARSE, 1);
+    expect_skip("{a:1}", KVT_ERR_PARSE, 1);
+    expect_skip("{'a':1}", KVT_ERR_PARSE, 1);
+    expect_skip("{\"a\":}", KVT_ERR_PARSE, 5);
+    expect_skip("{\"a\"", KVT_ERR_PARSE, 4);
+    expect_skip("{", KVT_ERR_PARSE, 1);
+    expect_skip("{\"a\":1", KVT_ERR_PARSE, 6);
+    expect_skip("[1,]", KVT_ERR_PARSE, 3);
+    expect_skip("[,1]", KVT_ERR_PARSE, 1);
+    expect_skip("[1,,2]", KVT_ERR_PARSE, 3);
+    expect_skip("[1 2]", KVT_ERR_PARSE, 3);
+    expect_skip("[1", KVT_ERR_PARSE, 2);
+    expect_skip("[", KVT_ERR_PARSE, 1);
+    expect_skip("]", KVT_ERR_PARSE, 0);
+    expect_skip("}", KVT_ERR_PARSE, 0);
+    expect_skip("[1]]", KVT_ERR_PARSE, 3);
+    expect_skip("{\"a\":1}}", KVT_ERR_PARSE, 7);
+    expect_skip("[}", KVT_ERR_PARSE, 1);
+    expect_skip("{]", KVT_ERR_PARSE, 1);
+    expect_skip("[\"a\":1]", KVT_ERR_PARSE, 4);
+    expect_skip("{\"a\":1]", KVT_ERR_PARSE, 6);
+
+    /* Keys: 255 bytes decode, 256 are TOO_BIG; skipping accepts any length. */
+    char doc[700];
+    int n = snprintf(doc, sizeof(doc), "{\"");
+    for (int k = 0; k < 255; k++)
+        doc[n++] = 'k';
+    n += snprintf(doc + n, sizeof(doc) - (size_t)n, "\":1}");
+    init(&j, doc);
+    assert_int_equal(kvt_json_object_begin(&j), KVT_OK);
+    assert_int_equal(kvt_json_object_next(&j, &key, &klen), 1);
+    assert_int_equal(klen, 255);
+    n = snprintf(doc, sizeof(doc), "{\"\\u00e9");
+    for (int k = 0; k < 254; k++)
+        doc[n++] = 'k';
+    n += snprintf(doc + n, sizeof(doc) - (size_t)n, "\":1}");
+    init(&j, doc);
+    assert_int_equal(kvt_json_object_begin(&j), KVT_OK);
+    assert_int_equal(kvt_json_object_next(&j, &key, &klen), KVT_ERR_TOO_BIG);
+    check_err_state(&j, KVT_ERR_TOO_BIG, 1, "256-byte key");
+    expect_skip(doc, KVT_OK, 0);
+    /* A bad key is a parse error whatever its length. */
+    expect_skip("{\"\\q\":1}", KVT_ERR_PARSE, 2);
+}
+
+static void test_depth(void **state)
+{
+    (void)state;
+    char doc[600];
+    kvt_json_t j;
+
+    /* 64 levels are fine, the 65th opening is TOO_BIG at its offset. */
+    memset(doc, '[', 64);
+    memset(doc + 64, ']', 64);
+    doc[128] = '\0';
+    expect_skip(doc, KVT_OK, 0);
+    memset(doc, '[', 65);
+    memset(doc + 65, ']', 65);
+    doc[130] = '\0';
+    expect_skip(doc, KVT_ERR_TOO_BIG, 64);
+    /* Mixed objects and arrays, read by hand. */
+    size_t n = 0;
+    for (int k = 0; k < 32; k++)
+        n += (size_t)snprintf(doc + n, sizeof(doc) - n, "{\"a\":[");
+    doc[n++] = '1';
+    for (int k = 0; k < 32; k++) {
+        doc[n++] = ']';
+        doc[n++] = '}';
+    }
+    doc[n] = '\0';
+    init(&j, doc);
+    for (int k = 0; k < 32; k++) {
+        assert_int_equal(kvt_json_object_begin(&j), KVT_OK);
+        assert_int_equal(kvt_json_object_next(&j, NULL, NULL), 1);
+        assert_int_equal(kvt_json_array_begin(&j), KVT_OK);
+        assert_int_equal(kvt_json_array_next(&j), 1);
+    }
+    uint64_t u;
+    assert_int_equal(kvt_json_u64(&j, &u), KVT_OK);
+    for (int k = 0; k < 32; k++) {
+        assert_int_equal(kvt_json_array_next(&j), 0);
+        assert_int_equal(kvt_json_object_next(&j, NULL, NULL), 0);
+    }
+    assert_int_equal(kvt_json_end(&j), KVT_OK);
+    /* A lower limit. */
+    init(&j, "[[1]]");
+    kvt_json_set_max_depth(&j, 1);
+    assert_int_equal(kvt_json_skip(&j), KVT_ERR_TOO_BIG);
+    check_err_state(&j, KVT_ERR_TOO_BIG, 1, "depth 1");
+    init(&j, "[[1]]");
+    kvt_json_set_max_depth(&j, 0); /* clamped to 1 */
+    assert_int_equal(kvt_json_array_begin(&j), KVT_OK);
+    assert_int_equal(kvt_json_array_next(&j), 1);
+    assert_int_equal(kvt_json_array_begin(&j), KVT_ERR_TOO_BIG);
+    /* A higher one, up to the hard limit. */
+    char *deep = malloc(2 * KVT_JSON_DEPTH_LIMIT + 4);
+    assert_non_null(deep);
+    memset(deep, '[', KVT_JSON_DEPTH_LIMIT);
+    memset(deep + KVT_JSON_DEPTH_LIMIT, ']', KVT_JSON_DEPTH_LIMIT);
+    init_n(&j, deep, 2 * KVT_JSON_DEPTH_LIMIT);
+    kvt_json_set_max_depth(&j, 100000);
+    assert_int_equal(kvt_json_skip(&j), KVT_OK);
+    assert_int_equal(kvt_json_end(&j), KVT_OK);
+    free(deep);
+}
+
+static void test_type_errors(void **state)
+{
+    (void)state;
+    kvt_json_t j;
+    uint64_t u;
+    bool b;
+    char buf[8];
+    double d;
+
+    init(&j, "{\"a\": \"x\"}");
+    assert_int_equal(kvt_json_object_begin(&j), KVT_OK);
+    assert_int_equal(kvt_json_object_next(&j, NULL, NULL), 1);
+    assert_int_equal(kvt_json_u64(&j, &u), KVT_ERR_INVAL);
+    assert_string_equal(kvt_json_error(&j), "offset 6: expected an unsigned integer, got a string");
+    check_err_state(&j, KVT_ERR_INVAL, 6, "u64 on string");
+
+    init(&j, "1");
+    assert_int_equal(kvt_json_string(&j, buf, sizeof(buf), NULL), KVT_ERR_INVAL);
+    check_err_state(&j, KVT_ERR_INVAL, 0, "string on number");
+    init(&j, "[1]");
+    assert_int_equal(kvt_json_object_begin(&j), KVT_ERR_INVAL);
+    check_err_state(&j, KVT_ERR_INVAL, 0, "object on array");
+    init(&j, " {}");
+    assert_int_equal(kvt_json_array_begin(&j), KVT_ERR_INVAL);
+    check_err_state(&j, KVT_ERR_INVAL, 1, "array on object");
+    init(&j, "null");
+    assert_int_equal(kvt_json_bool(&j, &b), KVT_ERR_INVAL);
+    init(&j, "true");
+    assert_int_equal(kvt_json_null(&j), KVT_ERR_INVAL);
+    init(&j, "\"1\"");
+    assert_int_equal(kvt_json_double(&j, &d), KVT_ERR_INVAL);
+    init(&j, "false");
+    assert_int_equal(kvt_json_u64(&j, &u), KVT_ERR_INVAL);
+    /* A byte that starts no value is a parse error, whatever was asked for. */
+    init(&j, "  x");
+    assert_int_equal(kvt_json_u64(&j, &u), KVT_ERR_PARSE);
+    check_err_state(&j, KVT_ERR_PARSE, 2, "x");
+    init(&j, "'a'");
+    assert_int_equal(kvt_json_string(&j, buf, sizeof(buf), NULL), KVT_ERR_PARSE);
+    /* Misspelled literals. */
+    expect_skip("tru", KVT_ERR_PARSE, 0);
+    expect_skip("trUe", KVT_ERR_PARSE, 0);
+    expect_skip("True", KVT_ERR_PARSE, 0);
+    expect_skip("nul", KVT_ERR_PARSE, 0);
+    expect_skip("[fals]", KVT_ERR_PARSE, 1);
+    expect_skip("nulll", KVT_ERR_PARSE, 4);
+    init(&j, "fals");
+    assert_int_equal(kvt_json_bool(&j, &b), KVT_ERR_PARSE);
+    init(&j, "nUll");
+    assert_int_equal(kvt_json_null(&j), KVT_ERR_PARSE);
+}
+
+/* Calls out of order are usage errors (INVAL) and never make bad text look good. */
+static void test_usage_errors(void **state)
+{
+    (void)state;
+    kvt_json_t j;
+    uint64_t u;
+
+    init(&j, "[1 2]");
+    assert_int_equal(kvt_json_array_begin(&j), KVT_OK);
+    assert_int_equal(kvt_json_u64(&j, &u), KVT_ERR_INVAL); /* array_next was not called */
+    check_err_state(&j, KVT_ERR_INVAL, 1, "value before array_next");
+
+    init(&j, "{\"a\":1}");
+    assert_int_equal(kvt_json_object_begin(&j), KVT_OK);
+    assert_int_equal(kvt_json_array_next(&j), KVT_ERR_INVAL); /* not in an array */
+    init(&j, "{\"a\":1,\"b\":2}");
+    assert_int_equal(kvt_json_object_begin(&j), KVT_OK);
+    assert_int_equal(kvt_json_object_next(&j, NULL, NULL), 1);
+    assert_int_equal(kvt_json_object_next(&j, NULL, NULL), KVT_ERR_INVAL); /* value unread */
+    check_err_state(&j, KVT_ERR_INVAL, 5, "value unread");
+
+    init(&j, "[1]");
+    assert_int_equal(kvt_json_object_next(&j, NULL, NULL), KVT_ERR_INVAL); /* not in an object */
+    init(&j, "[1]");
+    assert_int_equal(kvt_json_end(&j), KVT_ERR_INVAL); /* nothing read */
+    init(&j, "[1]");
+    assert_int_equal(kvt_json_array_begin(&j), KVT_OK);
+    assert_int_equal(kvt_json_end(&j), KVT_ERR_INVAL); /* not finished */
+    init(&j, "1");
+    assert_int_equal(kvt_json_u64(&j, &u), KVT_OK);
+    assert_int_equal(kvt_json_u64(&j, &u), KVT_ERR_INVAL); /* one top value only */
+    init(&j, "1");
+    assert_int_equal(kvt_json_u64(&j, &u), KVT_OK);
+    assert_int_equal(kvt_json_skip(&j), KVT_ERR_INVAL);
+    init(&j, "[1]");
+    assert_int_equal(kvt_json_array_begin(&j), KVT_OK);
+    assert_int_equal(kvt_json_skip(&j), KVT_ERR_INVAL); /* skip needs a value due */
+}
+
+static void test_whitespace_and_end(void **state)
+{
+    (void)state;
+    kvt_json_t j;
+
+    expect_skip(" \t\r\n[ \t\r\n1 \t\r\n, \t\r\n2 \t\r\n] \t\r\n", KVT_OK, 0);
+    expect_skip("", KVT_ERR_PARSE, 0);
+    expect_skip(" \n ", KVT_ERR_PARSE, 3);
+    expect_skip("\f1", KVT_ERR_PARSE, 0);
+    expect_skip("\v1", KVT_ERR_PARSE, 0);
+    expect_skip("[1,\f2]", KVT_ERR_PARSE, 3);
+    expect_skip("\xc2\xa0"
+                "1",
+                KVT_ERR_PARSE, 0); /* no-break space */
+    expect_skip("\xef\xbb\xbf"
+                "1",
+                KVT_ERR_PARSE, 0); /* byte order mark */
+    expect_skip("1 2", KVT_ERR_PARSE, 2);
+    expect_skip("{} x", KVT_ERR_PARSE, 3);
+    expect_skip("/*c*/1", KVT_ERR_PARSE, 0);
+    expect_skip("1//c", KVT_ERR_PARSE, 1);
+    expect_skip_n("1\0", 2, KVT_ERR_PARSE, 1);
+    expect_skip_n("\0", 1, KVT_ERR_PARSE, 0);
+    /* The length bounds the text: what lies past it is never read. */
+    expect_skip_n("[1]garbage", 3, KVT_OK, 0);
+    expect_skip_n("[1, 2]", 4, KVT_ERR_PARSE, 4);
+    /* NULL text with length 0 */
+    kvt_json_init(&j, NULL, 0);
+    assert_int_equal(kvt_json_peek(&j), KVT_JSON_NONE);
+    check_err_state(&j, KVT_ERR_PARSE, 0, "NULL");
+    /* peek on a bad byte sets the error */
+    init(&j, "  @");
+    assert_int_equal(kvt_json_peek(&j), KVT_JSON_NONE);
+    check_err_state(&j, KVT_ERR_PARSE, 2, "@");
+    assert_string_equal(kvt_json_error(&j), "offset 2: expected a value, got '@'");
+    init(&j, "\x01");
+    assert_int_equal(kvt_json_peek(&j), KVT_JSON_NONE);
+    assert_string_equal(kvt_json_error(&j), "offset 0: expected a value, got byte 0x01");
+}
+
+static void test_skip(void **state)
+{
+    (void)state;
+    kvt_json_t j;
+    const char *key;
+    size_t klen;
+    uint64_t u;
+
+    init(&j, "{\"skip\": {\"a\": [1, 2.5e-3, {\"b\": [\"\\u00e9\", null, true, false]}]}, "
+             "\"keep\": 7, \"more\": [[], {}]}");
+    assert_int_equal(kvt_json_object_begin(&j), KVT_OK);
+    assert_int_equal(kvt_json_object_next(&j, &key, &klen), 1);
+    assert_string_equal(key, "skip");
+    assert_int_equal(kvt_json_skip(&j), KVT_OK);
+    assert_int_equal(kvt_json_object_next(&j, &key, &klen), 1);
+    assert_string_equal(key, "keep");
+    assert_int_equal(kvt_json_u64(&j, &u), KVT_OK);
+    assert_int_equal(u, 7);
+    assert_int_equal(kvt_json_object_next(&j, &key, &klen), 1);
+    assert_int_equal(kvt_json_skip(&j), KVT_OK);
+    assert_int_equal(kvt_json_object_next(&j, &key, &klen), 0);
+    assert_int_equal(kvt_json_end(&j), KVT_OK);
+
+    /* skip checks what it skips */
+    expect_skip("{\"a\": [1, {\"b\": \"\\q\"}]}", KVT_ERR_PARSE, 17);
+    expect_skip("[1, 2, [3, 01]]", KVT_ERR_PARSE, 11);
+    expect_skip("[\"\xff\"]", KVT_ERR_PARSE, 2);
+    /* scalars */
+    expect_skip("\"s\"", KVT_OK, 0);
+    expect_skip("-1.5e3", KVT_OK, 0);
+    expect_skip("null", KVT_OK, 0);
+}
+
+/* ---- number arrays -------------------------------------------------------------------- */
+
+static void test_u32_array(void **state)
+{
+    (void)state;
+    kvt_json_t j;
+    uint32_t out[8];
+    size_t n = 99;
+
+    init(&j, "[0, 1,2 ,\t3\n,4294967295, -0]");
+    assert_int_equal(kvt_json_u32_array(&j, out, 8, UINT32_MAX, &n), KVT_OK);
+    assert_int_equal(n, 6);
+    const uint32_t want[] = {0, 1, 2, 3, UINT32_MAX, 0};
+    assert_memory_equal(out, want, sizeof(want));
+    assert_int_equal(kvt_json_end(&j), KVT_OK);
+
+    init(&j, " [ ] ");
+    assert_int_equal(kvt_json_u32_array(&j, out, 0, 0, &n), KVT_OK);
+    assert_int_equal(n, 0);
+    assert_int_equal(kvt_json_end(&j), KVT_OK);
+
+    /* Exactly cap elements fit; one more is TOO_BIG at that element. */
+    init(&j, "[1,2,3]");
+    assert_int_equal(kvt_json_u32_array(&j, out, 3, 10, &n), KVT_OK);
+    assert_int_equal(n, 3);
+    n = 99;
+    init(&j, "[1,2,3]");
+    assert_int_equal(kvt_json_u32_array(&j, out, 2, 10, &n), KVT_ERR_TOO_BIG);
+    assert_int_equal(n, 99);
+    check_err_state(&j, KVT_ERR_TOO_BIG, 5, "cap 2");
+    /* max */
+    init(&j, "[1, 11]");
+    assert_int_equal(kvt_json_u32_array(&j, out, 8, 10, &n), KVT_ERR_RANGE);
+    check_err_state(&j, KVT_ERR_RANGE, 4, "max 10");
+    init(&j, "[1, 4294967296]");
+    assert_int_equal(kvt_json_u32_array(&j, out, 8, UINT32_MAX, &n), KVT_ERR_RANGE);
+    check_err_state(&j, KVT_ERR_RANGE, 4, "2^32");
+    init(&j, "[1, 123456789012345678901234567890]");
+    assert_int_equal(kvt_json_u32_array(&j, out, 8, UINT32_MAX, &n), KVT_ERR_RANGE);
+    init(&j, "[1, -1]");
+    assert_int_equal(kvt_json_u32_array(&j, out, 8, UINT32_MAX, &n), KVT_ERR_RANGE);
+    check_err_state(&j, KVT_ERR_RANGE, 4, "-1");
+    /* shapes */
+    init(&j, "[1, 2.0]");
+    assert_int_equal(kvt_json_u32_array(&j, out, 8, UINT32_MAX, &n), KVT_ERR_INVAL);
+    check_err_state(&j, KVT_ERR_INVAL, 4, "2.0");
+    init(&j, "[1, 1e2]");
+    assert_int_equal(kvt_json_u32_array(&j, out, 8, UINT32_MAX, &n), KVT_ERR_INVAL);
+    init(&j, "[1, \"2\"]");
+    assert_int_equal(kvt_json_u32_array(&j, out, 8, UINT32_MAX, &n), KVT_ERR_INVAL);
+    check_err_state(&j, KVT_ERR_INVAL, 4, "string element");
+    init(&j, "[1, [2]]");
+    assert_int_equal(kvt_json_u32_array(&j, out, 8, UINT32_MAX, &n), KVT_ERR_INVAL);
+    init(&j, "[1, 02]");
+    assert_int_equal(kvt_json_u32_array(&j, out, 8, UINT32_MAX, &n), KVT_ERR_PARSE);
+    check_err_state(&j, KVT_ERR_PARSE, 4, "02");
+    init(&j, "[1,]");
+    assert_int_equal(kvt_json_u32_array(&j, out, 8, UINT32_MAX, &n), KVT_ERR_PARSE);
+    check_err_state(&j, KVT_ERR_PARSE, 3, "[1,]");
+    init(&j, "[1 2]");
+    assert_int_equal(kvt_json_u32_array(&j, out, 8, UINT32_MAX, &n), KVT_ERR_PARSE);
+    check_err_state(&j, KVT_ERR_PARSE, 3, "[1 2]");
+    init(&j, "[1, 2");
+    assert_int_equal(kvt_json_u32_array(&j, out, 8, UINT32_MAX, &n), KVT_ERR_PARSE);
+    check_err_state(&j, KVT_ERR_PARSE, 5, "[1, 2");
+    init(&j, "[1, -]");
+    assert_int_equal(kvt_json_u32_array(&j, out, 8, UINT32_MAX, &n), KVT_ERR_PARSE);
+    check_err_state(&j, KVT_ERR_PARSE, 5, "[1, -]");
+    init(&j, "{}");
+    assert_int_equal(kvt_json_u32_array(&j, out, 8, UINT32_MAX, &n), KVT_ERR_INVAL);
+
+    /* Inside an object, followed by more members. */
+    init(&j, "{\"t\":[5,6],\"u\":7}");
+    assert_int_equal(kvt_json_object_begin(&j), KVT_OK);
+    assert_int_equal(kvt_json_object_next(&j, NULL, NULL), 1);
+    assert_int_equal(kvt_json_u32_array(&j, out, 8, UINT32_MAX, &n), KVT_OK);
+    assert_int_equal(n, 2);
+    assert_int_equal(kvt_json_object_next(&j, NULL, NULL), 1);
+    uint32_t v;
+    assert_int_equal(kvt_json_u32(&j, &v), KVT_OK);
+    assert_int_equal(v, 7);
+    assert_int_equal(kvt_json_object_next(&j, NULL, NULL), 0);
+    assert_int_equal(kvt_json_end(&j), KVT_OK);
+}
+
+static void test_hash_array(void **state)
+{
+    (void)state;
+    kvt_json_t j;
+    uint64_t out[16];
+    size_t n = 0;
+
+    init(&j, "[0,18446744073709551615,-1,-9223372036854775808,9999999999999999999,"
+             "10000000000000000000, 12345678901234567890 ,-0]");
+    assert_int_equal(kvt_json_hash_array(&j, out, 16, &n), KVT_OK);
+    assert_int_equal(n, 8);
+    assert_true(out[0] == 0);
+    assert_true(out[1] == UINT64_MAX);
+    assert_true(out[2] == UINT64_MAX);
+    assert_true(out[3] == UINT64_C(9223372036854775808));
+    assert_true(out[4] == UINT64_C(9999999999999999999));
+    assert_true(out[5] == UINT64_C(10000000000000000000));
+    assert_true(out[6] == UINT64_C(12345678901234567890));
+    assert_true(out[7] == 0);
+    assert_int_equal(kvt_json_end(&j), KVT_OK);
+
+    init(&j, "[1,18446744073709551616]");
+    assert_int_equal(kvt_json_hash_array(&j, out, 16, &n), KVT_ERR_RANGE);
+    check_err_state(&j, KVT_ERR_RANGE, 3, "2^64");
+    init(&j, "[99999999999999999999]");
+    assert_int_equal(kvt_json_hash_array(&j, out, 16, &n), KVT_ERR_RANGE);
+    init(&j, "[184467440737095516150]");
+    assert_int_equal(kvt_json_hash_array(&j, out, 16, &n), KVT_ERR_RANGE);
+    init(&j, "[-9223372036854775809]");
+    assert_int_equal(kvt_json_hash_array(&j, out, 16, &n), KVT_ERR_RANGE);
+    check_err_state(&j, KVT_ERR_RANGE, 1, "-2^63-1");
+    init(&j, "[1.5]");
+    assert_int_equal(kvt_json_hash_array(&j, out, 16, &n), KVT_ERR_INVAL);
+    init(&j, "[null]");
+    assert_int_equal(kvt_json_hash_array(&j, out, 16, &n), KVT_ERR_INVAL);
+    init(&j, "[1,2,3]");
+    assert_int_equal(kvt_json_hash_array(&j, out, 1, &n), KVT_ERR_TOO_BIG);
+    check_err_state(&j, KVT_ERR_TOO_BIG, 3, "hash cap 1");
+    init(&j, "[-01]");
+    assert_int_equal(kvt_json_hash_array(&j, out, 16, &n), KVT_ERR_PARSE);
+}
+
+/* ---- writer --------------------------------------------------------------------------- */
+
+static void test_writer(void **state)
+{
+    (void)state;
+    kvt_jbuf_t b;
+
+    kvt_jbuf_init(&b);
+    assert_null(b.buf);
+    kvt_jbuf_u64(&b, 0);
+    kvt_jbuf_cstr(&b, " ");
+    kvt_jbuf_u64(&b, 9);
+    kvt_jbuf_cstr(&b, " ");
+    kvt_jbuf_u64(&b, 10);
+    kvt_jbuf_cstr(&b, " ");
+    kvt_jbuf_u64(&b, 99);
+    kvt_jbuf_cstr(&b, " ");
+    kvt_jbuf_u64(&b, 100);
+    kvt_jbuf_cstr(&b, " ");
+    kvt_jbuf_u64(&b, 1234567);
+    kvt_jbuf_cstr(&b, " ");
+    kvt_jbuf_u64(&b, UINT64_MAX);
+    kvt_jbuf_cstr(&b, " ");
+    kvt_jbuf_i64(&b, INT64_MIN);
+    kvt_jbuf_cstr(&b, " ");
+    kvt_jbuf_i64(&b, -5);
+    kvt_jbuf_cstr(&b, " ");
+    kvt_jbuf_i64(&b, INT64_MAX);
+    assert_string_equal(b.buf, "0 9 10 99 100 1234567 18446744073709551615 -9223372036854775808 -5 "
+                               "9223372036854775807");
+    assert_int_equal(b.len, strlen(b.buf));
+
+    kvt_jbuf_reset(&b);
+    assert_int_equal(b.len, 0);
+    assert_non_null(b.buf);
+    kvt_jbuf_f64(&b, 0.1);
+    kvt_jbuf_raw(&b, " ", 1);
+    kvt_jbuf_f64(&b, -0.0);
+    kvt_jbuf_raw(&b, " ", 1);
+    kvt_jbuf_f64(&b, 1e300);
+    kvt_jbuf_raw(&b, " ", 1);
+    kvt_jbuf_f64(&b, NAN);
+    kvt_jbuf_raw(&b, " ", 1);
+    kvt_jbuf_f64(&b, -INFINITY);
+    kvt_jbuf_raw(&b, " ", 1);
+    kvt_jbuf_f64(&b, 2.5);
+    assert_string_equal(b.buf, "0.1 -0 1e+300 null null 2.5");
+
+    kvt_jbuf_reset(&b);
+    const char raw[] = "a\"b\\c\x01\x1f\n\r\t\b\f\x7f/\xc3\xa9\xe2\x82\xac\xf0\x9f\x98\x80"
+                       "\xff\xc3(\xed\xa0\x80\0z";
+    kvt_jbuf_str(&b, raw, sizeof(raw) - 1);
+    assert_string_equal(b.buf, "\"a\\\"b\\\\c\\u0001\\u001f\\n\\r\\t\\b\\f\x7f/\xc3\xa9\xe2\x82\xac"
+                               "\xf0\x9f\x98\x80\\ufffd\\ufffd(\\ufffd\\ufffd\\ufffd\\u0000z\"");
+    kvt_jbuf_reset(&b);
+    kvt_jbuf_str(&b, "", 0);
+    assert_string_equal(b.buf, "\"\"");
+
+    /* printf, short and long (past its stack buffer) */
+    kvt_jbuf_reset(&b);
+    kvt_jbuf_printf(&b, "{\"n\":%d}", 42);
+    assert_string_equal(b.buf, "{\"n\":42}");
+    char big[1000];
+    memset(big, 'q', sizeof(big) - 1);
+    big[sizeof(big) - 1] = '\0';
+    kvt_jbuf_printf(&b, "<%s>", big);
+    assert_int_equal(b.len, 8 + 2 + 999);
+    assert_int_equal(b.buf[b.len - 1], '>');
+    assert_int_equal(b.buf[b.len], '\0');
+
+    /* Growth keeps content; oom is sticky until reset. */
+    kvt_jbuf_reset(&b);
+    for (int i = 0; i < 10000; i++)
+        kvt_jbuf_u64(&b, (uint64_t)i % 10);
+    assert_int_equal(b.len, 10000);
+    assert_int_equal(b.buf[9999], '9');
+    assert_false(b.oom);
+    kvt_jbuf_str(&b, "x", SIZE_MAX / 4); /* cannot be reserved: never read */
+    assert_true(b.oom);
+    kvt_jbuf_cstr(&b, "more");
+    kvt_jbuf_u64(&b, 5);
+    kvt_jbuf_printf(&b, "%s", "more");
+    assert_int_equal(b.len, 10000);
+    kvt_jbuf_reset(&b);
+    assert_false(b.oom);
+    kvt_jbuf_cstr(&b, "ok");
+    assert_string_equal(b.buf, "ok");
+    kvt_jbuf_cleanup(&b);
+    assert_null(b.buf);
+    assert_int_equal(b.len, 0);
+    kvt_jbuf_cleanup(&b); /* twice is fine */
+}
+
+/* ---- randomized round trip ------------------------------------------------------------ */
+
+static uint64_t g_rng;
+
+static uint64_t rnd(void)
+{
+    /* xorshift64* */
+    g_rng ^= g_rng >> 12;
+    g_rng ^= g_rng << 25;
+    g_rng ^= g_rng >> 27;
+    return g_rng * UINT64_C(2685821657736338717);
+}
+
+static size_t rnd_below(size_t n)
+{
+    return n == 0 ? 0 : (size_t)(rnd() % n);
+}
+
+enum { N_OBJ, N_ARR, N_STR, N_U64, N_I64, N_F64, N_TRUE, N_FALSE, N_NULL };
+
+typedef struct node {
+    int kind;
+    uint64_t u;
+    int64_t i;
+    double d;
+    char *s; /* string bytes as written (may be invalid UTF-8) */
+    size_t slen;
+    char *key; /* member key as written, when the parent is an object */
+    size_t klen;
+    struct node *kids;
+    size_t nkids;
+} node_t;
+
+/* Random bytes for a string: printable ASCII, escapes, controls, valid UTF-8 of every
+ * length, and invalid bytes. */
+static char *rnd_bytes(size_t maxlen, size_t *len_p)
+{
+    size_t n = rnd_below(maxlen + 1);
+    char *s = malloc(n * 4 + 1);
+    assert_non_null(s);
+    size_t o = 0;
+    for (size_t k = 0; k < n; k++) {
+        switch (rnd_below(8)) {
+        case 0:
+        case 1:
+        case 2: s[o++] = (char)(0x20 + rnd_below(0x5f)); break;
+        case 3: s[o++] = "\"\\/\b\f\n\r\t"[rnd_below(8)]; break;
+        case 4: s[o++] = (char)rnd_below(0x20); break;
+        case 5: { /* a valid code point */
+            uint32_t cp;
+            do {
+                size_t kind = rnd_below(3);
+                cp = kind == 0   ? 0x80 + (uint32_t)rnd_below(0x780)
+                     : kind == 1 ? 0x800 + (uint32_t)rnd_below(0xf800)
+                                 : 0x10000 + (uint32_t)rnd_below(0x100000);
+            } while (cp >= 0xd800 && cp <= 0xdfff);
+            if (cp < 0x800) {
+                s[o++] = (char)(0xc0 | (cp >> 6));
+                s[o++] = (char)(0x80 | (cp & 0x3f));
+            } else if (cp < 0x10000) {
+                s[o++] = (char)(0xe0 | (cp >> 12));
+                s[o++] = (char)(0x80 | ((cp >> 6) & 0x3f));
+                s[o++] = (char)(0x80 | (cp & 0x3f));
+            } else {
+                s[o++] = (char)(0xf0 | (cp >> 18));
+                s[o++] = (char)(0x80 | ((cp >> 12) & 0x3f));
+                s[o++] = (char)(0x80 | ((cp >> 6) & 0x3f));
+                s[o++] = (char)(0x80 | (cp & 0x3f));
+            }
+            break;
+        }
+        default: s[o++] = (char)(0x80 + rnd_below(0x80)); break; /* often invalid */
+        }
+    }
+    s[o] = '\0';
+    *len_p = o;
+    return s;
+}
+
+/*
+ * The naive reference for what the writer makes of @s and the parser decodes:
+ * valid UTF-8 kept, every byte that does not start a valid sequence replaced
+ * by U+FFFD. Decodes code points arithmetically (not with the library's
+ * range table) and then checks them.
+ */
+static char *ref_sanitize(const char *s, size_t n, size_t *len_p)
+{
+    char *out = malloc(n * 3 + 1);
+    assert_non_null(out);
+    size_t o = 0;
+    const unsigned char *u = (const unsigned char *)s;
+    for (size_t i = 0; i < n;) {
+        unsigned c = u[i];
+        size_t k = 0;
+        uint32_t cp = 0, min = 0;
+        if (c < 0x80) {
+            out[o++] = (char)c;
+            i++;
+            continue;
+        } else if ((c & 0xe0) == 0xc0) {
+            k = 2, cp = c & 0x1f, min = 0x80;
+        } else if ((c & 0xf0) == 0xe0) {
+            k = 3, cp = c & 0x0f, min = 0x800;
+        } else if ((c & 0xf8) == 0xf0) {
+            k = 4, cp = c & 0x07, min = 0x10000;
+        }
+        bool ok = k != 0 && i + k <= n;
+        for (size_t m = 1; ok && m < k; m++) {
+            if ((u[i + m] & 0xc0) != 0x80)
+                ok = false;
+            cp = (cp << 6) | (u[i + m] & 0x3f);
+        }
+        if (ok && (cp < min || cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff)))
+            ok = false;
+        if (ok) {
+            memcpy(out + o, s + i, k);
+            o += k;
+            i += k;
+        } else {
+            memcpy(out + o, "\xef\xbf\xbd", 3);
+            o += 3;
+            i++;
+        }
+    }
+    out[o] = '\0';
+    *len_p = o;
+    return out;
+}
+
+static void gen(node_t *nd, int depth, size_t *budget)
+{
+    memset(nd, 0, sizeof(*nd));
+    size_t pick = rnd_below(depth < 6 && *budget > 0 ? 12 : 9);
+    if (*budget > 0)
+        (*budget)--;
+    switch (pick) {
+    case 0: nd->kind = N_STR, nd->s = rnd_bytes(40, &nd->slen); break;
+    case 1: {
+        nd->kind = N_U64;
+        int bits = (int)rnd_below(65);
+        nd->u = bits == 0 ? 0 : rnd() >> (64 - bits);
+        break;
+    }
+    case 2: {
+        nd->kind = N_I64;
+        int bits = (int)rnd_below(64);
+        nd->i = bits == 0 ? 0 : (int64_t)(rnd() >> (64 - bits));
+        if (rnd() & 1)
+            nd->i = -nd->i - (int64_t)(rnd() & 1); /* reaches INT64_MIN too */
+        break;
+    }
+    case 3: {
+        nd->kind = N_F64;
+        uint64_t bits = rnd();
+        switch (rnd_below(4)) {
+        case 0: memcpy(&nd->d, &bits, sizeof(nd->d)); break; /* any double, NaN/inf too */
+        case 1: nd->d = (double)(int64_t)(bits >> 20) / 1024.0; break;
+        case 2: nd->d = ldexp((double)(bits >> 11), (int)rnd_below(200) - 150); break;
+        default: nd->d = (double)rnd_below(1000) / 10.0 - 50.0; break;
+        }
+        break;
+    }
+    case 4: nd->kind = N_TRUE; break;
+    case 5: nd->kind = N_FALSE; break;
+    case 6: nd->kind = N_NULL; break;
+    case 7:
+    case 8: nd->kind = N_STR, nd->s = rnd_bytes(8, &nd->slen); break;
+    default: {
+        nd->kind = pick == 9 ? N_OBJ : N_ARR;
+        bool tokens = nd->kind == N_ARR && pick == 11; /* a token or hash list */
+        nd->nkids = rnd_below(tokens ? 40 : 6);
+        nd->kids = calloc(nd->nkids + 1, sizeof(node_t));
+        assert_non_null(nd->kids);
+        for (size_t k = 0; k < nd->nkids; k++) {
+            if (tokens) {
+                node_t *c = &nd->kids[k];
+                c->kind = N_U64;
+                c->u = rnd() >> (rnd_below(2) ? 32 : rnd_below(64));
+            } else {
+                gen(&nd->kids[k], depth + 1, budget);
+            }
+            if (nd->kind == N_OBJ)
+                nd->kids[k].key = rnd_bytes(12, &nd->kids[k].klen);
+        }
+        break;
+    }
+    }
+}
+
+static void node_free(node_t *nd)
+{
+    for (size_t k = 0; k < nd->nkids; k++)
+        node_free(&nd->kids[k]);
+    free(nd->kids);
+    free(nd->s);
+    free(nd->key);
+}
+
+static void rnd_ws(kvt_jbuf_t *b)
+{
+    static const char ws[] = " \t\r\n";
+    if (rnd_below(4) == 0) {
+        size_t n = 1 + rnd_below(3);
+        for (size_t k = 0; k < n; k++)
+            kvt_jbuf_raw(b, &ws[rnd_below(4)], 1);
+    }
+}
+
+static void emit(kvt_jbuf_t *b, const node_t *nd)
+{
+    rnd_ws(b);
+    switch (nd->kind) {
+    case N_OBJ:
+    case N_ARR:
+        kvt_jbuf_cstr(b, nd->kind == N_OBJ ? "{" : "[");
+        for (size_t k = 0; k < nd->nkids; k++) {
+            if (k > 0)
+                kvt_jbuf_cstr(b, ",");
+            if (nd->kind == N_OBJ) {
+                rnd_ws(b);
+                kvt_jbuf_str(b, nd->kids[k].key, nd->kids[k].klen);
+                rnd_ws(b);
+                kvt_jbuf_cstr(b, ":");
+            }
+            emit(b, &nd->kids[k]);
+        }
+        rnd_ws(b);
+        kvt_jbuf_cstr(b, nd->kind == N_OBJ ? "}" : "]");
+        break;
+    case N_STR: kvt_jbuf_str(b, nd->s, nd->slen); break;
+    case N_U64: kvt_jbuf_u64(b, nd->u); break;
+    case N_I64: kvt_jbuf_i64(b, nd->i); break;
+    case N_F64: kvt_jbuf_f64(b, nd->d); break;
+    case N_TRUE: kvt_jbuf_cstr(b, "true"); break;
+    case N_FALSE: kvt_jbuf_cstr(b, "false"); break;
+    default: kvt_jbuf_cstr(b, "null"); break;
+    }
+    rnd_ws(b);
+}
+
+static void compare(kvt_json_t *j, const node_t *nd, char *buf, size_t cap);
+
+static bool all_u64(const node_t *nd, uint64_t max)
+{
+    for (size_t k = 0; k < nd->nkids; k++)
+        if (nd->kids[k].kind != N_U64 || nd->kids[k].u > max)
+            return false;
+    return true;
+}
+
+static void compare_array(kvt_json_t *j, const node_t *nd, char *buf, size_t cap)
+{
+    size_t n = 0;
+    if (all_u64(nd, UINT32_MAX) && rnd_below(2)) {
+        uint32_t *out = malloc((nd->nkids + 1) * sizeof(uint32_t));
+        assert_non_null(out);
+        assert_int_equal(kvt_json_u32_array(j, out, nd->nkids, UINT32_MAX, &n), KVT_OK);
+        assert_int_equal(n, nd->nkids);
+        for (size_t k = 0; k < n; k++)
+            assert_int_equal(out[k], nd->kids[k].u);
+        free(out);
+        return;
+    }
+    if (all_u64(nd, UINT64_MAX) && rnd_below(2)) {
+        uint64_t *out = malloc((nd->nkids + 1) * sizeof(uint64_t));
+        assert_non_null(out);
+        assert_int_equal(kvt_json_hash_array(j, out, nd->nkids, &n), KVT_OK);
+        assert_int_equal(n, nd->nkids);
+        for (size_t k = 0; k < n; k++)
+            assert_true(out[k] == nd->kids[k].u);
+        free(out);
+        return;
+    }
+    assert_int_equal(kvt_json_array_begin(j), KVT_OK);
+    for (size_t k = 0; k < nd->nkids; k++) {
+        assert_int_equal(kvt_json_array_next(j), 1);
+        compare(j, &nd->kids[k], buf, cap);
+    }
+    assert_int_equal(kvt_json_array_next(j), 0);
+}
+
+static void compare(kvt_json_t *j, const node_t *nd, char *buf, size_t cap)
+{
+    static const kvt_json_type_t types[] = {
+        [N_OBJ] = KVT_JSON_OBJECT, [N_ARR] = KVT_JSON_ARRAY,   [N_STR] = KVT_JSON_STRING,
+        [N_U64] = KVT_JSON_NUMBER, [N_I64] = KVT_JSON_NUMBER,  [N_F64] = KVT_JSON_NUMBER,
+        [N_TRUE] = KVT_JSON_TRUE,  [N_FALSE] = KVT_JSON_FALSE, [N_NULL] = KVT_JSON_NULL,
+    };
+    bool nonfinite = nd->kind == N_F64 && !isfinite(nd->d);
+    kvt_json_type_t t = kvt_json_peek(j);
+    if (t != (nonfinite ? KVT_JSON_NULL : types[nd->kind]))
+        fail_msg("peek %d for kind %d (%s)", t, nd->kind, kvt_json_error(j));
+    if (rnd_below(16) == 0) {
+        assert_int_equal(kvt_json_skip(j), KVT_OK);
+        return;
+    }
+    switch (nd->kind) {
+    case N_OBJ: {
+        const char *key;
+        size_t klen;
+        assert_int_equal(kvt_json_object_begin(j), KVT_OK);
+        for (size_t k = 0; k < nd->nkids; k++) {
+            assert_int_equal(kvt_json_object_next(j, &key, &klen), 1);
+            size_t wlen;
+            char *want = ref_sanitize(nd->kids[k].key, nd->kids[k].klen, &wlen);
+            assert_int_equal(klen, wlen);
+            assert_memory_equal(key, want, wlen);
+            free(want);
+            compare(j, &nd->kids[k], buf, cap);
+        }
+        assert_int_equal(kvt_json_object_next(j, &key, &klen), 0);
+        break;
+    }
+    case N_ARR: compare_array(j, nd, buf, cap); break;
+    case N_STR: {
+        size_t n, wlen;
+        kvt_status_t st = kvt_json_string(j, buf, cap, &n);
+        if (st != KVT_OK)
+            fail_msg("string: %s", kvt_json_error(j));
+        char *want = ref_sanitize(nd->s, nd->slen, &wlen);
+        assert_int_equal(n, wlen);
+        assert_memory_equal(buf, want, wlen);
+        free(want);
+        break;
+    }
+    case N_U64: {
+        uint64_t u;
+        double d;
+        switch (rnd_below(3)) {
+        case 0:
+            assert_int_equal(kvt_json_u64(j, &u), KVT_OK);
+            assert_true(u == nd->u);
+            break;
+        case 1:
+            assert_int_equal(kvt_json_hash(j, &u), KVT_OK);
+            assert_true(u == nd->u);
+            break;
+        default:
+            assert_int_equal(kvt_json_double(j, &d), KVT_OK);
+            assert_true(d == (double)nd->u);
+            break;
+        }
+        break;
+    }
+    case N_I64: {
+        int64_t i;
+        uint64_t h;
+        if (rnd_below(2)) {
+            assert_int_equal(kvt_json_i64(j, &i), KVT_OK);
+            assert_true(i == nd->i);
+        } else {
+            assert_int_equal(kvt_json_hash(j, &h), KVT_OK);
+            assert_true(h == (uint64_t)nd->i);
+        }
+        break;
+    }
+    case N_F64:
+        if (nonfinite) {
+            assert_int_equal(kvt_json_null(j), KVT_OK);
+        } else {
+            double d;
+            assert_int_equal(kvt_json_double(j, &d), KVT_OK);
+            if (memcmp(&d, &nd->d, sizeof(d)) != 0)
+                fail_msg("double %.17g read back as %.17g", nd->d, d);
+        }
+        break;
+    case N_TRUE:
+    case N_FALSE: {
+        bool b;
+        assert_int_equal(kvt_json_bool(j, &b), KVT_OK);
+        assert_int_equal(b, nd->kind == N_TRUE);
+        break;
+    }
+    default: assert_int_equal(kvt_json_null(j), KVT_OK); break;
+    }
+}
+
+static uint64_t g_seed;
+
+static void test_round_trip_random(void **state)
+{
+    (void)state;
+    const char *env = getenv("KVT_JSON_ROUNDS");
+    size_t rounds = env != NULL ? strtoul(env, NULL, 10) : 20000;
+    kvt_jbuf_t b;
+    size_t bytes = 0;
+    char *buf = malloc(1 << 16);
+    assert_non_null(buf);
+
+    g_rng = g_seed;
+    kvt_jbuf_init(&b);
+    for (size_t r = 0; r < rounds; r++) {
+        node_t root;
+        size_t budget = 1 + rnd_below(40);
+        gen(&root, 0, &budget);
+        kvt_jbuf_reset(&b);
+        emit(&b, &root);
+        assert_false(b.oom);
+        bytes += b.len;
+        kvt_json_t j;
+        kvt_json_init(&j, b.buf, b.len);
+        compare(&j, &root, buf, 1 << 16);
+        if (kvt_json_end(&j) != KVT_OK)
+            fail_msg("round %zu: %s in %s", r, kvt_json_error(&j), b.buf);
+        /* The whole document also skips cleanly. */
+        kvt_json_init(&j, b.buf, b.len);
+        assert_int_equal(kvt_json_skip(&j), KVT_OK);
+        assert_int_equal(kvt_json_end(&j), KVT_OK);
+        node_free(&root);
+    }
+    kvt_jbuf_cleanup(&b);
+    free(buf);
+    printf("round trip: %zu documents, %zu bytes, seed %" PRIu64 "\n", rounds, bytes, g_seed);
+}
+
+/* ---- agreement with Python's json module ---------------------------------------------- */
+
+typedef struct doc {
+    char *s;
+    size_t n;
+} doc_t;
+
+#define LIT(x)                                                                                     \
+    {                                                                                              \
+        x, sizeof(x) - 1                                                                           \
+    }
+static const struct {
+    const char *s;
+    size_t n;
+} g_tricky[] = {
+    LIT("0"),
+    LIT("-0"),
+    LIT("-0.0e+0"),
+    LIT("1E5"),
+    LIT("1e-5"),
+    LIT("[]"),
+    LIT("{}"),
+    LIT(" [ ] "),
+    LIT("\"\\u0000\""),
+    LIT("\"\\ud83d\\ude00\""),
+    LIT("\"\\u00e9\""),
+    LIT("\"\xc3\xa9\""),
+    LIT("[1,[2,[3]]]"),
+    LIT("{\"a\":{\"b\":[]}}"),
+    LIT("\"\\/\""),
+    LIT("123456789012345678901234567890"),
+    LIT("1e999"),
+    LIT("-1e-999"),
+    LIT("\"\x7f\""),
+    LIT("{\"a\":1,\"a\":2}"),
+    LIT("true"),
+    LIT("false"),
+    LIT("null"),
+    LIT("\"\\uD834\\uDD1E\""),
+    LIT("\"\xf4\x8f\xbf\xbf\""),
+    LIT("\"\xee\x80\x80\""),
+    LIT(" \t\r\n1 \t\r\n"),
+    LIT("[\"\", \"\\\"\", {\"\": \"\"}]"),
+    /* rejected */
+    LIT(""),
+    LIT(" "),
+    LIT("["),
+    LIT("]"),
+    LIT("[1,]"),
+    LIT("{\"a\":1,}"),
+    LIT("{,}"),
+    LIT("[,1]"),
+    LIT("01"),
+    LIT("-01"),
+    LIT("+1"),
+    LIT(".1"),
+    LIT("1."),
+    LIT("1.e1"),
+    LIT("1e"),
+    LIT("1e+"),
+    LIT("-"),
+    LIT("--1"),
+    LIT("0x10"),
+    LIT("NaN"),
+    LIT("Infinity"),
+    LIT("-Infinity"),
+    LIT("nul"),
+    LIT("True"),
+    LIT("tru e"),
+    LIT("\"abc"),
+    LIT("\"\\x\""),
+    LIT("\"\\u12\""),
+    LIT("\"\\uZZZZ\""),
+    LIT("\"\\ud800\""),
+    LIT("\"\\udc00\""),
+    LIT("\"\\ud800\\u0041\""),
+    LIT("\"\\ud800x\""),
+    LIT("\"\\udbff\\udbff\""),
+    LIT("\"a\tb\""),
+    LIT("\"a\nb\""),
+    LIT("\"\0\""),
+    LIT("\xef\xbb\xbf"
+        "1"),
+    LIT("\"\xff\""),
+    LIT("\"\xc0\x80\""),
+    LIT("\"\xed\xa0\x80\""),
+    LIT("\"\xf4\x90\x80\x80\""),
+    LIT("\"\xe2\x82\""),
+    LIT("1 2"),
+    LIT("[1 2]"),
+    LIT("{\"a\" 1}"),
+    LIT("{\"a\":}"),
+    LIT("{a:1}"),
+    LIT("['a']"),
+    LIT("[1]x"),
+    LIT("\f1"),
+    LIT("\v1"),
+    LIT("\xc2\xa0"
+        "1"),
+    LIT("1\0"),
+    LIT("[1]]"),
+    LIT("{\"a\":1}}"),
+    LIT("/*c*/1"),
+    LIT("[1,,2]"),
+    LIT("\"\\U0041\""),
+    LIT("{\"a\":1 \"b\":2}"),
+    LIT("[\"a\":1]"),
+    LIT("{\"a\",1}"),
+    LIT("\"\\u00e\""),
+    LIT("1.5e"),
+    LIT("-.5"),
+    LIT("1e1.5"),
+    LIT("\"\xc3\""),
+    LIT("\x80"),
+};
+
+/* Our verdict: skip + end, and a full typed walk must agree with it. */
+static int our_verdict(const char *s, size_t n);
+
+static int walk(kvt_json_t *j, char *buf, size_t cap)
+{
+    switch (kvt_json_peek(j)) {
+    case KVT_JSON_OBJECT: {
+        int r;
+        if (kvt_json_object_begin(j) != KVT_OK)
+            return -1;
+        while ((r = kvt_json_object_next(j, NULL, NULL)) == 1)
+            if (walk(j, buf, cap) != 0)
+                return -1;
+        return r;
+    }
+    case KVT_JSON_ARRAY: {
+        int r;
+        if (kvt_json_array_begin(j) != KVT_OK)
+            return -1;
+        while ((r = kvt_json_array_next(j)) == 1)
+            if (walk(j, buf, cap) != 0)
+                return -1;
+        return r;
+    }
+    case KVT_JSON_STRING: return kvt_json_string(j, buf, cap, NULL) == KVT_OK ? 0 : -1;
+    case KVT_JSON_NUMBER: return kvt_json_skip(j) == KVT_OK ? 0 : -1;
+    case KVT_JSON_TRUE:
+    case KVT_JSON_FALSE: {
+        bool b;
+        return kvt_json_bool(j, &b) == KVT_OK ? 0 : -1;
+    }
+    case KVT_JSON_NULL: return kvt_json_null(j) == KVT_OK ? 0 : -1;
+    default: return -1;
+    }
+}
+
+static int our_verdict(const char *s, size_t n)
+{
+    kvt_json_t j;
+    kvt_json_init(&j, s, n);
+    int a = kvt_json_skip(&j) == KVT_OK && kvt_json_end(&j) == KVT_OK;
+    char *buf = malloc(n + 1);
+    assert_non_null(buf);
+    kvt_json_init(&j, s, n);
+    int b = walk(&j, buf, n + 1) == 0 && kvt_json_end(&j) == KVT_OK;
+    free(buf);
+    if (a != b)
+        fail_msg("skip says %d, walk says %d: %.*s", a, b, (int)n, s);
+    return a;
+}
+
+/* A mutation of a valid document: a byte changed, inserted, dropped or duplicated. */
+static void mutate(doc_t *d)
+{
+    static const char interesting[] = "\"\\,:[]{}0-+.eE \t\n\x01\x7f\x80\xc3\xed\xff"
+                                      "u1a";
+    size_t muts = 1 + rnd_below(3);
+    d->s = realloc(d->s, d->n + muts + 1);
+    assert_non_null(d->s);
+    for (size_t m = 0; m < muts; m++) {
+        size_t at = rnd_below(d->n + 1);
+        char c = interesting[rnd_below(sizeof(interesting) - 1)];
+        switch (rnd_below(4)) {
+        case 0:
+            if (at < d->n)
+                d->s[at] = c;
+            break;
+        case 1:
+            memmove(d->s + at + 1, d->s + at, d->n - at);
+            d->s[at] = c;
+            d->n++;
+            break;
+        case 2:
+            if (at < d->n) {
+                memmove(d->s + at, d->s + at + 1, d->n - at - 1);
+                d->n--;
+            }
+            break;
+        default:
+            if (at < d->n) {
+                memmove(d->s + at + 1, d->s + at, d->n - at);
+                d->n++;
+            }
+            break;
+        }
+    }
+}
+
+static char g_fixture[4096];
+
+static int find_fixture(void)
+{
+    const char *src = getenv("KVT_SOURCE_DIR");
+    if (src != NULL && src[0] != '\0') {
+        snprintf(g_fixture, sizeof(g_fixture), "%s/tests/fixtures/json_check.py", src);
+    } else {
+        const char *self = __FILE__;
+        const char *tail = strstr(self, "tests/unit/test_json.c");
+        if (tail == NULL)
+            return -1;
+        snprintf(g_fixture, sizeof(g_fixture), "%.*stests/fixtures/json_check.py",
+                 (int)(tail - self), self);
+    }
+    return access(g_fixture, R_OK) == 0 && strchr(g_fixture, '\'') == NULL ? 0 : -1;
+}
+
+static bool g_python_ran;
+static char g_python_why[256];
+
+static void test_python_agreement(void **state)
+{
+    (void)state;
+    char path[] = "/tmp/kvt_test_json_XXXXXX";
+    char cmd[8300];
+
+    if (access(PYTHON, X_OK) != 0) {
+        snprintf(g_python_why, sizeof(g_python_why), "%s is missing", PYTHON);
+        return;
+    }
+    if (find_fixture() != 0) {
+        snprintf(g_python_why, sizeof(g_python_why),
+                 "cannot find tests/fixtures/json_check.py (set KVT_SOURCE_DIR)");
+        return;
+    }
+
+    /* The documents: the tricky list, then mutations of random valid documents. */
+    size_t ntricky = sizeof(g_tricky) / sizeof(g_tricky[0]);
+    size_t nmut = 20000, ndocs = ntricky + nmut;
+    doc_t *docs = calloc(ndocs, sizeof(doc_t));
+    assert_non_null(docs);
+    for (size_t i = 0; i < ntricky; i++) {
+        docs[i].s = malloc(g_tricky[i].n + 1);
+        assert_non_null(docs[i].s);
+        memcpy(docs[i].s, g_tricky[i].s, g_tricky[i].n);
+        docs[i].n = g_tricky[i].n;
+    }
+    g_rng = g_seed ^ UINT64_C(0x9e3779b97f4a7c15);
+    kvt_jbuf_t b;
+    kvt_jbuf_init(&b);
+    for (size_t i = ntricky; i < ndocs; i++) {
+        node_t root;
+        size_t budget = 1 + rnd_below(12);
+        gen(&root, 0, &budget);
+        kvt_jbuf_reset(&b);
+        emit(&b, &root);
+        node_free(&root);
+        docs[i].s = malloc(b.len + 1);
+        assert_non_null(docs[i].s);
+        memcpy(docs[i].s, b.buf, b.len);
+        docs[i].n = b.len;
+        if (rnd_below(8) != 0)
+            mutate(&docs[i]);
+    }
+    kvt_jbuf_cleanup(&b);
+
+    int fd = mkstemp(path);
+    assert_true(fd >= 0);
+    FILE *f = fdopen(fd, "w");
+    assert_non_null(f);
+    for (size_t i = 0; i < ndocs; i++) {
+        for (size_t k = 0; k < docs[i].n; k++)
+            fprintf(f, "%02x", (unsigned char)docs[i].s[k]);
+        fputc('\n', f);
+    }
+    assert_int_equal(fclose(f), 0);
+
+    snprintf(cmd, sizeof(cmd), PYTHON " '%s' '%s'", g_fixture, path);
+    FILE *p = popen(cmd, "r");
+    assert_non_null(p);
+    size_t accepted = 0, mismatches = 0;
+    for (size_t i = 0; i < ndocs; i++) {
+        int py;
+        if (fscanf(p, "%d", &py) != 1) {
+            pclose(p);
+            unlink(path);
+            fail_msg("json_check.py gave no verdict for document %zu", i);
+        }
+        int ours = our_verdict(docs[i].s, docs[i].n);
+        accepted += (size_t)ours;
+        if (ours != py) {
+            mismatches++;
+            if (mismatches <= 10) {
+                fprintf(stderr, "disagree (ours %d, python %d) on document %zu: ", ours, py, i);
+                for (size_t k = 0; k < docs[i].n && k < 200; k++) {
+                    unsigned char c = (unsigned char)docs[i].s[k];
+                    fprintf(stderr, c >= 0x20 && c < 0x7f ? "%c" : "\\x%02x", c);
+                }
+                fputc('\n', stderr);
+            }
+        }
+    }
+    int rc = pclose(p);
+    unlink(path);
+    for (size_t i = 0; i < ndocs; i++)
+        free(docs[i].s);
+    free(docs);
+    assert_int_equal(rc, 0);
+    printf("python agreement: %zu documents (%zu tricky), %zu accepted, %zu disagreements\n", ndocs,
+           ntricky, accepted, mismatches);
+    assert_int_equal(mismatches, 0);
+    g_python_ran = true;
+}
+
+int main(void)
+{
+    const char *env = getenv("KVT_JSON_SEED");
+    g_seed = env != NULL ? strtoull(env, NULL, 10) : (uint64_t)time(NULL) * 2654435761u + 1;
+    if (g_seed == 0)
+        g_seed = 1;
+    printf("test_json: seed %" PRIu64 " (KVT_JSON_SEED to replay)\n", g_seed);
+
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_scalars),
+        cmocka_unit_test(test_double_rounding),
+        cmocka_unit_test(test_number_errors),
+        cmocka_unit_test(test_strings),
+        cmocka_unit_test(test_string_buffer),
+        cmocka_unit_test(test_containers),
+        cmocka_unit_test(test_depth),
+        cmocka_unit_test(test_type_errors),
+        cmocka_unit_test(test_usage_errors),
+        cmocka_unit_test(test_whitespace_and_end),
+        cmocka_unit_test(test_skip),
+        cmocka_unit_test(test_u32_array),
+        cmocka_unit_test(test_hash_array),
+        cmocka_unit_test(test_writer),
+        cmocka_unit_test(test_round_trip_random),
+        cmocka_unit_test(test_python_agreement),
+    };
+    int failed = cmocka_run_group_tests_name("json", tests, NULL, NULL);
+    if (failed)
+        return 1;
+    if (!g_python_ran) {
+        fprintf(stderr, "test_json: SKIP python comparison: %s\n", g_python_why);
+        return 77;
+    }
+    return 0;
+}
