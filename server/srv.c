@@ -768,6 +768,11 @@ kvt_status_t kvt_srv_create(const kvt_srv_config_t *cfg, kvt_srv_t **srv_p)
             goto err;
         }
     }
+    /* created here so a signal between create and run is not lost */
+    if (stop_pipe[0] < 0 && pipe2(stop_pipe, O_CLOEXEC) != 0) {
+        st = KVT_ERR_IO;
+        goto err;
+    }
     *srv_p = srv;
     return KVT_OK;
 err:
@@ -809,8 +814,6 @@ int srv_listener_fd(kvt_srv_worker_t *w, int which)
 
 kvt_status_t kvt_srv_run(kvt_srv_t *srv)
 {
-    if (pipe2(stop_pipe, O_CLOEXEC) != 0)
-        return KVT_ERR_IO;
     if (pthread_create(&srv->writer, NULL, writer_main, srv) != 0)
         return KVT_ERR_NO_MEM;
     int started = 0;
@@ -837,9 +840,6 @@ kvt_status_t kvt_srv_run(kvt_srv_t *srv)
         event_active(srv->workers[i].wake, EV_READ, 0);
     for (int i = 0; i < started; i++)
         pthread_join(srv->workers[i].thread, NULL);
-    close(stop_pipe[0]);
-    close(stop_pipe[1]);
-    stop_pipe[0] = stop_pipe[1] = -1;
     return started == srv->nworkers ? KVT_OK : KVT_ERR_NO_MEM;
 }
 
@@ -899,4 +899,9 @@ void kvt_srv_destroy(kvt_srv_t *srv)
     pthread_cond_destroy(&srv->q_cv);
     pthread_mutex_destroy(&srv->stats_mu);
     free(srv);
+    if (stop_pipe[0] >= 0) {
+        close(stop_pipe[0]);
+        close(stop_pipe[1]);
+        stop_pipe[0] = stop_pipe[1] = -1;
+    }
 }
