@@ -163,8 +163,8 @@ static inline void prefetch_group(const kvt_ktab_t *t, uint64_t key)
  * Returns the number copied, 0 if the node no longer holds @key, or -1 when
  * the scratch cannot grow.
  */
-static int snapshot(kvt_idx_reader_t *r, kvt_idx_shared_t *sh, kvt_dir_t **nodes,
-                    kvt_dir_t **sets, uint32_t nid, uint64_t key)
+static int snapshot(kvt_idx_reader_t *r, kvt_idx_shared_t *sh, kvt_dir_t **nodes, kvt_dir_t **sets,
+                    uint32_t nid, uint64_t key)
 {
     kvt_node_t *n = rnode(sh, nodes, nid);
     const uint32_t *stripe = &sh->stripes[nid & (NSTRIPES - 1)];
@@ -215,6 +215,7 @@ kvt_status_t kvt_idx_query(kvt_idx_reader_t *r, uint32_t ns, const uint64_t *key
     uint32_t pod_cap = __atomic_load_n(&sh->pod_cap, __ATOMIC_ACQUIRE);
     if (reader_fit(r, pod_cap) != KVT_OK || reader_fit_snap(r, 16) != KVT_OK)
         return KVT_ERR_NO_MEM;
+    *res_p = r->res; /* reader_fit() may have replaced the array */
     if (++r->qgen == 0) {
         /* generation wrapped: clear the marks once every 4 G queries */
         memset(r->allow, 0, r->cap * sizeof(*r->allow));

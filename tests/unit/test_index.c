@@ -178,8 +178,7 @@ static void test_parent_and_placeholders(void **state)
     uint32_t a = pod(f, "a");
     assert_int_equal(kvt_idx_store(f->idx, f->ns, a, KVT_TIER_GPU, NULL, K, E, 2), KVT_OK);
     /* a later event continues the chain from its parent */
-    assert_int_equal(kvt_idx_store(f->idx, f->ns, a, KVT_TIER_GPU, &K[1], &K[2], &E[2], 2),
-                     KVT_OK);
+    assert_int_equal(kvt_idx_store(f->idx, f->ns, a, KVT_TIER_GPU, &K[1], &K[2], &E[2], 2), KVT_OK);
     assert_int_equal(q(f, f->ns, K, 6, a).matched, 4);
     /* an unknown parent is fine: the blocks are still indexed */
     uint64_t unknown = 555;
@@ -231,8 +230,7 @@ static void test_aliases_and_remap(void **state)
     assert_int_equal(m.disk, 1);
 
     /* the engine reuses hash E[2] for another block: the old mapping goes */
-    assert_int_equal(kvt_idx_store(f->idx, f->ns, a, KVT_TIER_GPU, NULL, &K[5], &E[2], 1),
-                     KVT_OK);
+    assert_int_equal(kvt_idx_store(f->idx, f->ns, a, KVT_TIER_GPU, NULL, &K[5], &E[2], 1), KVT_OK);
     assert_int_equal(q(f, f->ns, K, 3, a).matched, 2);
     assert_int_equal(kvt_idx_remove(f->idx, a, KVT_TIER_GPU, &E[2], 1, &unres), KVT_OK);
     assert_int_equal(unres, 0);
@@ -294,8 +292,7 @@ static void test_bad_input_changes_nothing(void **state)
     assert_int_equal(kvt_idx_remove(f->idx, a, 16, E, 2, NULL), KVT_ERR_INVAL);
     assert_int_equal(kvt_idx_pod_clear(f->idx, 4242, KVT_TIER_GPU), KVT_ERR_INVAL);
     assert_int_equal(kvt_idx_speculate(f->idx, 99, a, K, 2, 10), KVT_ERR_INVAL);
-    assert_int_equal(kvt_idx_store_by_ehash(f->idx, a, KVT_TIER_ALL, E, 2, NULL),
-                     KVT_ERR_INVAL);
+    assert_int_equal(kvt_idx_store_by_ehash(f->idx, a, KVT_TIER_ALL, E, 2, NULL), KVT_ERR_INVAL);
     kvt_idx_stats(f->idx, &after);
     assert_int_equal(before.entries, after.entries);
     assert_int_equal(before.blocks, after.blocks);
@@ -327,6 +324,31 @@ static void test_many_pods_share_block(void **state)
     assert_int_equal(st.entries, 1 + (NP - 1) % 3);
 }
 
+/* The first query after the pod count outgrows the reader's scratch must answer from the new one.
+ */
+static void test_results_after_reader_growth(void **state)
+{
+    fx_t *f = *state;
+    char name[16];
+    uint32_t have = 0;
+    for (uint32_t cap = 64; cap <= 256; cap *= 2) {
+        for (; have < cap; have++) {
+            snprintf(name, sizeof(name), "g%u", have);
+            uint32_t p = pod(f, name);
+            assert_int_equal(kvt_idx_store(f->idx, f->ns, p, KVT_TIER_GPU, NULL, K, E, 1), KVT_OK);
+        }
+        const kvt_idx_match_t *res;
+        size_t nres;
+        assert_int_equal(kvt_idx_query(f->r, f->ns, K, 1, NULL, 0, &res, &nres), KVT_OK);
+        assert_int_equal(nres, cap);
+        for (size_t i = 0; i < nres; i++) {
+            assert_true(res[i].pod < cap);
+            assert_int_equal(res[i].matched, 1);
+            assert_int_equal(res[i].gpu, 1);
+        }
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -338,6 +360,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_speculative, setup, teardown),
         cmocka_unit_test_setup_teardown(test_bad_input_changes_nothing, setup, teardown),
         cmocka_unit_test_setup_teardown(test_many_pods_share_block, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_results_after_reader_growth, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

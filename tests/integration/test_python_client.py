@@ -1,0 +1,531 @@
+#!/usr/bin/python3
+"""Integration tests of the Python binding (kvtier, ctypes over libkvtier) against
+the real kvtierd.
+
+Usage: test_python_client.py path/to/kvtierd
+The library is the one in $KVTIER_LIB, else the source tree's build/lib (the
+binding's own lookup). Each test starts kvtierd on loopback ports in a temp dir
+(kvtierd_fixture.Daemon) and compares what the binding returns with what the
+HTTP API says for the same request: query() must return exactly the "pods" of
+POST /v1/query, report_events()/drop_engine()/stats() the same JSON, and server
+errors must raise kvtier.Error carrying the server's message.
+"""
+
+import json
+import os
+import socket
+import struct
+import sys
+import threading
+import time
+import unittest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.normpath(os.path.join(HERE, "..", ".."))
+sys.path.insert(0, HERE)
+sys.path.insert(0, os.path.join(REPO, "router-plugin", "python"))
+import kvtierd_fixture as fx  # noqa: E402
+import kvtier  # noqa: E402
+
+try:
+    import xxhash
+except ImportError:
+    xxhash = None
+
+BIN = None
+SEED = 1337
+TOK = list(range(100, 132))  # 8 blocks of 4
+POD_KEYS = {"pod", "dp_rank", "matched_blocks", "gpu", "cpu", "disk", "score"}
+
+# kvt_status_t values (common/status.h)
+ST_INVAL, ST_NOT_FOUND, ST_IO, ST_TIMEOUT, ST_CLOSED = -100, -200, -400, -401, -502
+
+
+def seq_keys(tokens, bs):
+    """Block keys computed here from the hashing standard (python3-xxhash), independently."""
+    keys, prev = [], None
+    for i in range(len(tokens) // bs):
+        block = struct.pack("<%dI" % bs, *tokens[i * bs:(i + 1) * bs])
+        local = xxhash.xxh3_64_intdigest(block, SEED)
+        if prev is None:
+            prev = local
+        else:
+            prev = xxhash.xxh3_64_intdigest(struct.pack("<QQ", prev, local), SEED)
+        keys.append(prev)
+    return keys
+
+
+def stored(hashes, tokens, bs=4, medium=None, lora=None):
+    e = {"type": "BlockStored", "block_hashes": hashes, "parent_block_hash": None,
+         "token_ids": tokens, "block_size": bs}
+    if medium is not None:
+        e["medium"] = medium
+    if lora is not None:
+        e["lora_name"] = lora
+    return e
+
+
+def batch(pod, events, model="m", **extra):
+    b = {"pod": pod, "model": model, "lora_name": None, "events": events}
+    b.update(extra)
+    return b
+
+
+def free_port():
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    return port
+
+
+class Base(unittest.TestCase):
+    flags = ()
+    token = None
+
+    def setUp(self):
+        self.d = fx.Daemon(BIN, *self.flags, token=self.token)
+        self.addr = "127.0.0.1:%d" % self.d.rpc_port
+        self.clients = []
+
+    def tearDown(self):
+        for c in self.clients:
+            c.close()
+        rc = self.d.stop()
+        result = self._outcome.result
+        if any(t is self for t, _ in result.failures + result.errors) or rc != 0:
+            sys.stderr.write("---- kvtierd log ----\n" + self.d.read_log() + "\n")
+        self.d.cleanup()
+        self.assertEqual(rc, 0, "kvtierd did not exit 0 on SIGTERM")
+
+    def client(self, **kw):
+        kw.setdefault("timeout", 5.0)
+        c = kvtier.Client(self.addr, **kw)
+        self.clients.append(c)
+        return c
+
+    def http_query(self, **body):
+        body.setdefault("model", "m")
+        s, ans = self.d.http("POST", "/v1/query", body)
+        self.assertEqual(s, 200, ans)
+        return ans
+
+    def http_events(self, body, token=None):
+        headers = {"Authorization": "Bearer " + token} if token else None
+        return self.d.http("POST", "/v1/events", body, headers)
+
+    def raw_rpc_error(self, op, body):
+        """Sends one frame over a raw socket (kvtierd_fixture's codec) and returns the
+        error answer's (status, http_status, message); fails if the answer is not an error."""
+        sock = self.d.connect()
+        try:
+            sock.sendall(fx.frame(op, 7, body))
+            h, b = fx.read_frame(sock)
+        finally:
+            sock.close()
+        self.assertTrue(h["flags"] & fx.F_ERROR, (h, b))
+        return fx.parse_error(b)
+
+    def assertServerError(self, e, op, body):
+        """e (a kvtier.Error) carries exactly the status and message the server answers to
+        the same request frame."""
+        status, http, msg = self.raw_rpc_error(op, body)
+        self.assertEqual(e.status, status)
+        self.assertEqual(str(e), "%s: server: %s (%d)" % (self.addr, msg, http))
+        return http, msg
+
+    def wait_stats(self, pred, timeout=5.0):
+        end = time.time() + timeout
+        while True:
+            s = self.d.stats()
+            if pred(s):
+                return s
+            self.assertLess(time.time(), end, "stats never matched: %r" % s)
+            time.sleep(0.02)
+
+    def setup_pods(self, c):
+        """A: 4 blocks on GPU; B rank 1: 2 on GPU; C: 3 on CPU; D: 8 blocks under LoRA ad1;
+        E: 2 on GPU (ties with B's score)."""
+        answers = [
+            c.report_events(batch("A", [stored([1, 2, 3, 4], TOK[:16])])),
+            c.report_events(batch("B", [stored([11, 12], TOK[:8])], dp_rank=1)),
+            c.report_events(batch("C", [stored([21, 22, 23], TOK[:12], medium="CPU")])),
+            c.report_events(batch("D", [stored(list(range(31, 39)), TOK, lora="ad1")])),
+            c.report_events(batch("E", [stored([41, 42], TOK[:8])])),
+        ]
+        for a in answers:
+            self.assertEqual(a["applied"], 1, a)
+
+
+class TestClient(Base):
+    def test_query_is_exactly_http(self):
+        c = self.client()
+        # Unknown model: no pods, the default block size, as over HTTP.
+        self.assertEqual(c.query_answer("m", TOK), self.http_query(token_ids=TOK))
+        self.assertEqual(c.query_answer("m", TOK)["block_size"], 16)
+        self.setup_pods(c)
+        filters = [None, ["B", "C"], ["nope"], ["A", "A", "E"], ["D"]]
+        for n in list(range(0, 33, 4)) + [3, 13, 31]:
+            toks = TOK[:n]
+            for pods in filters:
+                body = {"token_ids": toks}
+                if pods is not None:
+                    body["pods"] = pods
+                want = self.http_query(**body)
+                got = c.query("m", toks, pods=pods)
+                self.assertEqual(got, want["pods"], (n, pods))
+                self.assertEqual(c.query_answer("m", toks, pods=pods), want, (n, pods))
+                for p in got:
+                    self.assertEqual(set(p), POD_KEYS)
+                    self.assertIsInstance(p["pod"], str)
+                    self.assertIsInstance(p["score"], float)
+                    for k in POD_KEYS - {"pod", "score"}:
+                        self.assertIsInstance(p[k], int)
+        full = c.query("m", TOK)
+        self.assertEqual([(p["pod"], p["matched_blocks"]) for p in full][:2], [("A", 4), ("C", 3)])
+        self.assertEqual(sorted((p["pod"], p["dp_rank"]) for p in full[2:]), [("B", 1), ("E", 0)])
+        self.assertEqual((full[1]["cpu"], full[1]["gpu"]), (3, 0))
+        scores = [p["score"] for p in full]
+        self.assertEqual(scores, sorted(scores, reverse=True), "best first")
+        # LoRA namespace, with and without a filter
+        for pods in (None, ["D"], ["A"]):
+            body = {"token_ids": TOK, "lora_name": "ad1"}
+            if pods:
+                body["pods"] = pods
+            self.assertEqual(c.query("m", TOK, lora="ad1", pods=pods),
+                             self.http_query(**body)["pods"])
+        self.assertEqual(c.query("m", TOK, lora="ad1")[0]["matched_blocks"], 8)
+        # empty pods list = no filter
+        self.assertEqual(c.query("m", TOK, pods=[]), self.http_query(token_ids=TOK)["pods"])
+
+    def test_query_keys(self):
+        c = self.client()
+        self.setup_pods(c)
+        keys = kvtier.hash_tokens(TOK, 4)
+        self.assertEqual(len(keys), 8)
+        self.assertEqual(kvtier.hash_tokens(TOK[:3], 4), [])
+        if xxhash is not None:
+            self.assertEqual(keys, seq_keys(TOK, 4), "hash_tokens differs from the standard")
+        for n in range(0, 9):
+            for pods in (None, ["C", "E"]):
+                body = {"block_hashes": keys[:n]}
+                if pods:
+                    body["pods"] = pods
+                want = self.http_query(**body)
+                self.assertEqual(c.query_keys("m", keys[:n], pods=pods), want["pods"], (n, pods))
+                self.assertEqual(c.query_keys_answer("m", keys[:n], pods=pods), want)
+                self.assertEqual(c.query_keys("m", keys[:n], pods=pods),
+                                 c.query("m", TOK[:4 * n], pods=pods))
+        self.assertEqual(c.query_keys("m", [1, 2, 2**64 - 1]), [])
+
+    def test_report_events_answers_as_http(self):
+        c = self.client()
+        events = [
+            stored([1, 2, 3], TOK[:12]),
+            stored([4], TOK[12:16], medium="CPU"),
+            {"type": "BlockStored", "block_hashes": [1, 2, 99], "token_ids": [], "block_size": 0,
+             "medium": "CPU"},
+            {"type": "BlockRemoved", "block_hashes": [3], "medium": "GPU"},
+            {"type": "SomethingNew", "x": 1},
+            {"type": "AllBlocksCleared"},
+        ]
+        ans_dict = c.report_events(batch("X", events))
+        s, ans_http = self.http_events(batch("Y", events))
+        self.assertEqual(s, 200, ans_http)
+        self.assertEqual(ans_dict, ans_http)
+        self.assertEqual(ans_dict["ignored"], 1)
+        self.assertEqual(ans_dict["unresolved"], 1)
+        # str and bytes bodies, as sent
+        ans_str = c.report_events(json.dumps(batch("Z", events)))
+        ans_bytes = c.report_events(json.dumps(batch("W", events)).encode())
+        self.assertEqual(ans_str, ans_http)
+        self.assertEqual(ans_bytes, ans_http)
+        # the four pods are alike
+        got = c.query("m", TOK)
+        self.assertEqual(got, self.http_query(token_ids=TOK)["pods"])
+        self.assertEqual(sorted(p["pod"] for p in got), ["W", "X", "Y", "Z"])
+        self.assertEqual(len({(p["matched_blocks"], p["gpu"], p["cpu"]) for p in got}), 1)
+
+    def test_stats(self):
+        c = self.client()
+        self.setup_pods(c)
+        want_entries = 4 + 2 + 3 + 8 + 2
+        http = self.wait_stats(lambda s: s["index"]["entries"] == want_entries)
+        st = c.stats()
+        for k in ("uptime_s", "index", "events", "connections", "engines"):
+            self.assertIn(k, st)
+        self.assertEqual(st["index"], http["index"])
+        self.assertEqual(st["index"]["pods"], 5)
+        self.assertEqual(st["index"]["namespaces"], 2)
+        self.assertEqual(st["events"]["batches"], 5)
+        self.assertEqual(st["events"]["blocks"], want_entries)
+        engines = {(e["pod"], e["dp_rank"]): e["entries"] for e in st["engines"]}
+        self.assertEqual(engines, {("A", 0): 4, ("B", 1): 2, ("C", 0): 3, ("D", 0): 8, ("E", 0): 2})
+
+    def test_drop_engine(self):
+        c = self.client()
+        for pod in ("A", "A2"):
+            c.report_events(batch(pod, [stored([1, 2], TOK[:8])]))
+            c.report_events(batch(pod, [stored([1, 2, 3], TOK[:12])], dp_rank=3))
+        ans = c.drop_engine("A")
+        s, http_ans = self.d.http("DELETE", "/v1/engines/A2")
+        self.assertEqual(s, 200, http_ans)
+        self.assertEqual(ans, dict(http_ans, pod="A"))
+        self.assertEqual((ans["pod"], ans["dp_ranks"], ans["entries"]), ("A", 2, 5))
+        self.assertEqual(c.query("m", TOK), [])
+        # unknown pod: kvtier.Error with the server's message and status
+        s, http_err = self.d.http("DELETE", "/v1/engines/A")
+        self.assertEqual(s, 404)
+        with self.assertRaises(kvtier.Error) as cm:
+            c.drop_engine("A")
+        self.assertEqual(cm.exception.status, ST_NOT_FOUND)
+        self.assertIn(http_err["error"], str(cm.exception))
+        self.assertIn("(404)", str(cm.exception))
+        self.assertTrue(str(cm.exception).startswith(self.addr), str(cm.exception))
+        self.assertServerError(cm.exception, fx.OP_ENGINE_DROP, fx.pstr("A"))
+        c.ping()  # the connection survives error answers
+
+    def test_server_errors_raise_with_the_servers_message(self):
+        c = self.client()
+        c.report_events(batch("A", [stored([1, 2, 3], TOK[:12])]))
+        before = self.http_query(token_ids=TOK)
+        bad = [
+            "{not json",
+            batch("A", [{"type": "BlockStored", "block_hashes": [5], "token_ids": [1, 2, 3],
+                         "block_size": 4}]),
+            batch("A", [stored([5], TOK[:8], bs=8)]),  # block size differs from the model's
+            dict(batch("A", []), bogus=1),
+            {"pod": 5, "model": "m", "events": []},
+            {"pod": "A", "model": "m", "events": {}},
+            {"pod": "", "model": "m", "events": []},
+            batch("A", [{"type": "BlockRemoved", "block_hashes": [1], "medium": "TAPE"}]),
+            '{"pod":"A","model":"m","events":[{"type":"BlockStored",'
+            '"block_hashes":[18446744073709551616],"token_ids":[]}]}',
+            '{"pod":"A","model":"m","events":[]} trailing',
+        ]
+        for body in bad:
+            s, http_err = self.http_events(body)
+            self.assertEqual(s, 400, (body, http_err))
+            with self.assertRaises(kvtier.Error, msg=repr(body)) as cm:
+                c.report_events(body)
+            e = cm.exception
+            self.assertLess(e.status, 0)
+            self.assertNotIn(e.status, (ST_IO, ST_TIMEOUT, ST_CLOSED))
+            self.assertEqual(e.message, str(e))
+            self.assertIn(http_err["error"], str(e), body)
+            self.assertIn("(400)", str(e))
+            self.assertNotIn("\n", str(e))
+            raw = body if isinstance(body, str) else json.dumps(body, separators=(",", ":"))
+            self.assertServerError(e, fx.OP_EVENTS, raw.encode())
+        c.ping()
+        self.assertEqual(self.http_query(token_ids=TOK), before,
+                         "a refused batch changed the index")
+        self.assertEqual(c.query("m", TOK), before["pods"])
+
+    def test_local_argument_errors(self):
+        c = self.client()
+        for args in [("m", [1, -2]), ("m", [2**32]), ("", TOK), ("x" * 256, TOK), ("m\0", TOK)]:
+            with self.assertRaises(ValueError, msg=repr(args[0][:10])):
+                c.query(*args)
+        with self.assertRaises(TypeError):
+            c.query("m", TOK, pods="A")
+        with self.assertRaises(TypeError):
+            c.query(5, TOK)
+        with self.assertRaises(ValueError):
+            c.query_keys("m", [2**64])
+        with self.assertRaises(ValueError):
+            c.query("m", TOK, pods=[""])
+        with self.assertRaises(TypeError):
+            c.report_events([1, 2])
+        with self.assertRaises(ValueError):
+            kvtier.hash_tokens(TOK, 0)
+        with self.assertRaises(ValueError):
+            kvtier.Client(self.addr, timeout=0)
+        c.ping()
+        with self.assertRaises(kvtier.Error) as cm:
+            kvtier.Client("no-port-here")
+        self.assertEqual(cm.exception.status, ST_INVAL)
+        self.assertIn("bad address", str(cm.exception))
+        with self.assertRaises(kvtier.Error) as cm:
+            kvtier.Client("127.0.0.1:%d" % free_port())
+        self.assertEqual(cm.exception.status, ST_IO)
+        self.assertIn("connect", str(cm.exception))
+
+    def test_close_and_context_manager(self):
+        http_open = self.wait_stats(lambda s: True)["connections"]["open"]
+        with kvtier.Client(self.addr, timeout=5.0) as c:
+            self.assertIs(c.__enter__(), c)
+            c.ping()
+            self.wait_stats(lambda s: s["connections"]["open"] == http_open + 1)
+            self.assertIn("127.0.0.1", repr(c))
+        # closed on exit: calls raise, the server sees the connection go
+        with self.assertRaises(kvtier.Error) as cm:
+            c.ping()
+        self.assertEqual(cm.exception.status, ST_CLOSED)
+        for call in (lambda: c.query("m", TOK), lambda: c.stats(), lambda: c.drop_engine("A"),
+                     lambda: c.report_events(batch("A", [])), lambda: c.query_keys("m", [1])):
+            with self.assertRaises(kvtier.Error):
+                call()
+        self.assertIn("closed", repr(c))
+        c.close()  # idempotent
+        self.wait_stats(lambda s: s["connections"]["open"] == http_open)
+        # close() without the context manager; an exception inside `with` still closes
+        d = kvtier.Client(self.addr, timeout=5.0)
+        d.ping()
+        d.close()
+        with self.assertRaises(kvtier.Error):
+            d.ping()
+        with self.assertRaises(RuntimeError):
+            with kvtier.Client(self.addr, timeout=5.0) as e:
+                raise RuntimeError("inside")
+        with self.assertRaises(kvtier.Error):
+            e.ping()
+        self.wait_stats(lambda s: s["connections"]["open"] == http_open)
+        # lazy: nothing connects before the first call
+        f = kvtier.Client("127.0.0.1:%d" % free_port(), lazy=True, timeout=1.0)
+        with self.assertRaises(kvtier.Error) as cm:
+            f.ping()
+        self.assertEqual(cm.exception.status, ST_IO)
+        f.close()
+
+    def test_many_pods_and_long_names(self):
+        # More pods than a reader's first scratch (64) and an answer over the client's 64 KiB
+        # read chunk: 300 pods with 255-byte names, each holding blocks 0..1.
+        c = self.client()
+        names = ["%03d" % i + "n" * 252 for i in range(300)]
+        for n in names:
+            c.report_events(batch(n, [stored([1, 2], TOK[:8])], model="many"))
+        for _ in range(3):
+            got = c.query("many", TOK)
+            self.assertEqual(len(got), 300, "query answered %d of the 300 pods" % len(got))
+            self.assertTrue(sorted(p["pod"] for p in got) == names, "pod names differ")
+            self.assertEqual({(p["matched_blocks"], p["gpu"]) for p in got}, {(2, 2)})
+            self.assertEqual(got, self.http_query(model="many", token_ids=TOK)["pods"])
+
+    def test_threads_share_a_client(self):
+        c = self.client()
+        self.setup_pods(c)
+        want = {n: self.http_query(token_ids=TOK[:n])["pods"] for n in range(0, 33, 4)}
+        errors = []
+
+        def run(seed):
+            try:
+                for i in range(60):
+                    n = 4 * ((seed + i) % 9)
+                    if c.query("m", TOK[:n]) != want[n]:
+                        errors.append("thread %d query %d: wrong answer" % (seed, i))
+            except Exception as e:  # reported below
+                errors.append("thread %d: %r" % (seed, e))
+
+        threads = [threading.Thread(target=run, args=(s,)) for s in range(8)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(30)
+        self.assertEqual(errors, [])
+
+    def test_reconnects_after_a_restart(self):
+        c = self.client()
+        self.setup_pods(c)
+        port = self.d.rpc_port
+        self.assertEqual(self.d.stop(), 0)
+        with self.assertRaises(kvtier.Error) as cm:
+            c.query("m", TOK)
+        self.assertEqual(cm.exception.status, ST_IO)
+        self.d.cleanup()
+        self.d = fx.Daemon(BIN, "--rpc-listen", "127.0.0.1:%d" % port)
+        self.assertEqual(self.d.rpc_port, port)
+        self.assertEqual(c.query("m", TOK), [])  # a fresh, empty daemon
+        c.report_events(batch("A", [stored([1], TOK[:4])]))
+        self.assertEqual(c.query("m", TOK), self.http_query(token_ids=TOK)["pods"])
+
+
+class TestTimeout(unittest.TestCase):
+    def test_socket_that_never_answers(self):
+        ls = socket.socket()
+        ls.bind(("127.0.0.1", 0))
+        ls.listen(8)
+        addr = "127.0.0.1:%d" % ls.getsockname()[1]
+        try:
+            t0 = time.monotonic()
+            with self.assertRaises(kvtier.Error) as cm:
+                kvtier.Client(addr, timeout=0.3)
+            took = time.monotonic() - t0
+            self.assertEqual(cm.exception.status, ST_TIMEOUT)
+            self.assertTrue(0.28 <= took < 1.3, took)
+            c = kvtier.Client(addr, timeout=0.3, lazy=True)
+            t0 = time.monotonic()
+            with self.assertRaises(kvtier.Error) as cm:
+                c.query("m", TOK)
+            took = time.monotonic() - t0
+            self.assertEqual(cm.exception.status, ST_TIMEOUT)
+            self.assertIn("timed out", str(cm.exception))
+            self.assertTrue(0.28 <= took < 1.3, took)
+            c.close()
+        finally:
+            ls.close()
+
+
+class TestAuth(Base):
+    token = "s3cret"
+
+    def test_token(self):
+        anon = self.client()
+        owner = self.client(token="s3cret")
+        owner.report_events(batch("A", [stored([1, 2], TOK[:8])]))
+        self.assertEqual(anon.query("m", TOK), self.http_query(token_ids=TOK)["pods"])
+        self.assertEqual(len(anon.query("m", TOK)), 1)
+        self.assertIn("index", anon.stats())  # reads need no token
+        ev = batch("B", [stored([1], TOK[:4])])
+        with self.assertRaises(kvtier.Error) as cm:
+            anon.report_events(ev)
+        self.assertIn("token", str(cm.exception))
+        self.assertIn("(401)", str(cm.exception))
+        self.assertLess(cm.exception.status, 0)
+        self.assertServerError(cm.exception, fx.OP_EVENTS,
+                               json.dumps(ev, separators=(",", ":")).encode())
+        with self.assertRaises(kvtier.Error) as cm:
+            anon.drop_engine("A")
+        self.assertIn("(401)", str(cm.exception))
+        self.assertEqual(len(anon.query("m", TOK)), 1, "a refused call changed the index")
+        with self.assertRaises(kvtier.Error) as cm:
+            kvtier.Client(self.addr, token="wrong", timeout=5.0)
+        self.assertIn("hello refused", str(cm.exception))
+        self.assertIn("(401)", str(cm.exception))
+        self.assertEqual(owner.drop_engine("A")["dp_ranks"], 1)
+        self.assertEqual(anon.query("m", TOK), [])
+
+
+class TestServerLimits(Base):
+    flags = ("--max-query-tokens", "64")
+
+    def test_query_error_message(self):
+        c = self.client()
+        toks = list(range(100))
+        s, http_err = self.d.http("POST", "/v1/query", {"model": "m", "token_ids": toks})
+        self.assertEqual(s, 413, http_err)
+        with self.assertRaises(kvtier.Error) as cm:
+            c.query("m", toks)
+        http, msg = self.assertServerError(cm.exception, fx.OP_QUERY,
+                                           fx.query_body("m", tokens=toks))
+        self.assertEqual(http, 413)
+        self.assertTrue(msg)
+        with self.assertRaises(kvtier.Error) as cm:
+            c.query_keys("m", list(range(65)))
+        self.assertServerError(cm.exception, fx.OP_QUERY, fx.query_body("m", keys=list(range(65))))
+        self.assertEqual(c.query("m", toks[:64]), [])
+        c.ping()
+
+
+if __name__ == "__main__":
+    if len(sys.argv) < 2:
+        sys.exit("usage: test_python_client.py path/to/kvtierd")
+    BIN = sys.argv.pop(1)
+    # A sanitizer runtime preloaded for this interpreter (to load an ASan libkvtier) is not
+    # kvtierd's: the daemon links its own.
+    os.environ.pop("LD_PRELOAD", None)
+    try:
+        sys.stderr.write("libkvtier: %s\n" % kvtier.library_path())
+    except kvtier.Error as e:
+        sys.exit("cannot load libkvtier (set KVTIER_LIB or build build/lib): %s" % e)
+    unittest.main(verbosity=2)
