@@ -186,3 +186,14 @@ def parse_prometheus(text):
         value = float("inf") if v == "+Inf" else float(v)
         samples[(m.group(1), labels)] = value
     return samples, types
+
+
+def stored(hashes, tokens, bs=4, parent=None, medium=None, lora=None):
+    """A BlockStored event with vLLM's field names."""
+    e = {"type": "BlockStored", "block_hashes": hashes, "parent_block_hash": parent,
+         "token_ids": tokens, "block_size": bs}
+    if medium is not None:
+        e["medium"] = medium
+    if lora is not None:
+        e["lora_name"] = lora
+    return e

@@ -39,14 +39,7 @@ def seq_keys(tokens, bs, parent=None):
     return keys
 
 
-def stored(hashes, tokens, bs=4, parent=None, medium=None, lora=None):
-    e = {"type": "BlockStored", "block_hashes": hashes, "parent_block_hash": parent,
-         "token_ids": tokens, "block_size": bs}
-    if medium is not None:
-        e["medium"] = medium
-    if lora is not None:
-        e["lora_name"] = lora
-    return e
+stored = fx.stored
 
 
 def wait_stats(d, pred, timeout=5.0):

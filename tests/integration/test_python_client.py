@@ -55,14 +55,7 @@ def seq_keys(tokens, bs):
     return keys
 
 
-def stored(hashes, tokens, bs=4, medium=None, lora=None):
-    e = {"type": "BlockStored", "block_hashes": hashes, "parent_block_hash": None,
-         "token_ids": tokens, "block_size": bs}
-    if medium is not None:
-        e["medium"] = medium
-    if lora is not None:
-        e["lora_name"] = lora
-    return e
+stored = fx.stored
 
 
 def batch(pod, events, model="m", **extra):
