@@ -838,13 +838,25 @@ kvt_status_t kvt_client_query_keys(kvt_client_t *c, const char *model, const cha
     return cl_query(c, model, lora, KVT_PROTO_Q_KEYS, keys, n, pods, npods, res_p);
 }
 
+/* Copies an answer body into a NUL-terminated string the caller frees (*@answer_p). */
+static kvt_status_t cl_answer_text(kvt_client_t *c, const cl_answer_t *ans, char **answer_p)
+{
+    char *text = malloc((size_t)ans->h.body_len + 1);
+    if (text == NULL)
+        return cl_fail(c, KVT_ERR_NO_MEM, "out of memory for a %u-byte answer", ans->h.body_len);
+    if (ans->h.body_len > 0)
+        memcpy(text, ans->body, ans->h.body_len);
+    text[ans->h.body_len] = '\0';
+    *answer_p = text;
+    return KVT_OK;
+}
+
 /* A call whose request body is @body and whose answer is JSON text. */
 static kvt_status_t cl_json_call(kvt_client_t *c, uint8_t op, const void *body, size_t len,
                                  bool idempotent, char **answer_p)
 {
     kvt_proto_wr_t req;
     cl_answer_t ans;
-    char *text = NULL;
 
     if (c == NULL)
         return KVT_ERR_INVAL;
@@ -859,15 +871,7 @@ static kvt_status_t cl_json_call(kvt_client_t *c, uint8_t op, const void *body, 
     st = cl_call(c, &req, idempotent, &ans);
     if (st != KVT_OK || answer_p == NULL)
         goto out;
-    text = malloc((size_t)ans.h.body_len + 1);
-    if (text == NULL) {
-        st = cl_fail(c, KVT_ERR_NO_MEM, "out of memory for a %u-byte answer", ans.h.body_len);
-        goto out;
-    }
-    if (ans.h.body_len > 0)
-        memcpy(text, ans.body, ans.h.body_len);
-    text[ans.h.body_len] = '\0';
-    *answer_p = text;
+    st = cl_answer_text(c, &ans, answer_p);
 out:
     kvt_proto_wr_cleanup(&req);
     return st;
@@ -915,15 +919,7 @@ kvt_status_t kvt_client_drop_engine(kvt_client_t *c, const char *pod, char **ans
     st = cl_call(c, &req, false, &ans);
     if (st != KVT_OK || answer_p == NULL)
         goto out;
-    char *text = malloc((size_t)ans.h.body_len + 1);
-    if (text == NULL) {
-        st = cl_fail(c, KVT_ERR_NO_MEM, "out of memory for a %u-byte answer", ans.h.body_len);
-        goto out;
-    }
-    if (ans.h.body_len > 0)
-        memcpy(text, ans.body, ans.h.body_len);
-    text[ans.h.body_len] = '\0';
-    *answer_p = text;
+    st = cl_answer_text(c, &ans, answer_p);
 out:
     kvt_proto_wr_cleanup(&req);
     return st;
