@@ -3,7 +3,6 @@
  * (writer thread). Decoders live in event_json.c (and the msgpack codec).
  */
 #include <stdio.h>
-#include <stdlib.h>
 
 #include "kvindex/event.h"
 #include "kvindex/hash.h"
@@ -47,8 +46,11 @@ static kvt_status_t ev_check(kvt_idx_t *idx, const kvt_evbatch_t *b, uint32_t de
     return KVT_OK;
 }
 
+/* Keys are hashed and stored this many blocks at a time (on the stack: no malloc per batch). */
+#define EV_CHUNK 128u
+
 static kvt_status_t ev_stored(kvt_idx_t *idx, const kvt_evbatch_t *b, const kvt_event_t *e,
-                              uint32_t pod, uint32_t def, uint64_t *keys, kvt_ev_counters_t *c)
+                              uint32_t pod, uint32_t def, kvt_ev_counters_t *c)
 {
     if (e->ntokens == 0) {
         /* a placeholder (vLLM CPU offload): only hashes the pod already knows */
@@ -71,8 +73,16 @@ static kvt_status_t ev_stored(kvt_idx_t *idx, const kvt_evbatch_t *b, const kvt_
         else
             c->orphans++; /* the chain is recomputed from the tokens alone */
     }
-    kvt_hash_seq(e->tokens, e->ntokens, bs, KVT_HASH_SEED, parent, NULL, keys);
-    return kvt_idx_store(idx, ns, pod, e->tier, parent, keys, e->hashes, e->nhashes);
+    uint64_t keys[EV_CHUNK];
+    for (uint32_t i = 0; i < e->nhashes && st == KVT_OK; i += EV_CHUNK) {
+        uint32_t n = e->nhashes - i < EV_CHUNK ? e->nhashes - i : EV_CHUNK;
+        kvt_hash_seq(e->tokens + (size_t)i * bs, (size_t)n * bs, bs, KVT_HASH_SEED, parent, NULL,
+                     keys);
+        st = kvt_idx_store(idx, ns, pod, e->tier, parent, keys, e->hashes + i, n);
+        parent_key = keys[n - 1]; /* the next chunk continues this chain */
+        parent = &parent_key;
+    }
+    return st;
 }
 
 kvt_status_t kvt_ev_apply(kvt_idx_t *idx, const kvt_evbatch_t *b, uint32_t default_block_size,
@@ -89,18 +99,11 @@ kvt_status_t kvt_ev_apply(kvt_idx_t *idx, const kvt_evbatch_t *b, uint32_t defau
         snprintf(err, errlen, "pod '%s': %s", b->pod, kvt_status_str(st));
         return st;
     }
-    size_t maxn = 0;
-    for (size_t i = 0; i < b->nev; i++)
-        if (b->ev[i].nhashes > maxn)
-            maxn = b->ev[i].nhashes;
-    uint64_t *keys = maxn ? malloc(maxn * sizeof(*keys)) : NULL;
-    if (maxn && keys == NULL)
-        return KVT_ERR_NO_MEM;
     for (size_t i = 0; i < b->nev && st == KVT_OK; i++) {
         const kvt_event_t *e = &b->ev[i];
         size_t unresolved = 0;
         switch (e->type) {
-        case KVT_EV_STORED: st = ev_stored(idx, b, e, pod, default_block_size, keys, c); break;
+        case KVT_EV_STORED: st = ev_stored(idx, b, e, pod, default_block_size, c); break;
         case KVT_EV_REMOVED:
             st = kvt_idx_remove(idx, pod, e->tier, e->hashes, e->nhashes, &unresolved);
             c->unresolved += unresolved;
@@ -114,6 +117,5 @@ kvt_status_t kvt_ev_apply(kvt_idx_t *idx, const kvt_evbatch_t *b, uint32_t defau
             snprintf(err, errlen, "events[%zu]: %s", i, kvt_status_str(st));
         }
     }
-    free(keys);
     return st;
 }

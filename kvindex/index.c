@@ -87,7 +87,7 @@ struct kvt_idx {
 
     uint32_t pin[2];  /* nodes the current write must not lose to eviction */
     uint32_t pin_pod; /* pod whose table the current write has reserved room in */
-    bool evicting;   /* guards against re-entering eviction */
+    bool evicting;    /* guards against re-entering eviction */
 };
 
 /* ---- accounting and counters ------------------------------------------ */
@@ -662,7 +662,7 @@ static uint64_t spec_marker(uint64_t key)
 
 /* A slot of a pod table: group << 4 | index in group. */
 #define PSLOT(gi, si) (((gi) << 4) | (si))
-#define PREF(p, s_) ((p)->g[(s_) >> 4].slot[(s_) & 15u])
+#define PREF(p, s_) ((p)->g[(s_) >> 4].slot[(s_)&15u])
 
 static size_t ptab_bytes(uint32_t groups)
 {
@@ -832,8 +832,7 @@ static unsigned elem_recompute(kvt_idx_t *idx, kvt_node_t *n, kvt_elem_t e)
 }
 
 /* Writes @e's new fields to the node, or removes the element when no reference is left. */
-static void elem_update(kvt_idx_t *idx, uint32_t nid, uint32_t pod, unsigned main,
-                        unsigned nalias)
+static void elem_update(kvt_idx_t *idx, uint32_t nid, uint32_t pod, unsigned main, unsigned nalias)
 {
     kvt_node_t *n = N(idx, nid);
     kvt_elem_t *ep = node_elem(idx, n, pod);
@@ -1010,9 +1009,9 @@ static kvt_status_t ref_add(kvt_idx_t *idx, uint32_t nid, uint32_t pod, uint64_t
             node_elem_set(idx, nid, ep,
                           ELEM_MAKE(pod, ELEM_TIERS(e) | tier, ELEM_MAIN(e), ELEM_NALIAS(e)));
         } else {
-            node_elem_set(idx, nid, ep,
-                          ELEM_MAKE(pod, ELEM_TIERS(e) | tier, ELEM_MAIN(e) | tier,
-                                    ELEM_NALIAS(e)));
+            node_elem_set(
+                idx, nid, ep,
+                ELEM_MAKE(pod, ELEM_TIERS(e) | tier, ELEM_MAIN(e) | tier, ELEM_NALIAS(e)));
         }
     } else {
         kvt_status_t st = ptab_reserve(idx, pod);
@@ -1062,8 +1061,8 @@ static void node_strip(kvt_idx_t *idx, uint32_t nid)
             kvt_podset_t *s = set_of(idx, n->pods);
             if (s->alias_head != KVT_NIL) {
                 kvt_alias_t *a = &idx->alias[s->alias_head];
-                uint32_t slot = ptab_find(idx, &idx->pods[a->pod], a->ehash,
-                                          (a->flags & ALIAS_SPEC) != 0);
+                uint32_t slot =
+                    ptab_find(idx, &idx->pods[a->pod], a->ehash, (a->flags & ALIAS_SPEC) != 0);
                 ref_drop(idx, a->pod, slot);
                 continue;
             }
@@ -1169,7 +1168,8 @@ static size_t evict_batch(kvt_idx_t *idx)
             evicted++;
         }
         freed++;
-        /* the parent may have become a leaf: it competes with its own age (heap slot freed above) */
+        /* the parent may have become a leaf: it competes with its own age (heap slot freed above)
+         */
         if (parent != KVT_NIL && evictable_leaf(idx, parent)) {
             heap[n] = heap_item(idx, parent, now);
             heap_up(heap, n++);
@@ -1236,8 +1236,7 @@ static kvt_status_t nmap_rebuild(kvt_idx_t *idx, name_map_t *m, uint32_t cap)
 }
 
 /* Calls @eq for candidates with hash @h; returns the slot holding a match or KVT_NIL. */
-typedef bool (*name_eq_fn)(kvt_idx_t *idx, uint32_t id, const char *a, const char *b,
-                           uint32_t n);
+typedef bool (*name_eq_fn)(kvt_idx_t *idx, uint32_t id, const char *a, const char *b, uint32_t n);
 
 static uint32_t nmap_find(kvt_idx_t *idx, const name_map_t *m, uint64_t h, name_eq_fn eq,
                           const char *a, const char *b, uint32_t n)
@@ -1434,6 +1433,26 @@ err_names:
     return KVT_ERR_NO_MEM;
 }
 
+uint32_t kvt_idx_ns_count(const kvt_idx_t *idx)
+{
+    return __atomic_load_n(&idx_shared((kvt_idx_t *)idx)->nns, __ATOMIC_ACQUIRE);
+}
+
+const char *kvt_idx_ns_name(const kvt_idx_t *idx, uint32_t ns, const char **lora_p)
+{
+    if (ns >= idx->sh.nns)
+        return NULL;
+    kvt_ns_t *n = dir_ns(idx->sh.nss, ns);
+    if (lora_p != NULL)
+        *lora_p = n->lora;
+    return n->model;
+}
+
+uint32_t kvt_idx_pod_limit(const kvt_idx_t *idx)
+{
+    return idx->pod_hi;
+}
+
 uint32_t kvt_idx_ns_block_size(const kvt_idx_t *idx, uint32_t ns)
 {
     kvt_idx_shared_t *sh = idx_shared((kvt_idx_t *)idx);
@@ -1458,16 +1477,15 @@ kvt_status_t kvt_idx_pod_find(const kvt_idx_t *cidx, const char *name, uint32_t 
     kvt_idx_t *idx = (kvt_idx_t *)cidx;
     if (name == NULL)
         return KVT_ERR_INVAL;
-    uint32_t slot = nmap_find(idx, &idx->pod_map, name_hash(name, "", dp_rank), pod_eq, name, "",
-                              dp_rank);
+    uint32_t slot =
+        nmap_find(idx, &idx->pod_map, name_hash(name, "", dp_rank), pod_eq, name, "", dp_rank);
     if (slot == KVT_NIL)
         return KVT_ERR_NOT_FOUND;
     *pod_p = idx->pod_map.id[slot];
     return KVT_OK;
 }
 
-kvt_status_t kvt_idx_pod_get(kvt_idx_t *idx, const char *name, uint32_t dp_rank,
-                             uint32_t *pod_p)
+kvt_status_t kvt_idx_pod_get(kvt_idx_t *idx, const char *name, uint32_t dp_rank, uint32_t *pod_p)
 {
     if (name == NULL || name[0] == '\0')
         return KVT_ERR_INVAL;
@@ -1696,9 +1714,8 @@ static void write_done(kvt_idx_t *idx)
  * groups of block i + 8 and the node of block i + 4 are fetched while block
  * i is applied. Hints only: nothing here changes state.
  */
-static inline void store_prefetch(kvt_idx_t *idx, uint32_t pod, uint64_t salt,
-                                  const uint64_t *keys, const uint64_t *ehashes, size_t n,
-                                  size_t i)
+static inline void store_prefetch(kvt_idx_t *idx, uint32_t pod, uint64_t salt, const uint64_t *keys,
+                                  const uint64_t *ehashes, size_t n, size_t i)
 {
     const kvt_ktab_t *t = idx->sh.ktab;
     const kvt_pod_t *p = &idx->pods[pod];
@@ -1788,8 +1805,8 @@ kvt_status_t kvt_idx_store_by_ehash(kvt_idx_t *idx, uint32_t pod, unsigned tier,
     return st;
 }
 
-kvt_status_t kvt_idx_remove(kvt_idx_t *idx, uint32_t pod, unsigned tiers,
-                            const uint64_t *ehashes, size_t n, size_t *unresolved_p)
+kvt_status_t kvt_idx_remove(kvt_idx_t *idx, uint32_t pod, unsigned tiers, const uint64_t *ehashes,
+                            size_t n, size_t *unresolved_p)
 {
     kvt_pod_t *p = pod_live(idx, pod);
     if (p == NULL || tiers == 0 || (tiers & ~KVT_TIER_ALL) != 0 || (n > 0 && ehashes == NULL))
@@ -1835,8 +1852,8 @@ static kvt_status_t spec_push(kvt_idx_t *idx, uint64_t expiry, uint32_t alias)
     return KVT_OK;
 }
 
-kvt_status_t kvt_idx_speculate(kvt_idx_t *idx, uint32_t ns, uint32_t pod,
-                               const uint64_t *keys, size_t n, uint32_t ttl_ms)
+kvt_status_t kvt_idx_speculate(kvt_idx_t *idx, uint32_t ns, uint32_t pod, const uint64_t *keys,
+                               size_t n, uint32_t ttl_ms)
 {
     bool ok;
     uint64_t salt = ns_salt(idx, ns, &ok);

@@ -99,6 +99,19 @@ void kvt_idx_destroy(kvt_idx_t *idx);
 kvt_status_t kvt_idx_ns_get(kvt_idx_t *idx, const char *model, const char *lora,
                             uint32_t block_size, uint32_t *ns_p);
 
+/* Any thread. Namespaces ever created; their ids are 0 .. count-1 (they are never removed). */
+uint32_t kvt_idx_ns_count(const kvt_idx_t *idx);
+
+/*
+ * Writer. Model name of namespace @ns and, in *@lora_p (may be NULL), its
+ * LoRA name ("" for the base model); NULL for an unknown id. The strings
+ * live as long as the index.
+ */
+const char *kvt_idx_ns_name(const kvt_idx_t *idx, uint32_t ns, const char **lora_p);
+
+/* Writer. Every pod id ever handed out is below this (dropped ids included). */
+uint32_t kvt_idx_pod_limit(const kvt_idx_t *idx);
+
 /* Any thread. Block size of namespace @ns, or 0 if @ns does not exist. */
 uint32_t kvt_idx_ns_block_size(const kvt_idx_t *idx, uint32_t ns);
 
@@ -112,8 +125,7 @@ uint64_t kvt_idx_salted_key(const kvt_idx_t *idx, uint32_t ns, uint64_t key);
  * Writer. Finds or creates the pod (@name, @dp_rank) and returns its dense id.
  * Ids of dropped pods are reused. KVT_ERR_LIMIT past KVT_IDX_MAX_PODS.
  */
-kvt_status_t kvt_idx_pod_get(kvt_idx_t *idx, const char *name, uint32_t dp_rank,
-                             uint32_t *pod_p);
+kvt_status_t kvt_idx_pod_get(kvt_idx_t *idx, const char *name, uint32_t dp_rank, uint32_t *pod_p);
 
 /* Writer. Looks up (@name, @dp_rank) without creating it; KVT_ERR_NOT_FOUND if absent. */
 kvt_status_t kvt_idx_pod_find(const kvt_idx_t *idx, const char *name, uint32_t dp_rank,
@@ -178,8 +190,8 @@ kvt_status_t kvt_idx_store_by_ehash(kvt_idx_t *idx, uint32_t pod, unsigned tier,
  * entry left with no tier is dropped. Unknown hashes are skipped and counted
  * in *@unresolved_p (may be NULL).
  */
-kvt_status_t kvt_idx_remove(kvt_idx_t *idx, uint32_t pod, unsigned tiers,
-                            const uint64_t *ehashes, size_t n, size_t *unresolved_p);
+kvt_status_t kvt_idx_remove(kvt_idx_t *idx, uint32_t pod, unsigned tiers, const uint64_t *ehashes,
+                            size_t n, size_t *unresolved_p);
 
 /*
  * Writer. A router's decision before the engine reports it: @pod will hold
@@ -187,8 +199,8 @@ kvt_status_t kvt_idx_remove(kvt_idx_t *idx, uint32_t pod, unsigned tiers,
  * until the engine's own store confirms them or @ttl_ms passes on the index
  * clock, whichever comes first; re-announcing does not extend the TTL.
  */
-kvt_status_t kvt_idx_speculate(kvt_idx_t *idx, uint32_t ns, uint32_t pod,
-                               const uint64_t *keys, size_t n, uint32_t ttl_ms);
+kvt_status_t kvt_idx_speculate(kvt_idx_t *idx, uint32_t ns, uint32_t pod, const uint64_t *keys,
+                               size_t n, uint32_t ttl_ms);
 
 /*
  * Writer. Advances the index clock to @now_ms (milliseconds, any monotonic
@@ -222,8 +234,8 @@ void kvt_idx_reader_destroy(kvt_idx_reader_t *reader);
  * the reader has seen the index's pod count. Returns KVT_OK (zero results
  * when nothing matches or @ns is unknown) or KVT_ERR_NO_MEM.
  */
-kvt_status_t kvt_idx_query(kvt_idx_reader_t *reader, uint32_t ns, const uint64_t *keys,
-                           size_t n, const uint32_t *pods, size_t npods,
-                           const kvt_idx_match_t **res_p, size_t *nres_p);
+kvt_status_t kvt_idx_query(kvt_idx_reader_t *reader, uint32_t ns, const uint64_t *keys, size_t n,
+                           const uint32_t *pods, size_t npods, const kvt_idx_match_t **res_p,
+                           size_t *nres_p);
 
 #endif

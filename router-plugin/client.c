@@ -838,15 +838,21 @@ kvt_status_t kvt_client_query_keys(kvt_client_t *c, const char *model, const cha
     return cl_query(c, model, lora, KVT_PROTO_Q_KEYS, keys, n, pods, npods, res_p);
 }
 
-/* Copies an answer body into a NUL-terminated string the caller frees (*@answer_p). */
-static kvt_status_t cl_answer_text(kvt_client_t *c, const cl_answer_t *ans, char **answer_p)
+/* Sends @req and, when @answer_p is not NULL, returns the answer body as a
+ * NUL-terminated string the caller frees. */
+static kvt_status_t cl_call_text(kvt_client_t *c, kvt_proto_wr_t *req, bool idempotent,
+                                 char **answer_p)
 {
-    char *text = malloc((size_t)ans->h.body_len + 1);
+    cl_answer_t ans;
+    kvt_status_t st = cl_call(c, req, idempotent, &ans);
+    if (st != KVT_OK || answer_p == NULL)
+        return st;
+    char *text = malloc((size_t)ans.h.body_len + 1);
     if (text == NULL)
-        return cl_fail(c, KVT_ERR_NO_MEM, "out of memory for a %u-byte answer", ans->h.body_len);
-    if (ans->h.body_len > 0)
-        memcpy(text, ans->body, ans->h.body_len);
-    text[ans->h.body_len] = '\0';
+        return cl_fail(c, KVT_ERR_NO_MEM, "out of memory for a %u-byte answer", ans.h.body_len);
+    if (ans.h.body_len > 0)
+        memcpy(text, ans.body, ans.h.body_len);
+    text[ans.h.body_len] = '\0';
     *answer_p = text;
     return KVT_OK;
 }
@@ -856,7 +862,6 @@ static kvt_status_t cl_json_call(kvt_client_t *c, uint8_t op, const void *body, 
                                  bool idempotent, char **answer_p)
 {
     kvt_proto_wr_t req;
-    cl_answer_t ans;
 
     if (c == NULL)
         return KVT_ERR_INVAL;
@@ -868,10 +873,7 @@ static kvt_status_t cl_json_call(kvt_client_t *c, uint8_t op, const void *body, 
                      len, kvt_status_str(st));
         goto out;
     }
-    st = cl_call(c, &req, idempotent, &ans);
-    if (st != KVT_OK || answer_p == NULL)
-        goto out;
-    st = cl_answer_text(c, &ans, answer_p);
+    st = cl_call_text(c, &req, idempotent, answer_p);
 out:
     kvt_proto_wr_cleanup(&req);
     return st;
@@ -900,7 +902,6 @@ kvt_status_t kvt_client_ping(kvt_client_t *c)
 kvt_status_t kvt_client_drop_engine(kvt_client_t *c, const char *pod, char **answer_p)
 {
     kvt_proto_wr_t req;
-    cl_answer_t ans;
 
     if (c == NULL)
         return KVT_ERR_INVAL;
@@ -916,10 +917,7 @@ kvt_status_t kvt_client_drop_engine(kvt_client_t *c, const char *pod, char **ans
         st = cl_fail(c, st, "engine drop: cannot encode the request: %s", kvt_status_str(st));
         goto out;
     }
-    st = cl_call(c, &req, false, &ans);
-    if (st != KVT_OK || answer_p == NULL)
-        goto out;
-    st = cl_answer_text(c, &ans, answer_p);
+    st = cl_call_text(c, &req, false, answer_p);
 out:
     kvt_proto_wr_cleanup(&req);
     return st;

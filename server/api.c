@@ -123,14 +123,16 @@ void srv_query_done(kvt_srv_worker_t *w)
 
 #define MAX_FILTER 1024u /* pod names in one query's filter */
 
+/* A query's pod-name filter, per worker thread (the JSON path copies names into filter_buf). */
+static __thread const char *filter_name[MAX_FILTER];
+static __thread size_t filter_len[MAX_FILTER];
+static __thread char filter_buf[MAX_FILTER][KVT_IDX_MAX_NAME + 1];
+
 kvt_status_t srv_api_query_json(kvt_srv_worker_t *w, const char *body, size_t len, kvt_jbuf_t *out,
                                 const char **why_p)
 {
     kvt_srv_t *srv = w->srv;
     static __thread char why[200];
-    static __thread char names[MAX_FILTER][KVT_IDX_MAX_NAME + 1];
-    static __thread const char *name_p[MAX_FILTER];
-    static __thread size_t name_len[MAX_FILTER];
     char model[KVT_IDX_MAX_NAME + 1] = "", lora[KVT_IDX_MAX_NAME + 1] = "";
     size_t mlen = 0, llen = 0, n = 0, npods = 0;
     bool have_model = false, have_tokens = false, have_keys = false;
@@ -170,8 +172,9 @@ kvt_status_t srv_api_query_json(kvt_srv_worker_t *w, const char *body, size_t le
                     *why_p = why;
                     return KVT_ERR_TOO_BIG;
                 }
-                st = kvt_json_string(&j, names[npods], sizeof(names[npods]), &name_len[npods]);
-                name_p[npods] = names[npods];
+                st = kvt_json_string(&j, filter_buf[npods], sizeof(filter_buf[npods]),
+                                     &filter_len[npods]);
+                filter_name[npods] = filter_buf[npods];
                 npods++;
             }
             if (st == KVT_OK && more < 0)
@@ -205,8 +208,8 @@ kvt_status_t srv_api_query_json(kvt_srv_worker_t *w, const char *body, size_t le
         *why_p = "query needs exactly one of \"token_ids\" and \"block_hashes\"";
         return KVT_ERR_INVAL;
     }
-    srv_query_t q = {model,     mlen,    lora,  llen,   have_keys, n,
-                     w->tokens, w->keys, npods, name_p, name_len};
+    srv_query_t q = {model,     mlen,    lora,  llen,        have_keys, n,
+                     w->tokens, w->keys, npods, filter_name, filter_len};
     srv_answer_t a;
     st = srv_query_run(w, &q, &a, why_p);
     if (st != KVT_OK)
@@ -249,8 +252,6 @@ kvt_status_t srv_api_query_rpc(kvt_srv_worker_t *w, uint64_t req_id, const uint8
                                size_t len, kvt_proto_wr_t *wr, const char **why_p)
 {
     kvt_srv_t *srv = w->srv;
-    static __thread const char *name_p[MAX_FILTER];
-    static __thread size_t name_len[MAX_FILTER];
     kvt_proto_query_t pq;
     kvt_status_t st = kvt_proto_query_decode(body, len, srv->cfg.max_query_tokens, &pq, why_p);
     if (st != KVT_OK)
@@ -274,13 +275,13 @@ kvt_status_t srv_api_query_rpc(kvt_srv_worker_t *w, uint64_t req_id, const uint8
     kvt_proto_rd_init(&r, pq.pods, pq.pods_len);
     for (uint32_t i = 0; i < pq.npods; i++) {
         kvt_proto_str_t s = kvt_proto_rd_str(&r);
-        name_p[i] = s.p;
-        name_len[i] = s.len;
+        filter_name[i] = s.p;
+        filter_len[i] = s.len;
     }
     srv_query_t q = {pq.model.p,  pq.model.len, pq.lora.p ? pq.lora.p : "",
                      pq.lora.len, by_keys,      pq.n,
                      w->tokens,   w->keys,      pq.npods,
-                     name_p,      name_len};
+                     filter_name, filter_len};
     srv_answer_t a;
     st = srv_query_run(w, &q, &a, why_p);
     if (st != KVT_OK)

@@ -206,66 +206,25 @@ static uint64_t name_hash(const char *s, size_t n)
     return h;
 }
 
-/* Writer: namespaces the server has seen (the index has no enumeration). */
-struct seen_ns {
-    char *model, *lora;
-    uint32_t ns;
-};
-typedef struct seen_ns seen_ns_t;
-
-static void seen_cleanup(kvt_srv_t *srv)
-{
-    for (size_t i = 0; i < srv->nseen; i++) {
-        free(srv->seen[i].model);
-        free(srv->seen[i].lora);
-    }
-    free(srv->seen);
-    srv->seen = NULL;
-    srv->nseen = srv->capseen = 0;
-    srv->pod_hi = 0;
-}
-
-static bool seen_add(kvt_srv_t *srv, const char *model, const char *lora, uint32_t ns)
-{
-    for (size_t i = 0; i < srv->nseen; i++)
-        if (srv->seen[i].ns == ns)
-            return false;
-    if (srv->nseen == srv->capseen) {
-        size_t cap = srv->capseen ? srv->capseen * 2 : 8;
-        seen_ns_t *n = realloc(srv->seen, cap * sizeof(*n));
-        if (n == NULL)
-            return false;
-        srv->seen = n;
-        srv->capseen = cap;
-    }
-    srv->seen[srv->nseen].model = strdup(model);
-    srv->seen[srv->nseen].lora = strdup(lora ? lora : "");
-    if (srv->seen[srv->nseen].model == NULL || srv->seen[srv->nseen].lora == NULL) {
-        free(srv->seen[srv->nseen].model);
-        free(srv->seen[srv->nseen].lora);
-        return false;
-    }
-    srv->seen[srv->nseen++].ns = ns;
-    return true;
-}
-
 /* Writer. Builds and publishes a snapshot of pods and namespaces. */
 static void reg_publish(kvt_srv_t *srv)
 {
-    uint32_t npods = srv->pod_hi;
+    uint32_t npods = kvt_idx_pod_limit(srv->idx), nns = kvt_idx_ns_count(srv->idx);
     size_t names = 1;
     for (uint32_t i = 0; i < npods; i++) {
         const char *n = kvt_idx_pod_name(srv->idx, i, NULL);
         if (n != NULL)
             names += strlen(n) + 1;
     }
-    for (size_t i = 0; i < srv->nseen; i++)
-        names += strlen(srv->seen[i].model) + strlen(srv->seen[i].lora) + 2;
+    for (uint32_t i = 0; i < nns; i++) {
+        const char *lora, *model = kvt_idx_ns_name(srv->idx, i, &lora);
+        names += strlen(model) + strlen(lora) + 2;
+    }
     uint32_t nb = 16;
     while (nb < npods * 2u)
         nb *= 2;
-    size_t bytes = sizeof(kvt_srv_reg_t) + npods * sizeof(reg_pod_t) +
-                   srv->nseen * sizeof(reg_ns_t) + nb * sizeof(uint32_t) + names;
+    size_t bytes = sizeof(kvt_srv_reg_t) + npods * sizeof(reg_pod_t) + nns * sizeof(reg_ns_t) +
+                   nb * sizeof(uint32_t) + names;
     kvt_srv_reg_t *r = calloc(1, bytes);
     if (r == NULL) {
         kvt_log_warn("registry snapshot: out of memory; keeping the old one");
@@ -273,11 +232,11 @@ static void reg_publish(kvt_srv_t *srv)
     }
     r->bytes = bytes;
     r->npods = npods;
-    r->nns = (uint32_t)srv->nseen;
+    r->nns = nns;
     r->nbucket = nb;
     r->pods = (reg_pod_t *)(void *)(r + 1);
     r->nss = (reg_ns_t *)(void *)(r->pods + npods);
-    r->bucket = (uint32_t *)(void *)(r->nss + srv->nseen);
+    r->bucket = (uint32_t *)(void *)(r->nss + nns);
     r->names = (char *)(r->bucket + nb);
     memset(r->bucket, 0xff, nb * sizeof(uint32_t));
     size_t off = 1;
@@ -295,17 +254,23 @@ static void reg_publish(kvt_srv_t *srv)
         r->pods[i].next = r->bucket[b];
         r->bucket[b] = i;
     }
-    for (size_t i = 0; i < srv->nseen; i++) {
-        size_t ml = strlen(srv->seen[i].model), ll = strlen(srv->seen[i].lora);
+    for (uint32_t i = 0; i < nns; i++) {
+        const char *lora, *model = kvt_idx_ns_name(srv->idx, i, &lora);
+        size_t ml = strlen(model), ll = strlen(lora);
         r->nss[i].model_off = (uint32_t)off;
-        memcpy(r->names + off, srv->seen[i].model, ml + 1);
+        memcpy(r->names + off, model, ml + 1);
         off += ml + 1;
         r->nss[i].lora_off = (uint32_t)off;
-        memcpy(r->names + off, srv->seen[i].lora, ll + 1);
+        memcpy(r->names + off, lora, ll + 1);
         off += ll + 1;
-        r->nss[i].ns = srv->seen[i].ns;
-        r->nss[i].block_size = kvt_idx_ns_block_size(srv->idx, srv->seen[i].ns);
+        r->nss[i].ns = i;
+        r->nss[i].block_size = kvt_idx_ns_block_size(srv->idx, i);
     }
+    srv->reg_pods = kvt_idx_pod_limit(srv->idx);
+    srv->reg_nns = nns;
+    srv->reg_live_pods = 0;
+    for (uint32_t i = 0; i < npods; i++)
+        srv->reg_live_pods += r->pods[i].live;
     kvt_srv_reg_t *old = srv->reg;
     __atomic_store_n(&srv->reg, r, __ATOMIC_RELEASE);
     if (old != NULL)
@@ -408,24 +373,12 @@ static void job_events(kvt_srv_t *srv, srv_job_t *job)
     kvt_evbatch_t *b = &job->batch;
     kvt_ev_counters_t before = srv->st_ev;
     char err[256];
-    kvt_idx_stats_t s0;
-    kvt_idx_stats(srv->idx, &s0);
     job->st = kvt_ev_apply(srv->idx, b, srv->cfg.block_size, &srv->st_ev, err, sizeof(err));
-    uint32_t pod;
-    if (kvt_idx_pod_find(srv->idx, b->pod, b->dp_rank, &pod) == KVT_OK && pod + 1 > srv->pod_hi)
-        srv->pod_hi = pod + 1;
-    bool fresh = false;
-    for (size_t i = 0; i < b->nev; i++) {
-        const kvt_event_t *e = &b->ev[i];
-        uint32_t ns;
-        const char *lora = e->lora_name ? e->lora_name : b->lora;
-        if (e->type == KVT_EV_STORED && e->ntokens > 0 &&
-            kvt_idx_ns_get(srv->idx, b->model, lora, 0, &ns) == KVT_OK)
-            fresh |= seen_add(srv, b->model, lora, ns);
-    }
-    kvt_idx_stats_t s1;
-    kvt_idx_stats(srv->idx, &s1);
-    if (fresh || s1.pods != s0.pods)
+    kvt_idx_stats_t st;
+    kvt_idx_stats(srv->idx, &st);
+    /* ids are handed out, reused and namespaces created only by apply: republish on change */
+    if (st.pods != srv->reg_live_pods || st.namespaces != srv->reg_nns ||
+        kvt_idx_pod_limit(srv->idx) != srv->reg_pods)
         reg_publish(srv);
     if (job->st != KVT_OK) {
         srv->st_rejected += job->st == KVT_ERR_INVAL;
@@ -452,7 +405,7 @@ static void job_drop(kvt_srv_t *srv, srv_job_t *job)
 {
     uint32_t ranks = 0;
     uint64_t entries = 0;
-    for (uint32_t id = 0; id < srv->pod_hi; id++) {
+    for (uint32_t id = 0; id < kvt_idx_pod_limit(srv->idx); id++) {
         const char *n = kvt_idx_pod_name(srv->idx, id, NULL);
         if (n == NULL || strcmp(n, job->pod) != 0)
             continue;
@@ -485,12 +438,13 @@ static void stats_publish(kvt_srv_t *srv)
 {
     kvt_idx_stats_t s;
     kvt_idx_stats(srv->idx, &s);
+    uint32_t npods = kvt_idx_pod_limit(srv->idx);
     uint64_t *ent = NULL;
-    if (srv->pod_hi > 0) {
-        ent = malloc(srv->pod_hi * sizeof(*ent));
+    if (npods > 0) {
+        ent = malloc(npods * sizeof(*ent));
         if (ent == NULL)
             return;
-        for (uint32_t i = 0; i < srv->pod_hi; i++)
+        for (uint32_t i = 0; i < npods; i++)
             ent[i] =
                 kvt_idx_pod_name(srv->idx, i, NULL) ? kvt_idx_pod_entries(srv->idx, i) : UINT64_MAX;
     }
@@ -502,7 +456,7 @@ static void stats_publish(kvt_srv_t *srv)
     srv->st_drops_pub = srv->st_drops;
     uint64_t *old = srv->st_pod_entries;
     srv->st_pod_entries = ent;
-    srv->st_npods = srv->pod_hi;
+    srv->st_npods = npods;
     pthread_mutex_unlock(&srv->stats_mu);
     free(old);
 }
@@ -887,7 +841,6 @@ void kvt_srv_destroy(kvt_srv_t *srv)
     if (srv->ebr.slots != NULL)
         kvt_ebr_cleanup(&srv->ebr);
     kvt_idx_destroy(srv->idx);
-    seen_cleanup(srv);
     free(srv->st_pod_entries);
     free(srv->auth_token);
     free(srv->cfg.http_listen);

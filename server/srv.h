@@ -33,8 +33,7 @@ typedef struct kvt_srv_config {
     uint32_t max_event_items;    /* hashes plus tokens per event batch */
     uint32_t writer_queue;       /* jobs waiting for the writer before 503 */
     uint64_t stats_period_ms;    /* how often counters are published */
-    kvt_log_level_t log_level;
-    bool log_logfmt;
+    kvt_log_level_t log_level;   /* applied by main.c */
 } kvt_srv_config_t;
 
 typedef struct kvt_srv kvt_srv_t;

@@ -161,15 +161,10 @@ struct kvt_srv {
     atomic_bool stopping;
     uint64_t started_ns;
 
-    /* writer: namespaces seen (the index has no enumeration), highest pod id + 1 */
-    struct seen_ns *seen;
-    size_t nseen, capseen;
-    uint32_t pod_hi;
-
     /* registry snapshots */
     kvt_ebr_t ebr;
-    kvt_srv_reg_t *reg; /* published (atomic) */
-    uint32_t reg_pods_seen, reg_ns_seen;
+    kvt_srv_reg_t *reg;                        /* published (atomic) */
+    uint32_t reg_pods, reg_live_pods, reg_nns; /* what the published snapshot covers */
 
     /* writer */
     pthread_t writer;
@@ -196,7 +191,8 @@ kvt_srv_reg_t *srv_reg_enter(kvt_srv_worker_t *w);
 void srv_reg_exit(kvt_srv_worker_t *w);
 const reg_ns_t *srv_reg_ns(const kvt_srv_reg_t *r, const char *model, size_t mlen, const char *lora,
                            size_t llen);
-/* Calls fn for every live pod id named @name (all DP ranks). */
+/* Writes to @out (up to @cap) the id of every live pod named @name (all DP ranks); returns how
+ * many. */
 size_t srv_reg_pods_named(const kvt_srv_reg_t *r, const char *name, size_t len, uint32_t *out,
                           size_t cap);
 kvt_status_t srv_submit(kvt_srv_t *srv, srv_job_t *job);

@@ -173,12 +173,43 @@ static void test_pod_key(void **state)
     assert_int_equal(kvt_idx_pod_key(f->idx, 9999, ns, 42, &k), KVT_ERR_INVAL);
 }
 
+/* A BlockStored longer than the apply chunk stays one chain (parent carried across chunks). */
+static void test_long_event(void **state)
+{
+    fix_t *f = *state;
+    enum { NB = 300 };
+    static uint32_t tok[NB * 2];
+    static uint64_t h[NB], keys[NB];
+    for (uint32_t i = 0; i < NB * 2; i++)
+        tok[i] = i * 31 + 7;
+    for (uint32_t i = 0; i < NB; i++)
+        h[i] = 5000 + i;
+    kvt_ev_counters_t c = {0};
+    kvt_event_t e = stored(h, NB, tok, 2);
+    kvt_evbatch_t b = {.pod = "L", .model = "long", .ev = &e, .nev = 1};
+    char err[200];
+    assert_int_equal(kvt_ev_apply(f->idx, &b, 2, &c, err, sizeof(err)), KVT_OK);
+    uint32_t ns, p;
+    assert_int_equal(kvt_idx_ns_get(f->idx, "long", NULL, 0, &ns), KVT_OK);
+    assert_int_equal(kvt_idx_pod_find(f->idx, "L", 0, &p), KVT_OK);
+    assert_int_equal(kvt_hash_seq(tok, NB * 2, 2, KVT_HASH_SEED, NULL, NULL, keys), NB);
+    const kvt_idx_match_t *res;
+    size_t nres;
+    assert_int_equal(kvt_idx_query(f->rd, ns, keys, NB, NULL, 0, &res, &nres), KVT_OK);
+    assert_int_equal(nres, 1);
+    assert_int_equal(res[0].matched, NB);
+    uint64_t k;
+    assert_int_equal(kvt_idx_pod_key(f->idx, p, ns, h[NB - 1], &k), KVT_OK);
+    assert_true(k == keys[NB - 1]);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_store_parent_remove_clear, setup, teardown),
         cmocka_unit_test_setup_teardown(test_bad_batches_change_nothing, setup, teardown),
         cmocka_unit_test_setup_teardown(test_pod_key, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_long_event, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
