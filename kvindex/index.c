@@ -262,11 +262,10 @@ static kvt_ktab_t *ktab_new(kvt_idx_t *idx, uint32_t groups)
     return t;
 }
 
-/* Writer: group and slot of salted @key, or false. */
-static bool ktab_find(kvt_idx_t *idx, const kvt_ktab_t *t, uint64_t key, uint32_t *gi_p,
-                      uint32_t *si_p)
+/* Writer: group and slot of salted @key (whose kvt_mix64() is @h), or false. */
+static inline bool ktab_find_h(kvt_idx_t *idx, const kvt_ktab_t *t, uint64_t key, uint64_t h,
+                               uint32_t *gi_p, uint32_t *si_p)
 {
-    uint64_t h = kvt_mix64(key);
     uint8_t tag = ktab_tag(h);
     for (uint32_t gi = grp_home(h, t->ngroups);; gi = grp_next(gi, t->ngroups)) {
         const kvt_group_t *g = &t->g[gi];
@@ -283,11 +282,22 @@ static bool ktab_find(kvt_idx_t *idx, const kvt_ktab_t *t, uint64_t key, uint32_
     }
 }
 
-static uint32_t ktab_lookup(kvt_idx_t *idx, uint64_t key)
+static bool ktab_find(kvt_idx_t *idx, const kvt_ktab_t *t, uint64_t key, uint32_t *gi_p,
+                      uint32_t *si_p)
+{
+    return ktab_find_h(idx, t, key, kvt_mix64(key), gi_p, si_p);
+}
+
+static inline uint32_t ktab_lookup_h(kvt_idx_t *idx, uint64_t key, uint64_t h)
 {
     uint32_t gi, si;
     kvt_ktab_t *t = idx->sh.ktab;
-    return ktab_find(idx, t, key, &gi, &si) ? t->g[gi].slot[si] : KVT_NIL;
+    return ktab_find_h(idx, t, key, h, &gi, &si) ? t->g[gi].slot[si] : KVT_NIL;
+}
+
+static uint32_t ktab_lookup(kvt_idx_t *idx, uint64_t key)
+{
+    return ktab_lookup_h(idx, key, kvt_mix64(key));
 }
 
 /* Inserts (key, nid) into the first free slot; publishes the control byte last. */
@@ -325,6 +335,12 @@ static bool grp_erase(kvt_group_t *g, uint32_t si)
 static void ktab_put(kvt_ktab_t *t, uint64_t key, uint32_t nid)
 {
     grp_put(t->g, t->ngroups, kvt_mix64(key), nid);
+}
+
+/* Writer: inserts @nid under hash @h (kvt_mix64 of its salted key). */
+static inline void ktab_put_h(kvt_ktab_t *t, uint64_t h, uint32_t nid)
+{
+    grp_put(t->g, t->ngroups, h, nid);
 }
 
 /*
@@ -685,12 +701,11 @@ static uint32_t ref_node(kvt_idx_t *idx, uint32_t ref)
     return (ref & ALIAS_BIT) ? idx->alias[ref & ~ALIAS_BIT].node : ref;
 }
 
-/* Slot of engine hash @eh (a spec marker when @spec) in @p's table, or KVT_NIL. */
-static uint32_t ptab_find(kvt_idx_t *idx, kvt_pod_t *p, uint64_t eh, bool spec)
+/* Slot of engine hash @eh (hash @h = kvt_mix64(eh); a spec marker when @spec) in @p's table. */
+static inline uint32_t ptab_find_h(kvt_idx_t *idx, kvt_pod_t *p, uint64_t eh, uint64_t h, bool spec)
 {
     if (p->g == NULL)
         return KVT_NIL;
-    uint64_t h = kvt_mix64(eh);
     uint8_t tag = ktab_tag(h);
     for (uint32_t gi = grp_home(h, p->ngroups);; gi = grp_next(gi, p->ngroups)) {
         const kvt_group_t *g = &p->g[gi];
@@ -703,6 +718,12 @@ static uint32_t ptab_find(kvt_idx_t *idx, kvt_pod_t *p, uint64_t eh, bool spec)
         if (grp_match(g, CTRL_EMPTY) != 0)
             return KVT_NIL;
     }
+}
+
+/* Slot of engine hash @eh (a spec marker when @spec) in @p's table, or KVT_NIL. */
+static uint32_t ptab_find(kvt_idx_t *idx, kvt_pod_t *p, uint64_t eh, bool spec)
+{
+    return ptab_find_h(idx, p, eh, kvt_mix64(eh), spec);
 }
 
 static kvt_status_t ptab_rebuild(kvt_idx_t *idx, kvt_pod_t *p, uint32_t groups)
@@ -982,8 +1003,9 @@ static bool node_has_main(kvt_idx_t *idx, kvt_node_t *n)
     return false;
 }
 
-/* Records that @pod holds @nid in @tier under engine hash @eh. */
-static kvt_status_t ref_add(kvt_idx_t *idx, uint32_t nid, uint32_t pod, uint64_t eh, unsigned tier)
+/* Records that @pod holds @nid in @tier under engine hash @eh (@ph = kvt_mix64(eh)). */
+static kvt_status_t ref_add_h(kvt_idx_t *idx, uint32_t nid, uint32_t pod, uint64_t eh, uint64_t ph,
+                              unsigned tier)
 {
     kvt_node_t *n0 = N(idx, nid);
     if (eh == n0->ehash) {
@@ -993,7 +1015,7 @@ static kvt_status_t ref_add(kvt_idx_t *idx, uint32_t nid, uint32_t pod, uint64_t
             return KVT_OK;
     }
     kvt_pod_t *p = &idx->pods[pod];
-    uint32_t slot = ptab_find(idx, p, eh, false);
+    uint32_t slot = ptab_find_h(idx, p, eh, ph, false);
     if (slot != KVT_NIL && ref_node(idx, PREF(p, slot)) != nid) {
         /* the engine reused this hash for another block: forget the old one */
         ref_drop(idx, pod, slot);
@@ -1031,7 +1053,8 @@ static kvt_status_t ref_add(kvt_idx_t *idx, uint32_t nid, uint32_t pod, uint64_t
                 node_elem_set(idx, nid, ep,
                               ELEM_MAKE(pod, ELEM_TIERS(e) | tier, tier, ELEM_NALIAS(e)));
             }
-            ptab_insert(idx, p, nid);
+            grp_put(p->g, p->ngroups, ph, nid); /* n->ehash == eh */
+            p->live++;
         } else {
             uint32_t a;
             st = alias_add(idx, nid, pod, eh, tier, false, &a);
@@ -1047,6 +1070,11 @@ static kvt_status_t ref_add(kvt_idx_t *idx, uint32_t nid, uint32_t pod, uint64_t
             ref_drop(idx, pod, s);
     }
     return KVT_OK;
+}
+
+static kvt_status_t ref_add(kvt_idx_t *idx, uint32_t nid, uint32_t pod, uint64_t eh, unsigned tier)
+{
+    return ref_add_h(idx, nid, pod, eh, kvt_mix64(eh), tier);
 }
 
 /* ---- eviction ------------------------------------------------------------ */
@@ -1632,11 +1660,11 @@ static uint64_t ns_salt(kvt_idx_t *idx, uint32_t ns, bool *ok_p)
     return dir_ns(idx->sh.nss, ns)->salt;
 }
 
-/* Finds or creates the node for salted key @key under @parent. Pins it. */
-static kvt_status_t node_get(kvt_idx_t *idx, uint64_t key, uint64_t eh, uint32_t parent,
-                             uint32_t *nid_p)
+/* Finds or creates the node for salted key @key (@h = kvt_mix64(key)) under @parent. Pins it. */
+static kvt_status_t node_get_h(kvt_idx_t *idx, uint64_t key, uint64_t h, uint64_t eh,
+                               uint32_t parent, uint32_t *nid_p)
 {
-    uint32_t nid = ktab_lookup(idx, key);
+    uint32_t nid = ktab_lookup_h(idx, key, h);
     if (nid != KVT_NIL) {
         kvt_node_t *n = N(idx, nid);
         if (n->parent == KVT_NIL && parent != KVT_NIL && parent != nid) {
@@ -1678,11 +1706,17 @@ static kvt_status_t node_get(kvt_idx_t *idx, uint64_t key, uint64_t eh, uint32_t
     __atomic_store_n(&n->stamp, idx->sh.clock32, __ATOMIC_RELAXED);
     __atomic_store_n(&n->pods, PODS_EMPTY, __ATOMIC_RELAXED);
     wend(idx, nid);
-    ktab_put(idx->sh.ktab, key, nid);
+    ktab_put_h(idx->sh.ktab, h, nid);
     idx->kt_live++;
     idx->pin[1] = nid;
     *nid_p = nid;
     return KVT_OK;
+}
+
+static kvt_status_t node_get(kvt_idx_t *idx, uint64_t key, uint64_t eh, uint32_t parent,
+                             uint32_t *nid_p)
+{
+    return node_get_h(idx, key, kvt_mix64(key), eh, parent, nid_p);
 }
 
 static bool tier_ok(unsigned tier)
@@ -1710,37 +1744,36 @@ static void write_done(kvt_idx_t *idx)
 }
 
 /*
- * Overlaps the cache misses of a long store: the key-table and pod-table
- * groups of block i + 8 and the node of block i + 4 are fetched while block
- * i is applied. Hints only: nothing here changes state.
+ * A store works in chunks of STORE_CHUNK blocks: one pass hashes the chunk's
+ * keys and engine hashes once (every later probe and insert reuses them) and
+ * prefetches their key-table and pod-table groups; the apply pass then also
+ * fetches the node of block i + 4 while block i is applied.
  */
-static inline void store_prefetch(kvt_idx_t *idx, uint32_t pod, uint64_t salt, const uint64_t *keys,
-                                  const uint64_t *ehashes, size_t n, size_t i)
+enum { STORE_CHUNK = 32 };
+
+static inline void store_hash_chunk(kvt_idx_t *idx, uint32_t pod, uint64_t salt,
+                                    const uint64_t *keys, const uint64_t *ehashes, size_t n,
+                                    uint64_t *hk, uint64_t *hp)
 {
     const kvt_ktab_t *t = idx->sh.ktab;
     const kvt_pod_t *p = &idx->pods[pod];
-    for (size_t j = i == 0 ? 0 : 8; i == 0 && j < 8 && j < n; j++) {
-        /* prime: the first blocks' groups */
-        __builtin_prefetch(&t->g[grp_home(kvt_mix64(keys[j] ^ salt), t->ngroups)]);
-        if (p->g != NULL) {
-            uint64_t eh = ehashes ? ehashes[j] : keys[j];
-            __builtin_prefetch(&p->g[grp_home(kvt_mix64(eh), p->ngroups)]);
-        }
+    for (size_t j = 0; j < n; j++) {
+        hk[j] = kvt_mix64(keys[j] ^ salt);
+        hp[j] = kvt_mix64(ehashes ? ehashes[j] : keys[j]);
+        __builtin_prefetch(&t->g[grp_home(hk[j], t->ngroups)]);
+        if (p->g != NULL)
+            __builtin_prefetch(&p->g[grp_home(hp[j], p->ngroups)]);
     }
-    if (i + 8 < n) {
-        __builtin_prefetch(&t->g[grp_home(kvt_mix64(keys[i + 8] ^ salt), t->ngroups)]);
-        if (p->g != NULL) {
-            uint64_t eh = ehashes ? ehashes[i + 8] : keys[i + 8];
-            __builtin_prefetch(&p->g[grp_home(kvt_mix64(eh), p->ngroups)]);
-        }
-    }
-    if (i + 4 < n) {
-        uint64_t h = kvt_mix64(keys[i + 4] ^ salt);
-        const kvt_group_t *g = &t->g[grp_home(h, t->ngroups)];
-        uint32_t m = grp_match(g, ktab_tag(h));
-        if (m != 0)
-            __builtin_prefetch(N(idx, g->slot[__builtin_ctz(m)]));
-    }
+}
+
+/* Prefetch hint for the node a key probably maps to; changes nothing. */
+static inline void store_prefetch_node(kvt_idx_t *idx, uint64_t h)
+{
+    const kvt_ktab_t *t = idx->sh.ktab;
+    const kvt_group_t *g = &t->g[grp_home(h, t->ngroups)];
+    uint32_t m = grp_match(g, ktab_tag(h));
+    if (m != 0)
+        __builtin_prefetch(N(idx, g->slot[__builtin_ctz(m)]));
 }
 
 kvt_status_t kvt_idx_store(kvt_idx_t *idx, uint32_t ns, uint32_t pod, unsigned tier,
@@ -1753,25 +1786,33 @@ kvt_status_t kvt_idx_store(kvt_idx_t *idx, uint32_t ns, uint32_t pod, unsigned t
         return KVT_ERR_INVAL;
     uint32_t parent = parent_key ? ktab_lookup(idx, *parent_key ^ salt) : KVT_NIL;
     kvt_status_t st = KVT_OK;
+    uint64_t hk[STORE_CHUNK], hp[STORE_CHUNK];
     idx->pin_pod = pod;
-    for (size_t i = 0; i < n; i++) {
-        uint64_t eh = ehashes ? ehashes[i] : keys[i];
-        uint32_t nid = KVT_NIL;
-        store_prefetch(idx, pod, salt, keys, ehashes, n, i);
-        idx->pin[0] = parent;
-        idx->pin[1] = KVT_NIL;
-        st = node_get(idx, keys[i] ^ salt, eh, parent, &nid);
-        if (st == KVT_OK)
-            st = ref_add(idx, nid, pod, eh, tier);
-        if (st != KVT_OK) {
-            idx->pin[0] = KVT_NIL;
+    for (size_t c0 = 0; c0 < n; c0 += STORE_CHUNK) {
+        size_t cn = n - c0 < STORE_CHUNK ? n - c0 : STORE_CHUNK;
+        store_hash_chunk(idx, pod, salt, keys + c0, ehashes ? ehashes + c0 : NULL, cn, hk, hp);
+        for (size_t j = 0; j < cn; j++) {
+            size_t i = c0 + j;
+            uint64_t eh = ehashes ? ehashes[i] : keys[i];
+            uint32_t nid = KVT_NIL;
+            if (j + 4 < cn)
+                store_prefetch_node(idx, hk[j + 4]);
+            idx->pin[0] = parent;
             idx->pin[1] = KVT_NIL;
-            node_maybe_free(idx, nid);
-            st = write_stopped(idx, st, n - i);
-            break;
+            st = node_get_h(idx, keys[i] ^ salt, hk[j], eh, parent, &nid);
+            if (st == KVT_OK)
+                st = ref_add_h(idx, nid, pod, eh, hp[j], tier);
+            if (st != KVT_OK) {
+                idx->pin[0] = KVT_NIL;
+                idx->pin[1] = KVT_NIL;
+                node_maybe_free(idx, nid);
+                st = write_stopped(idx, st, n - i);
+                goto out;
+            }
+            parent = nid;
         }
-        parent = nid;
     }
+out:
     write_done(idx);
     return st;
 }
