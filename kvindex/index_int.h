@@ -191,6 +191,7 @@ struct kvt_idx_reader {
     uint32_t *alive;      /* indices into res of pods still extending their run */
     kvt_idx_match_t *res; /* results, in pod order */
     kvt_elem_t *snap;     /* copy of one node's holders */
+    kvt_elem_t *snap2;    /* the holders of the last block merged (same capacity) */
     uint32_t snapcap;
 };
 

@@ -39,6 +39,7 @@ void kvt_idx_reader_destroy(kvt_idx_reader_t *r)
     free(r->alive);
     free(r->res);
     free(r->snap);
+    free(r->snap2);
     free(r);
 }
 
@@ -78,8 +79,13 @@ static kvt_status_t reader_fit_snap(kvt_idx_reader_t *r, uint32_t n)
     while (ncap < n)
         ncap *= 2;
     kvt_elem_t *s = malloc(ncap * sizeof(*s));
-    if (s == NULL)
+    kvt_elem_t *s2 = realloc(r->snap2, ncap * sizeof(*s2)); /* keeps its content */
+    if (s2 != NULL)
+        r->snap2 = s2;
+    if (s == NULL || s2 == NULL) {
+        free(s);
         return KVT_ERR_NO_MEM;
+    }
     free(r->snap);
     r->snap = s;
     r->snapcap = ncap;
@@ -203,6 +209,50 @@ static int snapshot(kvt_idx_reader_t *r, kvt_idx_shared_t *sh, kvt_dir_t **nodes
     }
 }
 
+/*
+ * Intersects the alive results (sorted by pod) with one block's holders
+ * @snap[@cnt], crediting each survivor @mul blocks in its fastest tier.
+ * Compacts r->alive in place; returns how many stay alive.
+ */
+static uint32_t merge_block(kvt_idx_reader_t *r, const kvt_elem_t *snap, int cnt, uint32_t nalive,
+                            uint32_t mul)
+{
+    uint32_t a = 0, out = 0;
+    const bool search = nalive > 32 && cnt * 8 < (int)nalive;
+    for (int j = 0; j < cnt && a < nalive; j++) {
+        uint32_t pod = ELEM_POD(snap[j]);
+        if (search) {
+            /* few holders, many alive: binary search instead of a walk */
+            uint32_t lo = a, hi = nalive;
+            while (lo < hi) {
+                uint32_t mid = (lo + hi) / 2;
+                if (r->res[r->alive[mid]].pod < pod)
+                    lo = mid + 1;
+                else
+                    hi = mid;
+            }
+            a = lo;
+        } else {
+            while (a < nalive && r->res[r->alive[a]].pod < pod)
+                a++;
+        }
+        if (a == nalive || r->res[r->alive[a]].pod != pod)
+            continue;
+        uint32_t k = r->alive[a++];
+        kvt_idx_match_t *m = &r->res[k];
+        unsigned tiers = ELEM_TIERS(snap[j]);
+        m->matched += mul;
+        if (tiers & (KVT_TIER_GPU | KVT_TIER_SPEC))
+            m->gpu += mul;
+        else if (tiers & KVT_TIER_CPU)
+            m->cpu += mul;
+        else
+            m->disk += mul;
+        r->alive[out++] = k; /* out <= a: compaction in place keeps the order */
+    }
+    return out;
+}
+
 kvt_status_t kvt_idx_query(kvt_idx_reader_t *r, uint32_t ns, const uint64_t *keys, size_t n,
                            const uint32_t *pods, size_t npods, const kvt_idx_match_t **res_p,
                            size_t *nres_p)
@@ -235,6 +285,8 @@ kvt_status_t kvt_idx_query(kvt_idx_reader_t *r, uint32_t ns, const uint64_t *key
     kvt_dir_t *sets = __atomic_load_n(&sh->sets, __ATOMIC_ACQUIRE);
     const uint32_t now = __atomic_load_n(&sh->clock32, __ATOMIC_RELAXED);
     uint32_t nres = 0, nalive = 0;
+    uint32_t same = 0; /* blocks after the last merge with exactly its holders, not yet credited */
+    int prev_cnt = -1;
     kvt_status_t status = KVT_OK;
 
     /*
@@ -292,42 +344,29 @@ kvt_status_t kvt_idx_query(kvt_idx_reader_t *r, uint32_t ns, const uint64_t *key
             }
             nalive = nres;
             extended = nres;
+        } else if (cnt == prev_cnt &&
+                   memcmp(snap, r->snap2, (size_t)cnt * sizeof(kvt_elem_t)) == 0) {
+            /*
+             * The same holders in the same tiers as the block before: the
+             * intersection cannot change, so only count the block. Runs of
+             * identical holder sets are the usual shape of a shared prefix.
+             */
+            same++;
+            extended = nalive;
         } else {
-            /* intersect the alive results (sorted by pod) with this block's holders */
-            uint32_t a = 0, out = 0;
-            for (int j = 0; j < cnt && a < nalive; j++) {
-                uint32_t pod = ELEM_POD(snap[j]);
-                if (nalive > 32 && cnt * 8 < (int)nalive) {
-                    /* few holders, many alive: binary search instead of a walk */
-                    uint32_t lo = a, hi = nalive;
-                    while (lo < hi) {
-                        uint32_t mid = (lo + hi) / 2;
-                        if (r->res[r->alive[mid]].pod < pod)
-                            lo = mid + 1;
-                        else
-                            hi = mid;
-                    }
-                    a = lo;
-                } else {
-                    while (a < nalive && r->res[r->alive[a]].pod < pod)
-                        a++;
-                }
-                if (a == nalive || r->res[r->alive[a]].pod != pod)
-                    continue;
-                uint32_t k = r->alive[a++];
-                kvt_idx_match_t *m = &r->res[k];
-                unsigned tiers = ELEM_TIERS(snap[j]);
-                m->matched++;
-                if (tiers & (KVT_TIER_GPU | KVT_TIER_SPEC))
-                    m->gpu++;
-                else if (tiers & KVT_TIER_CPU)
-                    m->cpu++;
-                else
-                    m->disk++;
-                r->alive[out++] = k; /* out <= a: compaction in place keeps the order */
+            if (same > 0) {
+                merge_block(r, r->snap2, prev_cnt, nalive, same);
+                same = 0;
             }
-            nalive = out;
-            extended = out;
+            nalive = merge_block(r, snap, cnt, nalive, 1);
+            extended = nalive;
+        }
+        if (extended != 0 && same == 0) {
+            /* keep this block's holders for the comparison with the next one */
+            kvt_elem_t *keep = r->snap;
+            r->snap = r->snap2;
+            r->snap2 = keep;
+            prev_cnt = cnt;
         }
         if (extended == 0)
             break; /* nobody can extend its run */
@@ -335,6 +374,8 @@ kvt_status_t kvt_idx_query(kvt_idx_reader_t *r, uint32_t ns, const uint64_t *key
         if (__atomic_load_n(&nd->stamp, __ATOMIC_RELAXED) != now)
             __atomic_store_n(&nd->stamp, now, __ATOMIC_RELAXED);
     }
+    if (same > 0)
+        merge_block(r, r->snap2, prev_cnt, nalive, same);
     kvt_ebr_exit(&sh->ebr, r->slot);
     *nres_p = nres;
     return status;

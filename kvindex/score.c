@@ -3,6 +3,8 @@
  */
 #include "kvindex/score.h"
 
+#include <string.h>
+
 #include "kvindex/index_int.h"
 
 void kvt_score_weights_default(kvt_score_weights_t *w)
@@ -19,22 +21,21 @@ static inline uint64_t tie_rank(uint64_t seed, uint32_t pod)
     return kvt_mix64(seed ^ ((uint64_t)pod * 0x9e3779b97f4a7c15ull));
 }
 
-/* True when @a ranks before @b. */
-static bool better(const kvt_scored_t *a, const kvt_scored_t *b, uint64_t seed)
+/* True when @a ranks before @b (tie ranks were computed once, by make()). */
+static inline bool better(const kvt_scored_t *a, const kvt_scored_t *b)
 {
     if (a->score != b->score)
         return a->score > b->score;
-    uint64_t ra = tie_rank(seed, a->pod), rb = tie_rank(seed, b->pod);
-    if (ra != rb)
-        return ra < rb;
+    if (a->tie != b->tie)
+        return a->tie < b->tie;
     return a->pod < b->pod;
 }
 
 /* Scored entry of @pod; @m is its match or NULL. */
 static kvt_scored_t make(const kvt_score_weights_t *w, uint32_t pod, const kvt_idx_match_t *m,
-                         const double *load, size_t nload)
+                         const double *load, size_t nload, uint64_t seed)
 {
-    kvt_scored_t s = {pod, 0, 0, 0, 0, 0.0};
+    kvt_scored_t s = {pod, 0, 0, 0, 0, 0.0, tie_rank(seed, pod)};
     if (m != NULL) {
         s.matched = m->matched;
         s.gpu = m->gpu;
@@ -79,34 +80,34 @@ static size_t cand_pos(const uint32_t *c, size_t n, bool sorted, uint32_t pod)
 /* One scored entry per candidate (or per match when @cands is NULL). */
 static size_t fill(const kvt_score_weights_t *w, const kvt_idx_match_t *matches,
                    size_t nmatches, const uint32_t *cands, size_t ncands, const double *load,
-                   size_t nload, kvt_scored_t *out)
+                   size_t nload, uint64_t seed, kvt_scored_t *out)
 {
     if (cands == NULL) {
         for (size_t i = 0; i < nmatches; i++)
-            out[i] = make(w, matches[i].pod, &matches[i], load, nload);
+            out[i] = make(w, matches[i].pod, &matches[i], load, nload, seed);
         return nmatches;
     }
     for (size_t i = 0; i < ncands; i++)
-        out[i] = make(w, cands[i], NULL, load, nload);
+        out[i] = make(w, cands[i], NULL, load, nload, seed);
     bool sorted = sorted_unique(cands, ncands);
     for (size_t i = 0; i < nmatches; i++) {
         size_t pos = cand_pos(cands, ncands, sorted, matches[i].pod);
         if (pos != SIZE_MAX)
-            out[pos] = make(w, matches[i].pod, &matches[i], load, nload);
+            out[pos] = make(w, matches[i].pod, &matches[i], load, nload, seed);
     }
     return ncands;
 }
 
-static void sift_down(kvt_scored_t *a, size_t root, size_t n, uint64_t seed)
+static void sift_down(kvt_scored_t *a, size_t root, size_t n)
 {
     for (;;) {
         size_t child = 2 * root + 1;
         if (child >= n)
             return;
         /* max-heap on "worse": the worst entry rises, so the array ends best first */
-        if (child + 1 < n && better(&a[child], &a[child + 1], seed))
+        if (child + 1 < n && better(&a[child], &a[child + 1]))
             child++;
-        if (!better(&a[root], &a[child], seed))
+        if (!better(&a[root], &a[child]))
             return;
         kvt_scored_t t = a[root];
         a[root] = a[child];
@@ -115,20 +116,107 @@ static void sift_down(kvt_scored_t *a, size_t root, size_t n, uint64_t seed)
     }
 }
 
-size_t kvt_score_rank(const kvt_score_weights_t *w, const kvt_idx_match_t *matches,
-                      size_t nmatches, const uint32_t *cands, size_t ncands, const double *load,
-                      size_t nload, uint64_t tie_seed, kvt_scored_t *out)
+static void heap_sort(kvt_scored_t *out, size_t n)
 {
-    size_t n = fill(w, matches, nmatches, cands, ncands, load, nload, out);
-    /* heapsort: O(n log n), no allocation, carries the tie seed */
     for (size_t i = n / 2; i-- > 0;)
-        sift_down(out, i, n, tie_seed);
+        sift_down(out, i, n);
     for (size_t end = n; end > 1; end--) {
         kvt_scored_t t = out[0];
         out[0] = out[end - 1];
         out[end - 1] = t;
-        sift_down(out, 0, end - 1, tie_seed);
+        sift_down(out, 0, end - 1);
     }
+}
+
+/*
+ * The usual answer has many entries and few distinct scores, so comparison
+ * sorts mostly compare random tie ranks and mispredict about every other
+ * branch. Instead, with at most 16 distinct scores and 1024 entries: one
+ * counting-sort pass on a key of (score class, top bits of the tie rank),
+ * with about two buckets per entry; an insertion pass that settles entries
+ * sharing a bucket by the full order (few: the array is nearly sorted); one
+ * pass that moves each entry to its place. Returns false (nothing moved)
+ * for other shapes.
+ */
+enum { SORT_SMALL = 1024, SORT_CLASSES = 16, SORT_BUCKETS = 4096 };
+
+static bool bucket_sort(kvt_scored_t *out, size_t n)
+{
+    if (n > SORT_SMALL)
+        return false;
+    double ds[SORT_CLASSES];
+    size_t nd = 0;
+    for (size_t i = 0; i < n; i++) {
+        size_t d = 0;
+        while (d < nd && ds[d] != out[i].score)
+            d++;
+        if (d == nd) {
+            if (nd == SORT_CLASSES)
+                return false;
+            ds[nd++] = out[i].score;
+        }
+    }
+    for (size_t i = 1; i < nd; i++) /* best (highest) score first */
+        for (size_t j = i; j > 0 && ds[j] > ds[j - 1]; j--) {
+            double t = ds[j];
+            ds[j] = ds[j - 1];
+            ds[j - 1] = t;
+        }
+    unsigned bits = 1;
+    while (((size_t)1 << bits) < 2 * n)
+        bits++;
+    if ((nd << bits) > SORT_BUCKETS)
+        return false;
+    uint16_t key[SORT_SMALL], pos[SORT_SMALL];
+    uint16_t cnt[SORT_BUCKETS + 1];
+    memset(cnt, 0, ((nd << bits) + 1) * sizeof(cnt[0]));
+    for (size_t i = 0; i < n; i++) {
+        size_t cls = 0;
+        while (ds[cls] != out[i].score)
+            cls++;
+        key[i] = (uint16_t)(cls << bits | out[i].tie >> (64 - bits));
+        cnt[key[i] + 1]++;
+    }
+    for (size_t b = 1; b <= (nd << bits); b++)
+        cnt[b] = (uint16_t)(cnt[b] + cnt[b - 1]);
+    for (size_t i = 0; i < n; i++)
+        pos[cnt[key[i]]++] = (uint16_t)i;
+    for (size_t i = 1; i < n; i++) {
+        /* same bucket: the full order decides */
+        uint16_t p = pos[i];
+        size_t j = i;
+        while (j > 0 && key[pos[j - 1]] == key[p] && better(&out[p], &out[pos[j - 1]])) {
+            pos[j] = pos[j - 1];
+            j--;
+        }
+        pos[j] = p;
+    }
+    /* pos[k]: the entry that belongs at k; follow each cycle once */
+    for (size_t start = 0; start < n; start++) {
+        if (pos[start] == UINT16_MAX || pos[start] == start)
+            continue;
+        kvt_scored_t t = out[start];
+        size_t k = start;
+        while (pos[k] != start) {
+            size_t from = pos[k];
+            out[k] = out[from];
+            pos[k] = UINT16_MAX;
+            k = from;
+        }
+        out[k] = t;
+        pos[k] = UINT16_MAX;
+    }
+    return true;
+}
+
+size_t kvt_score_rank(const kvt_score_weights_t *w, const kvt_idx_match_t *matches,
+                      size_t nmatches, const uint32_t *cands, size_t ncands, const double *load,
+                      size_t nload, uint64_t tie_seed, kvt_scored_t *out)
+{
+    size_t n = fill(w, matches, nmatches, cands, ncands, load, nload, tie_seed, out);
+    /* no allocation; O(n) for the usual shape, else O(n log n) */
+    if (!bucket_sort(out, n))
+        heap_sort(out, n);
     return n;
 }
 
@@ -136,15 +224,15 @@ uint32_t kvt_score_pick(const kvt_score_weights_t *w, const kvt_idx_match_t *mat
                         size_t nmatches, const uint32_t *cands, size_t ncands, const double *load,
                         size_t nload, uint64_t tie_seed, kvt_scored_t *best_p)
 {
-    kvt_scored_t best = {UINT32_MAX, 0, 0, 0, 0, 0.0};
+    kvt_scored_t best = {UINT32_MAX, 0, 0, 0, 0, 0.0, 0};
     bool have = false;
     bool sorted = cands != NULL && sorted_unique(cands, ncands);
     /* matched pods among the candidates */
     for (size_t i = 0; i < nmatches; i++) {
         if (cands != NULL && cand_pos(cands, ncands, sorted, matches[i].pod) == SIZE_MAX)
             continue;
-        kvt_scored_t s = make(w, matches[i].pod, &matches[i], load, nload);
-        if (!have || better(&s, &best, tie_seed)) {
+        kvt_scored_t s = make(w, matches[i].pod, &matches[i], load, nload, tie_seed);
+        if (!have || better(&s, &best)) {
             best = s;
             have = true;
         }
@@ -155,8 +243,11 @@ uint32_t kvt_score_pick(const kvt_score_weights_t *w, const kvt_idx_match_t *mat
      * only truly unmatched pods can win here, and no join is needed.
      */
     for (size_t i = 0; cands != NULL && i < ncands; i++) {
-        kvt_scored_t s = make(w, cands[i], NULL, load, nload);
-        if (!have || better(&s, &best, tie_seed)) {
+        double l = (load != NULL && cands[i] < nload) ? load[cands[i]] : 0.0;
+        if (have && -w->load * l < best.score)
+            continue; /* cannot win: spare the tie hash (routers pass many candidates) */
+        kvt_scored_t s = make(w, cands[i], NULL, load, nload, tie_seed);
+        if (!have || better(&s, &best)) {
             const kvt_idx_match_t *m = NULL;
             for (size_t j = 0; j < nmatches && m == NULL; j++)
                 if (matches[j].pod == cands[i])

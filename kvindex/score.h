@@ -28,6 +28,7 @@ typedef struct kvt_scored {
     uint32_t pod;
     uint32_t matched, gpu, cpu, disk; /* as in kvt_idx_match_t; 0 if no match */
     double score;
+    uint64_t tie; /* tie-break rank from (tie_seed, pod): lower ranks first */
 } kvt_scored_t;
 
 /* Fills @w with the defaults above. */

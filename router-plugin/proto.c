@@ -575,6 +575,21 @@ uint64_t kvt_proto_query_key(const kvt_proto_query_t *q, uint32_t i)
     return ld64(q->values + (size_t)i * 8);
 }
 
+void kvt_proto_query_values(const kvt_proto_query_t *q, void *out)
+{
+    size_t w = q->kind == KVT_PROTO_Q_KEYS ? 8 : 4;
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+    memcpy(out, q->values, (size_t)q->n * w); /* the wire order is the host's */
+#else
+    for (uint32_t i = 0; i < q->n; i++) {
+        if (w == 8)
+            ((uint64_t *)out)[i] = ld64(q->values + (size_t)i * 8);
+        else
+            ((uint32_t *)out)[i] = ld32(q->values + (size_t)i * 4);
+    }
+#endif
+}
+
 kvt_status_t kvt_proto_query_req_encode(kvt_proto_wr_t *w, uint64_t req_id,
                                         const kvt_proto_query_req_t *q)
 {
@@ -636,13 +651,26 @@ void kvt_proto_query_ans_add(kvt_proto_wr_t *w, kvt_proto_query_ans_enc_t *e,
         w->bad = true;
         return;
     }
-    kvt_proto_wr_str(w, pod->pod.p, pod->pod.len);
-    kvt_proto_wr_u32(w, pod->dp_rank);
-    kvt_proto_wr_u32(w, pod->matched);
-    kvt_proto_wr_u32(w, pod->gpu);
-    kvt_proto_wr_u32(w, pod->cpu);
-    kvt_proto_wr_u32(w, pod->disk);
-    kvt_proto_wr_f64(w, pod->score);
+    if (pod->pod.len > KVT_PROTO_MAX_STR || pod->pod.p == NULL ||
+        memchr(pod->pod.p, '\0', pod->pod.len) != NULL) {
+        w->bad = true;
+        return;
+    }
+    /* one reservation per pod: 2 + name + 5 x u32 + f64 */
+    uint8_t *p = wr_room(w, 2 + pod->pod.len + 28);
+    if (p == NULL)
+        return;
+    st16(p, (uint16_t)pod->pod.len);
+    memcpy(p + 2, pod->pod.p, pod->pod.len);
+    p += 2 + pod->pod.len;
+    st32(p, pod->dp_rank);
+    st32(p + 4, pod->matched);
+    st32(p + 8, pod->gpu);
+    st32(p + 12, pod->cpu);
+    st32(p + 16, pod->disk);
+    uint64_t u;
+    memcpy(&u, &pod->score, sizeof(u));
+    st64(p + 20, u);
     e->npods++;
 }
 

@@ -235,6 +235,8 @@ kvt_status_t kvt_proto_query_decode(const uint8_t *body, size_t len, uint32_t ma
 uint32_t kvt_proto_query_token(const kvt_proto_query_t *q, uint32_t i);
 /* Key @i (< q->n) of a KVT_PROTO_Q_KEYS query, in host order. */
 uint64_t kvt_proto_query_key(const kvt_proto_query_t *q, uint32_t i);
+/* All q->n values in host order: uint32_t tokens or uint64_t keys, by q->kind. */
+void kvt_proto_query_values(const kvt_proto_query_t *q, void *out);
 
 /* What a QUERY request encodes from (all borrowed). */
 typedef struct kvt_proto_query_req {

@@ -105,6 +105,7 @@ void srv_query_pod(kvt_srv_worker_t *w, const srv_answer_t *a, size_t i, srv_ans
     const kvt_scored_t *s = &a->scored[i];
     const reg_pod_t *rp = &w->cur_reg->pods[s->pod];
     *p = (srv_answer_pod_t){w->cur_reg->names + rp->name_off,
+                            rp->name_len,
                             rp->dp_rank,
                             s->matched,
                             s->gpu,
@@ -265,12 +266,7 @@ kvt_status_t srv_api_query_rpc(kvt_srv_worker_t *w, uint64_t req_id, const uint8
         return KVT_ERR_NO_MEM;
     }
     bool by_keys = pq.kind == KVT_PROTO_Q_KEYS;
-    for (uint32_t i = 0; i < pq.n; i++) {
-        if (by_keys)
-            w->keys[i] = kvt_proto_query_key(&pq, i);
-        else
-            w->tokens[i] = kvt_proto_query_token(&pq, i);
-    }
+    kvt_proto_query_values(&pq, by_keys ? (void *)w->keys : (void *)w->tokens);
     kvt_proto_rd_t r;
     kvt_proto_rd_init(&r, pq.pods, pq.pods_len);
     for (uint32_t i = 0; i < pq.npods; i++) {
@@ -292,7 +288,7 @@ kvt_status_t srv_api_query_rpc(kvt_srv_worker_t *w, uint64_t req_id, const uint8
         srv_answer_pod_t p;
         srv_query_pod(w, &a, i, &p);
         kvt_proto_pod_ans_t pa = {
-            {p.pod, (uint16_t)strlen(p.pod)}, p.dp_rank, p.matched, p.gpu, p.cpu, p.disk, p.score};
+            {p.pod, (uint16_t)p.pod_len}, p.dp_rank, p.matched, p.gpu, p.cpu, p.disk, p.score};
         kvt_proto_query_ans_add(wr, &e, &pa);
     }
     st = kvt_proto_query_ans_end(wr, &e);

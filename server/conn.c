@@ -41,6 +41,7 @@ struct kvt_srv_conn {
     bool sent_continue; /* HTTP: "100 Continue" sent for the current request */
     bool authed;        /* RPC: HELLO carried the token */
     bool paused;        /* reads off: output backed up or too many jobs in flight */
+    bool writing;       /* output left over: the bufferevent's write event is on */
     uint32_t inflight;  /* RPC jobs at the writer */
     bool keep_alive;    /* HTTP: of the request waiting for the writer */
     enum srv_call call; /* ... and its call, for metrics */
@@ -97,6 +98,43 @@ static void conn_update_reading(kvt_srv_conn_t *c)
     c->paused = pause;
 }
 
+/*
+ * Sends what the callbacks queued, straight from the output buffer: one
+ * sendmsg per batch of answers. Only a remainder (a full socket buffer) turns
+ * the bufferevent's write event on, so the usual answer costs no epoll_ctl.
+ */
+static void conn_flush(kvt_srv_conn_t *c)
+{
+    if (c->bev == NULL || c->writing)
+        return;
+    struct evbuffer *out = bufferevent_get_output(c->bev);
+    while (evbuffer_get_length(out) > 0) {
+        struct evbuffer_iovec v[16];
+        int nv = evbuffer_peek(out, -1, NULL, v, 16);
+        if (nv > 16)
+            nv = 16;
+        struct iovec iov[16];
+        for (int i = 0; i < nv; i++)
+            iov[i] = (struct iovec){v[i].iov_base, v[i].iov_len};
+        struct msghdr mh = {.msg_iov = iov, .msg_iovlen = (size_t)nv};
+        ssize_t r = sendmsg(bufferevent_getfd(c->bev), &mh, MSG_NOSIGNAL | MSG_DONTWAIT);
+        if (r == -1 && errno == EINTR)
+            continue;
+        if (r <= 0)
+            break; /* full (EAGAIN) or an error: the write event reports either */
+        if (evbuffer_drain(out, (size_t)r) != 0) {
+            /* a bufferevent keeps its output's start frozen: only it drains */
+            evbuffer_unfreeze(out, 1);
+            evbuffer_drain(out, (size_t)r);
+            evbuffer_freeze(out, 1);
+        }
+    }
+    if (evbuffer_get_length(out) > 0) {
+        c->writing = true;
+        bufferevent_enable(c->bev, EV_WRITE);
+    }
+}
+
 static void deadline_cb(evutil_socket_t fd, short what, void *arg)
 {
     (void)fd;
@@ -105,6 +143,7 @@ static void deadline_cb(evutil_socket_t fd, short what, void *arg)
     CTR_INC(c->w->ctr.timeouts[c->proto]);
     if (c->proto == PROTO_HTTP && !c->busy) {
         http_error(c, 408, "request took too long", false);
+        conn_flush(c);
         conn_update_reading(c);
         return;
     }
@@ -557,6 +596,8 @@ static void conn_read_cb(struct bufferevent *bev, void *arg)
         http_read(c);
     else
         rpc_read(c);
+    conn_flush(c);
+    conn_update_reading(c);
     if (c->bev != NULL && c->close_after &&
         evbuffer_get_length(bufferevent_get_output(c->bev)) == 0)
         conn_close(c);
@@ -566,6 +607,9 @@ static void conn_write_cb(struct bufferevent *bev, void *arg)
 {
     (void)bev;
     kvt_srv_conn_t *c = arg;
+    /* the output drained: direct sends again (conn_flush) */
+    c->writing = false;
+    bufferevent_disable(c->bev, EV_WRITE);
     if (c->close_after && !c->busy && c->inflight == 0) {
         conn_close(c);
         return;
@@ -585,7 +629,7 @@ static void conn_event_cb(struct bufferevent *bev, short what, void *arg)
 static void accept_cb(struct evconnlistener *l, evutil_socket_t fd, struct sockaddr *sa, int len,
                       void *arg);
 
-static void accept_conn(kvt_srv_worker_t *w, enum srv_proto proto, evutil_socket_t fd)
+void srv_conn_accept(kvt_srv_worker_t *w, enum srv_proto proto, int fd)
 {
     kvt_srv_t *srv = w->srv;
     if (atomic_fetch_add(&srv->nconns, 1) >= (int)srv->cfg.max_connections) {
@@ -646,7 +690,10 @@ static void accept_conn(kvt_srv_worker_t *w, enum srv_proto proto, evutil_socket
     uint64_t ms = srv->cfg.idle_timeout_ms;
     struct timeval tv = {(time_t)(ms / 1000), (suseconds_t)(ms % 1000) * 1000};
     bufferevent_set_timeouts(bev, ms ? &tv : NULL, NULL);
-    bufferevent_enable(bev, EV_READ | EV_WRITE);
+    /* read what is there (many pipelined requests) in one call; writes: conn_flush() */
+    bufferevent_set_max_single_read(bev, 256 * 1024);
+    bufferevent_set_max_single_write(bev, 256 * 1024);
+    bufferevent_enable(bev, EV_READ);
 }
 
 static void accept_cb(struct evconnlistener *l, evutil_socket_t fd, struct sockaddr *sa, int len,
@@ -660,7 +707,17 @@ static void accept_cb(struct evconnlistener *l, evutil_socket_t fd, struct socka
         int one = 1;
         setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
     }
-    accept_conn(a->w, a->proto == NPROTOS ? PROTO_RPC : a->proto, fd);
+    enum srv_proto proto = a->proto == NPROTOS ? PROTO_RPC : a->proto;
+    /*
+     * Connections go round-robin over the workers: the kernel's reuseport
+     * hash can put three of four connections on one worker and leave the
+     * other idle. A full hand-off ring keeps the connection here.
+     */
+    kvt_srv_t *srv = a->w->srv;
+    unsigned target = atomic_fetch_add(&srv->next_worker, 1) % (unsigned)srv->nworkers;
+    if ((int)target != a->w->id && srv_handoff(&srv->workers[target], proto, fd))
+        return;
+    srv_conn_accept(a->w, proto, fd);
 }
 
 static void accept_error_cb(struct evconnlistener *l, void *arg)

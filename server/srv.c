@@ -248,7 +248,7 @@ static void reg_publish(kvt_srv_t *srv)
             continue;
         size_t l = strlen(n);
         memcpy(r->names + off, n, l + 1);
-        r->pods[i] = (reg_pod_t){(uint32_t)off, rank, 1, UINT32_MAX};
+        r->pods[i] = (reg_pod_t){(uint32_t)off, (uint32_t)l, rank, 1, UINT32_MAX};
         off += l + 1;
         uint32_t b = (uint32_t)name_hash(n, l) & (nb - 1);
         r->pods[i].next = r->bucket[b];
@@ -307,7 +307,7 @@ size_t srv_reg_pods_named(const kvt_srv_reg_t *r, const char *name, size_t len, 
     uint32_t b = (uint32_t)name_hash(name, len) & (r->nbucket - 1);
     for (uint32_t id = r->bucket[b]; id != UINT32_MAX && n < cap; id = r->pods[id].next) {
         const char *s = r->names + r->pods[id].name_off;
-        if (strlen(s) == len && memcmp(s, name, len) == 0)
+        if (r->pods[id].name_len == len && memcmp(s, name, len) == 0)
             out[n++] = id;
     }
     return n;
@@ -527,10 +527,25 @@ static void worker_wake(evutil_socket_t fd, short what, void *arg)
     (void)fd;
     (void)what;
     kvt_srv_worker_t *w = arg;
+    int fds[SRV_HANDOFF];
+    enum srv_proto protos[SRV_HANDOFF];
     pthread_mutex_lock(&w->done_mu);
     srv_job_t *jobs = w->done_head;
     w->done_head = w->done_tail = NULL;
+    uint32_t nh = w->handoff_n;
+    for (uint32_t i = 0; i < nh; i++) {
+        fds[i] = w->handoff[i].fd;
+        protos[i] = w->handoff[i].proto;
+    }
+    w->handoff_n = 0;
     pthread_mutex_unlock(&w->done_mu);
+    for (uint32_t i = 0; i < nh; i++) {
+        if (atomic_load(&w->srv->stopping)) {
+            close(fds[i]);
+        } else {
+            srv_conn_accept(w, protos[i], fds[i]);
+        }
+    }
     while (jobs != NULL) {
         srv_job_t *j = jobs;
         jobs = j->next;
@@ -540,6 +555,21 @@ static void worker_wake(evutil_socket_t fd, short what, void *arg)
         srv_conn_close_all(w);
         event_base_loopbreak(w->base);
     }
+}
+
+bool srv_handoff(kvt_srv_worker_t *w, enum srv_proto proto, int fd)
+{
+    pthread_mutex_lock(&w->done_mu);
+    bool ok = w->handoff_n < SRV_HANDOFF;
+    if (ok) {
+        w->handoff[w->handoff_n].fd = fd;
+        w->handoff[w->handoff_n].proto = proto;
+        w->handoff_n++;
+    }
+    pthread_mutex_unlock(&w->done_mu);
+    if (ok)
+        event_active(w->wake, EV_READ, 0);
+    return ok;
 }
 
 static void *worker_main(void *arg)
@@ -568,6 +598,10 @@ static void worker_cleanup(kvt_srv_worker_t *w)
         kvt_idx_reader_destroy(w->reader);
     if (w->ebr_slot >= 0)
         kvt_ebr_slot_release(&w->srv->ebr, w->ebr_slot);
+    for (uint32_t i = 0; i < w->handoff_n; i++) {
+        close(w->handoff[i].fd); /* passed here after this worker stopped */
+    }
+    w->handoff_n = 0;
     pthread_mutex_destroy(&w->done_mu);
     free(w->keys);
     free(w->tokens);

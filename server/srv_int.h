@@ -40,6 +40,7 @@ typedef struct kvt_srv_conn kvt_srv_conn_t;
 
 typedef struct reg_pod {
     uint32_t name_off; /* into names[]; 0 with live == 0 */
+    uint32_t name_len;
     uint32_t dp_rank;
     uint32_t live;
     uint32_t next; /* next pod id in the same name bucket, or UINT32_MAX */
@@ -120,6 +121,8 @@ typedef struct listen_arg {
     enum srv_proto proto; /* NPROTOS: the Unix socket (RPC) */
 } listen_arg_t;
 
+#define SRV_HANDOFF 64u
+
 struct kvt_srv_worker {
     kvt_srv_t *srv;
     int id;
@@ -132,8 +135,14 @@ struct kvt_srv_worker {
     kvt_idx_reader_t *reader;
     kvt_srv_reg_t *cur_reg; /* registry held by the query being answered */
     int ebr_slot;           /* in srv->ebr, for registry snapshots */
-    pthread_mutex_t done_mu;
+    pthread_mutex_t done_mu; /* guards the done queue and the hand-off ring */
     srv_job_t *done_head, *done_tail;
+    /* accepted sockets another worker passed here (connections go round-robin) */
+    struct {
+        int fd;
+        enum srv_proto proto;
+    } handoff[SRV_HANDOFF];
+    uint32_t handoff_n;
     /* query scratch, grown as needed */
     uint64_t *keys;
     size_t keys_cap;
@@ -159,6 +168,7 @@ struct kvt_srv {
     uint16_t http_port, rpc_port;
     atomic_int nconns;
     atomic_bool stopping;
+    atomic_uint next_worker; /* round-robin target for the next accepted connection */
     uint64_t started_ns;
 
     /* registry snapshots */
@@ -216,6 +226,7 @@ typedef struct srv_query {
 
 typedef struct srv_answer_pod {
     const char *pod; /* valid until srv_query_done() */
+    uint32_t pod_len;
     uint32_t dp_rank;
     uint32_t matched, gpu, cpu, disk;
     double score;
@@ -250,6 +261,10 @@ int srv_listener_fd(kvt_srv_worker_t *w, int which);
 
 /* conn.c */
 kvt_status_t srv_conn_listen(kvt_srv_worker_t *w);
+/* Takes over accepted socket @fd on worker @w (limits, bufferevent). */
+void srv_conn_accept(kvt_srv_worker_t *w, enum srv_proto proto, int fd);
+/* Passes @fd to worker @w's loop; false when its hand-off ring is full. */
+bool srv_handoff(kvt_srv_worker_t *w, enum srv_proto proto, int fd);
 void srv_conn_job_done(srv_job_t *job);
 void srv_conn_close_all(kvt_srv_worker_t *w);
 

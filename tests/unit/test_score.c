@@ -3,6 +3,7 @@
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include <cmocka.h>
@@ -123,6 +124,55 @@ static void test_rank_sorted_random(void **state)
     }
 }
 
+static int ref_cmp(const void *pa, const void *pb)
+{
+    const kvt_scored_t *a = pa, *b = pb;
+    if (a->score != b->score)
+        return a->score > b->score ? -1 : 1;
+    if (a->tie != b->tie)
+        return a->tie < b->tie ? -1 : 1;
+    return (a->pod > b->pod) - (a->pod < b->pod);
+}
+
+/* rank against a naive reference (qsort of the documented order), both sort paths. */
+static void test_rank_matches_reference(void **state)
+{
+    (void)state;
+    kvt_score_weights_t w;
+    kvt_score_weights_default(&w);
+    enum { MAXN = 1500 };
+    static kvt_idx_match_t m[MAXN];
+    static kvt_scored_t out[MAXN], ref[MAXN];
+    static double load[MAXN];
+    uint64_t rng = 7;
+    static const size_t sizes[] = {0, 1, 2, 3, 17, 64, 65, 255, 1024, 1025, 1500};
+    for (size_t si = 0; si < sizeof(sizes) / sizeof(sizes[0]); si++) {
+        for (int round = 0; round < 20; round++) {
+            size_t n = sizes[si];
+            for (size_t i = 0; i < n; i++) {
+                rng = rng * 6364136223846793005ull + 1442695040888963407ull;
+                /* few distinct scores: ties are the common case, as in real answers */
+                uint32_t g = (uint32_t)(rng >> 60) % 3, c = (uint32_t)(rng >> 50) % 2;
+                m[i] = (kvt_idx_match_t){(uint32_t)(i * 3 + 1), g + c, g, c, 0};
+                load[i * 3 % MAXN] = (double)((rng >> 40) % 2);
+            }
+            uint64_t seed = rng;
+            size_t k = kvt_score_rank(&w, m, n, NULL, 0, load, MAXN, seed, out);
+            assert_int_equal(k, n);
+            memcpy(ref, out, n * sizeof(*out));
+            qsort(ref, n, sizeof(*ref), ref_cmp);
+            assert_memory_equal(out, ref, n * sizeof(*out));
+            /* every input pod appears once with its own counts */
+            for (size_t i = 0; i < n; i++) {
+                size_t at = (out[i].pod - 1) / 3;
+                assert_true(at < n);
+                assert_int_equal(out[i].matched, m[at].matched);
+                assert_int_equal(out[i].gpu, m[at].gpu);
+            }
+        }
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -131,6 +181,7 @@ int main(void)
         cmocka_unit_test(test_load_term_and_candidates),
         cmocka_unit_test(test_ties_spread_deterministically),
         cmocka_unit_test(test_rank_sorted_random),
+        cmocka_unit_test(test_rank_matches_reference),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
