@@ -915,6 +915,32 @@ static inline int kvt_json_fast_int(const char *s, size_t len, size_t p, bool *n
     }
     if (p >= len || !KVT_JSON_IS_DIGIT(s[p]))
         return 0;
+    if (len - p >= 8) {
+        /*
+         * Up to 7 digits (token ids): eight bytes at once. a = byte ^ '0' is
+         * 0..9 for a digit; a + 0x76 sets the high bit from 10 up, and a high
+         * bit already set marks the rest. Carries only reach bytes after the
+         * first non-digit, which are not used.
+         */
+        uint64_t x;
+        memcpy(&x, s + p, 8);
+        uint64_t a = x ^ 0x3030303030303030ull;
+        uint64_t nd = (a | (a + 0x7676767676767676ull)) & 0x8080808080808080ull;
+        unsigned k = nd ? (unsigned)__builtin_ctzll(nd) >> 3 : 8;
+        if (k < 8 && (k == 1 || s[p] != '0')) {
+            char c = s[p + k];
+            if (c == '.' || c == 'e' || c == 'E')
+                return 0;
+            /* the k digit values to the last k bytes (zeros lead), then fold 2, 4, 8 */
+            a <<= 8 * (8 - k);
+            a = (a * 2561) >> 8;
+            a = ((a & 0x00FF00FF00FF00FFull) * 6553601) >> 16;
+            a = ((a & 0x0000FFFF0000FFFFull) * 42949672960001ull) >> 32;
+            *mag = a & 0xffffffffu;
+            *end = p + k;
+            return 1;
+        }
+    }
     uint64_t v = (uint64_t)(s[p] - '0');
     size_t q = p + 1;
     if (v != 0) {
@@ -1065,7 +1091,7 @@ static bool kvt_jbuf_reserve(kvt_jbuf_t *b, size_t n)
     return true;
 }
 
-void kvt_jbuf_raw(kvt_jbuf_t *b, const char *s, size_t n)
+void kvt_jbuf_raw_slow(kvt_jbuf_t *b, const char *s, size_t n)
 {
     if (!kvt_jbuf_reserve(b, n))
         return;
@@ -1073,11 +1099,6 @@ void kvt_jbuf_raw(kvt_jbuf_t *b, const char *s, size_t n)
         memcpy(b->buf + b->len, s, n);
     b->len += n;
     b->buf[b->len] = '\0';
-}
-
-void kvt_jbuf_cstr(kvt_jbuf_t *b, const char *s)
-{
-    kvt_jbuf_raw(b, s, strlen(s));
 }
 
 void kvt_jbuf_str(kvt_jbuf_t *b, const char *s, size_t n)

@@ -39,6 +39,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 #include "common/status.h"
 
@@ -197,10 +198,24 @@ void kvt_jbuf_init(kvt_jbuf_t *b);
 void kvt_jbuf_cleanup(kvt_jbuf_t *b);
 /* len = 0 and oom = false; keeps the memory. */
 void kvt_jbuf_reset(kvt_jbuf_t *b);
-/* Appends @n bytes as they are. */
-void kvt_jbuf_raw(kvt_jbuf_t *b, const char *s, size_t n);
+/* kvt_jbuf_raw() when the buffer must grow (or is out of memory). */
+void kvt_jbuf_raw_slow(kvt_jbuf_t *b, const char *s, size_t n);
+/* Appends @n bytes as they are. Inline: answers append many short pieces. */
+static inline void kvt_jbuf_raw(kvt_jbuf_t *b, const char *s, size_t n)
+{
+    if (!b->oom && b->cap > b->len && n < b->cap - b->len) {
+        memcpy(b->buf + b->len, s, n);
+        b->len += n;
+        b->buf[b->len] = '\0';
+        return;
+    }
+    kvt_jbuf_raw_slow(b, s, n);
+}
 /* Appends the NUL-terminated @s as it is. */
-void kvt_jbuf_cstr(kvt_jbuf_t *b, const char *s);
+static inline void kvt_jbuf_cstr(kvt_jbuf_t *b, const char *s)
+{
+    kvt_jbuf_raw(b, s, strlen(s)); /* inline: a literal's length is known at compile time */
+}
 /* Appends @s[0..n) as a quoted JSON string: '"', '\\' and control bytes are
  * escaped; valid UTF-8 is copied; each byte of invalid UTF-8 becomes \ufffd. */
 void kvt_jbuf_str(kvt_jbuf_t *b, const char *s, size_t n);

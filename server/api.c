@@ -224,7 +224,7 @@ kvt_status_t srv_api_query_json(kvt_srv_worker_t *w, const char *body, size_t le
         srv_answer_pod_t p;
         srv_query_pod(w, &a, i, &p);
         kvt_jbuf_cstr(out, i ? ",{\"pod\":" : "{\"pod\":");
-        kvt_jbuf_str(out, p.pod, strlen(p.pod));
+        kvt_jbuf_str(out, p.pod, p.pod_len);
         kvt_jbuf_cstr(out, ",\"dp_rank\":");
         kvt_jbuf_u64(out, p.dp_rank);
         kvt_jbuf_cstr(out, ",\"matched_blocks\":");
