@@ -37,7 +37,7 @@
 typedef struct br_opts {
     const char *kvtierd;
     double seconds;
-    uint32_t conns, depth, http_conns, pods, prompts, tokens, workers;
+    uint32_t conns, depth, batch, http_conns, pods, prompts, tokens, workers;
     bool redis;
 } br_opts_t;
 
@@ -52,12 +52,15 @@ static void br_usage(FILE *out)
 {
     fprintf(out,
             "usage: kvtier-bench rpc [--kvtierd PATH] [--seconds S] [--conns C] [--depth D]\n"
-            "                        [--http-conns H] [--pods P] [--prompts K] [--tokens N]\n"
+            "                        [--batch B] [--http-conns H] [--pods P] [--prompts K]\n"
+            "                        [--tokens N]\n"
             "                        [--workers W] [--no-redis]\n"
             "\n"
             "Starts kvtierd (W query workers, default 2) on loopback, stores K prompts of N\n"
             "tokens (default 256 x 1024, block size 16) on P pods (default 64), then measures\n"
-            "RPC queries/s with C connections x D in flight (default 4 x 32), RPC latency at\n"
+            "RPC queries/s with C connections x D in flight (default 4 x 32), sent in writes\n"
+            "of B requests once B answers are back (default 16, as redis-benchmark -P 16;\n"
+            "--batch 1 replaces each answer at once), RPC latency at\n"
             "half that rate, HTTP queries/s with H keep-alive connections (default 16), and\n"
             "redis-benchmark -P 16 -t get as the yardstick. S seconds per phase (default 3).\n"
             "The last line is JSON.\n");
@@ -66,7 +69,7 @@ static void br_usage(FILE *out)
 static int br_parse(int argc, char **argv, br_opts_t *o)
 {
     static char def_path[4096];
-    *o = (br_opts_t){NULL, 3.0, 4, 32, 16, 64, 256, 1024, 2, true};
+    *o = (br_opts_t){NULL, 3.0, 4, 32, 16, 16, 64, 256, 1024, 2, true};
     for (int i = 1; i < argc; i++) {
         const char *v = NULL;
         uint64_t u;
@@ -95,6 +98,7 @@ static int br_parse(int argc, char **argv, br_opts_t *o)
             uint32_t *field;
             uint64_t lo, hi;
         } u32s[] = {{"--conns", &o->conns, 1, 256},           {"--depth", &o->depth, 1, 1024},
+                    {"--batch", &o->batch, 1, 1024},
                     {"--http-conns", &o->http_conns, 1, 256}, {"--pods", &o->pods, 1, 10000},
                     {"--prompts", &o->prompts, 1, 100000},    {"--tokens", &o->tokens, 16, 65536},
                     {"--workers", &o->workers, 1, 64}};
@@ -111,6 +115,10 @@ static int br_parse(int argc, char **argv, br_opts_t *o)
             fprintf(stderr, "kvtier-bench: unknown option '%s' (try --help)\n", argv[i]);
             return -1;
         }
+    }
+    if (o->batch > o->depth) {
+        fprintf(stderr, "kvtier-bench: --batch %u is more than --depth %u\n", o->batch, o->depth);
+        return -1;
     }
     if (o->kvtierd == NULL) {
         ssize_t n = readlink("/proc/self/exe", def_path, sizeof(def_path) - 16);
@@ -303,8 +311,9 @@ typedef struct br_conn {
     int fd;
     uint8_t *in;
     size_t inlen, incap;
-    uint8_t *out; /* closed loop: the requests one read's answers make room for */
+    uint8_t *out; /* closed loop: replacement requests not yet written */
     size_t outlen;
+    uint32_t queued; /* requests in out (counted in inflight already) */
     uint32_t inflight;
     uint64_t *sent_at; /* per in-flight slot (req_id % depth) */
 } br_conn_t;
@@ -365,18 +374,29 @@ static int br_rpc_run(const br_opts_t *o, uint16_t port, uint8_t **reqs, size_t 
             break;
         if (rate > 0) {
             /* send every request whose time has come */
+            /* all that are due, one write per connection (latency counts from the due time) */
             while (t0 + (uint64_t)(scheduled * interval) <= now) {
                 br_conn_t *k = &c[rr++ % nc];
                 if (k->inflight >= slots - 1)
                     break;
                 size_t q = next_id % o->prompts;
-                memcpy(reqs[q] + 8, &next_id, 8);
+                if (k->outlen + reqlen[q] > (size_t)depth * maxreq) {
+                    if (br_write_all(k->fd, k->out, k->outlen) != 0)
+                        return -1;
+                    k->outlen = 0;
+                }
+                memcpy(k->out + k->outlen, reqs[q], reqlen[q]);
+                memcpy(k->out + k->outlen + 8, &next_id, 8);
+                k->outlen += reqlen[q];
                 k->sent_at[next_id % slots] = t0 + (uint64_t)(scheduled * interval);
-                if (br_write_all(k->fd, reqs[q], reqlen[q]) != 0)
-                    return -1;
                 k->inflight++;
                 next_id++;
                 scheduled++;
+            }
+            for (uint32_t i = 0; i < nc; i++) {
+                if (c[i].outlen > 0 && br_write_all(c[i].fd, c[i].out, c[i].outlen) != 0)
+                    return -1;
+                c[i].outlen = 0;
             }
         }
         struct epoll_event evs[64];
@@ -418,14 +438,19 @@ static int br_rpc_run(const br_opts_t *o, uint16_t port, uint8_t **reqs, size_t 
                     k->outlen += reqlen[q];
                     k->sent_at[next_id % slots] = t;
                     k->inflight++;
+                    k->queued++;
                     next_id++;
                 }
             }
             memmove(k->in, k->in + off, k->inlen - off);
             k->inlen -= off;
-            if (k->outlen > 0 && br_write_all(k->fd, k->out, k->outlen) != 0)
-                return -1;
-            k->outlen = 0;
+            /* pipelining as redis-benchmark -P does: whole batches per write */
+            if (k->queued >= o->batch) {
+                if (br_write_all(k->fd, k->out, k->outlen) != 0)
+                    return -1;
+                k->outlen = 0;
+                k->queued = 0;
+            }
         }
     }
     double secs = (double)(br_now_ns() - t0) / 1e9;
@@ -619,8 +644,8 @@ int kvt_bench_rpc_main(int argc, char **argv)
 
     printf("kvtierd: %u workers; %u prompts of %u tokens on %u pods\n", o.workers, o.prompts,
            o.tokens, o.pods);
-    printf("%-34s %12.0f /s  (%u conns x %u in flight, %" PRIu64 " errors)\n",
-           "rpc queries, closed loop", rpc_qps, o.conns, o.depth, closed.errors);
+    printf("%-34s %12.0f /s  (%u conns x %u in flight, batches of %u, %" PRIu64 " errors)\n",
+           "rpc queries, closed loop", rpc_qps, o.conns, o.depth, o.batch, closed.errors);
     printf("%-34s %12.0f /s  p50 %.1f us  p99 %.1f us  (%zu samples, %" PRIu64 " errors)\n",
            "rpc queries, open loop at half", (double)open.done / open.secs, p50, p99, open.nlat,
            open.errors);
@@ -628,10 +653,11 @@ int kvt_bench_rpc_main(int argc, char **argv)
            "http queries, closed loop", http_qps, o.http_conns, http_err);
     printf("%-34s %12.0f /s  (redis-benchmark -P 16 -t get)\n", "redis GET (yardstick)", redis);
     printf("{\"bench\":\"rpc\",\"workers\":%u,\"tokens\":%u,\"conns\":%u,\"depth\":%u,"
+           "\"batch\":%u,"
            "\"rpc_queries_per_sec\":%.0f,\"rpc_p50_us\":%.1f,\"rpc_p99_us\":%.1f,"
            "\"rpc_half_load_per_sec\":%.0f,\"http_queries_per_sec\":%.0f,"
            "\"redis_get_per_sec\":%.0f,\"rpc_vs_redis\":%.3f,\"errors\":%" PRIu64 "}\n",
-           o.workers, o.tokens, o.conns, o.depth, rpc_qps, p50, p99, (double)open.done / open.secs,
+           o.workers, o.tokens, o.conns, o.depth, o.batch, rpc_qps, p50, p99, (double)open.done / open.secs,
            http_qps, redis, redis > 0 ? rpc_qps / redis : 0.0,
            closed.errors + open.errors + http_err);
     for (uint32_t i = 0; i < o.prompts; i++) {

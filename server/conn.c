@@ -42,6 +42,7 @@ struct kvt_srv_conn {
     bool authed;        /* RPC: HELLO carried the token */
     bool paused;        /* reads off: output backed up or too many jobs in flight */
     bool writing;       /* output left over: the bufferevent's write event is on */
+    size_t read_high;   /* input bytes buffered at most (the read high watermark) */
     uint32_t inflight;  /* RPC jobs at the writer */
     bool keep_alive;    /* HTTP: of the request waiting for the writer */
     enum srv_call call; /* ... and its call, for metrics */
@@ -133,6 +134,56 @@ static void conn_flush(kvt_srv_conn_t *c)
         c->writing = true;
         bufferevent_enable(c->bev, EV_WRITE);
     }
+}
+
+/*
+ * Reads what the socket holds beyond the bufferevent's own read, which
+ * libevent 2.1 caps at 4 KiB a call: without this, every pipelined request
+ * of a few KiB costs its own wakeup, ioctl, read and send. Bounded by the
+ * read high watermark; stops at EAGAIN, EOF or an error (the bufferevent's
+ * next read reports those).
+ */
+static void conn_fill(kvt_srv_conn_t *c)
+{
+    struct evbuffer *in = bufferevent_get_input(c->bev);
+    int fd = bufferevent_getfd(c->bev);
+    bool thawed = false; /* a bufferevent keeps its input's end frozen: only it adds */
+    for (int round = 0; round < 8; round++) {
+        size_t have = evbuffer_get_length(in);
+        if (have >= c->read_high)
+            break;
+        size_t want = c->read_high - have;
+        if (want > 256 * 1024)
+            want = 256 * 1024;
+        struct evbuffer_iovec v[2];
+        int nv = evbuffer_reserve_space(in, (ev_ssize_t)want, v, 2);
+        if (nv <= 0 && !thawed) {
+            evbuffer_unfreeze(in, 0);
+            thawed = true;
+            nv = evbuffer_reserve_space(in, (ev_ssize_t)want, v, 2);
+        }
+        if (nv <= 0)
+            break;
+        struct iovec iov[2];
+        for (int i = 0; i < nv; i++)
+            iov[i] = (struct iovec){v[i].iov_base, v[i].iov_len};
+        struct msghdr mh = {.msg_iov = iov, .msg_iovlen = (size_t)nv};
+        ssize_t r = recvmsg(fd, &mh, MSG_DONTWAIT);
+        if (r <= 0)
+            break; /* nothing committed: the reservation lapses */
+        size_t left = (size_t)r;
+        int used = 0;
+        for (; used < nv && left > 0; used++) {
+            if (v[used].iov_len > left)
+                v[used].iov_len = left;
+            left -= v[used].iov_len;
+        }
+        evbuffer_commit_space(in, v, used);
+        if ((size_t)r < want)
+            break; /* the socket is drained */
+    }
+    if (thawed)
+        evbuffer_freeze(in, 0);
 }
 
 static void deadline_cb(evutil_socket_t fd, short what, void *arg)
@@ -548,6 +599,9 @@ static void rpc_read(kvt_srv_conn_t *c)
         request_finished(c);
         if (status >= 0)
             srv_count(w, PROTO_RPC, rpc_call_of(h.op), status, t0);
+        /* a long burst: send what is ready rather than hold it until the burst ends */
+        if (c->bev != NULL && evbuffer_get_length(bufferevent_get_output(c->bev)) >= 16384)
+            conn_flush(c);
     }
     conn_update_reading(c);
 }
@@ -592,6 +646,8 @@ static void conn_read_cb(struct bufferevent *bev, void *arg)
 {
     (void)bev;
     kvt_srv_conn_t *c = arg;
+    if (!c->paused)
+        conn_fill(c);
     if (c->proto == PROTO_HTTP)
         http_read(c);
     else
@@ -687,6 +743,7 @@ void srv_conn_accept(kvt_srv_worker_t *w, enum srv_proto proto, int fd)
                                        : srv->cfg.rpc_max_frame + KVT_PROTO_HDR_SIZE) +
                   65536;
     bufferevent_setwatermark(bev, EV_READ, 0, high);
+    c->read_high = high;
     uint64_t ms = srv->cfg.idle_timeout_ms;
     struct timeval tv = {(time_t)(ms / 1000), (suseconds_t)(ms % 1000) * 1000};
     bufferevent_set_timeouts(bev, ms ? &tv : NULL, NULL);
