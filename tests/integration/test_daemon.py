@@ -239,6 +239,32 @@ class TestRpc(Base):
         self.assertEqual(json.loads(b)["dp_ranks"], 1)
         s.close()
 
+    def test_large_pipelined_burst(self):
+        # ~6 MiB of queries in flight on one connection: more than the daemon reads per
+        # callback (256 KiB) and than it buffers for output (--conn-buffer), so reads
+        # pause and resume while the client is still writing; every answer arrives once
+        import threading
+        long_tok = [(i * 7919) % 50000 for i in range(1024)]
+        self.post_events("B", [stored(list(range(1, 257)), long_tok)])
+        s = self.d.connect()
+        h, b = self.rpc(s, fx.OP_QUERY, 1, fx.query_body("m", tokens=long_tok))
+        want = fx.parse_query_answer(b)["pods"]
+        self.assertEqual([p["pod"] for p in want], ["B"])
+        n = 1500
+        burst = b"".join(fx.frame(fx.OP_QUERY, 10 + i, fx.query_body("m", tokens=long_tok))
+                         for i in range(n))
+        sender = threading.Thread(target=s.sendall, args=(burst,))
+        sender.start()
+        seen = []
+        for _ in range(n):
+            h, b = fx.read_frame(s)
+            self.assertEqual(h["flags"], fx.F_RESPONSE, b)
+            self.assertEqual(fx.parse_query_answer(b)["pods"], want)
+            seen.append(h["req_id"])
+        sender.join()
+        self.assertEqual(sorted(seen), list(range(10, 10 + n)))  # each once, matched by id
+        s.close()
+
 
 class TestBadInput(Base):
     flags = ("--max-body", "64KiB", "--max-header", "2KiB")
