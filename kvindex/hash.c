@@ -87,8 +87,8 @@ static uint64_t kvt_hash_block_be(const uint32_t *tokens, size_t block_size, uin
 #endif
 
 /* Same as kvt_hash_block(); forced inline so kvt_hash_seq's loop has no calls but XXH3's. */
-KVT_HASH_INLINE uint64_t kvt_hash_block_inl(const uint32_t *tokens, size_t block_size,
-                                            uint64_t seed)
+/* @tokens: host-order u32s; on little-endian hosts also any little-endian bytes, any alignment. */
+KVT_HASH_INLINE uint64_t kvt_hash_block_inl(const void *tokens, size_t block_size, uint64_t seed)
 {
 #if KVT_HASH_LE
     size_t len = block_size * sizeof(uint32_t);
@@ -134,10 +134,11 @@ uint64_t kvt_hash_chain(uint64_t prev, uint64_t local, uint64_t seed)
  * is serial, so out-of-order execution overlaps block i+1's local hash with
  * block i's chain step.
  */
-KVT_HASH_INLINE void kvt_hash_seq_inl(const uint32_t *tokens, size_t nblocks, size_t block_size,
+KVT_HASH_INLINE void kvt_hash_seq_inl(const void *tokens, size_t nblocks, size_t block_size,
                                       uint64_t seed, const uint64_t *parent, uint64_t *local_out,
                                       uint64_t *seq_out)
 {
+    const size_t stride = block_size * sizeof(uint32_t);
     /* Block 0 is peeled so the loop body has no parent test. */
     uint64_t local = kvt_hash_block_inl(tokens, block_size, seed);
     uint64_t seq = parent != NULL ? kvt_hash_chain_inl(*parent, local, seed) : local;
@@ -145,10 +146,10 @@ KVT_HASH_INLINE void kvt_hash_seq_inl(const uint32_t *tokens, size_t nblocks, si
     if (local_out != NULL)
         local_out[0] = local;
 
-    const uint32_t *p = tokens;
+    const unsigned char *p = tokens;
     if (local_out != NULL) {
         for (size_t i = 1; i < nblocks; i++) {
-            p += block_size;
+            p += stride;
             local = kvt_hash_block_inl(p, block_size, seed);
             seq = kvt_hash_chain_inl(seq, local, seed);
             local_out[i] = local;
@@ -156,7 +157,7 @@ KVT_HASH_INLINE void kvt_hash_seq_inl(const uint32_t *tokens, size_t nblocks, si
         }
     } else {
         for (size_t i = 1; i < nblocks; i++) {
-            p += block_size;
+            p += stride;
             local = kvt_hash_block_inl(p, block_size, seed);
             seq = kvt_hash_chain_inl(seq, local, seed);
             seq_out[i] = seq;
@@ -164,8 +165,10 @@ KVT_HASH_INLINE void kvt_hash_seq_inl(const uint32_t *tokens, size_t nblocks, si
     }
 }
 
-size_t kvt_hash_seq(const uint32_t *tokens, size_t ntokens, uint32_t block_size, uint64_t seed,
-                    const uint64_t *parent, uint64_t *local_out, uint64_t *seq_out)
+/* One body for both entry points: @tokens as kvt_hash_block_inl() takes them. */
+KVT_HASH_INLINE size_t kvt_hash_seq_any(const void *tokens, size_t ntokens, uint32_t block_size,
+                                        uint64_t seed, const uint64_t *parent,
+                                        uint64_t *local_out, uint64_t *seq_out)
 {
     if (block_size == 0)
         return 0;
@@ -181,4 +184,34 @@ size_t kvt_hash_seq(const uint32_t *tokens, size_t ntokens, uint32_t block_size,
     default: kvt_hash_seq_inl(tokens, nblocks, block_size, seed, parent, local_out, seq_out); break;
     }
     return nblocks;
+}
+
+size_t kvt_hash_seq(const uint32_t *tokens, size_t ntokens, uint32_t block_size, uint64_t seed,
+                    const uint64_t *parent, uint64_t *local_out, uint64_t *seq_out)
+{
+    return kvt_hash_seq_any(tokens, ntokens, block_size, seed, parent, local_out, seq_out);
+}
+
+size_t kvt_hash_seq_le(const void *le_tokens, size_t ntokens, uint32_t block_size, uint64_t seed,
+                       const uint64_t *parent, uint64_t *local_out, uint64_t *seq_out)
+{
+#if KVT_HASH_LE
+    /* the bytes are what the standard hashes: no copy */
+    return kvt_hash_seq_any(le_tokens, ntokens, block_size, seed, parent, local_out, seq_out);
+#else
+    /* XXH3 reads bytes, so the little-endian bytes hash as they are on any host */
+    if (block_size == 0)
+        return 0;
+    size_t nblocks = ntokens / block_size, stride = (size_t)block_size * 4;
+    const unsigned char *b = le_tokens;
+    for (size_t i = 0; i < nblocks; i++) {
+        uint64_t local = XXH3_64bits_withSeed(b + i * stride, stride, seed);
+        uint64_t seq = i > 0 ? kvt_hash_chain_inl(seq_out[i - 1], local, seed)
+                             : parent ? kvt_hash_chain_inl(*parent, local, seed) : local;
+        if (local_out != NULL)
+            local_out[i] = local;
+        seq_out[i] = seq;
+    }
+    return nblocks;
+#endif
 }

@@ -39,4 +39,12 @@ uint64_t kvt_hash_chain(uint64_t prev, uint64_t local, uint64_t seed);
 size_t kvt_hash_seq(const uint32_t *tokens, size_t ntokens, uint32_t block_size, uint64_t seed,
                     const uint64_t *parent, uint64_t *local_out, uint64_t *seq_out);
 
+/*
+ * kvt_hash_seq() over tokens given as little-endian u32 bytes at any
+ * alignment (as they arrive in a binary RPC frame): no copy on
+ * little-endian hosts.
+ */
+size_t kvt_hash_seq_le(const void *le_tokens, size_t ntokens, uint32_t block_size, uint64_t seed,
+                       const uint64_t *parent, uint64_t *local_out, uint64_t *seq_out);
+
 #endif

@@ -644,15 +644,15 @@ void kvt_proto_query_ans_begin(kvt_proto_wr_t *w, uint64_t req_id, uint32_t bloc
     e->npods = 0;
 }
 
-void kvt_proto_query_ans_add(kvt_proto_wr_t *w, kvt_proto_query_ans_enc_t *e,
-                             const kvt_proto_pod_ans_t *pod)
+static void query_ans_add(kvt_proto_wr_t *w, kvt_proto_query_ans_enc_t *e,
+                          const kvt_proto_pod_ans_t *pod, bool check_nul)
 {
     if (pod->pod.len == 0 || !isfinite(pod->score) || e->npods == UINT32_MAX) {
         w->bad = true;
         return;
     }
     if (pod->pod.len > KVT_PROTO_MAX_STR || pod->pod.p == NULL ||
-        memchr(pod->pod.p, '\0', pod->pod.len) != NULL) {
+        (check_nul && memchr(pod->pod.p, '\0', pod->pod.len) != NULL)) {
         w->bad = true;
         return;
     }
@@ -672,6 +672,18 @@ void kvt_proto_query_ans_add(kvt_proto_wr_t *w, kvt_proto_query_ans_enc_t *e,
     memcpy(&u, &pod->score, sizeof(u));
     st64(p + 20, u);
     e->npods++;
+}
+
+void kvt_proto_query_ans_add(kvt_proto_wr_t *w, kvt_proto_query_ans_enc_t *e,
+                             const kvt_proto_pod_ans_t *pod)
+{
+    query_ans_add(w, e, pod, true);
+}
+
+void kvt_proto_query_ans_add_cstr(kvt_proto_wr_t *w, kvt_proto_query_ans_enc_t *e,
+                                  const kvt_proto_pod_ans_t *pod)
+{
+    query_ans_add(w, e, pod, false);
 }
 
 kvt_status_t kvt_proto_query_ans_end(kvt_proto_wr_t *w, kvt_proto_query_ans_enc_t *e)

@@ -293,6 +293,9 @@ void kvt_proto_query_ans_begin(kvt_proto_wr_t *w, uint64_t req_id, uint32_t bloc
  * non-finite score) marks the writer bad: kvt_proto_query_ans_end() fails. */
 void kvt_proto_query_ans_add(kvt_proto_wr_t *w, kvt_proto_query_ans_enc_t *e,
                              const kvt_proto_pod_ans_t *pod);
+/* The same for a name known to hold no NUL byte (a C string's length): skips that scan. */
+void kvt_proto_query_ans_add_cstr(kvt_proto_wr_t *w, kvt_proto_query_ans_enc_t *e,
+                                  const kvt_proto_pod_ans_t *pod);
 /* Patches npods and body_len. Returns as kvt_proto_wr_frame_end() (KVT_ERR_TOO_BIG
  * for a bad entry); on error the frame is removed. */
 kvt_status_t kvt_proto_query_ans_end(kvt_proto_wr_t *w, kvt_proto_query_ans_enc_t *e);

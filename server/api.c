@@ -60,7 +60,10 @@ kvt_status_t srv_query_run(kvt_srv_worker_t *w, const srv_query_t *q, srv_answer
     size_t nb = q->n;
     if (!q->by_keys) {
         nb = q->n / bs;
-        kvt_hash_seq(q->tokens, q->n, bs, KVT_HASH_SEED, NULL, NULL, w->keys);
+        if (q->le_tokens != NULL)
+            kvt_hash_seq_le(q->le_tokens, q->n, bs, KVT_HASH_SEED, NULL, NULL, w->keys);
+        else
+            kvt_hash_seq(q->tokens, q->n, bs, KVT_HASH_SEED, NULL, NULL, w->keys);
         keys = w->keys;
     }
     *a = (srv_answer_t){bs, (uint32_t)nb, 0, NULL};
@@ -209,8 +212,8 @@ kvt_status_t srv_api_query_json(kvt_srv_worker_t *w, const char *body, size_t le
         *why_p = "query needs exactly one of \"token_ids\" and \"block_hashes\"";
         return KVT_ERR_INVAL;
     }
-    srv_query_t q = {model,     mlen,    lora,  llen,        have_keys, n,
-                     w->tokens, w->keys, npods, filter_name, filter_len};
+    srv_query_t q = {model, mlen,    lora,  llen,        have_keys,  n,
+                     w->tokens, NULL, w->keys, npods, filter_name, filter_len};
     srv_answer_t a;
     st = srv_query_run(w, &q, &a, why_p);
     if (st != KVT_OK)
@@ -266,7 +269,8 @@ kvt_status_t srv_api_query_rpc(kvt_srv_worker_t *w, uint64_t req_id, const uint8
         return KVT_ERR_NO_MEM;
     }
     bool by_keys = pq.kind == KVT_PROTO_Q_KEYS;
-    kvt_proto_query_values(&pq, by_keys ? (void *)w->keys : (void *)w->tokens);
+    if (by_keys)
+        kvt_proto_query_values(&pq, w->keys);
     kvt_proto_rd_t r;
     kvt_proto_rd_init(&r, pq.pods, pq.pods_len);
     for (uint32_t i = 0; i < pq.npods; i++) {
@@ -274,10 +278,12 @@ kvt_status_t srv_api_query_rpc(kvt_srv_worker_t *w, uint64_t req_id, const uint8
         filter_name[i] = s.p;
         filter_len[i] = s.len;
     }
+    /* tokens are hashed straight from the frame (little-endian u32s, as the standard hashes) */
     srv_query_t q = {pq.model.p,  pq.model.len, pq.lora.p ? pq.lora.p : "",
                      pq.lora.len, by_keys,      pq.n,
-                     w->tokens,   w->keys,      pq.npods,
-                     filter_name, filter_len};
+                     NULL,        by_keys ? NULL : pq.values,
+                     w->keys,     pq.npods,     filter_name,
+                     filter_len};
     srv_answer_t a;
     st = srv_query_run(w, &q, &a, why_p);
     if (st != KVT_OK)
@@ -289,7 +295,7 @@ kvt_status_t srv_api_query_rpc(kvt_srv_worker_t *w, uint64_t req_id, const uint8
         srv_query_pod(w, &a, i, &p);
         kvt_proto_pod_ans_t pa = {
             {p.pod, (uint16_t)p.pod_len}, p.dp_rank, p.matched, p.gpu, p.cpu, p.disk, p.score};
-        kvt_proto_query_ans_add(wr, &e, &pa);
+        kvt_proto_query_ans_add_cstr(wr, &e, &pa); /* registry names are C strings */
     }
     st = kvt_proto_query_ans_end(wr, &e);
     srv_query_done(w);

@@ -217,7 +217,8 @@ typedef struct srv_query {
     size_t lora_len;
     bool by_keys;
     size_t n;
-    const uint32_t *tokens; /* !by_keys */
+    const uint32_t *tokens; /* !by_keys: host order (le_tokens NULL) */
+    const void *le_tokens;  /* !by_keys: little-endian bytes, any alignment (RPC frames) */
     const uint64_t *keys;   /* by_keys */
     size_t npods;           /* pod-name filter; 0: every pod */
     const char *const *pod_names;

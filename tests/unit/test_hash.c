@@ -364,6 +364,38 @@ static void test_empty(void **state)
     assert_int_equal(local[0], SENTINEL);
 }
 
+/* kvt_hash_seq_le() over LE bytes at every misalignment equals kvt_hash_seq(). */
+static void test_le_bytes_entry(void **state)
+{
+    (void)state;
+    enum { N = 200 };
+    uint32_t tok[N];
+    unsigned char raw[N * 4 + 8];
+    uint64_t rng = 42;
+    for (size_t i = 0; i < N; i++) {
+        rng = rng * 6364136223846793005ull + 1442695040888963407ull;
+        tok[i] = (uint32_t)(rng >> 29);
+    }
+    static const uint32_t sizes[] = {1, 3, 16, 32, 33, 64};
+    for (size_t si = 0; si < sizeof(sizes) / sizeof(sizes[0]); si++) {
+        for (size_t off = 0; off < 8; off++) {
+            for (size_t i = 0; i < N; i++)
+                for (int b = 0; b < 4; b++)
+                    raw[off + i * 4 + (size_t)b] = (unsigned char)(tok[i] >> (8 * b));
+            uint64_t parent = 0x1234567890abcdefull;
+            for (int with_parent = 0; with_parent < 2; with_parent++) {
+                uint64_t l1[N], s1[N], l2[N], s2[N];
+                const uint64_t *pp = with_parent ? &parent : NULL;
+                size_t n1 = kvt_hash_seq(tok, N, sizes[si], 1337, pp, l1, s1);
+                size_t n2 = kvt_hash_seq_le(raw + off, N, sizes[si], 1337, pp, l2, s2);
+                assert_int_equal(n1, n2);
+                assert_memory_equal(l1, l2, n1 * sizeof(uint64_t));
+                assert_memory_equal(s1, s2, n1 * sizeof(uint64_t));
+            }
+        }
+    }
+}
+
 int main(void)
 {
     char why[512] = "";
@@ -377,7 +409,8 @@ int main(void)
     const struct CMUnitTest fixed[] = {
         cmocka_unit_test(test_fixed_vectors),       cmocka_unit_test(test_little_endian_bytes),
         cmocka_unit_test(test_parent_chaining),     cmocka_unit_test(test_partial_block_ignored),
-        cmocka_unit_test(test_seed_changes_result), cmocka_unit_test(test_empty),
+        cmocka_unit_test(test_seed_changes_result),
+        cmocka_unit_test(test_le_bytes_entry), cmocka_unit_test(test_empty),
     };
     const struct CMUnitTest python[] = {
         cmocka_unit_test(test_python_vectors),
