@@ -97,11 +97,10 @@ static int br_parse(int argc, char **argv, br_opts_t *o)
             const char *name;
             uint32_t *field;
             uint64_t lo, hi;
-        } u32s[] = {{"--conns", &o->conns, 1, 256},           {"--depth", &o->depth, 1, 1024},
-                    {"--batch", &o->batch, 1, 1024},
-                    {"--http-conns", &o->http_conns, 1, 256}, {"--pods", &o->pods, 1, 10000},
-                    {"--prompts", &o->prompts, 1, 100000},    {"--tokens", &o->tokens, 16, 65536},
-                    {"--workers", &o->workers, 1, 64}};
+        } u32s[] = {{"--conns", &o->conns, 1, 256},      {"--depth", &o->depth, 1, 1024},
+                    {"--batch", &o->batch, 1, 1024},     {"--http-conns", &o->http_conns, 1, 256},
+                    {"--pods", &o->pods, 1, 10000},      {"--prompts", &o->prompts, 1, 100000},
+                    {"--tokens", &o->tokens, 16, 65536}, {"--workers", &o->workers, 1, 64}};
         bool found = false;
         for (size_t k = 0; k < sizeof(u32s) / sizeof(u32s[0]) && !found; k++) {
             if ((r = kvt_bench_opt(argc, argv, &i, u32s[k].name, &v)) == 0)
@@ -657,8 +656,8 @@ int kvt_bench_rpc_main(int argc, char **argv)
            "\"rpc_queries_per_sec\":%.0f,\"rpc_p50_us\":%.1f,\"rpc_p99_us\":%.1f,"
            "\"rpc_half_load_per_sec\":%.0f,\"http_queries_per_sec\":%.0f,"
            "\"redis_get_per_sec\":%.0f,\"rpc_vs_redis\":%.3f,\"errors\":%" PRIu64 "}\n",
-           o.workers, o.tokens, o.conns, o.depth, o.batch, rpc_qps, p50, p99, (double)open.done / open.secs,
-           http_qps, redis, redis > 0 ? rpc_qps / redis : 0.0,
+           o.workers, o.tokens, o.conns, o.depth, o.batch, rpc_qps, p50, p99,
+           (double)open.done / open.secs, http_qps, redis, redis > 0 ? rpc_qps / redis : 0.0,
            closed.errors + open.errors + http_err);
     for (uint32_t i = 0; i < o.prompts; i++) {
         free(rpc[i]);

@@ -167,8 +167,8 @@ KVT_HASH_INLINE void kvt_hash_seq_inl(const void *tokens, size_t nblocks, size_t
 
 /* One body for both entry points: @tokens as kvt_hash_block_inl() takes them. */
 KVT_HASH_INLINE size_t kvt_hash_seq_any(const void *tokens, size_t ntokens, uint32_t block_size,
-                                        uint64_t seed, const uint64_t *parent,
-                                        uint64_t *local_out, uint64_t *seq_out)
+                                        uint64_t seed, const uint64_t *parent, uint64_t *local_out,
+                                        uint64_t *seq_out)
 {
     if (block_size == 0)
         return 0;
@@ -206,8 +206,9 @@ size_t kvt_hash_seq_le(const void *le_tokens, size_t ntokens, uint32_t block_siz
     const unsigned char *b = le_tokens;
     for (size_t i = 0; i < nblocks; i++) {
         uint64_t local = XXH3_64bits_withSeed(b + i * stride, stride, seed);
-        uint64_t seq = i > 0 ? kvt_hash_chain_inl(seq_out[i - 1], local, seed)
-                             : parent ? kvt_hash_chain_inl(*parent, local, seed) : local;
+        uint64_t seq = i > 0    ? kvt_hash_chain_inl(seq_out[i - 1], local, seed)
+                       : parent ? kvt_hash_chain_inl(*parent, local, seed)
+                                : local;
         if (local_out != NULL)
             local_out[i] = local;
         seq_out[i] = seq;

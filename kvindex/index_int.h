@@ -41,7 +41,7 @@
  */
 typedef uint32_t kvt_elem_t;
 
-#define ELEM_POD(e) ((e) & 0xffffu)
+#define ELEM_POD(e) ((e)&0xffffu)
 #define ELEM_TIERS(e) (((e) >> 16) & 0xfu)
 #define ELEM_MAIN(e) (((e) >> 20) & 0xfu)
 #define ELEM_NALIAS(e) (((e) >> 24) & 0x7fu)
@@ -80,9 +80,9 @@ typedef struct kvt_podset {
 #define SET_CHUNK (1u << SET_CHUNK_SHIFT)
 
 typedef struct kvt_dir {
-    uint32_t n;     /* chunks in use */
-    uint32_t cap;   /* chunk pointers allocated */
-    void *chunk[];  /* readers load entries atomically */
+    uint32_t n;    /* chunks in use */
+    uint32_t cap;  /* chunk pointers allocated */
+    void *chunk[]; /* readers load entries atomically */
 } kvt_dir_t;
 
 /*
@@ -198,13 +198,13 @@ struct kvt_idx_reader {
 /* Fields readers touch; the rest of struct kvt_idx is private to index.c. */
 typedef struct kvt_idx_shared {
     kvt_ebr_t ebr;
-    kvt_ktab_t *ktab;   /* published */
-    kvt_dir_t *nodes;   /* published; chunks of kvt_node_t */
-    kvt_dir_t *sets;    /* published; chunks of kvt_podset_t * */
-    kvt_dir_t *nss;     /* published; chunks of kvt_ns_t */
-    uint32_t nns;       /* namespaces allocated (ids < nns) */
-    uint32_t pod_cap;   /* highest pod id + 1 ever used */
-    uint32_t clock32;   /* index clock, ms truncated */
+    kvt_ktab_t *ktab; /* published */
+    kvt_dir_t *nodes; /* published; chunks of kvt_node_t */
+    kvt_dir_t *sets;  /* published; chunks of kvt_podset_t * */
+    kvt_dir_t *nss;   /* published; chunks of kvt_ns_t */
+    uint32_t nns;     /* namespaces allocated (ids < nns) */
+    uint32_t pod_cap; /* highest pod id + 1 ever used */
+    uint32_t clock32; /* index clock, ms truncated */
     uint32_t pad;
     uint32_t stripes[NSTRIPES];
 } kvt_idx_shared_t;
@@ -251,15 +251,15 @@ static inline uint32_t grp_grow(uint32_t ngroups)
 /* Atomic accessors for chunked arrays (reader side). */
 static inline kvt_node_t *dir_node(kvt_dir_t *d, uint32_t i)
 {
-    kvt_node_t *c = __atomic_load_n((kvt_node_t **)&d->chunk[i >> NODE_CHUNK_SHIFT],
-                                    __ATOMIC_ACQUIRE);
+    kvt_node_t *c =
+        __atomic_load_n((kvt_node_t **)&d->chunk[i >> NODE_CHUNK_SHIFT], __ATOMIC_ACQUIRE);
     return &c[i & (NODE_CHUNK - 1)];
 }
 
 static inline kvt_podset_t **dir_set(kvt_dir_t *d, uint32_t h)
 {
-    kvt_podset_t **c = __atomic_load_n((kvt_podset_t ***)&d->chunk[h >> SET_CHUNK_SHIFT],
-                                       __ATOMIC_ACQUIRE);
+    kvt_podset_t **c =
+        __atomic_load_n((kvt_podset_t ***)&d->chunk[h >> SET_CHUNK_SHIFT], __ATOMIC_ACQUIRE);
     return &c[h & (SET_CHUNK - 1)];
 }
 

@@ -78,9 +78,9 @@ static size_t cand_pos(const uint32_t *c, size_t n, bool sorted, uint32_t pod)
 }
 
 /* One scored entry per candidate (or per match when @cands is NULL). */
-static size_t fill(const kvt_score_weights_t *w, const kvt_idx_match_t *matches,
-                   size_t nmatches, const uint32_t *cands, size_t ncands, const double *load,
-                   size_t nload, uint64_t seed, kvt_scored_t *out)
+static size_t fill(const kvt_score_weights_t *w, const kvt_idx_match_t *matches, size_t nmatches,
+                   const uint32_t *cands, size_t ncands, const double *load, size_t nload,
+                   uint64_t seed, kvt_scored_t *out)
 {
     if (cands == NULL) {
         for (size_t i = 0; i < nmatches; i++)
@@ -209,9 +209,9 @@ static bool bucket_sort(kvt_scored_t *out, size_t n)
     return true;
 }
 
-size_t kvt_score_rank(const kvt_score_weights_t *w, const kvt_idx_match_t *matches,
-                      size_t nmatches, const uint32_t *cands, size_t ncands, const double *load,
-                      size_t nload, uint64_t tie_seed, kvt_scored_t *out)
+size_t kvt_score_rank(const kvt_score_weights_t *w, const kvt_idx_match_t *matches, size_t nmatches,
+                      const uint32_t *cands, size_t ncands, const double *load, size_t nload,
+                      uint64_t tie_seed, kvt_scored_t *out)
 {
     size_t n = fill(w, matches, nmatches, cands, ncands, load, nload, tie_seed, out);
     /* no allocation; O(n) for the usual shape, else O(n log n) */

@@ -43,9 +43,9 @@ void kvt_score_weights_default(kvt_score_weights_t *w);
  * @out: room for max(@ncands, @nmatches) results. Returns how many were written.
  * Never allocates; O(k log k) for k candidates.
  */
-size_t kvt_score_rank(const kvt_score_weights_t *w, const kvt_idx_match_t *matches,
-                      size_t nmatches, const uint32_t *cands, size_t ncands,
-                      const double *load, size_t nload, uint64_t tie_seed, kvt_scored_t *out);
+size_t kvt_score_rank(const kvt_score_weights_t *w, const kvt_idx_match_t *matches, size_t nmatches,
+                      const uint32_t *cands, size_t ncands, const double *load, size_t nload,
+                      uint64_t tie_seed, kvt_scored_t *out);
 
 /*
  * Same decision as kvt_score_rank()'s first result, without sorting: O(k).
@@ -53,8 +53,7 @@ size_t kvt_score_rank(const kvt_score_weights_t *w, const kvt_idx_match_t *match
  * @best_p (may be NULL) receives the winner's details.
  */
 uint32_t kvt_score_pick(const kvt_score_weights_t *w, const kvt_idx_match_t *matches,
-                        size_t nmatches, const uint32_t *cands, size_t ncands,
-                        const double *load, size_t nload, uint64_t tie_seed,
-                        kvt_scored_t *best_p);
+                        size_t nmatches, const uint32_t *cands, size_t ncands, const double *load,
+                        size_t nload, uint64_t tie_seed, kvt_scored_t *best_p);
 
 #endif

@@ -212,7 +212,7 @@ kvt_status_t srv_api_query_json(kvt_srv_worker_t *w, const char *body, size_t le
         *why_p = "query needs exactly one of \"token_ids\" and \"block_hashes\"";
         return KVT_ERR_INVAL;
     }
-    srv_query_t q = {model, mlen,    lora,  llen,        have_keys,  n,
+    srv_query_t q = {model,     mlen, lora,    llen,  have_keys,   n,
                      w->tokens, NULL, w->keys, npods, filter_name, filter_len};
     srv_answer_t a;
     st = srv_query_run(w, &q, &a, why_p);
@@ -279,11 +279,9 @@ kvt_status_t srv_api_query_rpc(kvt_srv_worker_t *w, uint64_t req_id, const uint8
         filter_len[i] = s.len;
     }
     /* tokens are hashed straight from the frame (little-endian u32s, as the standard hashes) */
-    srv_query_t q = {pq.model.p,  pq.model.len, pq.lora.p ? pq.lora.p : "",
-                     pq.lora.len, by_keys,      pq.n,
-                     NULL,        by_keys ? NULL : pq.values,
-                     w->keys,     pq.npods,     filter_name,
-                     filter_len};
+    srv_query_t q = {pq.model.p,  pq.model.len, pq.lora.p ? pq.lora.p : "", pq.lora.len, by_keys,
+                     pq.n,        NULL,         by_keys ? NULL : pq.values, w->keys,     pq.npods,
+                     filter_name, filter_len};
     srv_answer_t a;
     st = srv_query_run(w, &q, &a, why_p);
     if (st != KVT_OK)

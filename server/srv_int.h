@@ -133,8 +133,8 @@ struct kvt_srv_worker {
     kvt_srv_conn_t *conns; /* open connections, for shutdown */
     struct event *wake;    /* activated by the writer (done-queue) and by stop */
     kvt_idx_reader_t *reader;
-    kvt_srv_reg_t *cur_reg; /* registry held by the query being answered */
-    int ebr_slot;           /* in srv->ebr, for registry snapshots */
+    kvt_srv_reg_t *cur_reg;  /* registry held by the query being answered */
+    int ebr_slot;            /* in srv->ebr, for registry snapshots */
     pthread_mutex_t done_mu; /* guards the done queue and the hand-off ring */
     srv_job_t *done_head, *done_tail;
     /* accepted sockets another worker passed here (connections go round-robin) */

@@ -407,10 +407,13 @@ int main(void)
     }
 
     const struct CMUnitTest fixed[] = {
-        cmocka_unit_test(test_fixed_vectors),       cmocka_unit_test(test_little_endian_bytes),
-        cmocka_unit_test(test_parent_chaining),     cmocka_unit_test(test_partial_block_ignored),
+        cmocka_unit_test(test_fixed_vectors),
+        cmocka_unit_test(test_little_endian_bytes),
+        cmocka_unit_test(test_parent_chaining),
+        cmocka_unit_test(test_partial_block_ignored),
         cmocka_unit_test(test_seed_changes_result),
-        cmocka_unit_test(test_le_bytes_entry), cmocka_unit_test(test_empty),
+        cmocka_unit_test(test_le_bytes_entry),
+        cmocka_unit_test(test_empty),
     };
     const struct CMUnitTest python[] = {
         cmocka_unit_test(test_python_vectors),
