@@ -332,11 +332,6 @@ static bool grp_erase(kvt_group_t *g, uint32_t si)
     return tomb;
 }
 
-static void ktab_put(kvt_ktab_t *t, uint64_t key, uint32_t nid)
-{
-    grp_put(t->g, t->ngroups, kvt_mix64(key), nid);
-}
-
 /* Writer: inserts @nid under hash @h (kvt_mix64 of its salted key). */
 static inline void ktab_put_h(kvt_ktab_t *t, uint64_t h, uint32_t nid)
 {
@@ -355,17 +350,29 @@ static kvt_status_t ktab_rebuild(kvt_idx_t *idx, uint32_t groups)
     if (t == NULL)
         return KVT_ERR_NO_MEM;
     kvt_dir_t *d = idx->sh.nodes;
-    enum { AHEAD = 16 }; /* the reads stream; the writes land at random: fetch them early */
+    /* the reads stream; the writes land at random: hash AHEAD early, fetch, then put */
+    enum { AHEAD = 16 };
+    uint64_t ring[AHEAD];
     for (uint32_t c = 0; c < d->n; c++) {
         kvt_node_t *chunk = d->chunk[c];
         uint32_t end = idx->nodes_used - c * NODE_CHUNK;
         if (end > NODE_CHUNK)
             end = NODE_CHUNK;
+        for (uint32_t i = 0; i < end && i < AHEAD; i++) {
+            ring[i] = chunk[i].pods != PODS_FREE ? kvt_mix64(chunk[i].key) : 0;
+            __builtin_prefetch(&t->g[grp_home(ring[i], groups)]);
+        }
         for (uint32_t i = 0; i < end; i++) {
-            if (i + AHEAD < end && chunk[i + AHEAD].pods != PODS_FREE)
-                __builtin_prefetch(&t->g[grp_home(kvt_mix64(chunk[i + AHEAD].key), groups)]);
+            uint64_t h = ring[i % AHEAD];
+            if (i + AHEAD < end) {
+                /* a free node's key is stale or unset: not hashed */
+                uint64_t ha =
+                    chunk[i + AHEAD].pods != PODS_FREE ? kvt_mix64(chunk[i + AHEAD].key) : 0;
+                ring[(i + AHEAD) % AHEAD] = ha;
+                __builtin_prefetch(&t->g[grp_home(ha, groups)]);
+            }
             if (chunk[i].pods != PODS_FREE)
-                ktab_put(t, chunk[i].key, c * NODE_CHUNK + i);
+                grp_put(t->g, groups, h, c * NODE_CHUNK + i);
         }
     }
     __atomic_store_n(&idx->sh.ktab, t, __ATOMIC_RELEASE);
@@ -735,30 +742,34 @@ static kvt_status_t ptab_rebuild(kvt_idx_t *idx, kvt_pod_t *p, uint32_t groups)
     grp_init(g, groups);
     if (p->g != NULL) {
         /*
-         * Re-hashing needs each entry's engine hash, which lives in its node:
-         * a miss per entry. Fetch nodes a few entries ahead so misses overlap.
+         * Re-hashing needs each entry's engine hash, which lives in its node
+         * (or alias): a miss per entry. Batches of refs are gathered first,
+         * then re-put with the node of entry i + AHEAD fetched meanwhile.
          */
-        enum { AHEAD = 16 };
-        uint32_t ring[AHEAD], nring = 0, head = 0;
-        for (uint32_t gi = 0; gi <= p->ngroups; gi++) {
-            uint32_t m = gi < p->ngroups ? ~grp_free(&p->g[gi]) & ((1u << GSLOTS) - 1) : 0;
-            for (;;) {
-                bool drain = m == 0 && gi == p->ngroups && nring > 0;
-                if (m != 0 && nring < AHEAD) {
-                    uint32_t ref = p->g[gi].slot[__builtin_ctz(m)];
-                    m &= m - 1;
-                    if (!(ref & ALIAS_BIT))
-                        __builtin_prefetch(&N(idx, ref)->ehash);
-                    ring[(head + nring++) % AHEAD] = ref;
+        enum { BATCH = 256, AHEAD = 8 };
+        uint32_t refs[BATCH];
+        uint32_t gi = 0, m = p->ngroups ? ~grp_free(&p->g[0]) & ((1u << GSLOTS) - 1) : 0;
+        for (;;) {
+            uint32_t nb = 0;
+            while (nb < BATCH && gi < p->ngroups) {
+                if (m == 0) {
+                    if (++gi < p->ngroups)
+                        m = ~grp_free(&p->g[gi]) & ((1u << GSLOTS) - 1);
                     continue;
                 }
-                if (nring == 0 || (!drain && nring < AHEAD))
-                    break;
-                uint32_t ref = ring[head];
-                head = (head + 1) % AHEAD;
-                nring--;
+                refs[nb++] = p->g[gi].slot[__builtin_ctz(m)];
+                m &= m - 1;
+            }
+            if (nb == 0)
+                break;
+            for (uint32_t k = 0; k < nb && k < AHEAD; k++)
+                if (!(refs[k] & ALIAS_BIT))
+                    __builtin_prefetch(&N(idx, refs[k])->ehash);
+            for (uint32_t k = 0; k < nb; k++) {
+                if (k + AHEAD < nb && !(refs[k + AHEAD] & ALIAS_BIT))
+                    __builtin_prefetch(&N(idx, refs[k + AHEAD])->ehash);
                 bool spec;
-                grp_put(g, groups, kvt_mix64(ref_ehash(idx, ref, &spec)), ref);
+                grp_put(g, groups, kvt_mix64(ref_ehash(idx, refs[k], &spec)), refs[k]);
             }
         }
         acct_free(idx, p->g, ptab_bytes(p->ngroups));
@@ -1660,29 +1671,34 @@ static uint64_t ns_salt(kvt_idx_t *idx, uint32_t ns, bool *ok_p)
     return dir_ns(idx->sh.nss, ns)->salt;
 }
 
-/* Finds or creates the node for salted key @key (@h = kvt_mix64(key)) under @parent. Pins it. */
-static kvt_status_t node_get_h(kvt_idx_t *idx, uint64_t key, uint64_t h, uint64_t eh,
-                               uint32_t parent, uint32_t *nid_p)
+/* Node @nid was found for a store under @parent: learns a late parent, stamps, pins. */
+static void node_found(kvt_idx_t *idx, uint32_t nid, uint32_t parent)
 {
-    uint32_t nid = ktab_lookup_h(idx, key, h);
-    if (nid != KVT_NIL) {
-        kvt_node_t *n = N(idx, nid);
-        if (n->parent == KVT_NIL && parent != KVT_NIL && parent != nid) {
-            /* learn a parent reported late, unless that would close a cycle */
-            uint32_t a = parent;
-            int depth = 0;
-            while (a != KVT_NIL && a != nid && depth++ < 4096)
-                a = N(idx, a)->parent;
-            if (a == KVT_NIL) {
-                n->parent = parent;
-                N(idx, parent)->nchild++;
-            }
+    kvt_node_t *n = N(idx, nid);
+    if (n->parent == KVT_NIL && parent != KVT_NIL && parent != nid) {
+        /* learn a parent reported late, unless that would close a cycle */
+        uint32_t a = parent;
+        int depth = 0;
+        while (a != KVT_NIL && a != nid && depth++ < 4096)
+            a = N(idx, a)->parent;
+        if (a == KVT_NIL) {
+            n->parent = parent;
+            N(idx, parent)->nchild++;
         }
-        __atomic_store_n(&n->stamp, idx->sh.clock32, __ATOMIC_RELAXED);
-        idx->pin[1] = nid;
-        *nid_p = nid;
-        return KVT_OK;
     }
+    __atomic_store_n(&n->stamp, idx->sh.clock32, __ATOMIC_RELAXED);
+    idx->pin[1] = nid;
+}
+
+/*
+ * Creates the node for salted key @key (absent; @h = kvt_mix64(key)) under
+ * @parent, holding @pods (PODS_EMPTY, or one inline element whose table
+ * reference the caller adds). Pins it.
+ */
+static kvt_status_t node_create_h(kvt_idx_t *idx, uint64_t key, uint64_t h, uint64_t eh,
+                                  uint32_t parent, uint32_t pods, uint32_t *nid_p)
+{
+    uint32_t nid;
     /* the node stays PODS_FREE until inserted: a rebuild in between skips it */
     kvt_status_t st = node_alloc(idx, &nid);
     if (st != KVT_OK)
@@ -1704,13 +1720,29 @@ static kvt_status_t node_get_h(kvt_idx_t *idx, uint64_t key, uint64_t h, uint64_
     wbegin(idx, nid);
     __atomic_store_n(&n->key, key, __ATOMIC_RELAXED);
     __atomic_store_n(&n->stamp, idx->sh.clock32, __ATOMIC_RELAXED);
-    __atomic_store_n(&n->pods, PODS_EMPTY, __ATOMIC_RELAXED);
+    __atomic_store_n(&n->pods, pods, __ATOMIC_RELAXED);
     wend(idx, nid);
     ktab_put_h(idx->sh.ktab, h, nid);
     idx->kt_live++;
-    idx->pin[1] = nid;
+    if (pods != PODS_EMPTY) {
+        idx->entries++;
+        idx->pods[ELEM_POD(pods)].entries++;
+    }
     *nid_p = nid;
     return KVT_OK;
+}
+
+/* Finds or creates the node for salted key @key (@h = kvt_mix64(key)) under @parent. Pins it. */
+static kvt_status_t node_get_h(kvt_idx_t *idx, uint64_t key, uint64_t h, uint64_t eh,
+                               uint32_t parent, uint32_t *nid_p)
+{
+    uint32_t nid = ktab_lookup_h(idx, key, h);
+    if (nid != KVT_NIL) {
+        node_found(idx, nid, parent);
+        *nid_p = nid;
+        return KVT_OK;
+    }
+    return node_create_h(idx, key, h, eh, parent, PODS_EMPTY, nid_p);
 }
 
 static kvt_status_t node_get(kvt_idx_t *idx, uint64_t key, uint64_t eh, uint32_t parent,
@@ -1776,6 +1808,38 @@ static inline void store_prefetch_node(kvt_idx_t *idx, uint64_t h)
         __builtin_prefetch(N(idx, g->slot[__builtin_ctz(m)]));
 }
 
+/*
+ * One block of a store. A block no pod holds yet, on a pod whose table does
+ * not know its engine hash (the usual new block), is created already holding
+ * the pod: one seqlock bracket and no holder search. Everything else takes
+ * the general path (node_get_h, then ref_add_h).
+ */
+static kvt_status_t store_one(kvt_idx_t *idx, uint64_t key, uint64_t h, uint64_t eh, uint64_t ph,
+                              uint32_t parent, uint32_t pod, unsigned tier, uint32_t *nid_p)
+{
+    uint32_t nid = ktab_lookup_h(idx, key, h);
+    if (nid != KVT_NIL) {
+        node_found(idx, nid, parent);
+        *nid_p = nid;
+        return ref_add_h(idx, nid, pod, eh, ph, tier);
+    }
+    if (ptab_find_h(idx, &idx->pods[pod], eh, ph, false) != KVT_NIL) {
+        /* the pod maps this engine hash to another block: the general path drops that */
+        kvt_status_t st = node_create_h(idx, key, h, eh, parent, PODS_EMPTY, nid_p);
+        return st == KVT_OK ? ref_add_h(idx, *nid_p, pod, eh, ph, tier) : st;
+    }
+    kvt_status_t st = ptab_reserve(idx, pod); /* may evict; the pod's table is pinned */
+    if (st != KVT_OK)
+        return st;
+    st = node_create_h(idx, key, h, eh, parent, ELEM_MAKE(pod, tier, tier, 0), nid_p);
+    if (st != KVT_OK)
+        return st;
+    kvt_pod_t *p = &idx->pods[pod];
+    grp_put(p->g, p->ngroups, ph, *nid_p); /* the node's own hash: a main reference */
+    p->live++;
+    return KVT_OK;
+}
+
 kvt_status_t kvt_idx_store(kvt_idx_t *idx, uint32_t ns, uint32_t pod, unsigned tier,
                            const uint64_t *parent_key, const uint64_t *keys,
                            const uint64_t *ehashes, size_t n)
@@ -1799,9 +1863,7 @@ kvt_status_t kvt_idx_store(kvt_idx_t *idx, uint32_t ns, uint32_t pod, unsigned t
                 store_prefetch_node(idx, hk[j + 4]);
             idx->pin[0] = parent;
             idx->pin[1] = KVT_NIL;
-            st = node_get_h(idx, keys[i] ^ salt, hk[j], eh, parent, &nid);
-            if (st == KVT_OK)
-                st = ref_add_h(idx, nid, pod, eh, hp[j], tier);
+            st = store_one(idx, keys[i] ^ salt, hk[j], eh, hp[j], parent, pod, tier, &nid);
             if (st != KVT_OK) {
                 idx->pin[0] = KVT_NIL;
                 idx->pin[1] = KVT_NIL;
