@@ -126,8 +126,12 @@ static void conn_flush(kvt_srv_conn_t *c)
         if (evbuffer_drain(out, (size_t)r) != 0) {
             /* a bufferevent keeps its output's start frozen: only it drains */
             evbuffer_unfreeze(out, 1);
-            evbuffer_drain(out, (size_t)r);
+            int d = evbuffer_drain(out, (size_t)r);
             evbuffer_freeze(out, 1);
+            if (d != 0) {
+                conn_close(c); /* cannot happen; resending sent bytes would corrupt the stream */
+                return;
+            }
         }
     }
     if (evbuffer_get_length(out) > 0) {
