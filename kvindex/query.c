@@ -159,18 +159,68 @@ static uint32_t probe_candidate(kvt_ktab_t *t, uint64_t key)
     }
 }
 
+/* Hint: fetches the holder set of node @nid, if it has one. Changes nothing. */
+static inline void prefetch_set(kvt_idx_shared_t *sh, kvt_dir_t **nodes, kvt_dir_t **sets,
+                                uint32_t nid)
+{
+    kvt_node_t *n = rnode(sh, nodes, nid);
+    uint32_t pods = n ? __atomic_load_n(&n->pods, __ATOMIC_RELAXED) : PODS_FREE;
+    if (pods == PODS_FREE || !(pods & PODS_SET_BIT))
+        return;
+    uint32_t h = pods & ~PODS_SET_BIT;
+    kvt_podset_t **c = rchunk(sets, &sh->sets, h >> SET_CHUNK_SHIFT);
+    if (c != NULL)
+        __builtin_prefetch(__atomic_load_n(&c[h & (SET_CHUNK - 1)], __ATOMIC_RELAXED));
+}
+
 static inline void prefetch_group(const kvt_ktab_t *t, uint64_t key)
 {
     __builtin_prefetch(&t->g[grp_home(kvt_mix64(key), t->ngroups)]);
 }
 
+#ifdef KVT_TSAN
+/* TSan builds: element by element, as atomics, so the race with the writer is visible as intended.
+ */
+static bool elems_equal(const kvt_elem_t *live, const kvt_elem_t *b, uint32_t n)
+{
+    for (uint32_t i = 0; i < n; i++)
+        if (__atomic_load_n(&live[i], __ATOMIC_RELAXED) != b[i])
+            return false;
+    return true;
+}
+
+static void elems_copy(kvt_elem_t *dst, const kvt_elem_t *live, uint32_t n)
+{
+    for (uint32_t i = 0; i < n; i++)
+        dst[i] = __atomic_load_n(&live[i], __ATOMIC_RELAXED);
+}
+#else
+/*
+ * Plain block reads that may race the writer's element stores: whatever they
+ * see is used only if the stripe's sequence did not move meanwhile (the
+ * caller checks), as with grp_match()'s 16-byte control loads.
+ */
+static bool elems_equal(const kvt_elem_t *live, const kvt_elem_t *b, uint32_t n)
+{
+    return memcmp(live, b, (size_t)n * sizeof(*b)) == 0;
+}
+
+static void elems_copy(kvt_elem_t *dst, const kvt_elem_t *live, uint32_t n)
+{
+    memcpy(dst, live, (size_t)n * sizeof(*dst));
+}
+#endif
+
+#define SNAP_SAME (-2) /* snapshot(): the holders equal r->snap2[0..prev_cnt) */
+
 /*
  * Copies node @nid's holders into r->snap under the node's stripe seqlock.
- * Returns the number copied, 0 if the node no longer holds @key, or -1 when
- * the scratch cannot grow.
+ * Returns the number copied, 0 if the node no longer holds @key, -1 when the
+ * scratch cannot grow, or SNAP_SAME (nothing copied) when they are exactly
+ * the @prev_cnt (> 0) holders in r->snap2, compared in place.
  */
 static int snapshot(kvt_idx_reader_t *r, kvt_idx_shared_t *sh, kvt_dir_t **nodes, kvt_dir_t **sets,
-                    uint32_t nid, uint64_t key)
+                    uint32_t nid, uint64_t key, int prev_cnt)
 {
     kvt_node_t *n = rnode(sh, nodes, nid);
     const uint32_t *stripe = &sh->stripes[nid & (NSTRIPES - 1)];
@@ -178,34 +228,42 @@ static int snapshot(kvt_idx_reader_t *r, kvt_idx_shared_t *sh, kvt_dir_t **nodes
         uint32_t s1 = __atomic_load_n(stripe, __ATOMIC_ACQUIRE);
         if (s1 & 1u)
             continue;
-        uint32_t cnt = 0;
+        int ret = 0;
         uint32_t pods = __atomic_load_n(&n->pods, __ATOMIC_ACQUIRE);
         uint64_t k = __atomic_load_n(&n->key, __ATOMIC_RELAXED);
         if (k != key || pods == PODS_FREE || pods == PODS_EMPTY) {
-            cnt = 0;
+            ret = 0;
         } else if (!(pods & PODS_SET_BIT)) {
-            r->snap[0] = pods;
-            cnt = 1;
+            if (prev_cnt == 1 && r->snap2[0] == pods) {
+                ret = SNAP_SAME;
+            } else {
+                r->snap[0] = pods;
+                ret = 1;
+            }
         } else {
             uint32_t h = pods & ~PODS_SET_BIT;
             kvt_podset_t **c = rchunk(sets, &sh->sets, h >> SET_CHUNK_SHIFT);
             kvt_podset_t *s = c ? __atomic_load_n(&c[h & (SET_CHUNK - 1)], __ATOMIC_ACQUIRE) : NULL;
             if (s != NULL) {
-                cnt = __atomic_load_n(&s->n, __ATOMIC_RELAXED);
+                uint32_t cnt = __atomic_load_n(&s->n, __ATOMIC_RELAXED);
                 if (cnt > s->cap)
                     cnt = s->cap; /* torn read; the seqlock check below retries */
-                if (cnt > r->snapcap) {
-                    if (reader_fit_snap(r, cnt) != KVT_OK)
-                        return -1;
-                    continue;
+                if ((int)cnt == prev_cnt && elems_equal(s->e, r->snap2, cnt)) {
+                    ret = SNAP_SAME;
+                } else {
+                    if (cnt > r->snapcap) {
+                        if (reader_fit_snap(r, cnt) != KVT_OK)
+                            return -1;
+                        continue;
+                    }
+                    elems_copy(r->snap, s->e, cnt);
+                    ret = (int)cnt;
                 }
-                for (uint32_t i = 0; i < cnt; i++)
-                    r->snap[i] = __atomic_load_n(&s->e[i], __ATOMIC_RELAXED);
             }
         }
         __atomic_thread_fence(__ATOMIC_ACQUIRE);
         if (__atomic_load_n(stripe, __ATOMIC_RELAXED) == s1)
-            return (int)cnt;
+            return ret;
     }
 }
 
@@ -314,6 +372,8 @@ kvt_status_t kvt_idx_query(kvt_idx_reader_t *r, uint32_t ns, const uint64_t *key
         }
         if (i + 2 * AHEAD < n)
             prefetch_group(t, keys[i + 2 * AHEAD] ^ salt);
+        if (i + 2 < n && ring[(i + 2) % RING] != KVT_NIL)
+            prefetch_set(sh, &nodes, &sets, ring[(i + 2) % RING]); /* its node was fetched */
         if (nid == KVT_NIL)
             break;
         kvt_node_t *cand = rnode(sh, &nodes, nid);
@@ -322,8 +382,8 @@ kvt_status_t kvt_idx_query(kvt_idx_reader_t *r, uint32_t ns, const uint64_t *key
             if (nid == KVT_NIL)
                 break;
         }
-        int cnt = snapshot(r, sh, &nodes, &sets, nid, key);
-        if (cnt < 0) {
+        int cnt = snapshot(r, sh, &nodes, &sets, nid, key, i > 0 ? prev_cnt : -1);
+        if (cnt == -1) {
             status = KVT_ERR_NO_MEM;
             break;
         }
@@ -344,8 +404,7 @@ kvt_status_t kvt_idx_query(kvt_idx_reader_t *r, uint32_t ns, const uint64_t *key
             }
             nalive = nres;
             extended = nres;
-        } else if (cnt == prev_cnt &&
-                   memcmp(snap, r->snap2, (size_t)cnt * sizeof(kvt_elem_t)) == 0) {
+        } else if (cnt == SNAP_SAME) {
             /*
              * The same holders in the same tiers as the block before: the
              * intersection cannot change, so only count the block. Runs of
