@@ -898,6 +898,20 @@ kvt_status_t kvt_json_end(kvt_json_t *j)
 
 /* ---- number arrays -------------------------------------------------------------------- */
 
+/* Value of the @k (1..7) ASCII digits at @s; eight bytes must be readable there. */
+static inline uint32_t kvt_json_swar_digits(const char *s, unsigned k)
+{
+    uint64_t a;
+    memcpy(&a, s, 8);
+    a ^= 0x3030303030303030ull; /* digit bytes to 0..9 */
+    /* the k digit values to the last k bytes (zeros lead), then fold 2, 4, 8 */
+    a <<= 8 * (8 - k);
+    a = (a * 2561) >> 8;
+    a = ((a & 0x00FF00FF00FF00FFull) * 6553601) >> 16;
+    a = ((a & 0x0000FFFF0000FFFFull) * 42949672960001ull) >> 32;
+    return (uint32_t)a;
+}
+
 /*
  * Fast path for one integer literal at s[p]: up to 20 digits with an
  * optional '-', not followed by '.', 'e', 'E' or another digit. Returns 1
@@ -931,12 +945,7 @@ static inline int kvt_json_fast_int(const char *s, size_t len, size_t p, bool *n
             char c = s[p + k];
             if (c == '.' || c == 'e' || c == 'E')
                 return 0;
-            /* the k digit values to the last k bytes (zeros lead), then fold 2, 4, 8 */
-            a <<= 8 * (8 - k);
-            a = (a * 2561) >> 8;
-            a = ((a & 0x00FF00FF00FF00FFull) * 6553601) >> 16;
-            a = ((a & 0x0000FFFF0000FFFFull) * 42949672960001ull) >> 32;
-            *mag = a & 0xffffffffu;
+            *mag = kvt_json_swar_digits(s + p, k);
             *end = p + k;
             return 1;
         }
