@@ -143,7 +143,7 @@ static void test_rank_matches_reference(void **state)
     enum { MAXN = 1500 };
     static kvt_idx_match_t m[MAXN];
     static kvt_scored_t out[MAXN], ref[MAXN];
-    static double load[MAXN];
+    static double load[3 * MAXN + 1];
     uint64_t rng = 7;
     static const size_t sizes[] = {0, 1, 2, 3, 17, 64, 65, 255, 1024, 1025, 1500};
     for (size_t si = 0; si < sizeof(sizes) / sizeof(sizes[0]); si++) {
@@ -154,10 +154,12 @@ static void test_rank_matches_reference(void **state)
                 /* few distinct scores: ties are the common case, as in real answers */
                 uint32_t g = (uint32_t)(rng >> 60) % 3, c = (uint32_t)(rng >> 50) % 2;
                 m[i] = (kvt_idx_match_t){(uint32_t)(i * 3 + 1), g + c, g, c, 0};
-                load[i * 3 % MAXN] = (double)((rng >> 40) % 2);
+                /* odd rounds: many distinct scores, so the heap-sort fallback runs */
+                load[i * 3 + 1] =
+                    round % 2 ? (double)((rng >> 20) % 1000) / 7.0 : (double)((rng >> 40) % 2);
             }
             uint64_t seed = rng;
-            size_t k = kvt_score_rank(&w, m, n, NULL, 0, load, MAXN, seed, out);
+            size_t k = kvt_score_rank(&w, m, n, NULL, 0, load, 3 * MAXN + 1, seed, out);
             assert_int_equal(k, n);
             memcpy(ref, out, n * sizeof(*out));
             qsort(ref, n, sizeof(*ref), ref_cmp);
