@@ -751,7 +751,11 @@ void srv_conn_accept(kvt_srv_worker_t *w, enum srv_proto proto, int fd)
     uint64_t ms = srv->cfg.idle_timeout_ms;
     struct timeval tv = {(time_t)(ms / 1000), (suseconds_t)(ms % 1000) * 1000};
     bufferevent_set_timeouts(bev, ms ? &tv : NULL, NULL);
-    /* read what is there (many pipelined requests) in one call; writes: conn_flush() */
+    /*
+     * Larger single reads and writes for libevents that honour them (2.1 still
+     * reads 4 KiB a call: conn_fill() reads the rest); answers go out through
+     * conn_flush(), so the write event is off until output is left over.
+     */
     bufferevent_set_max_single_read(bev, 256 * 1024);
     bufferevent_set_max_single_write(bev, 256 * 1024);
     bufferevent_enable(bev, EV_READ);
