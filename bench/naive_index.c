@@ -694,3 +694,13 @@ uint64_t kvt_naive_pod_entries(const kvt_naive_t *n, uint32_t pod)
     const nv_pod_t *p = nv_pod_find(n, pod);
     return p != NULL ? p->entries : 0;
 }
+
+void kvt_naive_tier_entries(const kvt_naive_t *n, uint64_t out[3])
+{
+    out[0] = out[1] = out[2] = 0;
+    for (size_t b = 0; n->buckets != NULL && b < n->nbuckets; b++)
+        for (const nv_block_t *blk = n->buckets[b]; blk != NULL; blk = blk->next)
+            for (const nv_holder_t *h = blk->holders; h != NULL; h = h->next)
+                for (unsigned t = 0; t < 3; t++)
+                    out[t] += (h->tiers >> t) & 1u;
+}

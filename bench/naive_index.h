@@ -132,5 +132,7 @@ uint64_t kvt_naive_bytes(const kvt_naive_t *n);
 
 /* Number of entries @pod has, speculative-only ones included; 0 for unknown pods. */
 uint64_t kvt_naive_pod_entries(const kvt_naive_t *n, uint32_t pod);
+/* Holders whose tiers include GPU, CPU, DISK ([0] [1] [2]); O(entries). */
+void kvt_naive_tier_entries(const kvt_naive_t *n, uint64_t out[3]);
 
 #endif

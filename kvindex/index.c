@@ -83,6 +83,7 @@ struct kvt_idx {
     name_map_t ns_map;
 
     uint64_t entries, evicted, spec_live, dropped;
+    uint64_t tier_entries[3]; /* entries whose effective tiers include GPU, CPU, DISK */
     uint32_t npods_live;
 
     uint32_t pin[2];  /* nodes the current write must not lose to eviction */
@@ -536,6 +537,13 @@ static kvt_status_t node_to_set(kvt_idx_t *idx, uint32_t nid, uint32_t cap)
 }
 
 /* Adds holder element @e (pod not yet present). @force_set keeps it in a set. */
+/* Keeps the per-tier entry counts: an element's effective tiers went from @old to @new. */
+static inline void tiers_moved(kvt_idx_t *idx, unsigned old, unsigned new_)
+{
+    for (unsigned t = 0; t < 3; t++)
+        idx->tier_entries[t] += (uint64_t)((new_ >> t) & 1u) - (uint64_t)((old >> t) & 1u);
+}
+
 static kvt_status_t node_elem_add(kvt_idx_t *idx, uint32_t nid, kvt_elem_t e, bool force_set)
 {
     kvt_node_t *n = N(idx, nid);
@@ -577,6 +585,7 @@ out:
     if (st == KVT_OK) {
         idx->entries++;
         idx->pods[ELEM_POD(e)].entries++;
+        tiers_moved(idx, 0, ELEM_TIERS(e));
     }
     return st;
 }
@@ -587,12 +596,15 @@ static void node_elem_del(kvt_idx_t *idx, uint32_t nid, uint32_t pod)
     kvt_node_t *n = N(idx, nid);
     wbegin(idx, nid);
     if (!(n->pods & PODS_SET_BIT)) {
+        tiers_moved(idx, ELEM_TIERS(n->pods), 0);
         __atomic_store_n(&n->pods, PODS_EMPTY, __ATOMIC_RELAXED);
     } else {
         kvt_podset_t *s = set_of(idx, n->pods);
         uint32_t i = 0;
         while (i < s->n && ELEM_POD(s->e[i]) != pod)
             i++;
+        if (i < s->n)
+            tiers_moved(idx, ELEM_TIERS(s->e[i]), 0);
         for (; i + 1 < s->n; i++)
             elem_store(&s->e[i], s->e[i + 1]);
         __atomic_store_n(&s->n, s->n - 1, __ATOMIC_RELAXED);
@@ -614,6 +626,7 @@ static void node_elem_del(kvt_idx_t *idx, uint32_t nid, uint32_t pod)
 
 static void node_elem_set(kvt_idx_t *idx, uint32_t nid, kvt_elem_t *ep, kvt_elem_t v)
 {
+    tiers_moved(idx, ELEM_TIERS(*ep), ELEM_TIERS(v));
     wbegin(idx, nid);
     elem_store(ep, v);
     wend(idx, nid);
@@ -1727,6 +1740,7 @@ static kvt_status_t node_create_h(kvt_idx_t *idx, uint64_t key, uint64_t h, uint
     if (pods != PODS_EMPTY) {
         idx->entries++;
         idx->pods[ELEM_POD(pods)].entries++;
+        tiers_moved(idx, 0, ELEM_TIERS(pods));
     }
     *nid_p = nid;
     return KVT_OK;
@@ -2034,6 +2048,8 @@ void kvt_idx_stats(const kvt_idx_t *cidx, kvt_idx_stats_t *st)
     st->evicted = __atomic_load_n(&idx->evicted, __ATOMIC_RELAXED);
     st->dropped = __atomic_load_n(&idx->dropped, __ATOMIC_RELAXED);
     st->speculative = __atomic_load_n(&idx->spec_live, __ATOMIC_RELAXED);
+    for (int t = 0; t < 3; t++)
+        st->tier_entries[t] = __atomic_load_n(&idx->tier_entries[t], __ATOMIC_RELAXED);
     st->pods = __atomic_load_n(&idx->npods_live, __ATOMIC_RELAXED);
     st->namespaces = __atomic_load_n(&idx->sh.nns, __ATOMIC_RELAXED);
 }

@@ -74,8 +74,10 @@ typedef struct kvt_idx_stats {
     uint64_t evicted;     /* block nodes evicted for the budget, ever */
     uint64_t dropped;     /* blocks not stored: budget full and nothing evictable, ever */
     uint64_t speculative; /* live speculative (block, pod) entries */
-    uint32_t pods;        /* registered pods */
-    uint32_t namespaces;  /* registered namespaces */
+    /* entries held in GPU, CPU, DISK ([0] [1] [2]); one in two tiers counts in both */
+    uint64_t tier_entries[3];
+    uint32_t pods;       /* registered pods */
+    uint32_t namespaces; /* registered namespaces */
 } kvt_idx_stats_t;
 
 /*

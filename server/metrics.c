@@ -85,11 +85,15 @@ void srv_stats_json(kvt_srv_worker_t *w, kvt_jbuf_t *o)
     kvt_jbuf_printf(o,
                     "\"index\":{\"blocks\":%llu,\"entries\":%llu,\"bytes\":%llu,"
                     "\"budget_bytes\":%llu,\"evicted\":%llu,\"dropped\":%llu,"
-                    "\"speculative\":%llu,\"pods\":%u,\"namespaces\":%u},",
+                    "\"speculative\":%llu,\"pods\":%u,\"namespaces\":%u,"
+                    "\"tiers\":{\"gpu\":%llu,\"cpu\":%llu,\"disk\":%llu}},",
                     (unsigned long long)p.idx.blocks, (unsigned long long)p.idx.entries,
                     (unsigned long long)p.idx.bytes, (unsigned long long)srv->cfg.index_budget,
                     (unsigned long long)p.idx.evicted, (unsigned long long)p.idx.dropped,
-                    (unsigned long long)p.idx.speculative, p.idx.pods, p.idx.namespaces);
+                    (unsigned long long)p.idx.speculative, p.idx.pods, p.idx.namespaces,
+                    (unsigned long long)p.idx.tier_entries[0],
+                    (unsigned long long)p.idx.tier_entries[1],
+                    (unsigned long long)p.idx.tier_entries[2]);
     kvt_jbuf_printf(o,
                     "\"events\":{\"batches\":%llu,\"rejected_batches\":%llu,\"applied\":%llu,"
                     "\"blocks\":%llu,\"unresolved\":%llu,\"orphans\":%llu,"
@@ -224,6 +228,12 @@ void srv_metrics_text(kvt_srv_worker_t *w, kvt_jbuf_t *o)
         metric_head(o, g[i].name, g[i].type, g[i].help);
         kvt_jbuf_printf(o, "%s %llu\n", g[i].name, (unsigned long long)g[i].v);
     }
+    static const char *const tier_name[3] = {"gpu", "cpu", "disk"};
+    metric_head(o, "kvtier_index_tier_entries", "gauge",
+                "(block, pod) entries held in each tier; one in two tiers counts in both.");
+    for (int ti = 0; ti < 3; ti++)
+        kvt_jbuf_printf(o, "kvtier_index_tier_entries{tier=\"%s\"} %llu\n", tier_name[ti],
+                        (unsigned long long)p.idx.tier_entries[ti]);
     metric_head(o, "kvtier_connections_open", "gauge", "Open client connections.");
     kvt_jbuf_printf(o, "kvtier_connections_open %d\n", atomic_load(&srv->nconns));
     const char *cn[] = {"kvtier_connections_accepted_total", "kvtier_connections_refused_total",

@@ -138,6 +138,9 @@ class TestApi(Base):
         st = wait_stats(self.d, lambda s: s["events"]["batches"] >= 7)
         self.assertEqual(st["events"]["batches"], 7)
         self.assertEqual(st["index"]["pods"], 2)
+        # per-tier usage: B's two GPU blocks, A's blocks 1 and 2 left in CPU
+        self.assertEqual(st["index"]["tiers"], {"gpu": 2, "cpu": 2, "disk": 0})
+        self.assertEqual(st["index"]["entries"], 4)
 
     def test_lora_is_a_separate_namespace(self):
         self.post_events("A", [stored([1, 2], TOK[:8], lora="ad1")])
@@ -165,6 +168,8 @@ class TestApi(Base):
         self.assertTrue(hdrs["Content-Type"].startswith("text/plain; version=0.0.4"))
         samples, types = fx.parse_prometheus(text.decode())
         self.assertEqual(samples[("kvtier_index_entries", ())], 2)
+        self.assertEqual(samples[("kvtier_index_tier_entries", (("tier", "gpu"),))], 2)
+        self.assertEqual(samples[("kvtier_index_tier_entries", (("tier", "cpu"),))], 0)
         self.assertEqual(samples[("kvtier_pod_entries", (("pod", 'pod\\"x'), ("dp_rank", "0")))], 2)
         self.assertEqual(types["kvtier_request_duration_seconds"], "histogram")
         q = (("proto", "http"), ("call", "query"), ("code", "2xx"))

@@ -159,8 +159,8 @@ static int cmp_match(const void *a, const void *b)
     return x->pod < y->pod ? -1 : x->pod > y->pod;
 }
 
-static void compare_query(world_t *w, int ns, const uint64_t *keys, size_t n,
-                          const uint32_t *pods, size_t npods, uint64_t op)
+static void compare_query(world_t *w, int ns, const uint64_t *keys, size_t n, const uint32_t *pods,
+                          size_t npods, uint64_t op)
 {
     kvt_idx_match_t want[PODS], got[PODS + 1];
     size_t nw = kvt_naive_query(w->ref, w->ns[ns], keys, n, pods, npods, want, PODS);
@@ -238,9 +238,8 @@ static void run(world_t *w, uint64_t ops, uint64_t budget)
                 ehs[j] = ehash_of(idxs[j], p, variant) + (uint64_t)ns * 0x100000000ull;
             unsigned tiers = below(w, 4) == 0 ? (1u + below(w, 7)) : rand_tier(w);
             size_t unres = 0;
-            assert_int_equal(kvt_idx_remove(w->idx, pod, tiers, ehs + from, (size_t)(n - from),
-                                            &unres),
-                             KVT_OK);
+            assert_int_equal(
+                kvt_idx_remove(w->idx, pod, tiers, ehs + from, (size_t)(n - from), &unres), KVT_OK);
             assert_int_equal(unres,
                              kvt_naive_remove(w->ref, pod, tiers, ehs + from, (size_t)(n - from)));
         } else if (r < 650) {
@@ -291,10 +290,20 @@ static void run(world_t *w, uint64_t ops, uint64_t budget)
                 fail_msg("op %llu: %llu bytes over the budget of %llu", (unsigned long long)op,
                          (unsigned long long)st.bytes, (unsigned long long)budget);
         }
-        if ((op & 4095) == 0)
+        if ((op & 4095) == 0) {
             for (int q = 0; q < PODS; q++)
                 assert_int_equal(kvt_idx_pod_entries(w->idx, w->pod[q]),
                                  kvt_naive_pod_entries(w->ref, w->pod[q]));
+            kvt_idx_stats_t st;
+            uint64_t want[3];
+            kvt_idx_stats(w->idx, &st);
+            kvt_naive_tier_entries(w->ref, want);
+            for (int t = 0; t < 3; t++)
+                if (st.tier_entries[t] != want[t])
+                    fail_msg("op %llu: tier %d has %llu entries, model %llu",
+                             (unsigned long long)op, t, (unsigned long long)st.tier_entries[t],
+                             (unsigned long long)want[t]);
+        }
     }
 }
 
@@ -325,8 +334,8 @@ static void test_random_budget(void **state)
     const uint64_t budget = 200 * 1024;
     build_world(&w, seed, budget);
     run(&w, env_u64("KVT_RANDOM_OPS", 700000) / 2, budget);
-    print_message("evictions mirrored: %llu (leaf checks %llu)\n",
-                  (unsigned long long)w.evictions, (unsigned long long)w.eviction_checks);
+    print_message("evictions mirrored: %llu (leaf checks %llu)\n", (unsigned long long)w.evictions,
+                  (unsigned long long)w.eviction_checks);
     assert_true(w.evictions > 1000);
     free_world(&w);
 }
