@@ -310,18 +310,27 @@ static kvt_status_t kvt_evj_type(kvt_evj_t *d, int *type_p)
 }
 
 /* "medium": null is GPU; "GPU", "CPU", "DISK" or "NVME" in any case. */
+/* A JSON null where an optional field's value goes: consumed, and the field counts as absent. */
+static kvt_status_t kvt_evj_opt_null(kvt_evj_t *d, const char *field, bool *null_p)
+{
+    *null_p = kvt_json_peek(&d->j) == KVT_JSON_NULL;
+    if (*null_p && kvt_json_null(&d->j) != KVT_OK)
+        return kvt_evj_ev_json_fail(d, field);
+    return KVT_OK;
+}
+
 static kvt_status_t kvt_evj_medium(kvt_evj_t *d, unsigned *tier_p)
 {
     char name[16];
     size_t n;
 
-    kvt_json_type_t t = kvt_json_peek(&d->j);
-    if (t == KVT_JSON_NULL) {
-        if (kvt_json_null(&d->j) != KVT_OK)
-            return kvt_evj_ev_json_fail(d, "medium");
+    bool null;
+    kvt_status_t st = kvt_evj_opt_null(d, "medium", &null);
+    if (st != KVT_OK || null) {
         *tier_p = KVT_TIER_GPU;
-        return KVT_OK;
+        return st;
     }
+    kvt_json_type_t t = kvt_json_peek(&d->j);
     if (t != KVT_JSON_STRING) {
         if (kvt_json_status(&d->j) != KVT_OK)
             return kvt_evj_ev_json_fail(d, "medium");
@@ -456,7 +465,11 @@ static kvt_status_t kvt_evj_event(kvt_evj_t *d, int given, kvt_event_t *ev, int 
             break;
         }
         case KVT_EVJ_F_TOKENS: {
-            bool by_limit;
+            bool by_limit, null;
+            if ((st = kvt_evj_opt_null(d, "token_ids", &null)) != KVT_OK)
+                return st;
+            if (null)
+                break; /* as if absent: a placeholder without tokens */
             size_t cap = kvt_evj_item_cap(d, kvt_evj_align(d, 4), &by_limit), n;
             uint32_t *out = (uint32_t *)(void *)(d->arena + d->bump);
             if (kvt_json_u32_array(&d->j, out, cap, UINT32_MAX, &n) != KVT_OK) {
@@ -472,36 +485,40 @@ static kvt_status_t kvt_evj_event(kvt_evj_t *d, int given, kvt_event_t *ev, int 
             ev->tokens = n > 0 ? out : NULL;
             break;
         }
-        case KVT_EVJ_F_PARENT:
-            if (kvt_json_peek(&d->j) == KVT_JSON_NULL) {
-                if (kvt_json_null(&d->j) != KVT_OK)
-                    return kvt_evj_ev_json_fail(d, "parent_block_hash");
-            } else {
+        case KVT_EVJ_F_PARENT: {
+            bool null;
+            if ((st = kvt_evj_opt_null(d, "parent_block_hash", &null)) != KVT_OK)
+                return st;
+            if (!null) {
                 if (kvt_json_hash(&d->j, &ev->parent) != KVT_OK)
                     return kvt_evj_ev_json_fail(d, "parent_block_hash");
                 ev->has_parent = true;
             }
             break;
-        case KVT_EVJ_F_BLOCK_SIZE:
-            if (kvt_json_u32(&d->j, &ev->block_size) != KVT_OK)
+        }
+        case KVT_EVJ_F_BLOCK_SIZE: {
+            bool null;
+            if ((st = kvt_evj_opt_null(d, "block_size", &null)) != KVT_OK)
+                return st;
+            if (!null && kvt_json_u32(&d->j, &ev->block_size) != KVT_OK)
                 return kvt_evj_ev_json_fail(d, "block_size");
             break;
+        }
         case KVT_EVJ_F_MEDIUM:
             st = kvt_evj_medium(d, &ev->tier);
             if (st != KVT_OK)
                 return st;
             break;
-        case KVT_EVJ_F_LORA:
-            if (kvt_json_peek(&d->j) == KVT_JSON_NULL) {
-                if (kvt_json_null(&d->j) != KVT_OK)
-                    return kvt_evj_ev_json_fail(d, "lora_name");
+        case KVT_EVJ_F_LORA: {
+            bool null;
+            if ((st = kvt_evj_opt_null(d, "lora_name", &null)) != KVT_OK)
+                return st;
+            if (null)
                 ev->lora_name = NULL;
-            } else {
-                st = kvt_evj_name(d, "lora_name", true, true, &ev->lora_name);
-                if (st != KVT_OK)
-                    return st;
-            }
+            else if ((st = kvt_evj_name(d, "lora_name", true, true, &ev->lora_name)) != KVT_OK)
+                return st;
             break;
+        }
         default: return kvt_evj_ev_fail(d, KVT_ERR_INTERNAL, "unhandled field '%s'", key);
         }
     }

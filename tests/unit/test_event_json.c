@@ -373,8 +373,6 @@ static void test_event_errors(void **state)
                KVT_ERR_INVAL, "events[0].token_ids:");
     decode_err(HDR "{\"type\":\"BlockStored\",\"block_hashes\":[1],\"token_ids\":[-1]}" FTR,
                KVT_ERR_INVAL, "events[0].token_ids:");
-    decode_err(HDR "{\"type\":\"BlockStored\",\"block_hashes\":[1],\"token_ids\":null}" FTR,
-               KVT_ERR_INVAL, "events[0].token_ids:");
     decode_err(HDR "{\"type\":\"BlockStored\",\"block_hashes\":[1],\"block_size\":-1}" FTR,
                KVT_ERR_INVAL, "events[0].block_size:");
     decode_err(HDR "{\"type\":\"BlockStored\",\"block_hashes\":[1],\"block_size\":1.0}" FTR,
@@ -909,15 +907,45 @@ static void test_random_batches(void **state)
     kvt_jbuf_cleanup(&j);
 }
 
+/* null for token_ids, block_size, parent_block_hash, lora_name, medium reads as absent */
+static void test_nulls_read_as_absent(void **state)
+{
+    (void)state;
+    kvt_evbatch_t b;
+    decode_ok("{\"pod\":\"p\",\"model\":\"m\",\"events\":[{\"type\":\"BlockStored\","
+              "\"block_hashes\":[1,2],\"token_ids\":null,\"block_size\":null,"
+              "\"parent_block_hash\":null,\"lora_name\":null,\"medium\":null}]}",
+              &b);
+    assert_int_equal(b.nev, 1);
+    assert_int_equal(b.ev[0].nhashes, 2);
+    assert_int_equal(b.ev[0].ntokens, 0);
+    assert_null(b.ev[0].tokens);
+    assert_int_equal(b.ev[0].block_size, 0);
+    assert_false(b.ev[0].has_parent);
+    assert_null(b.ev[0].lora_name);
+    assert_int_equal(b.ev[0].tier, KVT_TIER_GPU);
+    kvt_evbatch_cleanup(&b);
+    /* a broken null is still an error */
+    decode_err(HDR "{\"type\":\"BlockStored\",\"block_hashes\":[1],\"token_ids\":nul}" FTR,
+               KVT_ERR_PARSE, "events[0].token_ids:");
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_block_stored_full), cmocka_unit_test(test_block_stored_minimal),
-        cmocka_unit_test(test_mediums),           cmocka_unit_test(test_removed_and_cleared),
-        cmocka_unit_test(test_unknown_counting),  cmocka_unit_test(test_event_errors),
-        cmocka_unit_test(test_top_level_errors),  cmocka_unit_test(test_max_items),
-        cmocka_unit_test(test_args_and_cleanup),  cmocka_unit_test(test_arena_worst_cases),
-        cmocka_unit_test(test_big_batch),         cmocka_unit_test(test_random_batches),
+        cmocka_unit_test(test_block_stored_full),
+        cmocka_unit_test(test_block_stored_minimal),
+        cmocka_unit_test(test_mediums),
+        cmocka_unit_test(test_removed_and_cleared),
+        cmocka_unit_test(test_unknown_counting),
+        cmocka_unit_test(test_event_errors),
+        cmocka_unit_test(test_nulls_read_as_absent),
+        cmocka_unit_test(test_top_level_errors),
+        cmocka_unit_test(test_max_items),
+        cmocka_unit_test(test_args_and_cleanup),
+        cmocka_unit_test(test_arena_worst_cases),
+        cmocka_unit_test(test_big_batch),
+        cmocka_unit_test(test_random_batches),
     };
     return cmocka_run_group_tests_name("event_json", tests, NULL, NULL);
 }
