@@ -467,7 +467,7 @@ static int br_rpc_run(const br_opts_t *o, uint16_t port, uint8_t **reqs, size_t 
 
 /* HTTP closed loop: H keep-alive connections, one request in flight each. */
 static double br_http_run(const br_opts_t *o, uint16_t port, char **reqs, size_t *reqlen,
-                          uint64_t *errors_p)
+                          uint64_t *errors_p, uint64_t *done_p)
 {
     uint32_t nc = o->http_conns;
     int ep = epoll_create1(EPOLL_CLOEXEC);
@@ -525,7 +525,31 @@ static double br_http_run(const br_opts_t *o, uint16_t port, char **reqs, size_t
     free(c);
     close(ep);
     *errors_p = errors;
+    *done_p = done;
     return (double)done / secs;
+}
+
+/*
+ * CPU seconds (user + system) process @pid has used so far, from
+ * /proc/PID/stat; -1 when it cannot be read. Per-query CPU is steadier than
+ * queries/s on a shared machine: it does not count time the daemon waited.
+ */
+static double br_proc_cpu(pid_t pid)
+{
+    char path[64], buf[1024];
+    snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
+    FILE *f = fopen(path, "r");
+    if (f == NULL)
+        return -1;
+    size_t n = fread(buf, 1, sizeof(buf) - 1, f);
+    fclose(f);
+    buf[n] = '\0';
+    const char *p = strrchr(buf, ')'); /* the command name may hold spaces */
+    unsigned long ut = 0, st = 0;
+    if (p == NULL ||
+        sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %lu %lu", &ut, &st) != 2)
+        return -1;
+    return (double)(ut + st) / (double)sysconf(_SC_CLK_TCK);
 }
 
 /* redis-benchmark -P 16 -t get against a fresh redis-server; GET/s, or 0 when unavailable. */
@@ -620,12 +644,16 @@ int kvt_bench_rpc_main(int argc, char **argv)
         free(body);
     }
     br_result_t closed = {0}, open = {0};
+    double cpu0 = br_proc_cpu(d.pid);
     if (br_rpc_run(&o, d.rpc, rpc, rpclen, 0, &closed) < 0) {
         fprintf(stderr, "kvtier-bench: rpc closed loop failed\n");
         br_daemon_stop(&d);
         return 1;
     }
     double rpc_qps = (double)closed.done / closed.secs;
+    double cpu1 = br_proc_cpu(d.pid);
+    double rpc_cpu_us =
+        cpu0 >= 0 && cpu1 >= 0 && closed.done ? (cpu1 - cpu0) * 1e6 / (double)closed.done : 0;
     open.caplat = (size_t)(rpc_qps * o.seconds) + 1024;
     open.lat = malloc(open.caplat * sizeof(uint64_t));
     if (open.lat == NULL || br_rpc_run(&o, d.rpc, rpc, rpclen, rpc_qps / 2, &open) < 0) {
@@ -636,8 +664,12 @@ int kvt_bench_rpc_main(int argc, char **argv)
     qsort(open.lat, open.nlat, sizeof(uint64_t), br_cmp);
     double p50 = kvt_bench_percentile(open.lat, open.nlat, 50) / 1000.0;
     double p99 = kvt_bench_percentile(open.lat, open.nlat, 99) / 1000.0;
-    uint64_t http_err = 0;
-    double http_qps = br_http_run(&o, d.http, http, httplen, &http_err);
+    uint64_t http_err = 0, http_done = 0;
+    double cpu2 = br_proc_cpu(d.pid);
+    double http_qps = br_http_run(&o, d.http, http, httplen, &http_err, &http_done);
+    double cpu3 = br_proc_cpu(d.pid);
+    double http_cpu_us =
+        cpu2 >= 0 && cpu3 >= 0 && http_done ? (cpu3 - cpu2) * 1e6 / (double)http_done : 0;
     br_daemon_stop(&d);
     double redis = o.redis ? br_redis() : 0;
 
@@ -645,20 +677,24 @@ int kvt_bench_rpc_main(int argc, char **argv)
            o.tokens, o.pods);
     printf("%-34s %12.0f /s  (%u conns x %u in flight, batches of %u, %" PRIu64 " errors)\n",
            "rpc queries, closed loop", rpc_qps, o.conns, o.depth, o.batch, closed.errors);
+    printf("%-34s %12.1f us  (daemon user + system CPU per query)\n", "rpc daemon CPU per query",
+           rpc_cpu_us);
     printf("%-34s %12.0f /s  p50 %.1f us  p99 %.1f us  (%zu samples, %" PRIu64 " errors)\n",
            "rpc queries, open loop at half", (double)open.done / open.secs, p50, p99, open.nlat,
            open.errors);
     printf("%-34s %12.0f /s  (%u keep-alive conns, %" PRIu64 " errors)\n",
            "http queries, closed loop", http_qps, o.http_conns, http_err);
+    printf("%-34s %12.1f us\n", "http daemon CPU per query", http_cpu_us);
     printf("%-34s %12.0f /s  (redis-benchmark -P 16 -t get)\n", "redis GET (yardstick)", redis);
     printf("{\"bench\":\"rpc\",\"workers\":%u,\"tokens\":%u,\"conns\":%u,\"depth\":%u,"
            "\"batch\":%u,"
            "\"rpc_queries_per_sec\":%.0f,\"rpc_p50_us\":%.1f,\"rpc_p99_us\":%.1f,"
            "\"rpc_half_load_per_sec\":%.0f,\"http_queries_per_sec\":%.0f,"
+           "\"rpc_server_cpu_us_per_query\":%.2f,\"http_server_cpu_us_per_query\":%.2f,"
            "\"redis_get_per_sec\":%.0f,\"rpc_vs_redis\":%.3f,\"errors\":%" PRIu64 "}\n",
            o.workers, o.tokens, o.conns, o.depth, o.batch, rpc_qps, p50, p99,
-           (double)open.done / open.secs, http_qps, redis, redis > 0 ? rpc_qps / redis : 0.0,
-           closed.errors + open.errors + http_err);
+           (double)open.done / open.secs, http_qps, rpc_cpu_us, http_cpu_us, redis,
+           redis > 0 ? rpc_qps / redis : 0.0, closed.errors + open.errors + http_err);
     for (uint32_t i = 0; i < o.prompts; i++) {
         free(rpc[i]);
         free(http[i]);

@@ -1193,7 +1193,7 @@ static char *kvt_json_fmt_u64(uint64_t v, char *end)
     return o;
 }
 
-void kvt_jbuf_u64(kvt_jbuf_t *b, uint64_t v)
+void kvt_jbuf_u64_slow(kvt_jbuf_t *b, uint64_t v)
 {
     char tmp[24];
     char *p = kvt_json_fmt_u64(v, tmp + sizeof(tmp));

@@ -219,8 +219,26 @@ static inline void kvt_jbuf_cstr(kvt_jbuf_t *b, const char *s)
 /* Appends @s[0..n) as a quoted JSON string: '"', '\\' and control bytes are
  * escaped; valid UTF-8 is copied; each byte of invalid UTF-8 becomes \ufffd. */
 void kvt_jbuf_str(kvt_jbuf_t *b, const char *s, size_t n);
-/* Appends a decimal integer. */
-void kvt_jbuf_u64(kvt_jbuf_t *b, uint64_t v);
+/* kvt_jbuf_u64() for any value and any buffer state. */
+void kvt_jbuf_u64_slow(kvt_jbuf_t *b, uint64_t v);
+/* Appends a decimal integer. Inline for 0..99, the usual block counts of an answer. */
+static inline void kvt_jbuf_u64(kvt_jbuf_t *b, uint64_t v)
+{
+    if (v < 100 && !b->oom && b->cap > b->len && b->cap - b->len > 3) {
+        char *o = b->buf + b->len;
+        if (v >= 10) {
+            o[0] = (char)('0' + v / 10);
+            o[1] = (char)('0' + v % 10);
+            b->len += 2;
+        } else {
+            o[0] = (char)('0' + v);
+            b->len += 1;
+        }
+        b->buf[b->len] = '\0';
+        return;
+    }
+    kvt_jbuf_u64_slow(b, v);
+}
 void kvt_jbuf_i64(kvt_jbuf_t *b, int64_t v);
 /* Appends the shortest text that reads back as exactly @v; NaN and
  * infinities (not JSON) are written as null. */

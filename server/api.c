@@ -109,6 +109,8 @@ void srv_query_pod(kvt_srv_worker_t *w, const srv_answer_t *a, size_t i, srv_ans
     const reg_pod_t *rp = &w->cur_reg->pods[s->pod];
     *p = (srv_answer_pod_t){w->cur_reg->names + rp->name_off,
                             rp->name_len,
+                            w->cur_reg->names + rp->json_off,
+                            rp->json_len,
                             rp->dp_rank,
                             s->matched,
                             s->gpu,
@@ -227,7 +229,7 @@ kvt_status_t srv_api_query_json(kvt_srv_worker_t *w, const char *body, size_t le
         srv_answer_pod_t p;
         srv_query_pod(w, &a, i, &p);
         kvt_jbuf_cstr(out, i ? ",{\"pod\":" : "{\"pod\":");
-        kvt_jbuf_str(out, p.pod, p.pod_len);
+        kvt_jbuf_raw(out, p.pod_json, p.pod_json_len); /* escaped once, in the registry */
         kvt_jbuf_cstr(out, ",\"dp_rank\":");
         kvt_jbuf_u64(out, p.dp_rank);
         kvt_jbuf_cstr(out, ",\"matched_blocks\":");

@@ -211,11 +211,26 @@ static void reg_publish(kvt_srv_t *srv)
 {
     uint32_t npods = kvt_idx_pod_limit(srv->idx), nns = kvt_idx_ns_count(srv->idx);
     size_t names = 1;
-    for (uint32_t i = 0; i < npods; i++) {
+    /* pod names rendered once as JSON strings, for the HTTP answers */
+    kvt_jbuf_t js;
+    kvt_jbuf_init(&js);
+    uint32_t *js_off = malloc((npods + 1) * sizeof(uint32_t));
+    for (uint32_t i = 0; i < npods && js_off != NULL; i++) {
         const char *n = kvt_idx_pod_name(srv->idx, i, NULL);
-        if (n != NULL)
+        js_off[i] = (uint32_t)js.len;
+        if (n != NULL) {
             names += strlen(n) + 1;
+            kvt_jbuf_str(&js, n, strlen(n));
+        }
     }
+    if (js_off == NULL || js.oom || js.len > UINT32_MAX / 2) {
+        kvt_log_warn("registry snapshot: out of memory; keeping the old one");
+        free(js_off);
+        kvt_jbuf_cleanup(&js);
+        return;
+    }
+    js_off[npods] = (uint32_t)js.len;
+    names += js.len;
     for (uint32_t i = 0; i < nns; i++) {
         const char *lora, *model = kvt_idx_ns_name(srv->idx, i, &lora);
         names += strlen(model) + strlen(lora) + 2;
@@ -228,6 +243,8 @@ static void reg_publish(kvt_srv_t *srv)
     kvt_srv_reg_t *r = calloc(1, bytes);
     if (r == NULL) {
         kvt_log_warn("registry snapshot: out of memory; keeping the old one");
+        free(js_off);
+        kvt_jbuf_cleanup(&js);
         return;
     }
     r->bytes = bytes;
@@ -240,6 +257,10 @@ static void reg_publish(kvt_srv_t *srv)
     r->names = (char *)(r->bucket + nb);
     memset(r->bucket, 0xff, nb * sizeof(uint32_t));
     size_t off = 1;
+    if (js.len > 0)
+        memcpy(r->names + off, js.buf, js.len);
+    size_t js_base = off;
+    off += js.len;
     for (uint32_t i = 0; i < npods; i++) {
         uint32_t rank = 0;
         const char *n = kvt_idx_pod_name(srv->idx, i, &rank);
@@ -248,7 +269,13 @@ static void reg_publish(kvt_srv_t *srv)
             continue;
         size_t l = strlen(n);
         memcpy(r->names + off, n, l + 1);
-        r->pods[i] = (reg_pod_t){(uint32_t)off, (uint32_t)l, rank, 1, UINT32_MAX};
+        r->pods[i] = (reg_pod_t){(uint32_t)off,
+                                 (uint32_t)l,
+                                 (uint32_t)(js_base + js_off[i]),
+                                 js_off[i + 1] - js_off[i],
+                                 rank,
+                                 1,
+                                 UINT32_MAX};
         off += l + 1;
         uint32_t b = (uint32_t)name_hash(n, l) & (nb - 1);
         r->pods[i].next = r->bucket[b];
@@ -271,6 +298,8 @@ static void reg_publish(kvt_srv_t *srv)
     srv->reg_live_pods = 0;
     for (uint32_t i = 0; i < npods; i++)
         srv->reg_live_pods += r->pods[i].live;
+    free(js_off);
+    kvt_jbuf_cleanup(&js);
     kvt_srv_reg_t *old = srv->reg;
     __atomic_store_n(&srv->reg, r, __ATOMIC_RELEASE);
     if (old != NULL)

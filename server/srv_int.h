@@ -41,6 +41,8 @@ typedef struct kvt_srv_conn kvt_srv_conn_t;
 typedef struct reg_pod {
     uint32_t name_off; /* into names[]; 0 with live == 0 */
     uint32_t name_len;
+    uint32_t json_off; /* the name as a quoted, escaped JSON string, into names[] */
+    uint32_t json_len;
     uint32_t dp_rank;
     uint32_t live;
     uint32_t next; /* next pod id in the same name bucket, or UINT32_MAX */
@@ -228,6 +230,8 @@ typedef struct srv_query {
 typedef struct srv_answer_pod {
     const char *pod; /* valid until srv_query_done() */
     uint32_t pod_len;
+    const char *pod_json; /* the name as a JSON string (quoted, escaped); not NUL-terminated */
+    uint32_t pod_json_len;
     uint32_t dp_rank;
     uint32_t matched, gpu, cpu, disk;
     double score;
