@@ -260,6 +260,13 @@ kvt_status_t srv_api_query_rpc(kvt_srv_worker_t *w, uint64_t req_id, const uint8
     kvt_srv_t *srv = w->srv;
     kvt_proto_query_t pq;
     kvt_status_t st = kvt_proto_query_decode(body, len, srv->cfg.max_query_tokens, &pq, why_p);
+    if (st == KVT_ERR_TOO_BIG) {
+        /* worded as the HTTP front end words it, with the limit */
+        static __thread char why[96];
+        snprintf(why, sizeof(why), "more than %u tokens or keys in one query",
+                 (unsigned)srv->cfg.max_query_tokens);
+        *why_p = why;
+    }
     if (st != KVT_OK)
         return st;
     if (pq.npods > MAX_FILTER) {

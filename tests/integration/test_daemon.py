@@ -370,7 +370,22 @@ class TestBadInput(Base):
 
 
 class TestLimits(Base):
-    flags = ("--request-timeout", "400ms", "--max-connections", "6")
+    flags = ("--request-timeout", "400ms", "--max-connections", "6", "--max-query-tokens", "64")
+
+    def test_query_token_limit_same_words(self):
+        # over --max-query-tokens: 413 over HTTP, TOO_BIG over RPC, the same message
+        s, a = self.d.http("POST", "/v1/query", json.dumps({"model": "m", "token_ids": [1] * 65}))
+        self.assertEqual(s, 413, a)
+        self.assertIn("more than 64 tokens or keys in one query", a["error"])
+        r = self.d.connect()
+        r.sendall(fx.frame(fx.OP_QUERY, 9, fx.query_body("m", tokens=[1] * 65)))
+        h, b = fx.read_frame(r)
+        self.assertEqual((h["req_id"], h["flags"] & fx.F_ERROR), (9, fx.F_ERROR))
+        st, http_status, msg = fx.parse_error(b)
+        self.assertEqual(http_status, 413)
+        self.assertIn("more than 64 tokens or keys in one query", msg)
+        r.close()
+        self.assertEqual(self.query([1] * 64)["num_blocks"], 4)  # at the limit: answered
 
     def test_slow_clients_time_out(self):
         s = self.d.connect(self.d.http_port)
