@@ -63,6 +63,11 @@ static void conn_close(kvt_srv_conn_t *c)
 {
     if (c->bev == NULL)
         return;
+    if (c->w->rpc_owner == c) {
+        /* answers for a closed connection go nowhere */
+        kvt_proto_wr_reset(&c->w->rpc_out);
+        c->w->rpc_owner = NULL;
+    }
     bufferevent_free(c->bev); /* BEV_OPT_CLOSE_ON_FREE closes the socket */
     c->bev = NULL;
     event_free(c->deadline);
@@ -106,6 +111,32 @@ static void conn_update_reading(kvt_srv_conn_t *c)
  */
 static void conn_flush(kvt_srv_conn_t *c)
 {
+    kvt_srv_worker_t *w = c->w;
+    if (w->rpc_owner == c) {
+        /*
+         * RPC answers were encoded straight into the worker's batch: send
+         * them from there when nothing is queued before them, and queue only
+         * what the socket does not take.
+         */
+        kvt_proto_wr_t *b = &w->rpc_out;
+        w->rpc_owner = NULL;
+        size_t sent = 0;
+        if (c->bev != NULL && !c->writing &&
+            evbuffer_get_length(bufferevent_get_output(c->bev)) == 0) {
+            while (sent < b->len) {
+                ssize_t r = send(bufferevent_getfd(c->bev), b->buf + sent, b->len - sent,
+                                 MSG_NOSIGNAL | MSG_DONTWAIT);
+                if (r == -1 && errno == EINTR)
+                    continue;
+                if (r <= 0)
+                    break; /* full, or an error the write event will report */
+                sent += (size_t)r;
+            }
+        }
+        if (c->bev != NULL && sent < b->len)
+            bufferevent_write(c->bev, b->buf + sent, b->len - sent);
+        kvt_proto_wr_reset(b);
+    }
     if (c->bev == NULL || c->writing)
         return;
     struct evbuffer *out = bufferevent_get_output(c->bev);
@@ -447,20 +478,26 @@ static void http_read(kvt_srv_conn_t *c)
 
 /* ---- RPC ----------------------------------------------------------------------------- */
 
-static void rpc_send(kvt_srv_conn_t *c, kvt_proto_wr_t *wr)
+/*
+ * The worker's answer batch, for @c: answers are encoded straight into it, in
+ * order, and conn_flush() sends them. Another connection's pending answers
+ * are flushed first, so the batch only ever holds one connection's.
+ */
+static kvt_proto_wr_t *rpc_batch(kvt_srv_conn_t *c)
 {
-    if (c->bev != NULL && wr->len > 0)
-        bufferevent_write(c->bev, wr->buf, wr->len);
+    kvt_srv_worker_t *w = c->w;
+    if (w->rpc_owner != c) {
+        if (w->rpc_owner != NULL)
+            conn_flush(w->rpc_owner);
+        w->rpc_owner = c;
+    }
+    return &w->rpc_out;
 }
 
 static void rpc_error(kvt_srv_conn_t *c, uint8_t op, uint64_t req_id, kvt_status_t st,
                       uint16_t http, const char *msg)
 {
-    kvt_proto_wr_t wr;
-    kvt_proto_wr_init(&wr);
-    kvt_proto_err_encode(&wr, op, req_id, st, http, msg, msg ? strlen(msg) : 0);
-    rpc_send(c, &wr);
-    kvt_proto_wr_cleanup(&wr);
+    kvt_proto_err_encode(rpc_batch(c), op, req_id, st, http, msg, msg ? strlen(msg) : 0);
 }
 
 static enum srv_call rpc_call_of(uint8_t op)
@@ -482,8 +519,7 @@ static int rpc_dispatch(kvt_srv_conn_t *c, const kvt_proto_hdr_t *h, const uint8
     kvt_srv_worker_t *w = c->w;
     kvt_srv_t *srv = w->srv;
     const char *why = NULL;
-    kvt_proto_wr_t *wr = &w->rpc_out;
-    kvt_proto_wr_reset(wr);
+    kvt_proto_wr_t *wr = rpc_batch(c); /* answers append; a failed encode drops only its frame */
     if (h->flags & KVT_PROTO_F_RESPONSE) {
         rpc_error(c, h->op, h->req_id, KVT_ERR_PROTO, 400, "a request must not carry RESPONSE");
         return 400;
@@ -561,7 +597,6 @@ static int rpc_dispatch(kvt_srv_conn_t *c, const kvt_proto_hdr_t *h, const uint8
         rpc_error(c, h->op, h->req_id, KVT_ERR_NO_MEM, 503, "out of memory");
         return 503;
     }
-    rpc_send(c, wr);
     return 200;
 }
 
@@ -604,7 +639,7 @@ static void rpc_read(kvt_srv_conn_t *c)
         if (status >= 0)
             srv_count(w, PROTO_RPC, rpc_call_of(h.op), status, t0);
         /* a long burst: send what is ready rather than hold it until the burst ends */
-        if (c->bev != NULL && evbuffer_get_length(bufferevent_get_output(c->bev)) >= 16384)
+        if (c->bev != NULL && w->rpc_owner == c && w->rpc_out.len >= 16384)
             conn_flush(c);
     }
     conn_update_reading(c);
@@ -622,8 +657,7 @@ void srv_conn_job_done(srv_job_t *job)
             c->busy = false;
             srv_count(w, PROTO_HTTP, c->call, job->http_status, job->t0_ns);
         } else {
-            kvt_proto_wr_t *wr = &w->rpc_out;
-            kvt_proto_wr_reset(wr);
+            kvt_proto_wr_t *wr = rpc_batch(c);
             uint8_t op = job->kind == JOB_EVENTS ? KVT_PROTO_OP_EVENTS : KVT_PROTO_OP_ENGINE_DROP;
             if (job->http_status == 200)
                 kvt_proto_raw_encode(wr, op, KVT_PROTO_F_RESPONSE, job->req_id, job->answer.buf,
@@ -631,7 +665,6 @@ void srv_conn_job_done(srv_job_t *job)
             else
                 kvt_proto_err_encode(wr, op, job->req_id, job->st, (uint16_t)job->http_status,
                                      job->errmsg, strlen(job->errmsg));
-            rpc_send(c, wr);
             c->inflight--;
             srv_count(w, PROTO_RPC, rpc_call_of(op), job->http_status, job->t0_ns);
         }

@@ -154,8 +154,9 @@ struct kvt_srv_worker {
     size_t filter_cap;
     kvt_scored_t *scored;
     size_t scored_cap;
-    kvt_jbuf_t out;         /* answer scratch */
-    kvt_proto_wr_t rpc_out; /* RPC answer scratch */
+    kvt_jbuf_t out;            /* answer scratch */
+    kvt_proto_wr_t rpc_out;    /* RPC answers not yet sent, all for rpc_owner */
+    kvt_srv_conn_t *rpc_owner; /* NULL while rpc_out is empty */
     srv_counters_t ctr;
 };
 
