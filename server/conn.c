@@ -105,9 +105,10 @@ static void conn_update_reading(kvt_srv_conn_t *c)
 }
 
 /*
- * Sends what the callbacks queued, straight from the output buffer: one
- * sendmsg per batch of answers. Only a remainder (a full socket buffer) turns
- * the bufferevent's write event on, so the usual answer costs no epoll_ctl.
+ * Sends what the callbacks queued: @c's RPC answer batch (if it owns the
+ * worker's), then the output buffer, one sendmsg for all of it. Only a
+ * remainder (a full socket buffer) turns the bufferevent's write event on, so
+ * the usual answer costs no epoll_ctl and no copy.
  */
 static void conn_flush(kvt_srv_conn_t *c)
 {
