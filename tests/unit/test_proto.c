@@ -685,6 +685,9 @@ static void test_query_roundtrip(void **state)
     assert_int_equal(q.n, 5);
     for (uint32_t i = 0; i < 5; i++)
         assert_int_equal(kvt_proto_query_token(&q, i), toks[i]);
+    uint32_t tvals[5];
+    kvt_proto_query_values(&q, tvals); /* the bulk form agrees */
+    assert_memory_equal(tvals, toks, sizeof(tvals));
     assert_int_equal(q.npods, 2);
     kvt_proto_rd_t r;
     kvt_proto_rd_init(&r, q.pods, q.pods_len);
@@ -716,6 +719,9 @@ static void test_query_roundtrip(void **state)
     assert_int_equal(q.pods_len, 0);
     for (uint32_t i = 0; i < 3; i++)
         assert_true(kvt_proto_query_key(&q, i) == keys[i]);
+    uint64_t kvals[3];
+    kvt_proto_query_values(&q, kvals); /* bulk, from the unaligned frame */
+    assert_memory_equal(kvals, keys, sizeof(kvals));
     free(odd);
     expect_truncations_fail(body, len, dec_query, sizeof(q));
 
