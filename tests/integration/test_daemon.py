@@ -239,7 +239,14 @@ class TestRpc(Base):
             if h["op"] == fx.OP_QUERY:
                 self.assertEqual(fx.parse_query_answer(b)["pods"], ans["pods"])
         self.assertEqual(ids, set(range(1000, 1100)) | {5000})
-        h, b = self.rpc(s, fx.OP_STATS, 6)
+        # stats are a snapshot republished every --stats-period: ask until it shows the pod
+        end = time.time() + 5.0
+        while True:
+            h, b = self.rpc(s, fx.OP_STATS, 6)
+            self.assertEqual((h["req_id"], h["flags"]), (6, fx.F_RESPONSE))
+            if json.loads(b)["index"]["pods"] == 1 or time.time() > end:
+                break
+            time.sleep(0.05)
         self.assertEqual(json.loads(b)["index"]["pods"], 1)
         h, b = self.rpc(s, fx.OP_ENGINE_DROP, 7, fx.pstr("R"))
         self.assertEqual(json.loads(b)["dp_ranks"], 1)
