@@ -4,6 +4,7 @@
  */
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 
 #define XXH_INLINE_ALL
 #include <xxhash.h>
@@ -59,6 +60,9 @@ struct kvt_idx {
     uint64_t now_ms;
     uint64_t bytes; /* live allocations; retired ones are in sh.ebr.limbo_bytes */
 
+    kvt_node_t **slabs; /* 2 MiB slabs; node chunk c is in slab c / NODE_SLAB_CHUNKS */
+    uint32_t nslabs, slabs_cap;
+
     uint32_t node_free;  /* free-list head */
     uint32_t nodes_used; /* node indices handed out so far */
     uint64_t live_nodes;
@@ -98,6 +102,28 @@ static void *acct_alloc(kvt_idx_t *idx, size_t bytes)
     void *p = malloc(bytes);
     if (p != NULL)
         idx->bytes += bytes;
+    return p;
+}
+
+/*
+ * Big, randomly probed arrays (node slabs, large key tables) sit on 2 MiB
+ * transparent huge pages where the kernel allows it (THP "madvise" or
+ * "always"): one TLB entry then covers 2 MiB, so a probe's miss is not
+ * followed by a page walk, which costs most on virtual machines. All of it
+ * is advice: without THP the memory is the same, on 4 KiB pages.
+ */
+#define KVT_HUGE ((size_t)2 << 20)
+
+/* A table of @bytes, 2 MiB aligned; its whole 2 MiB pages get huge pages as they are touched. */
+static void *huge_alloc(size_t bytes)
+{
+    void *p;
+    if (posix_memalign(&p, KVT_HUGE, bytes) != 0)
+        return NULL;
+#ifdef MADV_HUGEPAGE
+    if (bytes >= KVT_HUGE)
+        (void)madvise(p, bytes & ~(KVT_HUGE - 1), MADV_HUGEPAGE);
+#endif
     return p;
 }
 
@@ -200,6 +226,46 @@ static size_t evict_batch(kvt_idx_t *idx);
 static bool room(kvt_idx_t *idx, size_t bytes);
 
 /*
+ * Node chunks are carved, NODE_SLAB_CHUNKS at a time, from 2 MiB-aligned
+ * slabs, and freed only with the index. A slab is left on ordinary pages
+ * (only the chunks handed out are touched, and counted) until its last chunk
+ * is handed out; then it is collapsed into one huge page (MADV_COLLAPSE,
+ * Linux 6.1+; elsewhere it stays as it is).
+ */
+#define NODE_SLAB_CHUNKS ((uint32_t)(KVT_HUGE / (NODE_CHUNK * sizeof(kvt_node_t))))
+
+static kvt_node_t *node_chunk_alloc(kvt_idx_t *idx)
+{
+    uint32_t c = idx->sh.nodes->n; /* the chunk about to be appended */
+    if (c % NODE_SLAB_CHUNKS == 0 && c / NODE_SLAB_CHUNKS == idx->nslabs) {
+        if (idx->nslabs == idx->slabs_cap) {
+            uint32_t ncap = idx->slabs_cap ? idx->slabs_cap * 2 : 8;
+            kvt_node_t **ns = realloc(idx->slabs, ncap * sizeof(*ns));
+            if (ns == NULL)
+                return NULL;
+            idx->slabs = ns;
+            idx->slabs_cap = ncap;
+        }
+        kvt_node_t *slab = aligned_alloc(KVT_HUGE, KVT_HUGE);
+        if (slab == NULL)
+            return NULL;
+        idx->slabs[idx->nslabs++] = slab;
+    }
+    idx->bytes += NODE_CHUNK * sizeof(kvt_node_t);
+    return idx->slabs[c / NODE_SLAB_CHUNKS] + (size_t)(c % NODE_SLAB_CHUNKS) * NODE_CHUNK;
+}
+
+/* Called once chunk @c is initialized and appended. */
+static void node_chunk_done(kvt_idx_t *idx, uint32_t c)
+{
+#ifndef MADV_COLLAPSE
+#define MADV_COLLAPSE 25 /* Linux 6.1 */
+#endif
+    if (c % NODE_SLAB_CHUNKS == NODE_SLAB_CHUNKS - 1)
+        (void)madvise(idx->slabs[c / NODE_SLAB_CHUNKS], KVT_HUGE, MADV_COLLAPSE);
+}
+
+/*
  * Allocates a node index into *@nid_p; evicts instead of growing past the
  * budget. KVT_ERR_NO_SPACE when over budget with nothing evictable.
  */
@@ -215,15 +281,16 @@ static kvt_status_t node_alloc(kvt_idx_t *idx, uint32_t *nid_p)
         {
             if (idx->nodes_used >= 0x7fffffffu - NODE_CHUNK)
                 return KVT_ERR_NO_SPACE;
-            kvt_node_t *c = acct_alloc(idx, chunk_bytes);
+            kvt_node_t *c = node_chunk_alloc(idx);
             if (c == NULL)
                 return KVT_ERR_NO_MEM;
             for (uint32_t i = 0; i < NODE_CHUNK; i++)
                 c[i].pods = PODS_FREE;
             if (dir_append(idx, &idx->sh.nodes, c) != KVT_OK) {
-                acct_free(idx, c, chunk_bytes);
+                idx->bytes -= chunk_bytes; /* the slab stays for the next try */
                 return KVT_ERR_NO_MEM;
             }
+            node_chunk_done(idx, idx->sh.nodes->n - 1);
             break;
         }
     }
@@ -253,7 +320,7 @@ static uint64_t ktab_cap(const kvt_ktab_t *t)
 static kvt_ktab_t *ktab_new(kvt_idx_t *idx, uint32_t groups)
 {
     size_t bytes = ktab_bytes(groups);
-    kvt_ktab_t *t = aligned_alloc(64, bytes);
+    kvt_ktab_t *t = bytes >= KVT_HUGE ? huge_alloc(bytes) : aligned_alloc(64, bytes);
     if (t == NULL)
         return NULL;
     idx->bytes += bytes;
@@ -1421,8 +1488,9 @@ void kvt_idx_destroy(kvt_idx_t *idx)
         free(idx->sh.nss);
     }
     if (idx->sh.nodes != NULL) {
-        for (uint32_t i = 0; i < idx->sh.nodes->n; i++)
-            free(idx->sh.nodes->chunk[i]);
+        for (uint32_t i = 0; i < idx->nslabs; i++)
+            free(idx->slabs[i]);
+        free(idx->slabs);
         free(idx->sh.nodes);
     }
     free(idx->sh.ktab);

@@ -140,13 +140,13 @@ static uint32_t probe(kvt_idx_shared_t *sh, kvt_ktab_t *t, kvt_dir_t **nodes, ui
 }
 
 /*
- * First slot in @key's probe sequence whose tag matches, unverified (no node
+ * First slot in the probe sequence of hash @h (kvt_mix64 of the salted key)
+ * whose tag matches, unverified (no node
  * access, so it does not stall on the node's miss), or KVT_NIL when the
  * table says the key is absent.
  */
-static uint32_t probe_candidate(kvt_ktab_t *t, uint64_t key)
+static uint32_t probe_candidate(kvt_ktab_t *t, uint64_t h)
 {
-    uint64_t h = kvt_mix64(key);
     uint8_t tag = ktab_tag(h);
     for (uint32_t gi = grp_home(h, t->ngroups);; gi = grp_next(gi, t->ngroups)) {
         const kvt_group_t *g = &t->g[gi];
@@ -173,9 +173,9 @@ static inline void prefetch_set(kvt_idx_shared_t *sh, kvt_dir_t **nodes, kvt_dir
         __builtin_prefetch(__atomic_load_n(&c[h & (SET_CHUNK - 1)], __ATOMIC_RELAXED));
 }
 
-static inline void prefetch_group(const kvt_ktab_t *t, uint64_t key)
+static inline void prefetch_group(const kvt_ktab_t *t, uint64_t h)
 {
-    __builtin_prefetch(&t->g[grp_home(kvt_mix64(key), t->ngroups)]);
+    __builtin_prefetch(&t->g[grp_home(h, t->ngroups)]);
 }
 
 #ifdef KVT_TSAN
@@ -210,6 +210,16 @@ static void elems_copy(kvt_elem_t *dst, const kvt_elem_t *live, uint32_t n)
     memcpy(dst, live, (size_t)n * sizeof(*dst));
 }
 #endif
+
+/* Fastest tier of a holder's tier bits: 0 GPU (or speculative), 1 CPU, 2 DISK. */
+static inline unsigned first_tier(unsigned tiers)
+{
+    /* 2 bits per value of the 4 tier bits (GPU, CPU, DISK, SPEC) */
+    return (0x1212u >> (2u * (tiers & 15u))) & 3u;
+}
+
+/* A pod's result after its first block, by first_tier(); the pod is filled in. */
+static const kvt_idx_match_t first_match[3] = {{0, 1, 1, 0, 0}, {0, 1, 0, 1, 0}, {0, 1, 0, 0, 1}};
 
 #define SNAP_SAME (-2) /* snapshot(): the holders equal r->snap2[0..prev_cnt) */
 
@@ -354,10 +364,13 @@ kvt_status_t kvt_idx_query(kvt_idx_reader_t *r, uint32_t ns, const uint64_t *key
      */
     enum { AHEAD = 4, RING = 8 };
     uint32_t ring[RING];
-    for (size_t j = 0; j < n && j < 2 * AHEAD; j++)
-        prefetch_group(t, keys[j] ^ salt);
+    uint64_t hring[RING]; /* kvt_mix64 of salted key j, hashed once when its group is fetched */
+    for (size_t j = 0; j < n && j < 2 * AHEAD; j++) {
+        hring[j % RING] = kvt_mix64(keys[j] ^ salt);
+        prefetch_group(t, hring[j % RING]);
+    }
     for (size_t j = 0; j < n && j < AHEAD; j++) {
-        ring[j % RING] = probe_candidate(t, keys[j] ^ salt);
+        ring[j % RING] = probe_candidate(t, hring[j % RING]);
         if (ring[j % RING] != KVT_NIL)
             __builtin_prefetch(rnode(sh, &nodes, ring[j % RING]));
     }
@@ -365,13 +378,16 @@ kvt_status_t kvt_idx_query(kvt_idx_reader_t *r, uint32_t ns, const uint64_t *key
         uint64_t key = keys[i] ^ salt;
         uint32_t nid = ring[i % RING];
         if (i + AHEAD < n) {
-            uint32_t ahead = probe_candidate(t, keys[i + AHEAD] ^ salt);
+            uint32_t ahead = probe_candidate(t, hring[(i + AHEAD) % RING]);
             ring[(i + AHEAD) % RING] = ahead;
             if (ahead != KVT_NIL)
                 __builtin_prefetch(rnode(sh, &nodes, ahead));
         }
-        if (i + 2 * AHEAD < n)
-            prefetch_group(t, keys[i + 2 * AHEAD] ^ salt);
+        if (i + 2 * AHEAD < n) {
+            /* slot (i + 2*AHEAD) % RING held key i's hash, no longer needed */
+            hring[(i + 2 * AHEAD) % RING] = kvt_mix64(keys[i + 2 * AHEAD] ^ salt);
+            prefetch_group(t, hring[(i + 2 * AHEAD) % RING]);
+        }
         if (i + 2 < n && ring[(i + 2) % RING] != KVT_NIL)
             prefetch_set(sh, &nodes, &sets, ring[(i + 2) % RING]); /* its node was fetched */
         if (nid == KVT_NIL)
@@ -391,15 +407,16 @@ kvt_status_t kvt_idx_query(kvt_idx_reader_t *r, uint32_t ns, const uint64_t *key
         uint32_t extended = 0;
         if (i == 0) {
             /* results are written in pod order: holder sets are sorted by pod */
+            kvt_idx_match_t *res = r->res;
+            uint32_t *alive = r->alive;
+            const uint32_t cap = r->cap;
             for (int j = 0; j < cnt; j++) {
                 uint32_t pod = ELEM_POD(snap[j]);
-                if (pod >= r->cap || (pods != NULL && r->allow[pod] != gen))
+                if (pod >= cap || (pods != NULL && r->allow[pod] != gen))
                     continue; /* registered after this query started, or filtered out */
-                unsigned tiers = ELEM_TIERS(snap[j]);
-                unsigned g = (tiers & (KVT_TIER_GPU | KVT_TIER_SPEC)) != 0;
-                unsigned c = !g && (tiers & KVT_TIER_CPU) != 0;
-                r->res[nres] = (kvt_idx_match_t){pod, 1, g, c, !g && !c};
-                r->alive[nres] = nres;
+                res[nres] = first_match[first_tier(ELEM_TIERS(snap[j]))];
+                res[nres].pod = pod;
+                alive[nres] = nres;
                 nres++;
             }
             nalive = nres;
