@@ -131,61 +131,65 @@ static void heap_sort(kvt_scored_t *out, size_t n)
 /*
  * The usual answer has many entries and few distinct scores, so comparison
  * sorts mostly compare random tie ranks and mispredict about every other
- * branch. Instead, with at most 16 distinct scores and 1024 entries: one
- * counting-sort pass on a key of (score class, top bits of the tie rank),
- * with about two buckets per entry; an insertion pass that settles entries
- * sharing a bucket by the full order (few: the array is nearly sorted); one
- * pass that moves each entry to its place. Returns false (nothing moved)
- * for other shapes.
+ * branch. Instead, with at most 16 distinct scores and 1024 entries, each
+ * entry gets a 64-bit key: the rank of its score (best first) in the top
+ * bits, its tie rank below, so keys order entries as better() does (equal
+ * keys, which take equal high tie bits, fall back to better()). One counting
+ * pass on the keys' top bits (about two buckets per entry), an insertion
+ * pass that settles entries sharing a bucket (few), and one pass that moves
+ * each entry to its place. Returns false (nothing moved) for other shapes.
  */
-enum { SORT_SMALL = 1024, SORT_CLASSES = 16, SORT_BUCKETS = 4096 };
+enum { SORT_SMALL = 1024, SORT_CLASSES = 16, SORT_BITS_MAX = 11 };
 
 static bool bucket_sort(kvt_scored_t *out, size_t n)
 {
     if (n > SORT_SMALL)
         return false;
     double ds[SORT_CLASSES];
-    size_t nd = 0;
+    uint8_t cls[SORT_SMALL];
+    size_t nd = 0, last = 0;
     for (size_t i = 0; i < n; i++) {
-        size_t d = 0;
-        while (d < nd && ds[d] != out[i].score)
-            d++;
-        if (d == nd) {
-            if (nd == SORT_CLASSES)
-                return false;
-            ds[nd++] = out[i].score;
+        if (nd == 0 || ds[last] != out[i].score) {
+            size_t d = 0;
+            while (d < nd && ds[d] != out[i].score)
+                d++;
+            if (d == nd) {
+                if (nd == SORT_CLASSES)
+                    return false;
+                ds[nd++] = out[i].score;
+            }
+            last = d;
         }
+        cls[i] = (uint8_t)last;
     }
-    for (size_t i = 1; i < nd; i++) /* best (highest) score first */
-        for (size_t j = i; j > 0 && ds[j] > ds[j - 1]; j--) {
-            double t = ds[j];
-            ds[j] = ds[j - 1];
-            ds[j - 1] = t;
-        }
+    uint64_t rank[SORT_CLASSES]; /* classes with a higher score: 0 for the best */
+    for (size_t d = 0; d < nd; d++) {
+        rank[d] = 0;
+        for (size_t e = 0; e < nd; e++)
+            rank[d] += ds[e] > ds[d];
+    }
+    const unsigned rb = nd > 1 ? 32u - (unsigned)__builtin_clz((unsigned)nd - 1u) : 0u;
     unsigned bits = 1;
     while (((size_t)1 << bits) < 2 * n)
         bits++;
-    if ((nd << bits) > SORT_BUCKETS)
-        return false;
-    uint16_t key[SORT_SMALL], pos[SORT_SMALL];
-    uint16_t cnt[SORT_BUCKETS + 1];
-    memset(cnt, 0, ((nd << bits) + 1) * sizeof(cnt[0]));
+    uint64_t key[SORT_SMALL];
+    uint16_t pos[SORT_SMALL];
+    uint16_t cnt[(1u << SORT_BITS_MAX) + 1];
+    memset(cnt, 0, (((size_t)1 << bits) + 1) * sizeof(cnt[0]));
     for (size_t i = 0; i < n; i++) {
-        size_t cls = 0;
-        while (ds[cls] != out[i].score)
-            cls++;
-        key[i] = (uint16_t)(cls << bits | out[i].tie >> (64 - bits));
-        cnt[key[i] + 1]++;
+        key[i] = rb ? rank[cls[i]] << (64 - rb) | out[i].tie >> rb : out[i].tie;
+        cnt[(key[i] >> (64 - bits)) + 1]++;
     }
-    for (size_t b = 1; b <= (nd << bits); b++)
+    for (size_t b = 1; b <= ((size_t)1 << bits); b++)
         cnt[b] = (uint16_t)(cnt[b] + cnt[b - 1]);
     for (size_t i = 0; i < n; i++)
-        pos[cnt[key[i]]++] = (uint16_t)i;
+        pos[cnt[key[i] >> (64 - bits)]++] = (uint16_t)i;
     for (size_t i = 1; i < n; i++) {
-        /* same bucket: the full order decides */
+        /* buckets are in key order already: only neighbours in one bucket move */
         uint16_t p = pos[i];
         size_t j = i;
-        while (j > 0 && key[pos[j - 1]] == key[p] && better(&out[p], &out[pos[j - 1]])) {
+        while (j > 0 && (key[pos[j - 1]] > key[p] ||
+                         (key[pos[j - 1]] == key[p] && better(&out[p], &out[pos[j - 1]])))) {
             pos[j] = pos[j - 1];
             j--;
         }
