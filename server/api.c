@@ -30,13 +30,13 @@ static bool grow(void **p, size_t *cap, size_t need, size_t elem)
     return true;
 }
 
-kvt_status_t srv_scratch(kvt_srv_worker_t *w, size_t ntokens, size_t nfilter)
+kvt_status_t srv_scratch(kvt_srv_worker_t *w, size_t nkeys, size_t ntokens, size_t nfilter)
 {
     size_t kc = w->keys_cap, tc = w->tokens_cap, fc = w->filter_cap;
-    if (!grow((void **)&w->keys, &kc, ntokens + 1, sizeof(uint64_t)))
+    if (!grow((void **)&w->keys, &kc, nkeys + 1, sizeof(uint64_t)))
         return KVT_ERR_NO_MEM;
     w->keys_cap = kc;
-    if (!grow((void **)&w->tokens, &tc, ntokens + 1, sizeof(uint32_t)))
+    if (ntokens > 0 && !grow((void **)&w->tokens, &tc, ntokens + 1, sizeof(uint32_t)))
         return KVT_ERR_NO_MEM;
     w->tokens_cap = tc;
     if (!grow((void **)&w->filter, &fc, nfilter + 1, sizeof(uint32_t)))
@@ -145,7 +145,7 @@ kvt_status_t srv_api_query_json(kvt_srv_worker_t *w, const char *body, size_t le
     size_t cap = len / 2 + 1;
     if (cap > srv->cfg.max_query_tokens)
         cap = srv->cfg.max_query_tokens;
-    if (srv_scratch(w, cap, MAX_FILTER * 8) != KVT_OK) {
+    if (srv_scratch(w, cap, cap, MAX_FILTER * 8) != KVT_OK) {
         *why_p = "out of memory";
         return KVT_ERR_NO_MEM;
     }
@@ -273,7 +273,8 @@ kvt_status_t srv_api_query_rpc(kvt_srv_worker_t *w, uint64_t req_id, const uint8
         *why_p = "too many pods in the filter";
         return KVT_ERR_TOO_BIG;
     }
-    if (srv_scratch(w, pq.n, MAX_FILTER * 8) != KVT_OK) {
+    /* RPC tokens are hashed straight from the frame: keys only */
+    if (srv_scratch(w, pq.n, 0, MAX_FILTER * 8) != KVT_OK) {
         *why_p = "out of memory";
         return KVT_ERR_NO_MEM;
     }

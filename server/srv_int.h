@@ -250,8 +250,8 @@ kvt_status_t srv_query_run(kvt_srv_worker_t *w, const srv_query_t *q, srv_answer
                            const char **why_p);
 void srv_query_pod(kvt_srv_worker_t *w, const srv_answer_t *a, size_t i, srv_answer_pod_t *p);
 void srv_query_done(kvt_srv_worker_t *w);
-/* Grows worker scratch so tokens/keys/filter hold @n. */
-kvt_status_t srv_scratch(kvt_srv_worker_t *w, size_t ntokens, size_t nfilter);
+/* Grows worker scratch to hold @nkeys keys, @ntokens tokens (0: none needed) and @nfilter pods. */
+kvt_status_t srv_scratch(kvt_srv_worker_t *w, size_t nkeys, size_t ntokens, size_t nfilter);
 
 /* metrics.c: GET /v1/stats and GET /metrics bodies, and per-request accounting */
 void srv_stats_json(kvt_srv_worker_t *w, kvt_jbuf_t *out);
