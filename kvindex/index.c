@@ -114,16 +114,17 @@ static void *acct_alloc(kvt_idx_t *idx, size_t bytes)
  */
 #define KVT_HUGE ((size_t)2 << 20)
 
-/* A table of @bytes, 2 MiB aligned; its whole 2 MiB pages get huge pages as they are touched. */
+#ifndef MADV_COLLAPSE
+#define MADV_COLLAPSE 25 /* Linux 6.1; older kernels answer EINVAL, which is ignored */
+#endif
+
+/* A table of @bytes (>= KVT_HUGE), 2 MiB aligned; its whole 2 MiB pages get huge pages. */
 static void *huge_alloc(size_t bytes)
 {
     void *p;
     if (posix_memalign(&p, KVT_HUGE, bytes) != 0)
         return NULL;
-#ifdef MADV_HUGEPAGE
-    if (bytes >= KVT_HUGE)
-        (void)madvise(p, bytes & ~(KVT_HUGE - 1), MADV_HUGEPAGE);
-#endif
+    (void)madvise(p, bytes & ~(KVT_HUGE - 1), MADV_HUGEPAGE);
     return p;
 }
 
@@ -258,9 +259,6 @@ static kvt_node_t *node_chunk_alloc(kvt_idx_t *idx)
 /* Called once chunk @c is initialized and appended. */
 static void node_chunk_done(kvt_idx_t *idx, uint32_t c)
 {
-#ifndef MADV_COLLAPSE
-#define MADV_COLLAPSE 25 /* Linux 6.1 */
-#endif
     if (c % NODE_SLAB_CHUNKS == NODE_SLAB_CHUNKS - 1)
         (void)madvise(idx->slabs[c / NODE_SLAB_CHUNKS], KVT_HUGE, MADV_COLLAPSE);
 }

@@ -211,6 +211,9 @@ static void elems_copy(kvt_elem_t *dst, const kvt_elem_t *live, uint32_t n)
 }
 #endif
 
+_Static_assert(KVT_TIER_GPU == 1 && KVT_TIER_CPU == 2 && KVT_TIER_DISK == 4 && KVT_TIER_SPEC == 8,
+               "first_tier() packs its table by these bit values");
+
 /* Fastest tier of a holder's tier bits: 0 GPU (or speculative), 1 CPU, 2 DISK. */
 static inline unsigned first_tier(unsigned tiers)
 {
