@@ -97,7 +97,7 @@ static kvt_status_t reader_fit_snap(kvt_idx_reader_t *r, uint32_t n)
  * read from a newer publication may live in a chunk appended after that
  * load: then reload the directory (it only grows).
  */
-static void *rchunk(kvt_dir_t **dirp, kvt_dir_t *const *shared, uint32_t i)
+static void *rchunk_slow(kvt_dir_t **dirp, kvt_dir_t *const *shared, uint32_t i)
 {
     for (;;) {
         kvt_dir_t *d = *dirp;
@@ -113,7 +113,18 @@ static void *rchunk(kvt_dir_t **dirp, kvt_dir_t *const *shared, uint32_t i)
     }
 }
 
-static kvt_node_t *rnode(kvt_idx_shared_t *sh, kvt_dir_t **nodes, uint32_t nid)
+static inline void *rchunk(kvt_dir_t **dirp, kvt_dir_t *const *shared, uint32_t i)
+{
+    kvt_dir_t *d = *dirp;
+    if (__builtin_expect(i < d->cap, 1)) {
+        void *c = __atomic_load_n(&d->chunk[i], __ATOMIC_ACQUIRE);
+        if (__builtin_expect(c != NULL, 1))
+            return c;
+    }
+    return rchunk_slow(dirp, shared, i);
+}
+
+static inline kvt_node_t *rnode(kvt_idx_shared_t *sh, kvt_dir_t **nodes, uint32_t nid)
 {
     kvt_node_t *c = rchunk(nodes, &sh->nodes, nid >> NODE_CHUNK_SHIFT);
     return c ? &c[nid & (NODE_CHUNK - 1)] : NULL;
@@ -159,11 +170,9 @@ static uint32_t probe_candidate(kvt_ktab_t *t, uint64_t h)
     }
 }
 
-/* Hint: fetches the holder set of node @nid, if it has one. Changes nothing. */
-static inline void prefetch_set(kvt_idx_shared_t *sh, kvt_dir_t **nodes, kvt_dir_t **sets,
-                                uint32_t nid)
+/* Hint: fetches the holder set of node @n (may be NULL), if it has one. Changes nothing. */
+static inline void prefetch_set(kvt_idx_shared_t *sh, kvt_dir_t **sets, const kvt_node_t *n)
 {
-    kvt_node_t *n = rnode(sh, nodes, nid);
     uint32_t pods = n ? __atomic_load_n(&n->pods, __ATOMIC_RELAXED) : PODS_FREE;
     if (pods == PODS_FREE || !(pods & PODS_SET_BIT))
         return;
@@ -227,15 +236,14 @@ static const kvt_idx_match_t first_match[3] = {{0, 1, 1, 0, 0}, {0, 1, 0, 1, 0},
 #define SNAP_SAME (-2) /* snapshot(): the holders equal r->snap2[0..prev_cnt) */
 
 /*
- * Copies node @nid's holders into r->snap under the node's stripe seqlock.
+ * Copies the holders of node @nid (at @n) into r->snap under the node's stripe seqlock.
  * Returns the number copied, 0 if the node no longer holds @key, -1 when the
  * scratch cannot grow, or SNAP_SAME (nothing copied) when they are exactly
  * the @prev_cnt (> 0) holders in r->snap2, compared in place.
  */
-static int snapshot(kvt_idx_reader_t *r, kvt_idx_shared_t *sh, kvt_dir_t **nodes, kvt_dir_t **sets,
-                    uint32_t nid, uint64_t key, int prev_cnt)
+static int snapshot(kvt_idx_reader_t *r, kvt_idx_shared_t *sh, kvt_dir_t **sets, uint32_t nid,
+                    const kvt_node_t *n, uint64_t key, int prev_cnt)
 {
-    kvt_node_t *n = rnode(sh, nodes, nid);
     const uint32_t *stripe = &sh->stripes[nid & (NSTRIPES - 1)];
     for (;;) {
         uint32_t s1 = __atomic_load_n(stripe, __ATOMIC_ACQUIRE);
@@ -363,45 +371,50 @@ kvt_status_t kvt_idx_query(kvt_idx_reader_t *r, uint32_t ns, const uint64_t *key
     /*
      * Software pipeline: the key-table group of key i + 2*AHEAD and the node
      * of key i + AHEAD are fetched while key i is processed, so the misses of
-     * a long prompt overlap instead of following one another.
+     * a long prompt overlap instead of following one another. A candidate's
+     * node address is resolved once, when it is found, and reused.
      */
     enum { AHEAD = 4, RING = 8 };
     uint32_t ring[RING];
-    uint64_t hring[RING]; /* kvt_mix64 of salted key j, hashed once when its group is fetched */
+    kvt_node_t *nring[RING]; /* node of ring[j], NULL when the table says the key is absent */
+    uint64_t hring[RING];    /* kvt_mix64 of salted key j, hashed once when its group is fetched */
     for (size_t j = 0; j < n && j < 2 * AHEAD; j++) {
         hring[j % RING] = kvt_mix64(keys[j] ^ salt);
         prefetch_group(t, hring[j % RING]);
     }
     for (size_t j = 0; j < n && j < AHEAD; j++) {
-        ring[j % RING] = probe_candidate(t, hring[j % RING]);
-        if (ring[j % RING] != KVT_NIL)
-            __builtin_prefetch(rnode(sh, &nodes, ring[j % RING]));
+        uint32_t c = probe_candidate(t, hring[j % RING]);
+        ring[j % RING] = c;
+        nring[j % RING] = c != KVT_NIL ? rnode(sh, &nodes, c) : NULL;
+        __builtin_prefetch(nring[j % RING]);
     }
     for (size_t i = 0; i < n; i++) {
         uint64_t key = keys[i] ^ salt;
         uint32_t nid = ring[i % RING];
+        kvt_node_t *nd = nring[i % RING];
         if (i + AHEAD < n) {
-            uint32_t ahead = probe_candidate(t, hring[(i + AHEAD) % RING]);
-            ring[(i + AHEAD) % RING] = ahead;
-            if (ahead != KVT_NIL)
-                __builtin_prefetch(rnode(sh, &nodes, ahead));
+            uint32_t c = probe_candidate(t, hring[(i + AHEAD) % RING]);
+            kvt_node_t *cn = c != KVT_NIL ? rnode(sh, &nodes, c) : NULL;
+            ring[(i + AHEAD) % RING] = c;
+            nring[(i + AHEAD) % RING] = cn;
+            __builtin_prefetch(cn);
         }
         if (i + 2 * AHEAD < n) {
             /* slot (i + 2*AHEAD) % RING held key i's hash, no longer needed */
             hring[(i + 2 * AHEAD) % RING] = kvt_mix64(keys[i + 2 * AHEAD] ^ salt);
             prefetch_group(t, hring[(i + 2 * AHEAD) % RING]);
         }
-        if (i + 2 < n && ring[(i + 2) % RING] != KVT_NIL)
-            prefetch_set(sh, &nodes, &sets, ring[(i + 2) % RING]); /* its node was fetched */
+        if (i + 2 < n)
+            prefetch_set(sh, &sets, nring[(i + 2) % RING]); /* its node was fetched */
         if (nid == KVT_NIL)
             break;
-        kvt_node_t *cand = rnode(sh, &nodes, nid);
-        if (cand == NULL || __atomic_load_n(&cand->key, __ATOMIC_RELAXED) != key) {
+        if (nd == NULL || __atomic_load_n(&nd->key, __ATOMIC_RELAXED) != key) {
             nid = probe(sh, t, &nodes, key); /* a tag collision: the full probe decides */
             if (nid == KVT_NIL)
                 break;
+            nd = rnode(sh, &nodes, nid);
         }
-        int cnt = snapshot(r, sh, &nodes, &sets, nid, key, i > 0 ? prev_cnt : -1);
+        int cnt = snapshot(r, sh, &sets, nid, nd, key, i > 0 ? prev_cnt : -1);
         if (cnt == -1) {
             status = KVT_ERR_NO_MEM;
             break;
@@ -449,7 +462,6 @@ kvt_status_t kvt_idx_query(kvt_idx_reader_t *r, uint32_t ns, const uint64_t *key
         }
         if (extended == 0)
             break; /* nobody can extend its run */
-        kvt_node_t *nd = rnode(sh, &nodes, nid);
         if (__atomic_load_n(&nd->stamp, __ATOMIC_RELAXED) != now)
             __atomic_store_n(&nd->stamp, now, __ATOMIC_RELAXED);
     }

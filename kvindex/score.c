@@ -172,27 +172,36 @@ static bool bucket_sort(kvt_scored_t *out, size_t n)
     unsigned bits = 1;
     while (((size_t)1 << bits) < 2 * n)
         bits++;
-    uint64_t key[SORT_SMALL];
-    uint16_t pos[SORT_SMALL];
+#define SORT_KEY(i) (rb ? rank[cls[i]] << (64 - rb) | out[i].tie >> rb : out[i].tie)
+    uint64_t sk[SORT_SMALL];  /* keys in sorted order */
+    uint16_t pos[SORT_SMALL]; /* pos[k]: the entry whose key is sk[k] */
     uint16_t cnt[(1u << SORT_BITS_MAX) + 1];
     memset(cnt, 0, (((size_t)1 << bits) + 1) * sizeof(cnt[0]));
-    for (size_t i = 0; i < n; i++) {
-        key[i] = rb ? rank[cls[i]] << (64 - rb) | out[i].tie >> rb : out[i].tie;
-        cnt[(key[i] >> (64 - bits)) + 1]++;
-    }
+    for (size_t i = 0; i < n; i++)
+        cnt[(SORT_KEY(i) >> (64 - bits)) + 1]++;
     for (size_t b = 1; b <= ((size_t)1 << bits); b++)
         cnt[b] = (uint16_t)(cnt[b] + cnt[b - 1]);
-    for (size_t i = 0; i < n; i++)
-        pos[cnt[key[i] >> (64 - bits)]++] = (uint16_t)i;
+    for (size_t i = 0; i < n; i++) {
+        uint64_t key = SORT_KEY(i);
+        uint16_t k = cnt[key >> (64 - bits)]++;
+        sk[k] = key;
+        pos[k] = (uint16_t)i;
+    }
+#undef SORT_KEY
     for (size_t i = 1; i < n; i++) {
         /* buckets are in key order already: only neighbours in one bucket move */
+        if (sk[i - 1] < sk[i])
+            continue;
+        uint64_t kk = sk[i];
         uint16_t p = pos[i];
         size_t j = i;
-        while (j > 0 && (key[pos[j - 1]] > key[p] ||
-                         (key[pos[j - 1]] == key[p] && better(&out[p], &out[pos[j - 1]])))) {
+        while (j > 0 &&
+               (sk[j - 1] > kk || (sk[j - 1] == kk && better(&out[p], &out[pos[j - 1]])))) {
+            sk[j] = sk[j - 1];
             pos[j] = pos[j - 1];
             j--;
         }
+        sk[j] = kk;
         pos[j] = p;
     }
     /* pos[k]: the entry that belongs at k; follow each cycle once */
