@@ -13,6 +13,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/types.h>
 
 /* `kvtier-bench hash`: block-hashing throughput against XXH3's ceiling (bench_hash.c). */
 int kvt_bench_hash_main(int argc, char **argv);
@@ -22,6 +23,17 @@ int kvt_bench_index_main(int argc, char **argv);
 
 /* `kvtier-bench rpc`: a real kvtierd's query throughput and latency (bench_rpc.c). */
 int kvt_bench_rpc_main(int argc, char **argv);
+
+/*
+ * The RPC transport ceiling (rpc_ceiling.c): forks a server on 127.0.0.1
+ * (an ephemeral port, in *@port_p) that answers every RPC frame with
+ * @answers[req_id % @n] (frames of @anslen bytes; the request's id is copied
+ * in) on @threads epoll threads, doing no other work. Returns 0, or -1 with
+ * nothing started. kvt_bench_ceiling_stop() kills and reaps it.
+ */
+int kvt_bench_ceiling_start(uint32_t threads, uint8_t *const *answers, const size_t *anslen,
+                            size_t n, pid_t *pid_p, uint16_t *port_p);
+void kvt_bench_ceiling_stop(pid_t pid);
 
 /* Sorts @v[0..n) ascending in place. */
 void kvt_bench_sort_u64(uint64_t *v, size_t n);

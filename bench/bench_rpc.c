@@ -11,7 +11,9 @@
  *   2. RPC open loop at half the rate found in 1: latency from the scheduled
  *      send time to the answer (p50, p99);
  *   3. HTTP closed loop: H keep-alive connections, one request in flight each;
- *   4. redis-benchmark (skipped when redis is not installed).
+ *   4. the transport ceiling: phase 1's client against a server that answers
+ *      with kvtierd's recorded answers and does nothing else (rpc_ceiling.c);
+ *   5. redis-benchmark (skipped when redis is not installed).
  * Prompts are 1024 tokens (block size 16) sharing a 256-token system prefix,
  * so every query walks the index and matches several pods.
  */
@@ -26,6 +28,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -61,8 +64,10 @@ static void br_usage(FILE *out)
             "RPC queries/s with C connections x D in flight (default 4 x 32), sent in writes\n"
             "of B requests once B answers are back (default 16, as redis-benchmark -P 16;\n"
             "--batch 1 replaces each answer at once), RPC latency at\n"
-            "half that rate, HTTP queries/s with H keep-alive connections (default 16), and\n"
-            "redis-benchmark -P 16 -t get as the yardstick. S seconds per phase (default 3).\n"
+            "half that rate, HTTP queries/s with H keep-alive connections (default 16), the\n"
+            "transport ceiling (the RPC client against a server that replays kvtierd's\n"
+            "answers and does no query work), and redis-benchmark -P 16 -t get as the\n"
+            "yardstick. S seconds per phase (default 3).\n"
             "The last line is JSON.\n");
 }
 
@@ -163,6 +168,21 @@ static int br_write_all(int fd, const void *p, size_t n)
     return 0;
 }
 
+static int br_read_all(int fd, void *p, size_t n)
+{
+    char *c = p;
+    while (n > 0) {
+        ssize_t r = read(fd, c, n);
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r <= 0)
+            return -1;
+        c += r;
+        n -= (size_t)r;
+    }
+    return 0;
+}
+
 /* One HTTP request, blocking; returns the status or -1. */
 static int br_http(uint16_t port, const char *method, const char *path, const char *body,
                    size_t len)
@@ -185,6 +205,39 @@ static int br_http(uint16_t port, const char *method, const char *path, const ch
     }
     close(fd);
     return status;
+}
+
+/*
+ * Records kvtierd's answer to each prompt (request id = the prompt's number)
+ * for the transport ceiling; 0 or -1.
+ */
+static int br_rpc_capture(uint16_t port, uint8_t **reqs, const size_t *reqlen, uint32_t n,
+                          uint8_t **ans, size_t *anslen)
+{
+    int fd = br_connect(port);
+    if (fd < 0)
+        return -1;
+    int rc = 0;
+    for (uint32_t q = 0; q < n && rc == 0; q++) {
+        uint64_t id = q;
+        memcpy(reqs[q] + 8, &id, 8);
+        uint8_t hdr[KVT_PROTO_HDR_SIZE];
+        kvt_proto_hdr_t h;
+        rc = -1;
+        if (br_write_all(fd, reqs[q], reqlen[q]) != 0 || br_read_all(fd, hdr, sizeof(hdr)) != 0)
+            break;
+        kvt_proto_hdr_peek(hdr, &h);
+        if (h.req_id != id || (h.flags & KVT_PROTO_F_ERROR) ||
+            (ans[q] = malloc(sizeof(hdr) + h.body_len)) == NULL)
+            break;
+        memcpy(ans[q], hdr, sizeof(hdr));
+        if (br_read_all(fd, ans[q] + sizeof(hdr), h.body_len) != 0)
+            break;
+        anslen[q] = sizeof(hdr) + h.body_len;
+        rc = 0;
+    }
+    close(fd);
+    return rc;
 }
 
 /* ---- the daemon ------------------------------------------------------------------------ */
@@ -552,6 +605,22 @@ static double br_proc_cpu(pid_t pid)
     return (double)(ut + st) / (double)sysconf(_SC_CLK_TCK);
 }
 
+/* CPU seconds (user + system) this process has used. */
+static double br_self_cpu(void)
+{
+    struct rusage ru;
+    if (getrusage(RUSAGE_SELF, &ru) != 0)
+        return -1;
+    return (double)(ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) +
+           (double)(ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) / 1e6;
+}
+
+/* CPU microseconds per query between two readings, 0 when either failed. */
+static double br_us_per(double cpu0, double cpu1, uint64_t n)
+{
+    return cpu0 >= 0 && cpu1 >= 0 && n ? (cpu1 - cpu0) * 1e6 / (double)n : 0;
+}
+
 /* redis-benchmark -P 16 -t get against a fresh redis-server; GET/s, or 0 when unavailable. */
 static double br_redis(void)
 {
@@ -613,7 +682,9 @@ int kvt_bench_rpc_main(int argc, char **argv)
     size_t *rpclen = calloc(o.prompts, sizeof(*rpclen));
     char **http = calloc(o.prompts, sizeof(*http));
     size_t *httplen = calloc(o.prompts, sizeof(*httplen));
-    if (!tok || !rpc || !rpclen || !http || !httplen)
+    uint8_t **ans = calloc(o.prompts, sizeof(*ans));
+    size_t *anslen = calloc(o.prompts, sizeof(*anslen));
+    if (!tok || !rpc || !rpclen || !http || !httplen || !ans || !anslen)
         return 1;
     if (br_daemon_start(&o, &d) != 0 || br_load(&o, &d, tok) != 0) {
         br_daemon_stop(&d);
@@ -644,16 +715,16 @@ int kvt_bench_rpc_main(int argc, char **argv)
         free(body);
     }
     br_result_t closed = {0}, open = {0};
-    double cpu0 = br_proc_cpu(d.pid);
+    double cpu0 = br_proc_cpu(d.pid), self0 = br_self_cpu();
     if (br_rpc_run(&o, d.rpc, rpc, rpclen, 0, &closed) < 0) {
         fprintf(stderr, "kvtier-bench: rpc closed loop failed\n");
         br_daemon_stop(&d);
         return 1;
     }
     double rpc_qps = (double)closed.done / closed.secs;
-    double cpu1 = br_proc_cpu(d.pid);
-    double rpc_cpu_us =
-        cpu0 >= 0 && cpu1 >= 0 && closed.done ? (cpu1 - cpu0) * 1e6 / (double)closed.done : 0;
+    double cpu1 = br_proc_cpu(d.pid), self1 = br_self_cpu();
+    double rpc_cpu_us = br_us_per(cpu0, cpu1, closed.done);
+    double rpc_client_us = br_us_per(self0, self1, closed.done);
     open.caplat = (size_t)(rpc_qps * o.seconds) + 1024;
     open.lat = malloc(open.caplat * sizeof(uint64_t));
     if (open.lat == NULL || br_rpc_run(&o, d.rpc, rpc, rpclen, rpc_qps / 2, &open) < 0) {
@@ -668,42 +739,76 @@ int kvt_bench_rpc_main(int argc, char **argv)
     double cpu2 = br_proc_cpu(d.pid);
     double http_qps = br_http_run(&o, d.http, http, httplen, &http_err, &http_done);
     double cpu3 = br_proc_cpu(d.pid);
-    double http_cpu_us =
-        cpu2 >= 0 && cpu3 >= 0 && http_done ? (cpu3 - cpu2) * 1e6 / (double)http_done : 0;
+    double http_cpu_us = br_us_per(cpu2, cpu3, http_done);
+    int cap_rc = br_rpc_capture(d.rpc, rpc, rpclen, o.prompts, ans, anslen);
     br_daemon_stop(&d);
+    /* the transport ceiling: the same client against a server doing no query work */
+    br_result_t ceil = {0};
+    pid_t cpid = -1;
+    uint16_t cport = 0;
+    double ccpu0 = -1, ccpu1 = -1, cself0 = -1, cself1 = -1;
+    if (cap_rc == 0 &&
+        kvt_bench_ceiling_start(o.workers, ans, anslen, o.prompts, &cpid, &cport) == 0) {
+        ccpu0 = br_proc_cpu(cpid);
+        cself0 = br_self_cpu();
+        cap_rc = br_rpc_run(&o, cport, rpc, rpclen, 0, &ceil);
+        ccpu1 = br_proc_cpu(cpid);
+        cself1 = br_self_cpu();
+    } else {
+        cap_rc = -1;
+    }
+    kvt_bench_ceiling_stop(cpid);
+    if (cap_rc != 0) {
+        fprintf(stderr, "kvtier-bench: transport ceiling failed\n");
+        return 1;
+    }
+    double ceil_qps = (double)ceil.done / ceil.secs;
+    double ceil_cpu_us = br_us_per(ccpu0, ccpu1, ceil.done);
+    double ceil_client_us = br_us_per(cself0, cself1, ceil.done);
     double redis = o.redis ? br_redis() : 0;
 
     printf("kvtierd: %u workers; %u prompts of %u tokens on %u pods\n", o.workers, o.prompts,
            o.tokens, o.pods);
     printf("%-34s %12.0f /s  (%u conns x %u in flight, batches of %u, %" PRIu64 " errors)\n",
            "rpc queries, closed loop", rpc_qps, o.conns, o.depth, o.batch, closed.errors);
-    printf("%-34s %12.1f us  (daemon user + system CPU per query)\n", "rpc daemon CPU per query",
-           rpc_cpu_us);
+    printf("%-34s %12.1f us  (daemon user + system CPU per query; client %.1f us)\n",
+           "rpc daemon CPU per query", rpc_cpu_us, rpc_client_us);
     printf("%-34s %12.0f /s  p50 %.1f us  p99 %.1f us  (%zu samples, %" PRIu64 " errors)\n",
            "rpc queries, open loop at half", (double)open.done / open.secs, p50, p99, open.nlat,
            open.errors);
     printf("%-34s %12.0f /s  (%u keep-alive conns, %" PRIu64 " errors)\n",
            "http queries, closed loop", http_qps, o.http_conns, http_err);
     printf("%-34s %12.1f us\n", "http daemon CPU per query", http_cpu_us);
+    printf("%-34s %12.0f /s  (same client, recorded answers, no query work)\n",
+           "rpc transport ceiling", ceil_qps);
+    printf("%-34s %12.1f us  (client %.1f us)\n", "ceiling server CPU per query", ceil_cpu_us,
+           ceil_client_us);
     printf("%-34s %12.0f /s  (redis-benchmark -P 16 -t get)\n", "redis GET (yardstick)", redis);
     printf("{\"bench\":\"rpc\",\"workers\":%u,\"tokens\":%u,\"conns\":%u,\"depth\":%u,"
            "\"batch\":%u,"
            "\"rpc_queries_per_sec\":%.0f,\"rpc_p50_us\":%.1f,\"rpc_p99_us\":%.1f,"
            "\"rpc_half_load_per_sec\":%.0f,\"http_queries_per_sec\":%.0f,"
            "\"rpc_server_cpu_us_per_query\":%.2f,\"http_server_cpu_us_per_query\":%.2f,"
+           "\"rpc_client_cpu_us_per_query\":%.2f,"
+           "\"rpc_ceiling_per_sec\":%.0f,\"rpc_vs_ceiling\":%.3f,"
+           "\"ceiling_server_cpu_us_per_query\":%.2f,\"ceiling_client_cpu_us_per_query\":%.2f,"
            "\"redis_get_per_sec\":%.0f,\"rpc_vs_redis\":%.3f,\"errors\":%" PRIu64 "}\n",
            o.workers, o.tokens, o.conns, o.depth, o.batch, rpc_qps, p50, p99,
-           (double)open.done / open.secs, http_qps, rpc_cpu_us, http_cpu_us, redis,
-           redis > 0 ? rpc_qps / redis : 0.0, closed.errors + open.errors + http_err);
+           (double)open.done / open.secs, http_qps, rpc_cpu_us, http_cpu_us, rpc_client_us,
+           ceil_qps, ceil_qps > 0 ? rpc_qps / ceil_qps : 0.0, ceil_cpu_us, ceil_client_us, redis,
+           redis > 0 ? rpc_qps / redis : 0.0, closed.errors + open.errors + http_err + ceil.errors);
     for (uint32_t i = 0; i < o.prompts; i++) {
         free(rpc[i]);
         free(http[i]);
+        free(ans[i]);
     }
+    free(ans);
+    free(anslen);
     free(rpc);
     free(rpclen);
     free(http);
     free(httplen);
     free(tok);
     free(open.lat);
-    return closed.errors + open.errors + http_err ? 1 : 0;
+    return closed.errors + open.errors + http_err + ceil.errors ? 1 : 0;
 }

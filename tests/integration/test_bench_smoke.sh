@@ -1,5 +1,5 @@
 #!/bin/sh
-# Smoke test of `kvtier-bench index`.
+# Smoke test of `kvtier-bench index`, and one short run of `kvtier-bench rpc`.
 # usage: test_bench_smoke.sh KVTIER_BENCH SOURCE_DIR
 #
 # tests/fixtures/mini_trace.jsonl, by hand (a block is a hit iff its hash id
@@ -204,6 +204,24 @@ expect_exit 1 --trace "$TMP/empty.jsonl" --pods 4
 # --help succeeds
 "$BENCH" index --help >"$TMP/out" 2>&1 || fail "--help: exit status $?"
 grep -q -- '--trace' "$TMP/out" || fail "--help: no usage text"
+
+# ---- rpc: one short run against a real kvtierd (next to the bench) ----
+# Every phase must have answered, without errors; no rate is asserted.
+if "$BENCH" rpc --seconds 0.3 --prompts 8 --pods 4 --conns 2 --depth 8 --batch 4 \
+    --http-conns 2 --no-redis >"$TMP/rpc" 2>"$TMP/err"; then
+    tail -n 1 "$TMP/rpc" | "$PY" -c '
+import json, sys
+j = json.loads(sys.stdin.read())
+assert j["bench"] == "rpc", j
+assert j["errors"] == 0, j
+for k in ("rpc_queries_per_sec", "rpc_half_load_per_sec", "http_queries_per_sec",
+          "rpc_ceiling_per_sec", "rpc_vs_ceiling", "rpc_p99_us"):
+    assert j[k] > 0, (k, j)
+assert abs(j["rpc_vs_ceiling"] - j["rpc_queries_per_sec"] / j["rpc_ceiling_per_sec"]) < 0.01, j
+' || fail "kvtier-bench rpc: bad JSON line: $(tail -n 1 "$TMP/rpc")"
+else
+    fail "kvtier-bench rpc: exit $?: $(cat "$TMP/err")"
+fi
 
 if [ "$FAILS" -ne 0 ]; then
     echo "$FAILS check(s) failed" >&2
