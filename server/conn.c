@@ -237,6 +237,11 @@ static void deadline_cb(evutil_socket_t fd, short what, void *arg)
     conn_close(c);
 }
 
+/*
+ * The deadline runs while a request is incomplete (or its error answer is
+ * pending): a request read whole and answered in one callback never arms it,
+ * which spares a pipelined stream two timer operations per request.
+ */
 static void request_started(kvt_srv_conn_t *c)
 {
     if (c->in_request)
@@ -249,9 +254,11 @@ static void request_started(kvt_srv_conn_t *c)
 
 static void request_finished(kvt_srv_conn_t *c)
 {
-    c->in_request = false;
     c->sent_continue = false;
-    event_del(c->deadline);
+    if (c->in_request) {
+        c->in_request = false;
+        event_del(c->deadline);
+    }
 }
 
 /* ---- HTTP ------------------------------------------------------------------------ */
@@ -433,7 +440,6 @@ static void http_read(kvt_srv_conn_t *c)
         size_t len = evbuffer_get_length(in);
         if (len == 0)
             return;
-        request_started(c);
         uint64_t t0 = srv_now_ns();
         size_t look = len < srv->cfg.max_header ? len : srv->cfg.max_header;
         const char *p = (const char *)evbuffer_pullup(in, (ssize_t)look);
@@ -441,9 +447,12 @@ static void http_read(kvt_srv_conn_t *c)
         int status = 0;
         const char *why = NULL;
         int got = kvt_http_parse_head(p, look, srv->cfg.max_header, &r, &status, &why);
-        if (got == 0)
+        if (got == 0) {
+            request_started(c);
             return;
+        }
         if (got < 0) {
+            request_started(c);
             http_error(c, status, why, false);
             srv_count(w, PROTO_HTTP, CALL_OTHER, status, t0);
             break;
@@ -452,12 +461,14 @@ static void http_read(kvt_srv_conn_t *c)
             char msg[96];
             snprintf(msg, sizeof(msg), "body of %llu bytes is over the limit of %llu",
                      (unsigned long long)r.body_len, (unsigned long long)srv->cfg.max_body);
+            request_started(c);
             http_error(c, 413, msg, false); /* the body is not read: the connection ends */
             srv_count(w, PROTO_HTTP, CALL_OTHER, 413, t0);
             break;
         }
         size_t total = r.head_len + (size_t)r.body_len;
         if (len < total) {
+            request_started(c);
             if (r.expect_continue && !c->sent_continue) {
                 evbuffer_add_printf(bufferevent_get_output(c->bev),
                                     "HTTP/1.1 100 Continue\r\n\r\n");
@@ -610,9 +621,10 @@ static void rpc_read(kvt_srv_conn_t *c)
         size_t len = evbuffer_get_length(in);
         if (len == 0)
             return;
-        request_started(c);
-        if (len < KVT_PROTO_HDR_SIZE)
+        if (len < KVT_PROTO_HDR_SIZE) {
+            request_started(c);
             return;
+        }
         const uint8_t *p = evbuffer_pullup(in, KVT_PROTO_HDR_SIZE);
         kvt_proto_hdr_t h;
         const char *why = NULL;
@@ -620,6 +632,7 @@ static void rpc_read(kvt_srv_conn_t *c)
         if (st == KVT_ERR_UNSUPPORTED) {
             kvt_proto_hdr_peek(p, &h); /* valid framing: skip the frame, answer 501 */
         } else if (st != KVT_OK) {
+            request_started(c);
             CTR_INC(w->ctr.bad_frames);
             kvt_proto_hdr_t raw;
             kvt_proto_hdr_peek(p, &raw);
@@ -630,8 +643,10 @@ static void rpc_read(kvt_srv_conn_t *c)
             break;
         }
         size_t total = KVT_PROTO_HDR_SIZE + (size_t)h.body_len;
-        if (len < total)
+        if (len < total) {
+            request_started(c);
             return;
+        }
         uint64_t t0 = srv_now_ns();
         p = evbuffer_pullup(in, (ssize_t)total);
         int status = rpc_dispatch(c, &h, p + KVT_PROTO_HDR_SIZE);

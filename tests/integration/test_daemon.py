@@ -401,10 +401,23 @@ class TestLimits(Base):
         data = s.recv(4096)
         self.assertIn(b" 408 ", data.split(b"\r\n")[0])
         s.close()
+        s = self.d.connect(self.d.http_port)
+        s.sendall(b"POST /v1/query HTT")  # a stalled head
+        time.sleep(1.0)
+        self.assertIn(b" 408 ", s.recv(4096).split(b"\r\n")[0])
+        s.close()
         r = self.d.connect()
         r.sendall(fx.frame(fx.OP_PING, 1)[:10])
         time.sleep(1.0)
         self.assertEqual(r.recv(1), b"", "a stalled RPC frame must be dropped")
+        r.close()
+        # a whole frame is answered; the partial one after it still runs out of time
+        r = self.d.connect()
+        r.sendall(fx.frame(fx.OP_PING, 2) + fx.frame(fx.OP_QUERY, 3, b"x" * 64)[:40])
+        h, _ = fx.read_frame(r)
+        self.assertEqual(h["req_id"], 2)
+        time.sleep(1.0)
+        self.assertEqual(r.recv(1), b"", "a stalled RPC body must be dropped")
         r.close()
         self.assertEqual(self.d.http("GET", "/healthz")[0], 200)
 
