@@ -189,6 +189,7 @@ struct kvt_idx_reader {
     uint32_t cap;         /* pods the scratch arrays cover */
     uint32_t *allow;      /* per pod: generation when listed in the query's filter */
     uint32_t *alive;      /* indices into res of pods still extending their run */
+    uint8_t *atier;       /* its tier class (first_tier()) in the last block merged */
     kvt_idx_match_t *res; /* results, in pod order */
     kvt_elem_t *snap;     /* copy of one node's holders */
     kvt_elem_t *snap2;    /* the holders of the last block merged (same capacity) */

@@ -37,6 +37,7 @@ void kvt_idx_reader_destroy(kvt_idx_reader_t *r)
     kvt_ebr_slot_release(&idx_shared(r->idx)->ebr, r->slot);
     free(r->allow);
     free(r->alive);
+    free(r->atier);
     free(r->res);
     free(r->snap);
     free(r->snap2);
@@ -53,18 +54,22 @@ static kvt_status_t reader_fit(kvt_idx_reader_t *r, uint32_t cap)
         ncap *= 2;
     uint32_t *allow = calloc(ncap, sizeof(*allow));
     uint32_t *alive = malloc(ncap * sizeof(*alive));
+    uint8_t *atier = malloc(ncap * sizeof(*atier));
     kvt_idx_match_t *res = malloc(ncap * sizeof(*res));
-    if (!allow || !alive || !res) {
+    if (!allow || !alive || !atier || !res) {
         free(allow);
         free(alive);
+        free(atier);
         free(res);
         return KVT_ERR_NO_MEM;
     }
     free(r->allow);
     free(r->alive);
+    free(r->atier);
     free(r->res);
     r->allow = allow;
     r->alive = alive;
+    r->atier = atier;
     r->res = res;
     r->cap = ncap;
     r->qgen = 0; /* fresh arrays: every generation mark is stale */
@@ -288,14 +293,29 @@ static int snapshot(kvt_idx_reader_t *r, kvt_idx_shared_t *sh, kvt_dir_t **sets,
     }
 }
 
+/* Credits result @m @mul blocks in tier class @t (first_tier()). */
+static inline void credit(kvt_idx_match_t *m, unsigned t, uint32_t mul)
+{
+    m->matched += mul;
+    if (t == 0)
+        m->gpu += mul;
+    else if (t == 1)
+        m->cpu += mul;
+    else
+        m->disk += mul;
+}
+
 /*
  * Intersects the alive results (sorted by pod) with one block's holders
- * @snap[@cnt], crediting each survivor @mul blocks in its fastest tier.
- * Compacts r->alive in place; returns how many stay alive.
+ * @snap[@cnt], crediting each survivor one block in its fastest tier there
+ * (remembered in r->atier for credit_same()). Compacts r->alive and r->atier
+ * in place; returns how many stay alive.
  */
-static uint32_t merge_block(kvt_idx_reader_t *r, const kvt_elem_t *snap, int cnt, uint32_t nalive,
-                            uint32_t mul)
+static uint32_t merge_block(kvt_idx_reader_t *r, const kvt_elem_t *snap, int cnt, uint32_t nalive)
 {
+    uint32_t *alive = r->alive;
+    const kvt_idx_match_t *res = r->res;
+    uint8_t *atier = r->atier;
     uint32_t a = 0, out = 0;
     const bool search = nalive > 32 && cnt * 8 < (int)nalive;
     for (int j = 0; j < cnt && a < nalive; j++) {
@@ -305,31 +325,37 @@ static uint32_t merge_block(kvt_idx_reader_t *r, const kvt_elem_t *snap, int cnt
             uint32_t lo = a, hi = nalive;
             while (lo < hi) {
                 uint32_t mid = (lo + hi) / 2;
-                if (r->res[r->alive[mid]].pod < pod)
+                if (res[alive[mid]].pod < pod)
                     lo = mid + 1;
                 else
                     hi = mid;
             }
             a = lo;
         } else {
-            while (a < nalive && r->res[r->alive[a]].pod < pod)
+            while (a < nalive && res[alive[a]].pod < pod)
                 a++;
         }
-        if (a == nalive || r->res[r->alive[a]].pod != pod)
+        if (a == nalive || res[alive[a]].pod != pod)
             continue;
-        uint32_t k = r->alive[a++];
-        kvt_idx_match_t *m = &r->res[k];
-        unsigned tiers = ELEM_TIERS(snap[j]);
-        m->matched += mul;
-        if (tiers & (KVT_TIER_GPU | KVT_TIER_SPEC))
-            m->gpu += mul;
-        else if (tiers & KVT_TIER_CPU)
-            m->cpu += mul;
-        else
-            m->disk += mul;
-        r->alive[out++] = k; /* out <= a: compaction in place keeps the order */
+        unsigned t = first_tier(ELEM_TIERS(snap[j]));
+        uint32_t k = alive[a++];
+        credit(&r->res[k], t, 1);
+        /* out < a: compaction in place keeps the order */
+        alive[out] = k;
+        atier[out] = (uint8_t)t;
+        out++;
     }
     return out;
+}
+
+/*
+ * Credits @mul blocks whose holders were exactly those of the last block
+ * merged: every alive pod holds them, in the tier it held that block in.
+ */
+static void credit_same(kvt_idx_reader_t *r, uint32_t nalive, uint32_t mul)
+{
+    for (uint32_t k = 0; k < nalive; k++)
+        credit(&r->res[r->alive[k]], r->atier[k], mul);
 }
 
 kvt_status_t kvt_idx_query(kvt_idx_reader_t *r, uint32_t ns, const uint64_t *keys, size_t n,
@@ -425,14 +451,17 @@ kvt_status_t kvt_idx_query(kvt_idx_reader_t *r, uint32_t ns, const uint64_t *key
             /* results are written in pod order: holder sets are sorted by pod */
             kvt_idx_match_t *res = r->res;
             uint32_t *alive = r->alive;
+            uint8_t *atier = r->atier;
             const uint32_t cap = r->cap;
             for (int j = 0; j < cnt; j++) {
                 uint32_t pod = ELEM_POD(snap[j]);
                 if (pod >= cap || (pods != NULL && r->allow[pod] != gen))
                     continue; /* registered after this query started, or filtered out */
-                res[nres] = first_match[first_tier(ELEM_TIERS(snap[j]))];
+                unsigned tc = first_tier(ELEM_TIERS(snap[j]));
+                res[nres] = first_match[tc];
                 res[nres].pod = pod;
                 alive[nres] = nres;
+                atier[nres] = (uint8_t)tc;
                 nres++;
             }
             nalive = nres;
@@ -447,10 +476,10 @@ kvt_status_t kvt_idx_query(kvt_idx_reader_t *r, uint32_t ns, const uint64_t *key
             extended = nalive;
         } else {
             if (same > 0) {
-                merge_block(r, r->snap2, prev_cnt, nalive, same);
+                credit_same(r, nalive, same);
                 same = 0;
             }
-            nalive = merge_block(r, snap, cnt, nalive, 1);
+            nalive = merge_block(r, snap, cnt, nalive);
             extended = nalive;
         }
         if (extended != 0 && same == 0) {
@@ -466,7 +495,7 @@ kvt_status_t kvt_idx_query(kvt_idx_reader_t *r, uint32_t ns, const uint64_t *key
             __atomic_store_n(&nd->stamp, now, __ATOMIC_RELAXED);
     }
     if (same > 0)
-        merge_block(r, r->snap2, prev_cnt, nalive, same);
+        credit_same(r, nalive, same);
     kvt_ebr_exit(&sh->ebr, r->slot);
     *nres_p = nres;
     return status;
