@@ -314,7 +314,7 @@ static inline void credit(kvt_idx_match_t *m, unsigned t, uint32_t mul)
 static uint32_t merge_block(kvt_idx_reader_t *r, const kvt_elem_t *snap, int cnt, uint32_t nalive)
 {
     uint32_t *alive = r->alive;
-    const kvt_idx_match_t *res = r->res;
+    kvt_idx_match_t *res = r->res;
     uint8_t *atier = r->atier;
     uint32_t a = 0, out = 0;
     const bool search = nalive > 32 && cnt * 8 < (int)nalive;
@@ -339,7 +339,7 @@ static uint32_t merge_block(kvt_idx_reader_t *r, const kvt_elem_t *snap, int cnt
             continue;
         unsigned t = first_tier(ELEM_TIERS(snap[j]));
         uint32_t k = alive[a++];
-        credit(&r->res[k], t, 1);
+        credit(&res[k], t, 1);
         /* out < a: compaction in place keeps the order */
         alive[out] = k;
         atier[out] = (uint8_t)t;

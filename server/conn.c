@@ -34,10 +34,10 @@ struct kvt_srv_conn {
     struct bufferevent *bev; /* NULL once closed */
     struct event *deadline;  /* request timeout */
     enum srv_proto proto;
-    int refs;           /* the socket's, plus one per job at the writer */
-    bool in_request;    /* bytes of an unfinished request are buffered */
-    bool busy;          /* HTTP: a request waits for the writer */
-    bool close_after;   /* close once the output is flushed */
+    int refs;         /* the socket's, plus one per job at the writer */
+    bool in_request;  /* the deadline runs: a request is incomplete, or its error answer pending */
+    bool busy;        /* HTTP: a request waits for the writer */
+    bool close_after; /* close once the output is flushed */
     bool sent_continue; /* HTTP: "100 Continue" sent for the current request */
     bool authed;        /* RPC: HELLO carried the token */
     bool paused;        /* reads off: output backed up or too many jobs in flight */
