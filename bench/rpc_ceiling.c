@@ -27,6 +27,7 @@ typedef struct ce_conn {
     int fd;
     uint8_t *in, *out;
     size_t inlen, incap, outoff, outlen, outcap;
+    bool want_out; /* EPOLLOUT is armed: the socket took only part of the output */
 } ce_conn_t;
 
 typedef struct ce_server {
@@ -55,6 +56,16 @@ static bool ce_room(uint8_t **buf, size_t *cap, size_t need)
     return true;
 }
 
+/* Asks for EPOLLOUT or stops asking; an epoll_ctl only when that changes. */
+static void ce_want_out(ce_thread_t *t, ce_conn_t *c, bool on)
+{
+    if (c->want_out == on)
+        return;
+    c->want_out = on;
+    struct epoll_event ev = {.events = EPOLLIN | (on ? EPOLLOUT : 0u), .data.ptr = c};
+    epoll_ctl(t->ep, EPOLL_CTL_MOD, c->fd, &ev);
+}
+
 /* Sends what is pending; false when the connection is gone. */
 static bool ce_flush(ce_thread_t *t, ce_conn_t *c)
 {
@@ -64,8 +75,7 @@ static bool ce_flush(ce_thread_t *t, ce_conn_t *c)
         if (r < 0 && errno == EINTR)
             continue;
         if (r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
-            struct epoll_event ev = {.events = EPOLLIN | EPOLLOUT, .data.ptr = c};
-            epoll_ctl(t->ep, EPOLL_CTL_MOD, c->fd, &ev);
+            ce_want_out(t, c, true);
             return true;
         }
         if (r <= 0)
@@ -73,8 +83,7 @@ static bool ce_flush(ce_thread_t *t, ce_conn_t *c)
         c->outoff += (size_t)r;
     }
     c->outoff = c->outlen = 0;
-    struct epoll_event ev = {.events = EPOLLIN, .data.ptr = c};
-    epoll_ctl(t->ep, EPOLL_CTL_MOD, c->fd, &ev);
+    ce_want_out(t, c, false);
     return true;
 }
 
