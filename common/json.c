@@ -993,6 +993,33 @@ static kvt_status_t kvt_json_int_array(kvt_json_t *j, bool hash, void *out, size
         *n_p = 0;
         return KVT_OK;
     }
+    if (!hash) {
+        /*
+         * Token ids: 1..7 digits then ',' and at most one space, taken eight
+         * bytes at a time while 16 are readable. Anything else (the last
+         * element, other whitespace, a leading zero, a fraction, a value
+         * over @max, a full @out) stops here untaken, and the loop below
+         * reads it, errors included.
+         */
+        uint32_t *o = out;
+        while (len - p >= 16 && n < cap) {
+            uint64_t x;
+            memcpy(&x, s + p, 8);
+            uint64_t a = x ^ 0x3030303030303030ull;
+            uint64_t nd = (a | (a + 0x7676767676767676ull)) & 0x8080808080808080ull;
+            unsigned k = nd ? (unsigned)__builtin_ctzll(nd) >> 3 : 8;
+            if (k == 0 || k == 8 || s[p + k] != ',' || (k > 1 && s[p] == '0'))
+                break;
+            uint32_t v = kvt_json_swar_digits(s + p, k);
+            if (v > max)
+                break;
+            o[n++] = v;
+            p += k + 1;
+            p += s[p] == ' ';
+        }
+        while (p < len && KVT_JSON_IS_WS(s[p]))
+            p++;
+    }
     for (;;) {
         /* One element at p (after whitespace). */
         bool neg;
@@ -1210,27 +1237,94 @@ void kvt_jbuf_i64(kvt_jbuf_t *b, int64_t v)
     kvt_jbuf_raw(b, p, (size_t)(tmp + sizeof(tmp) - p));
 }
 
-void kvt_jbuf_f64(kvt_jbuf_t *b, double v)
+/*
+ * @v as a plain decimal of at most six fraction digits, the usual score
+ * (block counts times tier weights), when one reads back as exactly @v:
+ * the fewest digits that do, which is also what "%.15g" prints. r / 10^d in
+ * doubles is the double nearest the decimal (both exact, the division
+ * correctly rounded), the one a reader makes of the text. Returns the length
+ * written to @out (24 bytes), or 0 to leave it to the slow path.
+ */
+static size_t kvt_json_fmt_short_decimal(double v, char *out)
 {
-    if (!isfinite(v)) {
-        kvt_jbuf_raw(b, "null", 4);
-        return;
+    static const double p10[] = {1e0, 1e1, 1e2, 1e3, 1e4, 1e5, 1e6};
+    double a = fabs(v);
+    if (!(a >= 1e-3 && a < 1e9))
+        return 0;
+    for (unsigned d = 1; d <= 6; d++) {
+        uint64_t u = (uint64_t)(a * p10[d] + 0.5), pd = (uint64_t)p10[d];
+        if ((double)u / p10[d] != a)
+            continue;
+        uint64_t ip = u / pd, fp = u % pd;
+        char tmp[24];
+        char *p = tmp + sizeof(tmp);
+        if (fp != 0) {
+            for (unsigned i = 0; i < d; i++, fp /= 10)
+                *--p = (char)('0' + fp % 10);
+            *--p = '.';
+        }
+        p = kvt_json_fmt_u64(ip, p);
+        if (v < 0)
+            *--p = '-';
+        size_t n = (size_t)(tmp + sizeof(tmp) - p);
+        memcpy(out, p, n);
+        return n;
     }
-    char tmp[40];
-    int n = 0;
+    return 0;
+}
+
+char *kvt_json_put_f64(char *o, double v)
+{
+    if (!isfinite(v))
+        return KVT_JSON_PUT_LIT(o, "null");
+    size_t n = kvt_json_fmt_short_decimal(v, o);
+    if (n > 0)
+        return o + n;
     /* The shortest of 15..17 significant digits that reads back exactly. */
+    char tmp[40];
+    int len = 0;
     for (int prec = 15; prec <= 17; prec++) {
-        n = snprintf(tmp, sizeof(tmp), "%.*g", prec, v);
+        len = snprintf(tmp, sizeof(tmp), "%.*g", prec, v);
         if (prec == 17 || strtod(tmp, NULL) == v)
             break;
     }
-    if (n <= 0 || (size_t)n >= sizeof(tmp))
-        return;
+    if (len <= 0 || (size_t)len > KVT_JSON_F64_MAX_LEN)
+        return KVT_JSON_PUT_LIT(o, "null"); /* cannot happen: at most 24 bytes */
     /* A locale may print ',' for the point; JSON wants '.'. */
-    for (int i = 0; i < n; i++)
+    for (int i = 0; i < len; i++)
         if (!KVT_JSON_IS_DIGIT(tmp[i]) && tmp[i] != '-' && tmp[i] != '+' && tmp[i] != 'e')
             tmp[i] = '.';
-    kvt_jbuf_raw(b, tmp, (size_t)n);
+    return kvt_json_put_raw(o, tmp, (size_t)len);
+}
+
+void kvt_jbuf_f64(kvt_jbuf_t *b, double v)
+{
+    char tmp[KVT_JSON_F64_MAX_LEN];
+    char *e = kvt_json_put_f64(tmp, v);
+    kvt_jbuf_raw(b, tmp, (size_t)(e - tmp));
+}
+
+char *kvt_json_put_u64_slow(char *o, uint64_t v)
+{
+    char tmp[KVT_JSON_U64_MAX_LEN];
+    char *p = kvt_json_fmt_u64(v, tmp + sizeof(tmp));
+    return kvt_json_put_raw(o, p, (size_t)(tmp + sizeof(tmp) - p));
+}
+
+char *kvt_json_put_i64(char *o, int64_t v)
+{
+    if (v < 0) {
+        *o++ = '-';
+        return kvt_json_put_u64(o, 0 - (uint64_t)v);
+    }
+    return kvt_json_put_u64(o, (uint64_t)v);
+}
+
+char *kvt_jbuf_room(kvt_jbuf_t *b, size_t n)
+{
+    if (!kvt_jbuf_reserve(b, n))
+        return NULL;
+    return b->buf + b->len;
 }
 
 void kvt_jbuf_printf(kvt_jbuf_t *b, const char *fmt, ...)

@@ -243,6 +243,48 @@ void kvt_jbuf_i64(kvt_jbuf_t *b, int64_t v);
 /* Appends the shortest text that reads back as exactly @v; NaN and
  * infinities (not JSON) are written as null. */
 void kvt_jbuf_f64(kvt_jbuf_t *b, double v);
+/*
+ * Writing many small pieces with one bounds check: kvt_jbuf_room() returns
+ * where the next @n bytes go (NULL, and oom, when the buffer cannot grow);
+ * the caller writes at most @n bytes there with the kvt_json_put_* helpers
+ * and then calls kvt_jbuf_commit() with the end it reached.
+ */
+char *kvt_jbuf_room(kvt_jbuf_t *b, size_t n);
+static inline void kvt_jbuf_commit(kvt_jbuf_t *b, char *end)
+{
+    b->len = (size_t)(end - b->buf);
+    b->buf[b->len] = '\0';
+}
+/* Longest text of kvt_json_put_u64/i64 and kvt_json_put_f64. */
+#define KVT_JSON_U64_MAX_LEN 20
+#define KVT_JSON_F64_MAX_LEN 32
+/* kvt_json_put_u64() for any value. */
+char *kvt_json_put_u64_slow(char *o, uint64_t v);
+/* Writes @v in decimal at @o; returns the end. Inline for 0..99. */
+static inline char *kvt_json_put_u64(char *o, uint64_t v)
+{
+    if (v < 10) {
+        *o = (char)('0' + v);
+        return o + 1;
+    }
+    if (v < 100) {
+        o[0] = (char)('0' + v / 10);
+        o[1] = (char)('0' + v % 10);
+        return o + 2;
+    }
+    return kvt_json_put_u64_slow(o, v);
+}
+char *kvt_json_put_i64(char *o, int64_t v);
+/* Writes kvt_jbuf_f64()'s text for @v at @o; returns the end. */
+char *kvt_json_put_f64(char *o, double v);
+/* Copies @n bytes to @o; returns the end. */
+static inline char *kvt_json_put_raw(char *o, const char *s, size_t n)
+{
+    memcpy(o, s, n);
+    return o + n;
+}
+/* A string literal's bytes (no NUL). */
+#define KVT_JSON_PUT_LIT(o, lit) kvt_json_put_raw((o), (lit), sizeof(lit) - 1)
 /* Appends printf-formatted text as it is (no escaping). */
 void kvt_jbuf_printf(kvt_jbuf_t *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 

@@ -225,27 +225,33 @@ kvt_status_t srv_api_query_json(kvt_srv_worker_t *w, const char *body, size_t le
     kvt_jbuf_cstr(out, ",\"num_blocks\":");
     kvt_jbuf_u64(out, a.num_blocks);
     kvt_jbuf_cstr(out, ",\"pods\":[");
+    /* one bounds check per entry: the name, the literals and seven numbers */
+    enum { ENTRY_FIXED = 96 + 6 * KVT_JSON_U64_MAX_LEN + KVT_JSON_F64_MAX_LEN };
     for (size_t i = 0; i < a.npods; i++) {
         srv_answer_pod_t p;
         srv_query_pod(w, &a, i, &p);
-        kvt_jbuf_cstr(out, i ? ",{\"pod\":" : "{\"pod\":");
-        kvt_jbuf_raw(out, p.pod_json, p.pod_json_len); /* escaped once, in the registry */
-        kvt_jbuf_cstr(out, ",\"dp_rank\":");
-        kvt_jbuf_u64(out, p.dp_rank);
-        kvt_jbuf_cstr(out, ",\"matched_blocks\":");
-        kvt_jbuf_u64(out, p.matched);
-        kvt_jbuf_cstr(out, ",\"gpu\":");
-        kvt_jbuf_u64(out, p.gpu);
-        kvt_jbuf_cstr(out, ",\"cpu\":");
-        kvt_jbuf_u64(out, p.cpu);
-        kvt_jbuf_cstr(out, ",\"disk\":");
-        kvt_jbuf_u64(out, p.disk);
-        kvt_jbuf_cstr(out, ",\"score\":");
+        char *o = kvt_jbuf_room(out, p.pod_json_len + ENTRY_FIXED);
+        if (o == NULL)
+            break; /* oom: answered as such below */
+        o = i ? KVT_JSON_PUT_LIT(o, ",{\"pod\":") : KVT_JSON_PUT_LIT(o, "{\"pod\":");
+        o = kvt_json_put_raw(o, p.pod_json, p.pod_json_len); /* escaped once, in the registry */
+        o = KVT_JSON_PUT_LIT(o, ",\"dp_rank\":");
+        o = kvt_json_put_u64(o, p.dp_rank);
+        o = KVT_JSON_PUT_LIT(o, ",\"matched_blocks\":");
+        o = kvt_json_put_u64(o, p.matched);
+        o = KVT_JSON_PUT_LIT(o, ",\"gpu\":");
+        o = kvt_json_put_u64(o, p.gpu);
+        o = KVT_JSON_PUT_LIT(o, ",\"cpu\":");
+        o = kvt_json_put_u64(o, p.cpu);
+        o = KVT_JSON_PUT_LIT(o, ",\"disk\":");
+        o = kvt_json_put_u64(o, p.disk);
+        o = KVT_JSON_PUT_LIT(o, ",\"score\":");
         if (p.score == floor(p.score) && fabs(p.score) < 1e15)
-            kvt_jbuf_i64(out, (int64_t)p.score); /* the common case; shortest-float is slow */
+            o = kvt_json_put_i64(o, (int64_t)p.score); /* the common case */
         else
-            kvt_jbuf_f64(out, p.score);
-        kvt_jbuf_cstr(out, "}");
+            o = kvt_json_put_f64(o, p.score);
+        o = KVT_JSON_PUT_LIT(o, "}");
+        kvt_jbuf_commit(out, o);
     }
     kvt_jbuf_cstr(out, "]}");
     srv_query_done(w);

@@ -128,6 +128,8 @@ class TestApi(Base):
         self.assertEqual(s, 200, a)
         p = [x for x in self.query(TOK)["pods"] if x["pod"] == "A"][0]
         self.assertEqual((p["matched_blocks"], p["gpu"], p["cpu"]), (6, 4, 2))
+        # a score with a fraction (CPU weight 0.8) reads back exactly
+        self.assertEqual(p["score"], 4 * 1.0 + 2 * 0.8 + 0 * 0.5)
         # removing block 3 cuts the run at 2
         self.post_events("A", [{"type": "BlockRemoved", "block_hashes": [3], "medium": "GPU"}])
         self.assertEqual(self.matched(self.query(TOK))[("A", 0)], 2)
@@ -135,6 +137,7 @@ class TestApi(Base):
         self.post_events("A", [{"type": "AllBlocksCleared"}])
         p = [x for x in self.query(TOK)["pods"] if x["pod"] == "A"][0]
         self.assertEqual((p["matched_blocks"], p["gpu"], p["cpu"]), (2, 0, 2))
+        self.assertEqual(p["score"], 0 * 1.0 + 2 * 0.8 + 0 * 0.5)
         st = wait_stats(self.d, lambda s: s["events"]["batches"] >= 7)
         self.assertEqual(st["events"]["batches"], 7)
         self.assertEqual(st["index"]["pods"], 2)

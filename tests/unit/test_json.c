@@ -1415,6 +1415,198 @@ static void test_round_trip_random(void **state)
     printf("round trip: %zu documents, %zu bytes, seed %" PRIu64 "\n", rounds, bytes, g_seed);
 }
 
+/*
+ * kvt_json_u32_array() (which takes runs of short elements eight bytes at a
+ * time) against the element-by-element reader, on random arrays of token-like
+ * numbers with random spacing, now and then a bad element, a leading zero, a
+ * fraction, a value over the limit or more elements than fit: the same status,
+ * the same values, the same error offset.
+ */
+static void test_u32_array_random(void **state)
+{
+    (void)state;
+    enum { ROUNDS = 3000, MAXN = 300 };
+    static const char *const bad[] = {"012",   "1.5", "2e3", "-1",          "-",
+                                      "\"7\"", "[]",  "",    "99999999999", "4294967296",
+                                      "x",     "1 2", "null"};
+    static char text[MAXN * 16 + 64];
+    static uint32_t got[MAXN], want[MAXN];
+    size_t fast_ok = 0, errors = 0;
+    g_rng = g_seed ^ 0x75333261ull;
+    for (size_t r = 0; r < ROUNDS; r++) {
+        size_t n = rnd_below(MAXN), len = 0;
+        uint32_t max = rnd_below(8) == 0 ? (uint32_t)rnd_below(200000) : UINT32_MAX;
+        size_t cap = rnd_below(10) == 0 ? rnd_below(MAXN) : MAXN;
+        text[len++] = '[';
+        for (size_t i = 0; i < n; i++) {
+            if (i > 0) {
+                static const char *const sep[] = {",", ", ", ", ", ",  ", " ,", ",\n", ",\t "};
+                len += (size_t)sprintf(text + len, "%s",
+                                       sep[rnd_below(4) ? rnd_below(3) : rnd_below(7)]);
+            }
+            if (rnd_below(400) == 0) {
+                len +=
+                    (size_t)sprintf(text + len, "%s", bad[rnd_below(sizeof(bad) / sizeof(bad[0]))]);
+                continue;
+            }
+            static const uint32_t lim[] = {10, 100, 1000, 128000, 10000000, UINT32_MAX};
+            uint32_t v = (uint32_t)(rnd() % ((uint64_t)lim[rnd_below(6)] + 1));
+            len += (size_t)sprintf(text + len, "%" PRIu32, v);
+        }
+        len += (size_t)sprintf(text + len, "%s", rnd_below(50) == 0 ? "" : "]");
+        text[len] = '\0';
+
+        kvt_json_t a, b;
+        kvt_json_init(&a, text, len);
+        size_t na = 0;
+        memset(got, 0xab, sizeof(got));
+        kvt_status_t sa = kvt_json_u32_array(&a, got, cap, max, &na);
+        for (size_t i = cap; i < MAXN; i++)
+            if (got[i] != 0xabababab)
+                fail_msg("round %zu: element %zu written past cap %zu", r, i, cap);
+
+        kvt_json_init(&b, text, len);
+        size_t nb = 0;
+        kvt_status_t sb = kvt_json_array_begin(&b);
+        int more = 0;
+        while (sb == KVT_OK && (more = kvt_json_array_next(&b)) == 1) {
+            uint32_t v;
+            sb = kvt_json_u32(&b, &v);
+            if (sb != KVT_OK)
+                break;
+            if (v > max) {
+                sb = KVT_ERR_RANGE;
+                break;
+            }
+            if (nb >= cap) {
+                sb = KVT_ERR_TOO_BIG;
+                break;
+            }
+            want[nb++] = v;
+        }
+        if (sb == KVT_OK && more < 0)
+            sb = (kvt_status_t)more;
+        if (sa != sb)
+            fail_msg("round %zu: status %d (%s), element reader %d (%s) on %s", r, sa,
+                     kvt_json_error(&a), sb, kvt_json_error(&b), text);
+        if (sa == KVT_OK) {
+            assert_int_equal(na, nb);
+            assert_memory_equal(got, want, nb * sizeof(got[0]));
+            assert_int_equal(kvt_json_end(&a), KVT_OK);
+            fast_ok += len >= 16;
+        } else {
+            errors++;
+            /* both stop at the element at fault (the limit checks: at its start) */
+            if (sa != KVT_ERR_TOO_BIG && sa != KVT_ERR_RANGE &&
+                kvt_json_offset(&a) != kvt_json_offset(&b))
+                fail_msg("round %zu: error at %zu (%s), element reader at %zu (%s) on %s", r,
+                         kvt_json_offset(&a), kvt_json_error(&a), kvt_json_offset(&b),
+                         kvt_json_error(&b), text);
+        }
+    }
+    /* the run must have exercised both outcomes */
+    assert_true(fast_ok > ROUNDS / 4);
+    assert_true(errors > ROUNDS / 20);
+}
+
+/* kvt_json_put_*() against printf, written through kvt_jbuf_room()/commit(). */
+static void test_put_numbers(void **state)
+{
+    (void)state;
+    kvt_jbuf_t b;
+    kvt_jbuf_init(&b);
+    char want[4096];
+    size_t wlen = 0;
+    g_rng = g_seed ^ 0x707574ull;
+    for (size_t r = 0; r < 20000; r++) {
+        uint64_t u = rnd() >> rnd_below(64);
+        int64_t i = (int64_t)(rnd() >> rnd_below(64)) * (rnd_below(2) ? -1 : 1);
+        if (r == 0) {
+            u = UINT64_MAX;
+            i = INT64_MIN;
+        }
+        char *o = kvt_jbuf_room(&b, 2 * KVT_JSON_U64_MAX_LEN + 2);
+        assert_non_null(o);
+        o = kvt_json_put_u64(o, u);
+        o = KVT_JSON_PUT_LIT(o, ",");
+        o = kvt_json_put_i64(o, i);
+        o = KVT_JSON_PUT_LIT(o, ";");
+        kvt_jbuf_commit(&b, o);
+        wlen +=
+            (size_t)snprintf(want + wlen, sizeof(want) - wlen, "%" PRIu64 ",%" PRId64 ";", u, i);
+        assert_int_equal(b.len, wlen);
+        assert_string_equal(b.buf, want);
+        if (wlen > 2048) {
+            kvt_jbuf_reset(&b);
+            wlen = 0;
+        }
+    }
+    kvt_jbuf_cleanup(&b);
+}
+
+/* The text "%.15g".."%.17g" gives: the shortest of those that reads back. */
+static void f64_reference(double v, char *out, size_t cap)
+{
+    for (int prec = 15; prec <= 17; prec++) {
+        snprintf(out, cap, "%.*g", prec, v);
+        if (strtod(out, NULL) == v)
+            return;
+    }
+}
+
+/*
+ * kvt_jbuf_f64() writes scores (sums of block counts times tier weights, less
+ * a load term) without printf where a short decimal reads back exactly; its
+ * text must equal the printf reference on such values and on random doubles
+ * of every magnitude, and always read back exactly.
+ */
+static void test_f64_random(void **state)
+{
+    (void)state;
+    static const double w[] = {1.0, 0.8, 0.5, 0.25, 0.3, 0.7, 1.5, 0.1};
+    kvt_jbuf_t b;
+    kvt_jbuf_init(&b);
+    g_rng = g_seed ^ 0x663634ull;
+    size_t fractions = 0;
+    for (size_t r = 0; r < 200000; r++) {
+        double v;
+        switch (rnd_below(5)) {
+        case 0: /* a score: counts times weights, minus a load */
+            v = (double)rnd_below(5000) * w[rnd_below(8)] +
+                (double)rnd_below(500) * w[rnd_below(8)] - (double)rnd_below(100) * w[rnd_below(8)];
+            break;
+        case 1: { /* a short decimal, 1..8 fraction digits */
+            static const double p10[] = {1e1, 1e2, 1e3, 1e4, 1e5, 1e6, 1e7, 1e8};
+            v = (double)(int64_t)(rnd() % 100000000000ull) / p10[rnd_below(8)];
+            break;
+        }
+        case 2: { /* any finite double */
+            uint64_t bits = rnd();
+            memcpy(&v, &bits, sizeof(v));
+            if (!isfinite(v))
+                v = 1.0;
+            break;
+        }
+        case 3: /* around the fast path's bounds */
+            v = ldexp((double)(rnd() >> 11), -(int)rnd_below(64)) * (rnd_below(2) ? 1e-3 : 1e9);
+            break;
+        default: v = (double)(int64_t)rnd() / (double)(1 + rnd_below(1000)); break;
+        }
+        if (rnd_below(2))
+            v = -v;
+        char want[64];
+        f64_reference(v, want, sizeof(want));
+        kvt_jbuf_reset(&b);
+        kvt_jbuf_f64(&b, v);
+        if (strcmp(b.buf, want) != 0)
+            fail_msg("value %.17g: wrote \"%s\", printf reference \"%s\"", v, b.buf, want);
+        assert_true(strtod(b.buf, NULL) == v);
+        fractions += strchr(b.buf, '.') != NULL && strchr(b.buf, 'e') == NULL;
+    }
+    kvt_jbuf_cleanup(&b);
+    assert_true(fractions > 50000);
+}
+
 /* ---- agreement with Python's json module ---------------------------------------------- */
 
 typedef struct doc {
@@ -1755,7 +1947,10 @@ int main(void)
         cmocka_unit_test(test_whitespace_and_end),
         cmocka_unit_test(test_skip),
         cmocka_unit_test(test_u32_array),
+        cmocka_unit_test(test_u32_array_random),
         cmocka_unit_test(test_hash_array),
+        cmocka_unit_test(test_f64_random),
+        cmocka_unit_test(test_put_numbers),
         cmocka_unit_test(test_writer),
         cmocka_unit_test(test_round_trip_random),
         cmocka_unit_test(test_python_agreement),
