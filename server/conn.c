@@ -33,6 +33,7 @@ struct kvt_srv_conn {
     kvt_srv_worker_t *w;
     struct bufferevent *bev; /* NULL once closed */
     struct event *deadline;  /* request timeout */
+    struct event *rd;        /* readable socket, or idle timeout: reads are ours, not libevent's */
     enum srv_proto proto;
     int refs;         /* the socket's, plus one per job at the writer */
     bool in_request;  /* the deadline runs: a request is incomplete, or its error answer pending */
@@ -68,6 +69,8 @@ static void conn_close(kvt_srv_conn_t *c)
         kvt_proto_wr_reset(&c->w->rpc_out);
         c->w->rpc_owner = NULL;
     }
+    event_free(c->rd); /* before the socket closes */
+    c->rd = NULL;
     bufferevent_free(c->bev); /* BEV_OPT_CLOSE_ON_FREE closes the socket */
     c->bev = NULL;
     event_free(c->deadline);
@@ -88,6 +91,14 @@ void srv_conn_close_all(kvt_srv_worker_t *w)
         conn_close(w->conns);
 }
 
+/* Watches the socket for input, with the idle timeout when one is set. */
+static void conn_watch_reads(kvt_srv_conn_t *c)
+{
+    uint64_t ms = c->w->srv->cfg.idle_timeout_ms;
+    struct timeval tv = {(time_t)(ms / 1000), (suseconds_t)(ms % 1000) * 1000};
+    event_add(c->rd, ms ? &tv : NULL);
+}
+
 /* Output backed up beyond the per-connection budget: stop reading until it drains. */
 static void conn_update_reading(kvt_srv_conn_t *c)
 {
@@ -98,9 +109,9 @@ static void conn_update_reading(kvt_srv_conn_t *c)
     bool pause = out > srv->cfg.conn_buffer || c->busy || c->close_after ||
                  c->inflight >= srv->cfg.rpc_max_inflight;
     if (pause && !c->paused)
-        bufferevent_disable(c->bev, EV_READ);
+        event_del(c->rd);
     else if (!pause && c->paused)
-        bufferevent_enable(c->bev, EV_READ);
+        conn_watch_reads(c);
     c->paused = pause;
 }
 
@@ -173,14 +184,17 @@ static void conn_flush(kvt_srv_conn_t *c)
 }
 
 /*
- * Reads what the socket holds beyond the bufferevent's own read, which
- * libevent 2.1 caps at 4 KiB a call: without this, every pipelined request
- * of a few KiB costs its own wakeup, ioctl, read and send. Bounded by the
- * read high watermark; stops at EAGAIN, EOF or an error (the bufferevent's
- * next read reports those).
+ * Reads what the socket holds into the input buffer, up to 256 KiB a call,
+ * bounded by the read high watermark. kvtierd reads sockets itself rather
+ * than through the bufferevent: libevent 2.1 asks the kernel for the
+ * readable size (an ioctl) before every read and reads 4 KiB at most, so a
+ * request of a few KiB cost three or four system calls instead of one.
+ * Returns false at EOF or on a socket error: the caller answers what was
+ * read, then closes.
  */
-static void conn_fill(kvt_srv_conn_t *c)
+static bool conn_fill(kvt_srv_conn_t *c)
 {
+    bool open = true;
     struct evbuffer *in = bufferevent_get_input(c->bev);
     int fd = bufferevent_getfd(c->bev);
     bool thawed = false; /* a bufferevent keeps its input's end frozen: only it adds */
@@ -205,8 +219,12 @@ static void conn_fill(kvt_srv_conn_t *c)
             iov[i] = (struct iovec){v[i].iov_base, v[i].iov_len};
         struct msghdr mh = {.msg_iov = iov, .msg_iovlen = (size_t)nv};
         ssize_t r = recvmsg(fd, &mh, MSG_DONTWAIT);
-        if (r <= 0)
-            break; /* nothing committed: the reservation lapses */
+        if (r <= 0) {
+            /* nothing committed: the reservation lapses */
+            if (r == 0 || (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR))
+                open = false;
+            break;
+        }
         size_t left = (size_t)r;
         int used = 0;
         for (; used < nv && left > 0; used++) {
@@ -220,6 +238,7 @@ static void conn_fill(kvt_srv_conn_t *c)
     }
     if (thawed)
         evbuffer_freeze(in, 0);
+    return open;
 }
 
 static void deadline_cb(evutil_socket_t fd, short what, void *arg)
@@ -695,21 +714,37 @@ void srv_conn_job_done(srv_job_t *job)
 
 /* ---- callbacks ------------------------------------------------------------------------ */
 
+/* Reads what the socket holds (unless reads are paused) and serves it. */
 static void conn_read_cb(struct bufferevent *bev, void *arg)
 {
     (void)bev;
     kvt_srv_conn_t *c = arg;
-    if (!c->paused)
-        conn_fill(c);
+    bool open = c->paused || conn_fill(c);
     if (c->proto == PROTO_HTTP)
         http_read(c);
     else
         rpc_read(c);
     conn_flush(c);
+    if (!open) {
+        conn_close(c); /* EOF or a socket error */
+        return;
+    }
     conn_update_reading(c);
     if (c->bev != NULL && c->close_after &&
         evbuffer_get_length(bufferevent_get_output(c->bev)) == 0)
         conn_close(c);
+}
+
+static void conn_rd_cb(evutil_socket_t fd, short what, void *arg)
+{
+    (void)fd;
+    kvt_srv_conn_t *c = arg;
+    if (what & EV_TIMEOUT) {
+        CTR_INC(c->w->ctr.timeouts[c->proto]);
+        conn_close(c); /* idle */
+        return;
+    }
+    conn_read_cb(c->bev, c);
 }
 
 static void conn_write_cb(struct bufferevent *bev, void *arg)
@@ -732,7 +767,7 @@ static void conn_event_cb(struct bufferevent *bev, short what, void *arg)
     kvt_srv_conn_t *c = arg;
     if (what & BEV_EVENT_TIMEOUT)
         CTR_INC(c->w->ctr.timeouts[c->proto]);
-    conn_close(c); /* EOF, error or idle timeout */
+    conn_close(c); /* a write error (reads report theirs in conn_fill()) */
 }
 
 static void accept_cb(struct evconnlistener *l, evutil_socket_t fd, struct sockaddr *sa, int len,
@@ -768,7 +803,10 @@ void srv_conn_accept(kvt_srv_worker_t *w, enum srv_proto proto, int fd)
     kvt_srv_conn_t *c = calloc(1, sizeof(*c));
     struct bufferevent *bev = c ? bufferevent_socket_new(w->base, fd, BEV_OPT_CLOSE_ON_FREE) : NULL;
     struct event *dl = c ? evtimer_new(w->base, deadline_cb, c) : NULL;
-    if (c == NULL || bev == NULL || dl == NULL) {
+    struct event *rd = c ? event_new(w->base, fd, EV_READ | EV_PERSIST, conn_rd_cb, c) : NULL;
+    if (c == NULL || bev == NULL || dl == NULL || rd == NULL) {
+        if (rd)
+            event_free(rd);
         if (bev)
             bufferevent_free(bev);
         else
@@ -782,6 +820,7 @@ void srv_conn_accept(kvt_srv_worker_t *w, enum srv_proto proto, int fd)
     c->w = w;
     c->bev = bev;
     c->deadline = dl;
+    c->rd = rd;
     c->proto = proto;
     c->refs = 1;
     c->authed = srv->auth_token == NULL;
@@ -790,24 +829,15 @@ void srv_conn_accept(kvt_srv_worker_t *w, enum srv_proto proto, int fd)
         w->conns->prev = c;
     w->conns = c;
     CTR_INC(w->ctr.conns_accepted[proto]);
-    bufferevent_setcb(bev, conn_read_cb, conn_write_cb, conn_event_cb, c);
+    /* the bufferevent only writes: reads are conn_rd_cb's (see conn_fill()) */
+    bufferevent_setcb(bev, NULL, conn_write_cb, conn_event_cb, c);
     /* input beyond one request plus a head is not read until it is consumed */
-    size_t high = (proto == PROTO_HTTP ? srv->cfg.max_body + srv->cfg.max_header
-                                       : srv->cfg.rpc_max_frame + KVT_PROTO_HDR_SIZE) +
-                  65536;
-    bufferevent_setwatermark(bev, EV_READ, 0, high);
-    c->read_high = high;
-    uint64_t ms = srv->cfg.idle_timeout_ms;
-    struct timeval tv = {(time_t)(ms / 1000), (suseconds_t)(ms % 1000) * 1000};
-    bufferevent_set_timeouts(bev, ms ? &tv : NULL, NULL);
-    /*
-     * Larger single reads and writes for libevents that honour them (2.1 still
-     * reads 4 KiB a call: conn_fill() reads the rest); answers go out through
-     * conn_flush(), so the write event is off until output is left over.
-     */
-    bufferevent_set_max_single_read(bev, 256 * 1024);
+    c->read_high = (proto == PROTO_HTTP ? srv->cfg.max_body + srv->cfg.max_header
+                                        : srv->cfg.rpc_max_frame + KVT_PROTO_HDR_SIZE) +
+                   65536;
+    /* answers go out through conn_flush(): the write event is off until output is left over */
     bufferevent_set_max_single_write(bev, 256 * 1024);
-    bufferevent_enable(bev, EV_READ);
+    conn_watch_reads(c);
 }
 
 static void accept_cb(struct evconnlistener *l, evutil_socket_t fd, struct sockaddr *sa, int len,

@@ -439,6 +439,48 @@ class TestLimits(Base):
         self.assertGreaterEqual(samples[("kvtier_connections_refused_total", (("proto", "http"),))], 1)
 
 
+class TestIdle(Base):
+    flags = ("--idle-timeout", "500ms")
+
+    def test_idle_connections_close_and_half_close_is_answered(self):
+        idle = self.d.connect(self.d.http_port)
+        idle_rpc = self.d.connect()
+        busy = self.d.connect(self.d.http_port)
+        # a connection that keeps talking outlives the idle timeout
+        for _ in range(4):
+            busy.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+            self.assertIn(b" 200 ", busy.recv(4096))
+            time.sleep(0.3)
+        idle.settimeout(5)
+        idle_rpc.settimeout(5)
+        self.assertEqual(idle.recv(1), b"", "an idle HTTP connection must be closed")
+        self.assertEqual(idle_rpc.recv(1), b"", "an idle RPC connection must be closed")
+        busy.close()
+        # a request followed by the client's FIN is answered, then the connection closes
+        h = self.d.connect(self.d.http_port)
+        h.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+        h.shutdown(socket.SHUT_WR)
+        h.settimeout(5)
+        data = b""
+        while True:
+            chunk = h.recv(4096)
+            if not chunk:
+                break
+            data += chunk
+        self.assertIn(b" 200 ", data.split(b"\r\n")[0])
+        h.close()
+        r = self.d.connect()
+        r.sendall(fx.frame(fx.OP_PING, 5))
+        r.shutdown(socket.SHUT_WR)
+        h, _ = fx.read_frame(r)
+        self.assertEqual(h["req_id"], 5)
+        r.close()
+        samples, _ = fx.parse_prometheus(self.d.http("GET", "/metrics", raw=True)[1].decode())
+        timeouts = sum(v for (name, labels), v in samples.items()
+                       if name == "kvtier_request_timeouts_total")
+        self.assertGreaterEqual(timeouts, 2)
+
+
 class TestAuth(Base):
     token = "s3cret"
 
