@@ -134,18 +134,21 @@ static void heap_sort(kvt_scored_t *out, size_t n)
  * branch. Instead, with at most 16 distinct scores and 1024 entries, each
  * entry gets a 64-bit key: the rank of its score (best first) in the top
  * bits, its tie rank below, so keys order entries as better() does (equal
- * keys, which take equal high tie bits, fall back to better()). One counting
- * pass on the keys' top bits (about two buckets per entry), an insertion
- * pass that settles entries sharing a bucket (few), and one pass that moves
- * each entry to its place. Returns false (nothing moved) for other shapes.
+ * keys, which take equal high tie bits, fall back to better()). Each score
+ * class gets its own run of buckets, at least two per entry of the class,
+ * indexed by the top bits of the tie rank (one shared range would crowd a
+ * big class into few buckets). One counting pass, an insertion pass that
+ * settles entries sharing a bucket (few), and one pass that moves each entry
+ * to its place. Returns false (nothing moved) for other shapes.
  */
-enum { SORT_SMALL = 1024, SORT_CLASSES = 16, SORT_BITS_MAX = 11 };
+enum { SORT_SMALL = 1024, SORT_CLASSES = 16 };
 
 static bool bucket_sort(kvt_scored_t *out, size_t n)
 {
     if (n > SORT_SMALL)
         return false;
     double ds[SORT_CLASSES];
+    uint32_t ccount[SORT_CLASSES];
     uint8_t cls[SORT_SMALL];
     size_t nd = 0, last = 0;
     for (size_t i = 0; i < n; i++) {
@@ -156,38 +159,53 @@ static bool bucket_sort(kvt_scored_t *out, size_t n)
             if (d == nd) {
                 if (nd == SORT_CLASSES)
                     return false;
+                ccount[nd] = 0;
                 ds[nd++] = out[i].score;
             }
             last = d;
         }
+        ccount[last]++;
         cls[i] = (uint8_t)last;
     }
     uint64_t rank[SORT_CLASSES]; /* classes with a higher score: 0 for the best */
+    uint8_t byrank[SORT_CLASSES];
     for (size_t d = 0; d < nd; d++) {
         rank[d] = 0;
         for (size_t e = 0; e < nd; e++)
             rank[d] += ds[e] > ds[d];
+        byrank[rank[d]] = (uint8_t)d;
+    }
+    /* each class's buckets: 2^cbits >= 2 x its entries, placed in score order */
+    unsigned cshift[SORT_CLASSES];
+    uint32_t cstart[SORT_CLASSES];
+    uint32_t nbuckets = 0;
+    for (size_t r = 0; r < nd; r++) {
+        size_t d = byrank[r];
+        unsigned cbits = 1;
+        while (((uint32_t)1 << cbits) < 2 * ccount[d])
+            cbits++;
+        cshift[d] = 64 - cbits;
+        cstart[d] = nbuckets;
+        nbuckets += (uint32_t)1 << cbits;
     }
     const unsigned rb = nd > 1 ? 32u - (unsigned)__builtin_clz((unsigned)nd - 1u) : 0u;
-    unsigned bits = 1;
-    while (((size_t)1 << bits) < 2 * n)
-        bits++;
 #define SORT_KEY(i) (rb ? rank[cls[i]] << (64 - rb) | out[i].tie >> rb : out[i].tie)
+#define SORT_BUCKET(i) (cstart[cls[i]] + (uint32_t)(out[i].tie >> cshift[cls[i]]))
     uint64_t sk[SORT_SMALL];  /* keys in sorted order */
     uint16_t pos[SORT_SMALL]; /* pos[k]: the entry whose key is sk[k] */
-    uint16_t cnt[(1u << SORT_BITS_MAX) + 1];
-    memset(cnt, 0, (((size_t)1 << bits) + 1) * sizeof(cnt[0]));
+    uint16_t cnt[4 * SORT_SMALL + SORT_CLASSES + 1];
+    memset(cnt, 0, ((size_t)nbuckets + 1) * sizeof(cnt[0]));
     for (size_t i = 0; i < n; i++)
-        cnt[(SORT_KEY(i) >> (64 - bits)) + 1]++;
-    for (size_t b = 1; b <= ((size_t)1 << bits); b++)
+        cnt[SORT_BUCKET(i) + 1]++;
+    for (size_t b = 1; b <= nbuckets; b++)
         cnt[b] = (uint16_t)(cnt[b] + cnt[b - 1]);
     for (size_t i = 0; i < n; i++) {
-        uint64_t key = SORT_KEY(i);
-        uint16_t k = cnt[key >> (64 - bits)]++;
-        sk[k] = key;
+        uint16_t k = cnt[SORT_BUCKET(i)]++;
+        sk[k] = SORT_KEY(i);
         pos[k] = (uint16_t)i;
     }
 #undef SORT_KEY
+#undef SORT_BUCKET
     for (size_t i = 1; i < n; i++) {
         /* buckets are in key order already: only neighbours in one bucket move */
         if (sk[i - 1] < sk[i])
