@@ -898,6 +898,21 @@ kvt_status_t kvt_json_end(kvt_json_t *j)
 
 /* ---- number arrays -------------------------------------------------------------------- */
 
+/*
+ * Number of leading ASCII digits in the eight bytes at @s (8: all of them).
+ * a = byte ^ '0' is 0..9 for a digit; a + 0x76 sets the high bit from 10
+ * up, and a high bit already set marks the rest. Carries only reach bytes
+ * after the first non-digit, which do not count.
+ */
+static inline unsigned kvt_json_digit_run(const char *s)
+{
+    uint64_t x;
+    memcpy(&x, s, 8);
+    uint64_t a = x ^ 0x3030303030303030ull;
+    uint64_t nd = (a | (a + 0x7676767676767676ull)) & 0x8080808080808080ull;
+    return nd ? (unsigned)__builtin_ctzll(nd) >> 3 : 8;
+}
+
 /* Value of the @k (1..7) ASCII digits at @s; eight bytes must be readable there. */
 static inline uint32_t kvt_json_swar_digits(const char *s, unsigned k)
 {
@@ -930,17 +945,8 @@ static inline int kvt_json_fast_int(const char *s, size_t len, size_t p, bool *n
     if (p >= len || !KVT_JSON_IS_DIGIT(s[p]))
         return 0;
     if (len - p >= 8) {
-        /*
-         * Up to 7 digits (token ids): eight bytes at once. a = byte ^ '0' is
-         * 0..9 for a digit; a + 0x76 sets the high bit from 10 up, and a high
-         * bit already set marks the rest. Carries only reach bytes after the
-         * first non-digit, which are not used.
-         */
-        uint64_t x;
-        memcpy(&x, s + p, 8);
-        uint64_t a = x ^ 0x3030303030303030ull;
-        uint64_t nd = (a | (a + 0x7676767676767676ull)) & 0x8080808080808080ull;
-        unsigned k = nd ? (unsigned)__builtin_ctzll(nd) >> 3 : 8;
+        /* up to 7 digits (token ids): eight bytes at once */
+        unsigned k = kvt_json_digit_run(s + p);
         if (k < 8 && (k == 1 || s[p] != '0')) {
             char c = s[p + k];
             if (c == '.' || c == 'e' || c == 'E')
@@ -1003,11 +1009,7 @@ static kvt_status_t kvt_json_int_array(kvt_json_t *j, bool hash, void *out, size
          */
         uint32_t *o = out;
         while (len - p >= 16 && n < cap) {
-            uint64_t x;
-            memcpy(&x, s + p, 8);
-            uint64_t a = x ^ 0x3030303030303030ull;
-            uint64_t nd = (a | (a + 0x7676767676767676ull)) & 0x8080808080808080ull;
-            unsigned k = nd ? (unsigned)__builtin_ctzll(nd) >> 3 : 8;
+            unsigned k = kvt_json_digit_run(s + p);
             if (k == 0 || k == 8 || s[p + k] != ',' || (k > 1 && s[p] == '0'))
                 break;
             uint32_t v = kvt_json_swar_digits(s + p, k);
@@ -1222,19 +1224,16 @@ static char *kvt_json_fmt_u64(uint64_t v, char *end)
 
 void kvt_jbuf_u64_slow(kvt_jbuf_t *b, uint64_t v)
 {
-    char tmp[24];
-    char *p = kvt_json_fmt_u64(v, tmp + sizeof(tmp));
-    kvt_jbuf_raw(b, p, (size_t)(tmp + sizeof(tmp) - p));
+    char *o = kvt_jbuf_room(b, KVT_JSON_U64_MAX_LEN);
+    if (o != NULL)
+        kvt_jbuf_commit(b, kvt_json_put_u64(o, v));
 }
 
 void kvt_jbuf_i64(kvt_jbuf_t *b, int64_t v)
 {
-    char tmp[24];
-    uint64_t mag = v < 0 ? 0 - (uint64_t)v : (uint64_t)v;
-    char *p = kvt_json_fmt_u64(mag, tmp + sizeof(tmp));
-    if (v < 0)
-        *--p = '-';
-    kvt_jbuf_raw(b, p, (size_t)(tmp + sizeof(tmp) - p));
+    char *o = kvt_jbuf_room(b, KVT_JSON_U64_MAX_LEN + 1);
+    if (o != NULL)
+        kvt_jbuf_commit(b, kvt_json_put_i64(o, v));
 }
 
 /*
@@ -1277,6 +1276,9 @@ char *kvt_json_put_f64(char *o, double v)
 {
     if (!isfinite(v))
         return KVT_JSON_PUT_LIT(o, "null");
+    /* whole numbers below 1e15 print as integers under "%.15g" too (but -0 keeps its sign) */
+    if (v > -1e15 && v < 1e15 && (double)(int64_t)v == v && (v != 0 || !signbit(v)))
+        return kvt_json_put_i64(o, (int64_t)v);
     size_t n = kvt_json_fmt_short_decimal(v, o);
     if (n > 0)
         return o + n;
@@ -1299,9 +1301,9 @@ char *kvt_json_put_f64(char *o, double v)
 
 void kvt_jbuf_f64(kvt_jbuf_t *b, double v)
 {
-    char tmp[KVT_JSON_F64_MAX_LEN];
-    char *e = kvt_json_put_f64(tmp, v);
-    kvt_jbuf_raw(b, tmp, (size_t)(e - tmp));
+    char *o = kvt_jbuf_room(b, KVT_JSON_F64_MAX_LEN);
+    if (o != NULL)
+        kvt_jbuf_commit(b, kvt_json_put_f64(o, v));
 }
 
 char *kvt_json_put_u64_slow(char *o, uint64_t v)

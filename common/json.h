@@ -222,23 +222,7 @@ void kvt_jbuf_str(kvt_jbuf_t *b, const char *s, size_t n);
 /* kvt_jbuf_u64() for any value and any buffer state. */
 void kvt_jbuf_u64_slow(kvt_jbuf_t *b, uint64_t v);
 /* Appends a decimal integer. Inline for 0..99, the usual block counts of an answer. */
-static inline void kvt_jbuf_u64(kvt_jbuf_t *b, uint64_t v)
-{
-    if (v < 100 && !b->oom && b->cap > b->len && b->cap - b->len > 3) {
-        char *o = b->buf + b->len;
-        if (v >= 10) {
-            o[0] = (char)('0' + v / 10);
-            o[1] = (char)('0' + v % 10);
-            b->len += 2;
-        } else {
-            o[0] = (char)('0' + v);
-            b->len += 1;
-        }
-        b->buf[b->len] = '\0';
-        return;
-    }
-    kvt_jbuf_u64_slow(b, v);
-}
+static inline void kvt_jbuf_u64(kvt_jbuf_t *b, uint64_t v);
 void kvt_jbuf_i64(kvt_jbuf_t *b, int64_t v);
 /* Appends the shortest text that reads back as exactly @v; NaN and
  * infinities (not JSON) are written as null. */
@@ -285,6 +269,15 @@ static inline char *kvt_json_put_raw(char *o, const char *s, size_t n)
 }
 /* A string literal's bytes (no NUL). */
 #define KVT_JSON_PUT_LIT(o, lit) kvt_json_put_raw((o), (lit), sizeof(lit) - 1)
+
+static inline void kvt_jbuf_u64(kvt_jbuf_t *b, uint64_t v)
+{
+    if (v < 100 && !b->oom && b->cap > b->len && b->cap - b->len > 3) {
+        kvt_jbuf_commit(b, kvt_json_put_u64(b->buf + b->len, v));
+        return;
+    }
+    kvt_jbuf_u64_slow(b, v);
+}
 /* Appends printf-formatted text as it is (no escaping). */
 void kvt_jbuf_printf(kvt_jbuf_t *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 

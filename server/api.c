@@ -6,7 +6,6 @@
 
 #include "server/api.h"
 
-#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -226,7 +225,7 @@ kvt_status_t srv_api_query_json(kvt_srv_worker_t *w, const char *body, size_t le
     kvt_jbuf_u64(out, a.num_blocks);
     kvt_jbuf_cstr(out, ",\"pods\":[");
     /* one bounds check per entry: the name, the literals and seven numbers */
-    enum { ENTRY_FIXED = 96 + 6 * KVT_JSON_U64_MAX_LEN + KVT_JSON_F64_MAX_LEN };
+    enum { ENTRY_FIXED = 96 + 5 * KVT_JSON_U64_MAX_LEN + KVT_JSON_F64_MAX_LEN };
     for (size_t i = 0; i < a.npods; i++) {
         srv_answer_pod_t p;
         srv_query_pod(w, &a, i, &p);
@@ -246,10 +245,7 @@ kvt_status_t srv_api_query_json(kvt_srv_worker_t *w, const char *body, size_t le
         o = KVT_JSON_PUT_LIT(o, ",\"disk\":");
         o = kvt_json_put_u64(o, p.disk);
         o = KVT_JSON_PUT_LIT(o, ",\"score\":");
-        if (p.score == floor(p.score) && fabs(p.score) < 1e15)
-            o = kvt_json_put_i64(o, (int64_t)p.score); /* the common case */
-        else
-            o = kvt_json_put_f64(o, p.score);
+        o = kvt_json_put_f64(o, p.score);
         o = KVT_JSON_PUT_LIT(o, "}");
         kvt_jbuf_commit(out, o);
     }

@@ -1568,9 +1568,13 @@ static void test_f64_random(void **state)
     kvt_jbuf_init(&b);
     g_rng = g_seed ^ 0x663634ull;
     size_t fractions = 0;
+    static const double edge[] = {
+        0.0, -0.0,      1.0,  -1.0,    16.0, 1e15 - 1, 1e15,  -1e15, 9007199254740992.0,
+        1e9, 1e9 - 0.5, 1e-3, 9.99e-4, 0.1,  19.2,     1e300, 5e-324};
     for (size_t r = 0; r < 200000; r++) {
         double v;
-        switch (rnd_below(5)) {
+        switch (r < sizeof(edge) / sizeof(edge[0]) ? 9 : rnd_below(5)) {
+        case 9: v = edge[r]; break;
         case 0: /* a score: counts times weights, minus a load */
             v = (double)rnd_below(5000) * w[rnd_below(8)] +
                 (double)rnd_below(500) * w[rnd_below(8)] - (double)rnd_below(100) * w[rnd_below(8)];
@@ -1592,7 +1596,7 @@ static void test_f64_random(void **state)
             break;
         default: v = (double)(int64_t)rnd() / (double)(1 + rnd_below(1000)); break;
         }
-        if (rnd_below(2))
+        if (r >= sizeof(edge) / sizeof(edge[0]) && rnd_below(2))
             v = -v;
         char want[64];
         f64_reference(v, want, sizeof(want));
