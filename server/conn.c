@@ -106,8 +106,10 @@ static void conn_update_reading(kvt_srv_conn_t *c)
         return;
     kvt_srv_t *srv = c->w->srv;
     size_t out = evbuffer_get_length(bufferevent_get_output(c->bev));
+    /* a full input buffer too: the level-triggered read event would fire with nothing to read */
     bool pause = out > srv->cfg.conn_buffer || c->busy || c->close_after ||
-                 c->inflight >= srv->cfg.rpc_max_inflight;
+                 c->inflight >= srv->cfg.rpc_max_inflight ||
+                 evbuffer_get_length(bufferevent_get_input(c->bev)) >= c->read_high;
     if (pause && !c->paused)
         event_del(c->rd);
     else if (!pause && c->paused)
@@ -133,20 +135,25 @@ static void conn_flush(kvt_srv_conn_t *c)
         kvt_proto_wr_t *b = &w->rpc_out;
         w->rpc_owner = NULL;
         size_t sent = 0;
-        if (c->bev != NULL && !c->writing &&
-            evbuffer_get_length(bufferevent_get_output(c->bev)) == 0) {
-            while (sent < b->len) {
-                ssize_t r = send(bufferevent_getfd(c->bev), b->buf + sent, b->len - sent,
-                                 MSG_NOSIGNAL | MSG_DONTWAIT);
-                if (r == -1 && errno == EINTR)
-                    continue;
-                if (r <= 0)
-                    break; /* full, or an error the write event will report */
-                sent += (size_t)r;
+        bool direct = c->bev != NULL && !c->writing &&
+                      evbuffer_get_length(bufferevent_get_output(c->bev)) == 0;
+        while (direct && sent < b->len) {
+            ssize_t r = send(bufferevent_getfd(c->bev), b->buf + sent, b->len - sent,
+                             MSG_NOSIGNAL | MSG_DONTWAIT);
+            if (r == -1 && errno == EINTR)
+                continue;
+            if (r <= 0)
+                break; /* full, or an error the write event will report */
+            sent += (size_t)r;
+        }
+        if (c->bev != NULL && sent < b->len) {
+            bufferevent_write(c->bev, b->buf + sent, b->len - sent);
+            if (direct) {
+                /* the socket just refused more: wait for the write event, not another try */
+                c->writing = true;
+                bufferevent_enable(c->bev, EV_WRITE);
             }
         }
-        if (c->bev != NULL && sent < b->len)
-            bufferevent_write(c->bev, b->buf + sent, b->len - sent);
         kvt_proto_wr_reset(b);
     }
     if (c->bev == NULL || c->writing)
@@ -288,9 +295,22 @@ static void http_respond(kvt_srv_conn_t *c, int status, const char *ctype, const
     if (c->bev == NULL)
         return;
     struct evbuffer *out = bufferevent_get_output(c->bev);
-    evbuffer_add_printf(out, "HTTP/1.1 %d %s\r\nContent-Type: %s\r\nContent-Length: %zu\r\n%s\r\n",
-                        status, kvt_http_reason(status), ctype, len,
-                        keep_alive ? "" : "Connection: close\r\n");
+    /* the head without printf: it is on every answer's path */
+    const char *reason = kvt_http_reason(status);
+    /* both are kvtierd's own constants, far shorter than this (the cap only bounds h) */
+    size_t rl = strnlen(reason, 80), cl = strnlen(ctype, 80);
+    char h[80 + 80 + 96];
+    char *o = KVT_JSON_PUT_LIT(h, "HTTP/1.1 ");
+    o = kvt_json_put_u64(o, (uint64_t)status);
+    *o++ = ' ';
+    o = kvt_json_put_raw(o, reason, rl);
+    o = KVT_JSON_PUT_LIT(o, "\r\nContent-Type: ");
+    o = kvt_json_put_raw(o, ctype, cl);
+    o = KVT_JSON_PUT_LIT(o, "\r\nContent-Length: ");
+    o = kvt_json_put_u64(o, len);
+    o = keep_alive ? KVT_JSON_PUT_LIT(o, "\r\n\r\n")
+                   : KVT_JSON_PUT_LIT(o, "\r\nConnection: close\r\n\r\n");
+    evbuffer_add(out, h, (size_t)(o - h));
     evbuffer_add(out, body, len);
     if (!keep_alive)
         c->close_after = true;
@@ -764,10 +784,9 @@ static void conn_write_cb(struct bufferevent *bev, void *arg)
 static void conn_event_cb(struct bufferevent *bev, short what, void *arg)
 {
     (void)bev;
+    (void)what;
     kvt_srv_conn_t *c = arg;
-    if (what & BEV_EVENT_TIMEOUT)
-        CTR_INC(c->w->ctr.timeouts[c->proto]);
-    conn_close(c); /* a write error (reads report theirs in conn_fill()) */
+    conn_close(c); /* a write error (reads report theirs in conn_fill(); no bufferevent timeouts) */
 }
 
 static void accept_cb(struct evconnlistener *l, evutil_socket_t fd, struct sockaddr *sa, int len,
