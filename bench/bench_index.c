@@ -17,6 +17,7 @@
 #include <string.h>
 
 #include "bench/bench.h"
+#include "bench/floor_index.h"
 #include "bench/naive_index.h"
 #include "bench/trace.h"
 #include "common/clock.h"
@@ -28,7 +29,7 @@
 #define BI_MAX_BLOCK 65536u
 
 enum bi_route { BI_BEST, BI_SPREAD, BI_RR };
-enum { BI_IMPL_KVTIER = 1, BI_IMPL_NAIVE = 2 };
+enum { BI_IMPL_KVTIER = 1, BI_IMPL_NAIVE = 2, BI_IMPL_FLOOR = 4 };
 
 typedef struct bi_opts {
     const char *trace;
@@ -75,7 +76,9 @@ static void bi_usage(FILE *f)
             "  --block-size B      tokens per block (default 16)\n"
             "  --route R           best | spread | rr (default best)\n"
             "  --budget-bytes X    index memory budget, suffix K/M/G allowed (default unbounded)\n"
-            "  --impl I            both | kvtier | naive (default both)\n"
+            "  --impl I            all | both | kvtier | naive | floor (default all: kvtier,\n"
+            "                      naive and floor; both: kvtier and naive; floor: kvtier\n"
+            "                      and floor, which replays kvtier's stores)\n"
             "  --load-weight W     load weight of the spread route (default 1.0)\n"
             "  --repeat N          rounds per implementation, each on a fresh index; the\n"
             "                      best round is reported (default 3; machines are noisy)\n"
@@ -137,7 +140,7 @@ static int bi_parse_opts(int argc, char **argv, bi_opts_t *o)
 {
     *o = (bi_opts_t){.block_size = 16,
                      .route = BI_BEST,
-                     .impls = BI_IMPL_KVTIER | BI_IMPL_NAIVE,
+                     .impls = BI_IMPL_KVTIER | BI_IMPL_NAIVE | BI_IMPL_FLOOR,
                      .load_weight = 1.0,
                      .repeat = 3};
     int have_pods = 0;
@@ -201,8 +204,12 @@ static int bi_parse_opts(int argc, char **argv, bi_opts_t *o)
                 return bi_bad(opt, val);
             o->budget = v;
         } else if (strcmp(opt, "--impl") == 0) {
-            if (strcmp(val, "both") == 0)
+            if (strcmp(val, "all") == 0)
+                o->impls = BI_IMPL_KVTIER | BI_IMPL_NAIVE | BI_IMPL_FLOOR;
+            else if (strcmp(val, "both") == 0)
                 o->impls = BI_IMPL_KVTIER | BI_IMPL_NAIVE;
+            else if (strcmp(val, "floor") == 0)
+                o->impls = BI_IMPL_KVTIER | BI_IMPL_FLOOR;
             else if (strcmp(val, "kvtier") == 0)
                 o->impls = BI_IMPL_KVTIER;
             else if (strcmp(val, "naive") == 0)
@@ -604,11 +611,58 @@ static int bi_run_naive(const bi_opts_t *o, const bi_prep_t *p, bi_run_t *run)
     return rc;
 }
 
+/*
+ * Replays the stores of kvtier's round (@chosen: pod index per request) into
+ * the floor index. No queries: its ops/s is what the stores alone allow, as
+ * if lookups were free.
+ */
+static int bi_run_floor(const bi_opts_t *o, const bi_prep_t *p, const uint32_t *chosen,
+                        bi_run_t *run)
+{
+    const kvt_trace_t *t = p->t;
+    kvt_floor_t *f;
+    if (kvt_floor_create(p->max_pod_id + 1, &f) != KVT_OK) {
+        fprintf(stderr, "kvtier-bench: out of memory\n");
+        return -1;
+    }
+    (void)o;
+    for (size_t r = 0; r < t->nreqs; r++) {
+        const kvt_trace_req_t *q = &t->reqs[r];
+        size_t off = (size_t)(q->hash_ids - t->ids);
+        if (q->nblocks == 0)
+            continue;
+        uint64_t t0 = kvt_clock_ns();
+        kvt_status_t st =
+            kvt_floor_store(f, p->pod_ids[chosen[r]], p->keys + off, p->ehashes + off, q->nblocks);
+        uint64_t t1 = kvt_clock_ns();
+        if (st != KVT_OK) {
+            fprintf(stderr, "kvtier-bench: floor store failed: %s\n", kvt_status_str(st));
+            kvt_floor_destroy(f);
+            return -1;
+        }
+        run->store_ns += t1 - t0;
+        run->stored_blocks += q->nblocks;
+    }
+    run->ops_per_sec =
+        run->store_ns ? (double)(t->nreqs + run->stored_blocks) * 1e9 / (double)run->store_ns : 0.0;
+    run->events_per_sec =
+        run->store_ns ? (double)run->stored_blocks * 1e9 / (double)run->store_ns : 0.0;
+    run->bytes = kvt_floor_bytes(f);
+    run->entries = kvt_floor_entries(f);
+    run->blocks = kvt_floor_blocks(f);
+    run->bytes_per_entry = run->entries ? (double)run->bytes / (double)run->entries : 0.0;
+    kvt_floor_destroy(f);
+    return 0;
+}
+
 /* Runs one round of @impl and keeps it in *@best if it is the fastest so far. */
-static int bi_round(const bi_opts_t *o, bi_prep_t *p, unsigned impl, uint32_t round, bi_run_t *best)
+static int bi_round(const bi_opts_t *o, bi_prep_t *p, unsigned impl, const uint32_t *chosen,
+                    uint32_t round, bi_run_t *best)
 {
     bi_run_t r = {.name = best->name};
-    int rc = impl == BI_IMPL_KVTIER ? bi_run_kvtier(o, p, &r) : bi_run_naive(o, p, &r);
+    int rc = impl == BI_IMPL_KVTIER  ? bi_run_kvtier(o, p, &r)
+             : impl == BI_IMPL_NAIVE ? bi_run_naive(o, p, &r)
+                                     : bi_run_floor(o, p, chosen, &r);
     if (rc != 0)
         return rc;
     if (round == 0 || r.ops_per_sec > best->ops_per_sec) {
@@ -678,7 +732,7 @@ int kvt_bench_index_main(int argc, char **argv)
 
     rc = 1;
     bi_prep_t p = {0};
-    bi_run_t kv = {.name = "kvtier"}, nv = {.name = "naive"};
+    bi_run_t kv = {.name = "kvtier"}, nv = {.name = "naive"}, fl = {.name = "floor"};
     p.pod_ids = malloc(o.pods * sizeof(uint32_t));
     p.pod_index = malloc(KVT_NAIVE_MAX_PODS * sizeof(uint32_t));
     if (p.pod_ids == NULL || p.pod_index == NULL || bi_prepare(t, o.block_size, &p) != 0) {
@@ -693,11 +747,16 @@ int kvt_bench_index_main(int argc, char **argv)
     p.max_pod_id = o.pods - 1;
 
     int have_kv = (o.impls & BI_IMPL_KVTIER) != 0, have_nv = (o.impls & BI_IMPL_NAIVE) != 0;
-    /* rounds alternate between the implementations so both see the same noise */
+    /* the floor has no budget: with one its entries would not be kvtier's */
+    int have_fl = (o.impls & BI_IMPL_FLOOR) != 0 && o.budget == 0;
+    /* rounds alternate between the implementations so all see the same noise */
     for (uint32_t round = 0; round < o.repeat; round++) {
-        if (have_kv && bi_round(&o, &p, BI_IMPL_KVTIER, round, &kv) != 0)
+        if (have_kv && bi_round(&o, &p, BI_IMPL_KVTIER, NULL, round, &kv) != 0)
             goto out;
-        if (have_nv && bi_round(&o, &p, BI_IMPL_NAIVE, round, &nv) != 0)
+        if (have_nv && bi_round(&o, &p, BI_IMPL_NAIVE, NULL, round, &nv) != 0)
+            goto out;
+        /* routing is deterministic: every kvtier round chose the same pods */
+        if (have_fl && bi_round(&o, &p, BI_IMPL_FLOOR, kv.chosen, round, &fl) != 0)
             goto out;
     }
 
@@ -714,6 +773,11 @@ int kvt_bench_index_main(int argc, char **argv)
         bi_table_row(&kv, p.total_blocks);
     if (have_nv)
         bi_table_row(&nv, p.total_blocks);
+    if (have_fl)
+        printf("%-8s %14.0f %14s %14.0f %10s %10s %12.2f %10s  (stores only: lookups free)\n",
+               fl.name, fl.ops_per_sec, "-", fl.events_per_sec, "-", "-", fl.bytes_per_entry, "-");
+    if ((o.impls & BI_IMPL_FLOOR) && !have_fl)
+        printf("floor not run (it has no memory budget)\n");
     printf("ideal hit ratio %.4f; chosen-pod hit ratio %.4f", ideal,
            bi_ratio(main_run->chosen_blocks, p.total_blocks));
     printf("\n");
@@ -723,6 +787,11 @@ int kvt_bench_index_main(int argc, char **argv)
     if (have_nv)
         printf("naive: %" PRIu64 " entries, %" PRIu64 " blocks, %" PRIu64 " bytes\n", nv.entries,
                nv.blocks, nv.bytes);
+    /* the floor stored what kvtier stored: same entries and blocks, or the yardstick is off */
+    int floor_agree = have_fl && fl.entries == kv.entries && fl.blocks == kv.blocks;
+    if (have_fl)
+        printf("floor: %" PRIu64 " entries, %" PRIu64 " blocks, %" PRIu64 " bytes; %s kvtier's\n",
+               fl.entries, fl.blocks, fl.bytes, floor_agree ? "same counts as" : "DIFFERS FROM");
     if (o.budget == 0) {
         if (have_kv && kv.hit_blocks != p.ideal_hits)
             fprintf(stderr, "warning: kvtier hit ratio %.6f differs from the ideal %.6f\n",
@@ -779,12 +848,19 @@ int kvt_bench_index_main(int argc, char **argv)
         if (agree >= 0)
             printf(",\"agree\":%s", agree ? "true" : "false");
     }
+    if (have_fl)
+        printf(",\"floor_ops_per_sec\":%.1f,\"floor_events_per_sec\":%.1f"
+               ",\"floor_bytes_per_entry\":%.2f,\"events_vs_floor\":%.3f,\"floor_agree\":%s",
+               fl.ops_per_sec, fl.events_per_sec, fl.bytes_per_entry,
+               fl.events_per_sec > 0 ? kv.events_per_sec / fl.events_per_sec : 0.0,
+               floor_agree ? "true" : "false");
     printf("}\n");
     fflush(stdout);
     rc = 0;
 out:
     bi_run_free(&kv);
     bi_run_free(&nv);
+    bi_run_free(&fl);
     free(p.keys);
     free(p.ehashes);
     free(p.pod_ids);

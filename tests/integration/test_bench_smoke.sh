@@ -109,6 +109,28 @@ for impl in kvtier naive; do
         fail "--impl $impl: bad JSON result"
 done
 
+# the floor replays kvtier's stores: same entries and blocks; with a budget it is not run
+for impl in floor all; do
+    out=$TMP/mini_$impl.out
+    if ! "$BENCH" index --trace "$MINI" --pods 3 --impl "$impl" --block-size 4 >"$out" 2>&1; then
+        fail "--impl $impl: exit status $?"
+        cat "$out" >&2
+        continue
+    fi
+    check_json "$out" "j['impl'] == 'kvtier' and j['floor_agree'] is True \
+        and j['floor_events_per_sec'] > 0 and j['events_vs_floor'] > 0 \
+        and ('naive_ops_per_sec' in j) == ('$impl' == 'all')" ||
+        fail "--impl $impl: bad JSON result"
+done
+out=$TMP/mini_floor_budget.out
+if "$BENCH" index --trace "$MINI" --pods 3 --impl floor --budget-bytes 64M >"$out" 2>&1; then
+    check_json "$out" "'floor_events_per_sec' not in j" || fail "floor run under a budget"
+    grep -q "floor not run" "$out" || fail "floor under a budget: no note"
+else
+    fail "--impl floor --budget-bytes 64M: exit status $?"
+    cat "$out" >&2
+fi
+
 # several rounds: the best is reported, and the answers still agree
 out=$TMP/mini_repeat.out
 if "$BENCH" index --trace "$MINI" --pods 4 --repeat 2 >"$out" 2>&1; then
