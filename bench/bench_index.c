@@ -616,8 +616,7 @@ static int bi_run_naive(const bi_opts_t *o, const bi_prep_t *p, bi_run_t *run)
  * the floor index. No queries: its ops/s is what the stores alone allow, as
  * if lookups were free.
  */
-static int bi_run_floor(const bi_opts_t *o, const bi_prep_t *p, const uint32_t *chosen,
-                        bi_run_t *run)
+static int bi_run_floor(const bi_prep_t *p, const uint32_t *chosen, bi_run_t *run)
 {
     const kvt_trace_t *t = p->t;
     kvt_floor_t *f;
@@ -625,7 +624,6 @@ static int bi_run_floor(const bi_opts_t *o, const bi_prep_t *p, const uint32_t *
         fprintf(stderr, "kvtier-bench: out of memory\n");
         return -1;
     }
-    (void)o;
     for (size_t r = 0; r < t->nreqs; r++) {
         const kvt_trace_req_t *q = &t->reqs[r];
         size_t off = (size_t)(q->hash_ids - t->ids);
@@ -662,7 +660,7 @@ static int bi_round(const bi_opts_t *o, bi_prep_t *p, unsigned impl, const uint3
     bi_run_t r = {.name = best->name};
     int rc = impl == BI_IMPL_KVTIER  ? bi_run_kvtier(o, p, &r)
              : impl == BI_IMPL_NAIVE ? bi_run_naive(o, p, &r)
-                                     : bi_run_floor(o, p, chosen, &r);
+                                     : bi_run_floor(p, chosen, &r);
     if (rc != 0)
         return rc;
     if (round == 0 || r.ops_per_sec > best->ops_per_sec) {
