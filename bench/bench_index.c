@@ -653,6 +653,16 @@ static int bi_run_floor(const bi_prep_t *p, const uint32_t *chosen, bi_run_t *ru
     return 0;
 }
 
+/* Index of the first request where the two runs differ, or SIZE_MAX. */
+static size_t bi_first_diff(const bi_run_t *a, const bi_run_t *b, size_t nreqs)
+{
+    for (size_t r = 0; r < nreqs; r++)
+        if (a->chosen[r] != b->chosen[r] || a->best[r] != b->best[r] ||
+            a->chosen_m[r] != b->chosen_m[r])
+            return r;
+    return a->hit_blocks == b->hit_blocks ? SIZE_MAX : nreqs;
+}
+
 /* Runs one round of @impl and keeps it in *@best if it is the fastest so far. */
 static int bi_round(const bi_opts_t *o, bi_prep_t *p, unsigned impl, const uint32_t *chosen,
                     uint32_t round, bi_run_t *best)
@@ -663,6 +673,13 @@ static int bi_round(const bi_opts_t *o, bi_prep_t *p, unsigned impl, const uint3
                                      : bi_run_floor(p, chosen, &r);
     if (rc != 0)
         return rc;
+    /* replays are deterministic, and the floor relies on it (it replays one round's pods) */
+    if (round > 0 && r.chosen != NULL && bi_first_diff(&r, best, p->t->nreqs) != SIZE_MAX) {
+        fprintf(stderr, "kvtier-bench: %s: round %" PRIu32 " routed differently from round 0\n",
+                r.name, round);
+        bi_run_free(&r);
+        return -1;
+    }
     if (round == 0 || r.ops_per_sec > best->ops_per_sec) {
         bi_run_free(best);
         *best = r;
@@ -696,16 +713,6 @@ static void bi_table_row(const bi_run_t *r, uint64_t total_blocks)
     printf("%-8s %14.0f %14.0f %14.0f %10" PRIu64 " %10" PRIu64 " %12.2f %10.4f\n", r->name,
            r->ops_per_sec, r->lookups_per_sec, r->events_per_sec, r->p50_ns, r->p99_ns,
            r->bytes_per_entry, bi_ratio(r->hit_blocks, total_blocks));
-}
-
-/* Index of the first request where the two runs differ, or SIZE_MAX. */
-static size_t bi_first_diff(const bi_run_t *a, const bi_run_t *b, size_t nreqs)
-{
-    for (size_t r = 0; r < nreqs; r++)
-        if (a->chosen[r] != b->chosen[r] || a->best[r] != b->best[r] ||
-            a->chosen_m[r] != b->chosen_m[r])
-            return r;
-    return a->hit_blocks == b->hit_blocks ? SIZE_MAX : nreqs;
 }
 
 int kvt_bench_index_main(int argc, char **argv)

@@ -114,23 +114,29 @@ static kvt_status_t fl_pod_reserve(kvt_floor_t *f, fl_tab_t *t)
     if (g == NULL)
         return KVT_ERR_NO_MEM;
     if (t->g != NULL) {
-        enum { AHEAD = 8 };
-        uint32_t *refs = malloc((size_t)t->live * sizeof(uint32_t) + 1);
-        if (refs == NULL) {
-            free(g);
-            f->bytes -= (uint64_t)ng * sizeof(kvt_group_t);
-            return KVT_ERR_NO_MEM;
-        }
-        uint32_t nr = 0;
-        for (uint32_t gi = 0; gi < t->ngroups; gi++)
-            for (uint32_t m = ~grp_free(&t->g[gi]) & ((1u << GSLOTS) - 1); m != 0; m &= m - 1)
+        /* batches of refs gathered on the stack, as ptab_rebuild() does */
+        enum { BATCH = 256, AHEAD = 8 };
+        uint32_t refs[BATCH];
+        uint32_t gi = 0, m = ~grp_free(&t->g[0]) & ((1u << GSLOTS) - 1);
+        for (;;) {
+            uint32_t nr = 0;
+            while (nr < BATCH && gi < t->ngroups) {
+                if (m == 0) {
+                    if (++gi < t->ngroups)
+                        m = ~grp_free(&t->g[gi]) & ((1u << GSLOTS) - 1);
+                    continue;
+                }
                 refs[nr++] = t->g[gi].slot[__builtin_ctz(m)];
-        for (uint32_t k = 0; k < nr; k++) {
-            if (k + AHEAD < nr)
-                __builtin_prefetch(&fl_node(f, refs[k + AHEAD])->ehash);
-            fl_put(g, ng, kvt_mix64(fl_node(f, refs[k])->ehash), refs[k]);
+                m &= m - 1;
+            }
+            if (nr == 0)
+                break;
+            for (uint32_t k = 0; k < nr; k++) {
+                if (k + AHEAD < nr)
+                    __builtin_prefetch(&fl_node(f, refs[k + AHEAD])->ehash);
+                fl_put(g, ng, kvt_mix64(fl_node(f, refs[k])->ehash), refs[k]);
+            }
         }
-        free(refs);
         fl_groups_free(f, t);
     }
     t->g = g;
