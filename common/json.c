@@ -13,6 +13,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+#ifdef __SSE2__
+#include <emmintrin.h>
+#endif
+
 /* What may come next (kvt_json_t.expect). */
 enum {
     KVT_JSON_X_VALUE = 0, /* a value: start, after ':', after array_next() == 1 */
@@ -913,7 +917,7 @@ static inline unsigned kvt_json_digit_run(const char *s)
     return nd ? (unsigned)__builtin_ctzll(nd) >> 3 : 8;
 }
 
-/* Value of the @k (1..7) ASCII digits at @s; eight bytes must be readable there. */
+/* Value of the @k (1..8) ASCII digits at @s; eight bytes must be readable there. */
 static inline uint32_t kvt_json_swar_digits(const char *s, unsigned k)
 {
     uint64_t a;
@@ -926,6 +930,66 @@ static inline uint32_t kvt_json_swar_digits(const char *s, unsigned k)
     a = ((a & 0x0000FFFF0000FFFFull) * 42949672960001ull) >> 32;
     return (uint32_t)a;
 }
+
+#ifdef __SSE2__
+/* Bits of the 16 bytes at @s equal to @c. */
+static inline uint64_t kvt_json_eq16(__m128i x, char c)
+{
+    return (uint64_t)(uint16_t)_mm_movemask_epi8(_mm_cmpeq_epi8(x, _mm_set1_epi8(c)));
+}
+
+/*
+ * Token ids, 64 bytes at a time while 72 are readable, for bodies of a few
+ * thousand ids. Masks of the window's digits, commas and spaces show where
+ * every element "digits ',' [' ']" starts and ends, so the elements are
+ * converted independently of one another: no element waits for the scan of
+ * the one before. Takes elements up to the first byte that breaks that shape
+ * (another byte, a comma or a space out of place); stops at an element of
+ * over 8 digits, with a leading zero, over @max or past @cap, untaken, so
+ * that the caller's loops read it (errors included). Returns the new position.
+ */
+static size_t kvt_json_u32_windows(const char *s, size_t len, size_t p, uint32_t *o, size_t *n_p,
+                                   size_t cap, uint64_t max)
+{
+    size_t n = *n_p;
+    while (len - p >= 72 && KVT_JSON_IS_DIGIT(s[p])) {
+        uint64_t dig = 0, com = 0, spc = 0;
+        for (int q = 0; q < 4; q++) {
+            __m128i x = _mm_loadu_si128((const __m128i *)(const void *)(s + p + 16 * q));
+            __m128i t = _mm_sub_epi8(x, _mm_set1_epi8('0'));
+            __m128i d = _mm_cmpeq_epi8(_mm_min_epu8(t, _mm_set1_epi8(9)), t);
+            dig |= (uint64_t)(uint16_t)_mm_movemask_epi8(d) << (16 * q);
+            com |= kvt_json_eq16(x, ',') << (16 * q);
+            spc |= kvt_json_eq16(x, ' ') << (16 * q);
+        }
+        /* first byte out of shape: another byte, a comma after no digit, a space after no comma */
+        uint64_t bad = ~(dig | com | spc) | (com & ~(dig << 1)) | (spc & ~(com << 1));
+        uint64_t keep = bad ? ((uint64_t)1 << __builtin_ctzll(bad)) - 1 : ~(uint64_t)0;
+        uint64_t ends = com & keep, starts = dig & ~(dig << 1) & keep;
+        if (ends == 0)
+            break;
+        size_t next = p;
+        for (; ends != 0; ends &= ends - 1, starts &= starts - 1) {
+            unsigned b = (unsigned)__builtin_ctzll(starts), k = (unsigned)__builtin_ctzll(ends) - b;
+            const char *e = s + p + b;
+            if (k > 8 || (k > 1 && e[0] == '0') || n >= cap)
+                break;
+            uint32_t v = kvt_json_swar_digits(e, k);
+            if (v > max)
+                break;
+            o[n++] = v;
+            next = p + b + k + 1;
+        }
+        if (ends != 0) {
+            p += __builtin_ctzll(starts); /* the element that stopped the run */
+            break;
+        }
+        p = next + (s[next] == ' ');
+    }
+    *n_p = n;
+    return p;
+}
+#endif
 
 /*
  * Fast path for one integer literal at s[p]: up to 20 digits with an
@@ -1001,13 +1065,17 @@ static kvt_status_t kvt_json_int_array(kvt_json_t *j, bool hash, void *out, size
     }
     if (!hash) {
         /*
-         * Token ids: 1..7 digits then ',' and at most one space, taken eight
-         * bytes at a time while 16 are readable. Anything else (the last
+         * Token ids: 1..7 digits then ',' and at most one space, taken by
+         * 64-byte windows where SSE2 is there, then eight bytes at a time
+         * while 16 are readable. Anything else (the last
          * element, other whitespace, a leading zero, a fraction, a value
          * over @max, a full @out) stops here untaken, and the loop below
          * reads it, errors included.
          */
         uint32_t *o = out;
+#ifdef __SSE2__
+        p = kvt_json_u32_windows(s, len, p, o, &n, cap, max);
+#endif
         while (len - p >= 16 && n < cap) {
             unsigned k = kvt_json_digit_run(s + p);
             if (k == 0 || k == 8 || s[p + k] != ',' || (k > 1 && s[p] == '0'))

@@ -141,7 +141,7 @@ static void heap_sort(kvt_scored_t *out, size_t n)
  * settles entries sharing a bucket (few), and one pass that moves each entry
  * to its place. Returns false (nothing moved) for other shapes.
  */
-enum { SORT_SMALL = 1024, SORT_CLASSES = 16 };
+enum { SORT_SMALL = 1024, SORT_CLASSES = 16, SORT_GATHER = 256 };
 
 static bool bucket_sort(kvt_scored_t *out, size_t n)
 {
@@ -193,14 +193,17 @@ static bool bucket_sort(kvt_scored_t *out, size_t n)
 #define SORT_BUCKET(i) (cstart[cls[i]] + (uint32_t)(out[i].tie >> cshift[cls[i]]))
     uint64_t sk[SORT_SMALL];  /* keys in sorted order */
     uint16_t pos[SORT_SMALL]; /* pos[k]: the entry whose key is sk[k] */
+    uint16_t bk[SORT_SMALL];  /* bucket of entry i */
     uint16_t cnt[4 * SORT_SMALL + SORT_CLASSES + 1];
     memset(cnt, 0, ((size_t)nbuckets + 1) * sizeof(cnt[0]));
-    for (size_t i = 0; i < n; i++)
-        cnt[SORT_BUCKET(i) + 1]++;
+    for (size_t i = 0; i < n; i++) {
+        bk[i] = (uint16_t)SORT_BUCKET(i);
+        cnt[bk[i] + 1]++;
+    }
     for (size_t b = 1; b <= nbuckets; b++)
         cnt[b] = (uint16_t)(cnt[b] + cnt[b - 1]);
     for (size_t i = 0; i < n; i++) {
-        uint16_t k = cnt[SORT_BUCKET(i)]++;
+        uint16_t k = cnt[bk[i]]++;
         sk[k] = SORT_KEY(i);
         pos[k] = (uint16_t)i;
     }
@@ -222,7 +225,16 @@ static bool bucket_sort(kvt_scored_t *out, size_t n)
         sk[j] = kk;
         pos[j] = p;
     }
-    /* pos[k]: the entry that belongs at k; follow each cycle once */
+    /* pos[k]: the entry that belongs at k */
+    if (n <= SORT_GATHER) {
+        /* a copy, then one gather: no data-dependent branch (cycles mispredict) */
+        kvt_scored_t tmp[SORT_GATHER];
+        memcpy(tmp, out, n * sizeof(*out));
+        for (size_t k = 0; k < n; k++)
+            out[k] = tmp[pos[k]];
+        return true;
+    }
+    /* follow each cycle once */
     for (size_t start = 0; start < n; start++) {
         if (pos[start] == UINT16_MAX || pos[start] == start)
             continue;

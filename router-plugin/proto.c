@@ -42,8 +42,12 @@ static void st32(uint8_t *p, uint32_t v)
 
 static void st64(uint8_t *p, uint64_t v)
 {
+#if __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+    memcpy(p, &v, 8); /* gcc merges st32's bytes, not this loop's */
+#else
     for (int i = 0; i < 8; i++)
         p[i] = (uint8_t)(v >> (8 * i));
+#endif
 }
 
 static void set_why(const char **why_p, const char *why)
@@ -644,22 +648,10 @@ void kvt_proto_query_ans_begin(kvt_proto_wr_t *w, uint64_t req_id, uint32_t bloc
     e->npods = 0;
 }
 
-static void query_ans_add(kvt_proto_wr_t *w, kvt_proto_query_ans_enc_t *e,
-                          const kvt_proto_pod_ans_t *pod, bool check_nul)
+enum { POD_ANS_FIXED = 2 + 28 }; /* name length, then 5 x u32 + f64 around the name */
+
+uint8_t *kvt_proto_query_ans_put(uint8_t *p, const kvt_proto_pod_ans_t *pod)
 {
-    if (pod->pod.len == 0 || !isfinite(pod->score) || e->npods == UINT32_MAX) {
-        w->bad = true;
-        return;
-    }
-    if (pod->pod.len > KVT_PROTO_MAX_STR || pod->pod.p == NULL ||
-        (check_nul && memchr(pod->pod.p, '\0', pod->pod.len) != NULL)) {
-        w->bad = true;
-        return;
-    }
-    /* one reservation per pod: 2 + name + 5 x u32 + f64 */
-    uint8_t *p = wr_room(w, 2 + pod->pod.len + 28);
-    if (p == NULL)
-        return;
     st16(p, (uint16_t)pod->pod.len);
     memcpy(p + 2, pod->pod.p, pod->pod.len);
     p += 2 + pod->pod.len;
@@ -671,19 +663,46 @@ static void query_ans_add(kvt_proto_wr_t *w, kvt_proto_query_ans_enc_t *e,
     uint64_t u;
     memcpy(&u, &pod->score, sizeof(u));
     st64(p + 20, u);
-    e->npods++;
+    return p + 28;
+}
+
+uint8_t *kvt_proto_query_ans_room(kvt_proto_wr_t *w, size_t n, size_t name_bytes)
+{
+    if (name_bytes > SIZE_MAX / 4 || n > SIZE_MAX / 4 / POD_ANS_FIXED) {
+        w->oom = true;
+        return NULL;
+    }
+    if (w->oom || kvt_proto_wr_reserve(w, n * POD_ANS_FIXED + name_bytes) != KVT_OK)
+        return NULL;
+    return w->buf + w->len;
+}
+
+void kvt_proto_query_ans_commit(kvt_proto_wr_t *w, kvt_proto_query_ans_enc_t *e, uint32_t n,
+                                const uint8_t *end)
+{
+    if (n > UINT32_MAX - e->npods) {
+        w->bad = true;
+        return;
+    }
+    w->len = (size_t)(end - w->buf);
+    e->npods += n;
 }
 
 void kvt_proto_query_ans_add(kvt_proto_wr_t *w, kvt_proto_query_ans_enc_t *e,
                              const kvt_proto_pod_ans_t *pod)
 {
-    query_ans_add(w, e, pod, true);
-}
-
-void kvt_proto_query_ans_add_cstr(kvt_proto_wr_t *w, kvt_proto_query_ans_enc_t *e,
-                                  const kvt_proto_pod_ans_t *pod)
-{
-    query_ans_add(w, e, pod, false);
+    if (pod->pod.len == 0 || !isfinite(pod->score) || e->npods == UINT32_MAX) {
+        w->bad = true;
+        return;
+    }
+    if (pod->pod.len > KVT_PROTO_MAX_STR || pod->pod.p == NULL ||
+        memchr(pod->pod.p, '\0', pod->pod.len) != NULL) {
+        w->bad = true;
+        return;
+    }
+    uint8_t *p = kvt_proto_query_ans_room(w, 1, pod->pod.len);
+    if (p != NULL)
+        kvt_proto_query_ans_commit(w, e, 1, kvt_proto_query_ans_put(p, pod));
 }
 
 kvt_status_t kvt_proto_query_ans_end(kvt_proto_wr_t *w, kvt_proto_query_ans_enc_t *e)

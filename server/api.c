@@ -6,6 +6,7 @@
 
 #include "server/api.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -95,8 +96,11 @@ kvt_status_t srv_query_run(kvt_srv_worker_t *w, const srv_query_t *q, srv_answer
     size_t k = 0;
     for (size_t i = 0; i < n; i++)
         if (w->scored[i].matched > 0 && w->scored[i].pod < reg->npods &&
-            reg->pods[w->scored[i].pod].live)
-            w->scored[k++] = w->scored[i];
+            reg->pods[w->scored[i].pod].live) {
+            if (k != i)
+                w->scored[k] = w->scored[i];
+            k++;
+        }
     a->npods = k;
     a->scored = w->scored;
     return KVT_OK;
@@ -300,13 +304,23 @@ kvt_status_t srv_api_query_rpc(kvt_srv_worker_t *w, uint64_t req_id, const uint8
         return st;
     kvt_proto_query_ans_enc_t e;
     kvt_proto_query_ans_begin(wr, req_id, a.block_size, a.num_blocks, &e);
-    for (size_t i = 0; i < a.npods; i++) {
+    /*
+     * Entries are written without add()'s checks: registered names are 1..255
+     * bytes without NUL, and scores from the built-in weights and u32 counts
+     * are finite (checked anyway: it costs a compare).
+     */
+    uint8_t *o = kvt_proto_query_ans_room(wr, a.npods, a.npods * KVT_IDX_MAX_NAME);
+    for (size_t i = 0; o != NULL && i < a.npods; i++) {
         srv_answer_pod_t p;
-        srv_query_pod(w, &a, i, &p);
+        srv_query_pod(w, &a, i, &p); /* inlined: the fields not read here cost nothing */
         kvt_proto_pod_ans_t pa = {
             {p.pod, (uint16_t)p.pod_len}, p.dp_rank, p.matched, p.gpu, p.cpu, p.disk, p.score};
-        kvt_proto_query_ans_add_cstr(wr, &e, &pa); /* registry names are C strings */
+        o = isfinite(p.score) ? kvt_proto_query_ans_put(o, &pa) : NULL;
     }
+    if (o != NULL)
+        kvt_proto_query_ans_commit(wr, &e, (uint32_t)a.npods, o);
+    else if (!wr->oom)
+        wr->bad = true; /* a non-finite score: the frame is dropped below */
     st = kvt_proto_query_ans_end(wr, &e);
     srv_query_done(w);
     if (st != KVT_OK)

@@ -949,6 +949,27 @@ static void test_query_answer(void **state)
     assert_true(kvt_proto_rd_done(&r));
     expect_truncations_fail(body, len, dec_query_ans, sizeof(a));
 
+    /* The bulk form writes the same bytes: room for more than it uses, two commits. */
+    kvt_proto_wr_t w2;
+    kvt_proto_wr_init(&w2);
+    kvt_proto_query_ans_begin(&w2, 99, 16, 12, &e);
+    uint8_t *o = kvt_proto_query_ans_room(&w2, 1, 255);
+    assert_non_null(o);
+    kvt_proto_query_ans_commit(&w2, &e, 1, kvt_proto_query_ans_put(o, &pa));
+    o = kvt_proto_query_ans_room(&w2, 3, 3 * 255);
+    assert_non_null(o);
+    kvt_proto_query_ans_commit(&w2, &e, 1, kvt_proto_query_ans_put(o, &pb));
+    assert_int_equal(kvt_proto_query_ans_end(&w2, &e), KVT_OK);
+    assert_int_equal(w2.len, w.len);
+    assert_memory_equal(w2.buf, w.buf, w.len);
+    /* a room no size_t can hold: oom, and the frame vanishes */
+    kvt_proto_query_ans_begin(&w2, 5, 16, 1, &e);
+    assert_null(kvt_proto_query_ans_room(&w2, SIZE_MAX / 8, 0));
+    assert_true(w2.oom);
+    assert_int_equal(kvt_proto_query_ans_end(&w2, &e), KVT_ERR_NO_MEM);
+    assert_int_equal(w2.len, w.len);
+    kvt_proto_wr_cleanup(&w2);
+
     /* No pods. */
     kvt_proto_wr_reset(&w);
     kvt_proto_query_ans_begin(&w, 1, 16, 0, &e);
