@@ -24,6 +24,7 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <signal.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -35,6 +36,9 @@
 #include <unistd.h>
 
 #include "bench/bench.h"
+#include "kvindex/hash.h"
+#include "kvindex/index.h"
+#include "kvindex/score.h"
 #include "router-plugin/proto.h"
 
 typedef struct br_opts {
@@ -66,7 +70,10 @@ static void br_usage(FILE *out)
             "--batch 1 replaces each answer at once), RPC latency at\n"
             "half that rate, HTTP queries/s with H keep-alive connections (default 16), the\n"
             "transport ceiling (the RPC client against a server that replays kvtierd's\n"
-            "answers and does no query work), and redis-benchmark -P 16 -t get as the\n"
+            "answers and does no query work), the query work in-process (decode, hash,\n"
+            "index, rank, encode on one thread, no sockets; its answers must equal\n"
+            "kvtierd's), the bound that gives (cores / (that work + the ceiling's server\n"
+            "and client CPU per query)), and redis-benchmark -P 16 -t get as the\n"
             "yardstick. S seconds per phase (default 3).\n"
             "The last line is JSON.\n");
 }
@@ -357,6 +364,112 @@ static int br_load(const br_opts_t *o, const br_daemon_t *d, uint32_t *tok)
     return 0;
 }
 
+/* ---- the query work in-process ---------------------------------------------------------- */
+
+/*
+ * The work kvtierd does for one RPC query, without sockets, event loop or
+ * threads: decode the request frame, hash its tokens from the frame, query
+ * an index that holds what br_load() stored (same pods in the same order,
+ * so the same pod ids and tie-breaks), rank the matches and encode the
+ * answer. One thread; the best of three passes over the requests, @reps
+ * queries each. *@agree_p: every answer body equals the daemon's recorded
+ * one. Returns microseconds per query, or -1 on an error.
+ */
+static double br_inproc(const br_opts_t *o, uint8_t *const *reqs, const size_t *reqlen,
+                        uint8_t *const *ans, const size_t *anslen, uint32_t *tok, bool *agree_p)
+{
+    kvt_idx_config_t cfg = {0};
+    kvt_idx_t *idx = NULL;
+    kvt_idx_reader_t *rd = NULL;
+    uint32_t ns, nb = o->tokens / 16;
+    uint64_t *keys = malloc((size_t)nb * sizeof(uint64_t) + 8);
+    uint64_t *eh = malloc((size_t)nb * sizeof(uint64_t) + 8);
+    kvt_scored_t *sc = malloc(((size_t)o->pods + 1) * sizeof(kvt_scored_t));
+    char(*names)[16] = malloc((size_t)o->pods * sizeof(*names));
+    double best = -1;
+    bool agree = true;
+    kvt_score_weights_t sw;
+    kvt_score_weights_default(&sw);
+    kvt_proto_wr_t w;
+    kvt_proto_wr_init(&w);
+    if (!keys || !eh || !sc || !names || kvt_idx_create(&cfg, &idx) != KVT_OK ||
+        kvt_idx_ns_get(idx, "bench", "", 16, &ns) != KVT_OK)
+        goto out;
+    for (uint32_t p = 0; p < o->pods; p++) {
+        uint32_t id;
+        snprintf(names[p], sizeof(names[p]), "pod-%u", p);
+        if (kvt_idx_pod_get(idx, names[p], 0, &id) != KVT_OK || id != p)
+            goto out;
+    }
+    for (uint32_t i = 0; i < o->prompts; i++) {
+        br_prompt(i, o->tokens, tok);
+        kvt_hash_seq(tok, (size_t)nb * 16, 16, KVT_HASH_SEED, NULL, NULL, keys);
+        for (uint32_t b = 0; b < nb; b++)
+            eh[b] = (uint64_t)i * 4096 + b + 1;
+        if (kvt_idx_store(idx, ns, i % o->pods, KVT_TIER_GPU, NULL, keys, eh, nb) != KVT_OK ||
+            kvt_idx_store(idx, ns, (i + 1) % o->pods, KVT_TIER_GPU, NULL, keys, eh, nb / 2) !=
+                KVT_OK)
+            goto out;
+    }
+    if (kvt_idx_reader_create(idx, &rd) != KVT_OK)
+        goto out;
+    const uint32_t reps = 20000;
+    for (int pass = 0; pass < 3; pass++) {
+        uint64_t t0 = br_now_ns();
+        for (uint32_t r = 0; r < reps; r++) {
+            uint32_t q = r % o->prompts;
+            kvt_proto_query_t pq;
+            const char *why;
+            if (kvt_proto_query_decode(reqs[q] + KVT_PROTO_HDR_SIZE, reqlen[q] - KVT_PROTO_HDR_SIZE,
+                                       1u << 20, &pq, &why) != KVT_OK)
+                goto out;
+            size_t n = kvt_hash_seq_le(pq.values, pq.n, 16, KVT_HASH_SEED, NULL, NULL, keys);
+            const kvt_idx_match_t *m;
+            size_t nm;
+            if (n == 0 || kvt_idx_query(rd, ns, keys, n, NULL, 0, &m, &nm) != KVT_OK ||
+                nm > o->pods)
+                goto out;
+            size_t k = kvt_score_rank(&sw, m, nm, NULL, 0, NULL, 0, keys[n - 1], sc);
+            kvt_proto_wr_reset(&w);
+            kvt_proto_query_ans_enc_t e;
+            kvt_proto_query_ans_begin(&w, q, 16, (uint32_t)n, &e);
+            uint8_t *p = kvt_proto_query_ans_room(&w, k, k * 16);
+            for (size_t i = 0; p != NULL && i < k; i++) {
+                kvt_proto_pod_ans_t pa = {{names[sc[i].pod], (uint16_t)strlen(names[sc[i].pod])},
+                                          0,
+                                          sc[i].matched,
+                                          sc[i].gpu,
+                                          sc[i].cpu,
+                                          sc[i].disk,
+                                          sc[i].score};
+                p = kvt_proto_query_ans_put(p, &pa);
+            }
+            if (p == NULL)
+                goto out;
+            kvt_proto_query_ans_commit(&w, &e, (uint32_t)k, p);
+            if (kvt_proto_query_ans_end(&w, &e) != KVT_OK)
+                goto out;
+            if (pass == 0 && r < o->prompts)
+                agree = agree && w.len == anslen[q] &&
+                        memcmp(w.buf + KVT_PROTO_HDR_SIZE, ans[q] + KVT_PROTO_HDR_SIZE,
+                               w.len - KVT_PROTO_HDR_SIZE) == 0;
+        }
+        double us = (double)(br_now_ns() - t0) / 1e3 / reps;
+        if (best < 0 || us < best)
+            best = us;
+    }
+    *agree_p = agree;
+out:
+    kvt_proto_wr_cleanup(&w);
+    kvt_idx_reader_destroy(rd);
+    kvt_idx_destroy(idx);
+    free(keys);
+    free(eh);
+    free(sc);
+    free(names);
+    return best;
+}
+
 /* ---- load generator ------------------------------------------------------------------------- */
 
 typedef struct br_conn {
@@ -615,6 +728,27 @@ static double br_self_cpu(void)
            (double)(ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) / 1e6;
 }
 
+/*
+ * The machine's "steal" and total CPU ticks so far (/proc/stat): time a
+ * virtual machine's CPUs were ready but the host ran something else. A run
+ * with much of it measured a busy host, not kvtierd. False if unreadable.
+ */
+static bool br_steal(uint64_t *steal_p, uint64_t *total_p)
+{
+    FILE *f = fopen("/proc/stat", "r");
+    if (f == NULL)
+        return false;
+    unsigned long long v[8] = {0};
+    int n = fscanf(f, "cpu %llu %llu %llu %llu %llu %llu %llu %llu", &v[0], &v[1], &v[2], &v[3],
+                   &v[4], &v[5], &v[6], &v[7]);
+    fclose(f);
+    if (n != 8)
+        return false;
+    *steal_p = v[7];
+    *total_p = v[0] + v[1] + v[2] + v[3] + v[4] + v[5] + v[6] + v[7];
+    return true;
+}
+
 /* CPU microseconds per query between two readings, 0 when either failed. */
 static double br_us_per(double cpu0, double cpu1, uint64_t n)
 {
@@ -714,6 +848,8 @@ int kvt_bench_rpc_main(int argc, char **argv)
         http[i] = req;
         free(body);
     }
+    uint64_t steal0 = 0, tick0 = 0, steal1 = 0, tick1 = 0;
+    bool have_steal = br_steal(&steal0, &tick0);
     br_result_t closed = {0}, open = {0};
     double cpu0 = br_proc_cpu(d.pid), self0 = br_self_cpu();
     if (br_rpc_run(&o, d.rpc, rpc, rpclen, 0, &closed) < 0) {
@@ -742,6 +878,14 @@ int kvt_bench_rpc_main(int argc, char **argv)
     double http_cpu_us = br_us_per(cpu2, cpu3, http_done);
     int cap_rc = br_rpc_capture(d.rpc, rpc, rpclen, o.prompts, ans, anslen);
     br_daemon_stop(&d);
+    /* the query work alone, once kvtierd no longer competes for the cores */
+    bool inproc_agree = false;
+    double inproc_us =
+        cap_rc == 0 ? br_inproc(&o, rpc, rpclen, ans, anslen, tok, &inproc_agree) : -1;
+    if (inproc_us < 0) {
+        fprintf(stderr, "kvtier-bench: in-process query work failed\n");
+        return 1;
+    }
     /* the transport ceiling: the same client against a server doing no query work */
     br_result_t ceil = {0};
     pid_t cpid = -1;
@@ -766,6 +910,11 @@ int kvt_bench_rpc_main(int argc, char **argv)
     double ceil_cpu_us = br_us_per(ccpu0, ccpu1, ceil.done);
     double ceil_client_us = br_us_per(cself0, cself1, ceil.done);
     double redis = o.redis ? br_redis() : 0;
+    have_steal = have_steal && br_steal(&steal1, &tick1) && tick1 > tick0;
+    double steal_pct = have_steal ? 100.0 * (double)(steal1 - steal0) / (double)(tick1 - tick0) : 0;
+    /* what these cores could serve if kvtierd added nothing to the work and the transport */
+    long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
+    double bound = 1e6 * (double)(ncpu > 0 ? ncpu : 1) / (inproc_us + ceil_cpu_us + ceil_client_us);
 
     printf("kvtierd: %u workers; %u prompts of %u tokens on %u pods\n", o.workers, o.prompts,
            o.tokens, o.pods);
@@ -783,7 +932,14 @@ int kvt_bench_rpc_main(int argc, char **argv)
            "rpc transport ceiling", ceil_qps);
     printf("%-34s %12.1f us  (client %.1f us)\n", "ceiling server CPU per query", ceil_cpu_us,
            ceil_client_us);
+    printf("%-34s %12.2f us  (decode, hash, index, rank, encode: one thread; answers %s)\n",
+           "query work in-process", inproc_us,
+           inproc_agree ? "equal kvtierd's" : "DIFFER from kvtierd's");
+    printf("%-34s %12.0f /s  (%ld cores / (in-process work + ceiling server + client CPU))\n",
+           "rpc bound", bound, ncpu);
     printf("%-34s %12.0f /s  (redis-benchmark -P 16 -t get)\n", "redis GET (yardstick)", redis);
+    printf("%-34s %12.1f %%  (of all CPU time during the run; high: a busy host)\n", "cpu steal",
+           steal_pct);
     printf("{\"bench\":\"rpc\",\"workers\":%u,\"tokens\":%u,\"conns\":%u,\"depth\":%u,"
            "\"batch\":%u,"
            "\"rpc_queries_per_sec\":%.0f,\"rpc_p50_us\":%.1f,\"rpc_p99_us\":%.1f,"
@@ -792,10 +948,13 @@ int kvt_bench_rpc_main(int argc, char **argv)
            "\"rpc_client_cpu_us_per_query\":%.2f,"
            "\"rpc_ceiling_per_sec\":%.0f,\"rpc_vs_ceiling\":%.3f,"
            "\"ceiling_server_cpu_us_per_query\":%.2f,\"ceiling_client_cpu_us_per_query\":%.2f,"
+           "\"inproc_us_per_query\":%.2f,\"inproc_agree\":%s,\"rpc_bound_per_sec\":%.0f,"
+           "\"rpc_vs_bound\":%.3f,\"steal_pct\":%.1f,"
            "\"redis_get_per_sec\":%.0f,\"rpc_vs_redis\":%.3f,\"errors\":%" PRIu64 "}\n",
            o.workers, o.tokens, o.conns, o.depth, o.batch, rpc_qps, p50, p99,
            (double)open.done / open.secs, http_qps, rpc_cpu_us, http_cpu_us, rpc_client_us,
-           ceil_qps, ceil_qps > 0 ? rpc_qps / ceil_qps : 0.0, ceil_cpu_us, ceil_client_us, redis,
+           ceil_qps, ceil_qps > 0 ? rpc_qps / ceil_qps : 0.0, ceil_cpu_us, ceil_client_us,
+           inproc_us, inproc_agree ? "true" : "false", bound, rpc_qps / bound, steal_pct, redis,
            redis > 0 ? rpc_qps / redis : 0.0, closed.errors + open.errors + http_err + ceil.errors);
     for (uint32_t i = 0; i < o.prompts; i++) {
         free(rpc[i]);

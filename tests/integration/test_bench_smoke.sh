@@ -232,7 +232,7 @@ grep -q -- '--trace' "$TMP/out" || fail "--help: no usage text"
 if "$BENCH" rpc --seconds 0.3 --prompts 8 --pods 4 --conns 2 --depth 8 --batch 4 \
     --http-conns 2 --no-redis >"$TMP/rpc" 2>"$TMP/err"; then
     tail -n 1 "$TMP/rpc" | "$PY" -c '
-import json, sys
+import json, os, sys
 j = json.loads(sys.stdin.read())
 assert j["bench"] == "rpc", j
 assert j["errors"] == 0, j
@@ -240,6 +240,13 @@ for k in ("rpc_queries_per_sec", "rpc_half_load_per_sec", "http_queries_per_sec"
           "rpc_ceiling_per_sec", "rpc_vs_ceiling", "rpc_p99_us"):
     assert j[k] > 0, (k, j)
 assert abs(j["rpc_vs_ceiling"] - j["rpc_queries_per_sec"] / j["rpc_ceiling_per_sec"]) < 0.01, j
+# the in-process yardstick did the work of kvtierd: byte-equal answers
+assert j["inproc_agree"] is True, j
+assert j["inproc_us_per_query"] > 0 and j["rpc_bound_per_sec"] > 0, j
+cores = os.sysconf("SC_NPROCESSORS_ONLN")
+per = j["inproc_us_per_query"] + j["ceiling_server_cpu_us_per_query"] + \
+    j["ceiling_client_cpu_us_per_query"]
+assert abs(j["rpc_bound_per_sec"] - 1e6 * cores / per) <= 0.01 * j["rpc_bound_per_sec"] + 1, j
 ' || fail "kvtier-bench rpc: bad JSON line: $(tail -n 1 "$TMP/rpc")"
 else
     fail "kvtier-bench rpc: exit $?: $(cat "$TMP/err")"
