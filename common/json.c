@@ -932,7 +932,7 @@ static inline uint32_t kvt_json_swar_digits(const char *s, unsigned k)
 }
 
 #ifdef __SSE2__
-/* Bits of the 16 bytes at @s equal to @c. */
+/* Bits of the 16 bytes in @x equal to @c. */
 static inline uint64_t kvt_json_eq16(__m128i x, char c)
 {
     return (uint64_t)(uint16_t)_mm_movemask_epi8(_mm_cmpeq_epi8(x, _mm_set1_epi8(c)));
@@ -1065,9 +1065,9 @@ static kvt_status_t kvt_json_int_array(kvt_json_t *j, bool hash, void *out, size
     }
     if (!hash) {
         /*
-         * Token ids: 1..7 digits then ',' and at most one space, taken by
-         * 64-byte windows where SSE2 is there, then eight bytes at a time
-         * while 16 are readable. Anything else (the last
+         * Token ids: digits then ',' and at most one space, taken by 64-byte
+         * windows where SSE2 is there (1..8 digits), then eight bytes at a
+         * time while 16 are readable (1..7 digits). Anything else (the last
          * element, other whitespace, a leading zero, a fraction, a value
          * over @max, a full @out) stops here untaken, and the loop below
          * reads it, errors included.

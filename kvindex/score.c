@@ -139,7 +139,8 @@ static void heap_sort(kvt_scored_t *out, size_t n)
  * indexed by the top bits of the tie rank (one shared range would crowd a
  * big class into few buckets). One counting pass, an insertion pass that
  * settles entries sharing a bucket (few), and one pass that moves each entry
- * to its place. Returns false (nothing moved) for other shapes.
+ * to its place (a gather from a copy up to SORT_GATHER entries, else one walk
+ * of each permutation cycle). Returns false (nothing moved) for other shapes.
  */
 enum { SORT_SMALL = 1024, SORT_CLASSES = 16, SORT_GATHER = 256 };
 
