@@ -329,6 +329,23 @@ static void br_prompt(uint32_t i, uint32_t n, uint32_t *out)
     }
 }
 
+/*
+ * Where prompt @i's blocks live: copy 0, all its blocks, on one pod; copy 1,
+ * its first half, on the next pod. Returns the pod; *@blocks_p its blocks.
+ */
+static uint32_t br_holder(const br_opts_t *o, uint32_t i, uint32_t copy, uint32_t *blocks_p)
+{
+    uint32_t nb = o->tokens / 16;
+    *blocks_p = copy ? nb / 2 : nb;
+    return (i + copy) % o->pods;
+}
+
+/* The engine's hash of block @b of prompt @i. */
+static uint64_t br_ehash(uint32_t i, uint32_t b)
+{
+    return (uint64_t)i * 4096 + b + 1;
+}
+
 static int br_load(const br_opts_t *o, const br_daemon_t *d, uint32_t *tok)
 {
     size_t cap = (size_t)o->tokens * 12 + 4096;
@@ -337,17 +354,16 @@ static int br_load(const br_opts_t *o, const br_daemon_t *d, uint32_t *tok)
         return -1;
     for (uint32_t i = 0; i < o->prompts; i++) {
         br_prompt(i, o->tokens, tok);
-        uint32_t nb = o->tokens / 16;
-        /* each prompt's blocks on one pod; its first half also on the next pod */
-        for (int half = 0; half < 2; half++) {
-            uint32_t pod = (i + (uint32_t)half) % o->pods, blocks = half ? nb / 2 : nb;
+        for (uint32_t copy = 0; copy < 2; copy++) {
+            uint32_t blocks, pod = br_holder(o, i, copy, &blocks);
             size_t n = (size_t)snprintf(body, cap,
                                         "{\"pod\":\"pod-%u\",\"model\":\"bench\",\"events\":[{"
                                         "\"type\":\"BlockStored\",\"block_size\":16,"
                                         "\"block_hashes\":[",
                                         pod);
             for (uint32_t b = 0; b < blocks; b++)
-                n += (size_t)snprintf(body + n, cap - n, "%s%u", b ? "," : "", i * 4096 + b + 1);
+                n +=
+                    (size_t)snprintf(body + n, cap - n, "%s%" PRIu64, b ? "," : "", br_ehash(i, b));
             n += (size_t)snprintf(body + n, cap - n, "],\"token_ids\":[");
             for (uint32_t t = 0; t < blocks * 16; t++)
                 n += (size_t)snprintf(body + n, cap - n, "%s%u", t ? "," : "", tok[t]);
@@ -366,110 +382,131 @@ static int br_load(const br_opts_t *o, const br_daemon_t *d, uint32_t *tok)
 
 /* ---- the query work in-process ---------------------------------------------------------- */
 
+typedef struct br_inproc {
+    kvt_idx_t *idx;
+    kvt_idx_reader_t *rd;
+    uint32_t ns, pods;
+    uint64_t *keys;
+    kvt_scored_t *sc;   /* [pods + 1] */
+    char (*names)[16];  /* "pod-N", id N, as kvtierd registered them */
+    uint16_t *name_len; /* as kvtierd's registry keeps them */
+    kvt_score_weights_t sw;
+    kvt_proto_wr_t w; /* the last answer */
+} br_inproc_t;
+
 /*
  * The work kvtierd does for one RPC query, without sockets, event loop or
  * threads: decode the request frame, hash its tokens from the frame, query
- * an index that holds what br_load() stored (same pods in the same order,
- * so the same pod ids and tie-breaks), rank the matches and encode the
- * answer. One thread; the best of nine passes of 10,000 queries (this VM's
- * speed changes from one moment to the next: the best pass is the steadiest
- * figure). *@agree_p: every answer body equals the daemon's recorded
- * one. Returns microseconds per query, or -1 on an error.
+ * the index, rank the matches, encode the answer into @c->w. 0 or -1.
+ */
+static int br_inproc_one(br_inproc_t *c, const uint8_t *req, size_t reqlen, uint64_t id)
+{
+    kvt_proto_query_t pq;
+    const char *why;
+    if (kvt_proto_query_decode(req + KVT_PROTO_HDR_SIZE, reqlen - KVT_PROTO_HDR_SIZE, 1u << 20, &pq,
+                               &why) != KVT_OK)
+        return -1;
+    size_t n = kvt_hash_seq_le(pq.values, pq.n, 16, KVT_HASH_SEED, NULL, NULL, c->keys);
+    const kvt_idx_match_t *m;
+    size_t nm;
+    if (n == 0 || kvt_idx_query(c->rd, c->ns, c->keys, n, NULL, 0, &m, &nm) != KVT_OK ||
+        nm > c->pods)
+        return -1;
+    size_t k = kvt_score_rank(&c->sw, m, nm, NULL, 0, NULL, 0, c->keys[n - 1], c->sc);
+    kvt_proto_wr_reset(&c->w);
+    kvt_proto_query_ans_enc_t e;
+    kvt_proto_query_ans_begin(&c->w, id, 16, (uint32_t)n, &e);
+    uint8_t *p = kvt_proto_query_ans_room(&c->w, &e, k, k * sizeof(c->names[0]));
+    for (size_t i = 0; p != NULL && i < k; i++) {
+        const kvt_scored_t *s = &c->sc[i];
+        kvt_proto_pod_ans_t pa = {{c->names[s->pod], c->name_len[s->pod]},
+                                  0,
+                                  s->matched,
+                                  s->gpu,
+                                  s->cpu,
+                                  s->disk,
+                                  s->score};
+        p = kvt_proto_query_ans_put(&e, p, &pa);
+    }
+    if (p == NULL)
+        return -1;
+    kvt_proto_query_ans_commit(&c->w, p);
+    return kvt_proto_query_ans_end(&c->w, &e) == KVT_OK ? 0 : -1;
+}
+
+/*
+ * br_inproc_one() over an index that holds what br_load() stored (same pods
+ * in the same order, so the same pod ids and tie-breaks). First every
+ * request once, untimed: *@agree_p says whether each answer body equals the
+ * daemon's recorded one. Then the best of nine passes of 10,000 queries
+ * (this VM's speed changes from one moment to the next: the best pass is the
+ * steadiest figure). Returns microseconds per query, or -1 on an error.
  */
 static double br_inproc(const br_opts_t *o, uint8_t *const *reqs, const size_t *reqlen,
                         uint8_t *const *ans, const size_t *anslen, uint32_t *tok, bool *agree_p)
 {
-    kvt_idx_config_t cfg = {0};
-    kvt_idx_t *idx = NULL;
-    kvt_idx_reader_t *rd = NULL;
-    uint32_t ns, nb = o->tokens / 16;
-    uint64_t *keys = malloc((size_t)nb * sizeof(uint64_t) + 8);
+    uint32_t nb = o->tokens / 16;
+    br_inproc_t c = {.pods = o->pods};
+    c.keys = malloc((size_t)nb * sizeof(uint64_t) + 8);
+    c.sc = malloc(((size_t)o->pods + 1) * sizeof(kvt_scored_t));
+    c.names = malloc((size_t)o->pods * sizeof(c.names[0]));
+    c.name_len = malloc((size_t)o->pods * sizeof(uint16_t));
     uint64_t *eh = malloc((size_t)nb * sizeof(uint64_t) + 8);
-    kvt_scored_t *sc = malloc(((size_t)o->pods + 1) * sizeof(kvt_scored_t));
-    char(*names)[16] = malloc((size_t)o->pods * sizeof(*names));
-    uint16_t *name_len = malloc((size_t)o->pods * sizeof(uint16_t)); /* as kvtierd's registry */
+    kvt_idx_config_t cfg = {0};
     double best = -1;
-    bool agree = true;
-    kvt_score_weights_t sw;
-    kvt_score_weights_default(&sw);
-    kvt_proto_wr_t w;
-    kvt_proto_wr_init(&w);
-    if (!keys || !eh || !sc || !names || !name_len || kvt_idx_create(&cfg, &idx) != KVT_OK ||
-        kvt_idx_ns_get(idx, "bench", "", 16, &ns) != KVT_OK)
+    kvt_score_weights_default(&c.sw);
+    kvt_proto_wr_init(&c.w);
+    if (!c.keys || !c.sc || !c.names || !c.name_len || !eh ||
+        kvt_idx_create(&cfg, &c.idx) != KVT_OK ||
+        kvt_idx_ns_get(c.idx, "bench", "", 16, &c.ns) != KVT_OK)
         goto out;
     for (uint32_t p = 0; p < o->pods; p++) {
         uint32_t id;
-        name_len[p] = (uint16_t)snprintf(names[p], sizeof(names[p]), "pod-%u", p);
-        if (kvt_idx_pod_get(idx, names[p], 0, &id) != KVT_OK || id != p)
+        c.name_len[p] = (uint16_t)snprintf(c.names[p], sizeof(c.names[p]), "pod-%u", p);
+        if (kvt_idx_pod_get(c.idx, c.names[p], 0, &id) != KVT_OK || id != p)
             goto out;
     }
     for (uint32_t i = 0; i < o->prompts; i++) {
         br_prompt(i, o->tokens, tok);
-        kvt_hash_seq(tok, (size_t)nb * 16, 16, KVT_HASH_SEED, NULL, NULL, keys);
+        kvt_hash_seq(tok, (size_t)nb * 16, 16, KVT_HASH_SEED, NULL, NULL, c.keys);
         for (uint32_t b = 0; b < nb; b++)
-            eh[b] = (uint64_t)i * 4096 + b + 1;
-        if (kvt_idx_store(idx, ns, i % o->pods, KVT_TIER_GPU, NULL, keys, eh, nb) != KVT_OK ||
-            kvt_idx_store(idx, ns, (i + 1) % o->pods, KVT_TIER_GPU, NULL, keys, eh, nb / 2) !=
-                KVT_OK)
-            goto out;
+            eh[b] = br_ehash(i, b);
+        for (uint32_t copy = 0; copy < 2; copy++) {
+            uint32_t blocks, pod = br_holder(o, i, copy, &blocks);
+            if (kvt_idx_store(c.idx, c.ns, pod, KVT_TIER_GPU, NULL, c.keys, eh, blocks) != KVT_OK)
+                goto out;
+        }
     }
-    if (kvt_idx_reader_create(idx, &rd) != KVT_OK)
+    if (kvt_idx_reader_create(c.idx, &c.rd) != KVT_OK)
         goto out;
+    bool agree = true;
+    for (uint32_t q = 0; q < o->prompts; q++) {
+        if (br_inproc_one(&c, reqs[q], reqlen[q], q) != 0)
+            goto out;
+        agree = agree && c.w.len == anslen[q] &&
+                memcmp(c.w.buf + KVT_PROTO_HDR_SIZE, ans[q] + KVT_PROTO_HDR_SIZE,
+                       c.w.len - KVT_PROTO_HDR_SIZE) == 0;
+    }
     const uint32_t reps = 10000;
     for (int pass = 0; pass < 9; pass++) {
         uint64_t t0 = br_now_ns();
-        for (uint32_t r = 0; r < reps; r++) {
-            uint32_t q = r % o->prompts;
-            kvt_proto_query_t pq;
-            const char *why;
-            if (kvt_proto_query_decode(reqs[q] + KVT_PROTO_HDR_SIZE, reqlen[q] - KVT_PROTO_HDR_SIZE,
-                                       1u << 20, &pq, &why) != KVT_OK)
+        for (uint32_t r = 0; r < reps; r++)
+            if (br_inproc_one(&c, reqs[r % o->prompts], reqlen[r % o->prompts], r) != 0)
                 goto out;
-            size_t n = kvt_hash_seq_le(pq.values, pq.n, 16, KVT_HASH_SEED, NULL, NULL, keys);
-            const kvt_idx_match_t *m;
-            size_t nm;
-            if (n == 0 || kvt_idx_query(rd, ns, keys, n, NULL, 0, &m, &nm) != KVT_OK ||
-                nm > o->pods)
-                goto out;
-            size_t k = kvt_score_rank(&sw, m, nm, NULL, 0, NULL, 0, keys[n - 1], sc);
-            kvt_proto_wr_reset(&w);
-            kvt_proto_query_ans_enc_t e;
-            kvt_proto_query_ans_begin(&w, q, 16, (uint32_t)n, &e);
-            uint8_t *p = kvt_proto_query_ans_room(&w, k, k * 16);
-            for (size_t i = 0; p != NULL && i < k; i++) {
-                kvt_proto_pod_ans_t pa = {{names[sc[i].pod], name_len[sc[i].pod]},
-                                          0,
-                                          sc[i].matched,
-                                          sc[i].gpu,
-                                          sc[i].cpu,
-                                          sc[i].disk,
-                                          sc[i].score};
-                p = kvt_proto_query_ans_put(p, &pa);
-            }
-            if (p == NULL)
-                goto out;
-            kvt_proto_query_ans_commit(&w, &e, (uint32_t)k, p);
-            if (kvt_proto_query_ans_end(&w, &e) != KVT_OK)
-                goto out;
-            if (pass == 0 && r < o->prompts)
-                agree = agree && w.len == anslen[q] &&
-                        memcmp(w.buf + KVT_PROTO_HDR_SIZE, ans[q] + KVT_PROTO_HDR_SIZE,
-                               w.len - KVT_PROTO_HDR_SIZE) == 0;
-        }
         double us = (double)(br_now_ns() - t0) / 1e3 / reps;
         if (best < 0 || us < best)
             best = us;
     }
     *agree_p = agree;
 out:
-    kvt_proto_wr_cleanup(&w);
-    kvt_idx_reader_destroy(rd);
-    kvt_idx_destroy(idx);
-    free(keys);
+    kvt_proto_wr_cleanup(&c.w);
+    kvt_idx_reader_destroy(c.rd);
+    kvt_idx_destroy(c.idx);
+    free(c.keys);
+    free(c.sc);
+    free(c.names);
+    free(c.name_len);
     free(eh);
-    free(sc);
-    free(names);
-    free(name_len);
     return best;
 }
 
@@ -914,7 +951,9 @@ int kvt_bench_rpc_main(int argc, char **argv)
     double ceil_client_us = br_us_per(cself0, cself1, ceil.done);
     double redis = o.redis ? br_redis() : 0;
     have_steal = have_steal && br_steal(&steal1, &tick1) && tick1 > tick0;
-    double steal_pct = have_steal ? 100.0 * (double)(steal1 - steal0) / (double)(tick1 - tick0) : 0;
+    /* -1: unknown (no /proc/stat steal column), not "no steal" */
+    double steal_pct =
+        have_steal ? 100.0 * (double)(steal1 - steal0) / (double)(tick1 - tick0) : -1;
     /* what these cores could serve if kvtierd added nothing to the work and the transport */
     long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
     double bound = 1e6 * (double)(ncpu > 0 ? ncpu : 1) / (inproc_us + ceil_cpu_us + ceil_client_us);
@@ -941,8 +980,8 @@ int kvt_bench_rpc_main(int argc, char **argv)
     printf("%-34s %12.0f /s  (%ld cores / (in-process work + ceiling server + client CPU))\n",
            "rpc bound", bound, ncpu);
     printf("%-34s %12.0f /s  (redis-benchmark -P 16 -t get)\n", "redis GET (yardstick)", redis);
-    printf("%-34s %12.1f %%  (of all CPU time during the run; high: a busy host)\n", "cpu steal",
-           steal_pct);
+    printf("%-34s %12.1f %%  (of all CPU time during the run; high: a busy host; -1: unknown)\n",
+           "cpu steal", steal_pct);
     printf("{\"bench\":\"rpc\",\"workers\":%u,\"tokens\":%u,\"conns\":%u,\"depth\":%u,"
            "\"batch\":%u,"
            "\"rpc_queries_per_sec\":%.0f,\"rpc_p50_us\":%.1f,\"rpc_p99_us\":%.1f,"

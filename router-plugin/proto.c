@@ -650,7 +650,8 @@ void kvt_proto_query_ans_begin(kvt_proto_wr_t *w, uint64_t req_id, uint32_t bloc
 
 enum { POD_ANS_FIXED = 2 + 28 }; /* name length, then 5 x u32 + f64 around the name */
 
-uint8_t *kvt_proto_query_ans_put(uint8_t *p, const kvt_proto_pod_ans_t *pod)
+uint8_t *kvt_proto_query_ans_put(kvt_proto_query_ans_enc_t *e, uint8_t *p,
+                                 const kvt_proto_pod_ans_t *pod)
 {
     st16(p, (uint16_t)pod->pod.len);
     memcpy(p + 2, pod->pod.p, pod->pod.len);
@@ -663,11 +664,17 @@ uint8_t *kvt_proto_query_ans_put(uint8_t *p, const kvt_proto_pod_ans_t *pod)
     uint64_t u;
     memcpy(&u, &pod->score, sizeof(u));
     st64(p + 20, u);
+    e->npods++;
     return p + 28;
 }
 
-uint8_t *kvt_proto_query_ans_room(kvt_proto_wr_t *w, size_t n, size_t name_bytes)
+uint8_t *kvt_proto_query_ans_room(kvt_proto_wr_t *w, kvt_proto_query_ans_enc_t *e, size_t n,
+                                  size_t name_bytes)
 {
+    if (n > UINT32_MAX - e->npods) {
+        w->bad = true; /* npods is a u32 on the wire */
+        return NULL;
+    }
     if (name_bytes > SIZE_MAX / 4 || n > SIZE_MAX / 4 / POD_ANS_FIXED) {
         w->oom = true;
         return NULL;
@@ -677,32 +684,26 @@ uint8_t *kvt_proto_query_ans_room(kvt_proto_wr_t *w, size_t n, size_t name_bytes
     return w->buf + w->len;
 }
 
-void kvt_proto_query_ans_commit(kvt_proto_wr_t *w, kvt_proto_query_ans_enc_t *e, uint32_t n,
-                                const uint8_t *end)
+void kvt_proto_query_ans_commit(kvt_proto_wr_t *w, const uint8_t *end)
 {
-    if (n > UINT32_MAX - e->npods) {
+    if (w->buf == NULL || end < w->buf + w->len || end > w->buf + w->cap) {
         w->bad = true;
         return;
     }
     w->len = (size_t)(end - w->buf);
-    e->npods += n;
 }
 
 void kvt_proto_query_ans_add(kvt_proto_wr_t *w, kvt_proto_query_ans_enc_t *e,
                              const kvt_proto_pod_ans_t *pod)
 {
-    if (pod->pod.len == 0 || !isfinite(pod->score) || e->npods == UINT32_MAX) {
+    if (pod->pod.len == 0 || !isfinite(pod->score) || pod->pod.len > KVT_PROTO_MAX_STR ||
+        pod->pod.p == NULL || memchr(pod->pod.p, '\0', pod->pod.len) != NULL) {
         w->bad = true;
         return;
     }
-    if (pod->pod.len > KVT_PROTO_MAX_STR || pod->pod.p == NULL ||
-        memchr(pod->pod.p, '\0', pod->pod.len) != NULL) {
-        w->bad = true;
-        return;
-    }
-    uint8_t *p = kvt_proto_query_ans_room(w, 1, pod->pod.len);
+    uint8_t *p = kvt_proto_query_ans_room(w, e, 1, pod->pod.len);
     if (p != NULL)
-        kvt_proto_query_ans_commit(w, e, 1, kvt_proto_query_ans_put(p, pod));
+        kvt_proto_query_ans_commit(w, kvt_proto_query_ans_put(e, p, pod));
 }
 
 kvt_status_t kvt_proto_query_ans_end(kvt_proto_wr_t *w, kvt_proto_query_ans_enc_t *e)

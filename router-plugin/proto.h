@@ -296,17 +296,20 @@ void kvt_proto_query_ans_add(kvt_proto_wr_t *w, kvt_proto_query_ans_enc_t *e,
 
 /*
  * Bulk form, for a server whose pod names were checked when they were
- * registered. kvt_proto_query_ans_room() makes room for @n entries whose
+ * registered. kvt_proto_query_ans_room() makes room for @n more entries whose
  * names total @name_bytes and returns where the first goes (NULL: out of
- * memory, the writer is oom); kvt_proto_query_ans_put() writes one entry
- * there and returns its end; kvt_proto_query_ans_commit() takes the @n
- * entries that end at @end. put() checks nothing: the caller guarantees
- * what add() checks (a name of 1..255 bytes without NUL, a finite score).
+ * memory, the writer is oom, or more than UINT32_MAX entries, the writer is
+ * bad); kvt_proto_query_ans_put() writes one entry there, counts it in @e and
+ * returns its end; kvt_proto_query_ans_commit() keeps what was put, up to
+ * @end (an @end outside the room marks the writer bad). put() checks nothing:
+ * the caller guarantees what add() checks (a name of 1..255 bytes without
+ * NUL, a finite score) and puts at most @n entries.
  */
-uint8_t *kvt_proto_query_ans_room(kvt_proto_wr_t *w, size_t n, size_t name_bytes);
-uint8_t *kvt_proto_query_ans_put(uint8_t *p, const kvt_proto_pod_ans_t *pod);
-void kvt_proto_query_ans_commit(kvt_proto_wr_t *w, kvt_proto_query_ans_enc_t *e, uint32_t n,
-                                const uint8_t *end);
+uint8_t *kvt_proto_query_ans_room(kvt_proto_wr_t *w, kvt_proto_query_ans_enc_t *e, size_t n,
+                                  size_t name_bytes);
+uint8_t *kvt_proto_query_ans_put(kvt_proto_query_ans_enc_t *e, uint8_t *p,
+                                 const kvt_proto_pod_ans_t *pod);
+void kvt_proto_query_ans_commit(kvt_proto_wr_t *w, const uint8_t *end);
 /* Patches npods and body_len. Returns as kvt_proto_wr_frame_end() (KVT_ERR_TOO_BIG
  * for a bad entry); on error the frame is removed. */
 kvt_status_t kvt_proto_query_ans_end(kvt_proto_wr_t *w, kvt_proto_query_ans_enc_t *e);

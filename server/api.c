@@ -309,16 +309,16 @@ kvt_status_t srv_api_query_rpc(kvt_srv_worker_t *w, uint64_t req_id, const uint8
      * bytes without NUL, and scores from the built-in weights and u32 counts
      * are finite (checked anyway: it costs a compare).
      */
-    uint8_t *o = kvt_proto_query_ans_room(wr, a.npods, a.npods * KVT_IDX_MAX_NAME);
+    uint8_t *o = kvt_proto_query_ans_room(wr, &e, a.npods, a.npods * KVT_IDX_MAX_NAME);
     for (size_t i = 0; o != NULL && i < a.npods; i++) {
         srv_answer_pod_t p;
         srv_query_pod(w, &a, i, &p); /* inlined: the fields not read here cost nothing */
         kvt_proto_pod_ans_t pa = {
             {p.pod, (uint16_t)p.pod_len}, p.dp_rank, p.matched, p.gpu, p.cpu, p.disk, p.score};
-        o = isfinite(p.score) ? kvt_proto_query_ans_put(o, &pa) : NULL;
+        o = isfinite(p.score) ? kvt_proto_query_ans_put(&e, o, &pa) : NULL;
     }
     if (o != NULL)
-        kvt_proto_query_ans_commit(wr, &e, (uint32_t)a.npods, o);
+        kvt_proto_query_ans_commit(wr, o);
     else if (!wr->oom)
         wr->bad = true; /* a non-finite score: the frame is dropped below */
     st = kvt_proto_query_ans_end(wr, &e);

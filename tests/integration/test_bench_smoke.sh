@@ -247,6 +247,7 @@ cores = os.sysconf("SC_NPROCESSORS_ONLN")
 per = j["inproc_us_per_query"] + j["ceiling_server_cpu_us_per_query"] + \
     j["ceiling_client_cpu_us_per_query"]
 assert abs(j["rpc_bound_per_sec"] - 1e6 * cores / per) <= 0.01 * j["rpc_bound_per_sec"] + 1, j
+assert j["steal_pct"] == -1 or 0 <= j["steal_pct"] <= 100, j
 ' || fail "kvtier-bench rpc: bad JSON line: $(tail -n 1 "$TMP/rpc")"
 else
     fail "kvtier-bench rpc: exit $?: $(cat "$TMP/err")"

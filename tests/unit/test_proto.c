@@ -953,21 +953,38 @@ static void test_query_answer(void **state)
     kvt_proto_wr_t w2;
     kvt_proto_wr_init(&w2);
     kvt_proto_query_ans_begin(&w2, 99, 16, 12, &e);
-    uint8_t *o = kvt_proto_query_ans_room(&w2, 1, 255);
+    uint8_t *o = kvt_proto_query_ans_room(&w2, &e, 1, 255);
     assert_non_null(o);
-    kvt_proto_query_ans_commit(&w2, &e, 1, kvt_proto_query_ans_put(o, &pa));
-    o = kvt_proto_query_ans_room(&w2, 3, 3 * 255);
+    kvt_proto_query_ans_commit(&w2, kvt_proto_query_ans_put(&e, o, &pa));
+    o = kvt_proto_query_ans_room(&w2, &e, 3, 3 * 255);
     assert_non_null(o);
-    kvt_proto_query_ans_commit(&w2, &e, 1, kvt_proto_query_ans_put(o, &pb));
+    kvt_proto_query_ans_commit(&w2, kvt_proto_query_ans_put(&e, o, &pb));
     assert_int_equal(kvt_proto_query_ans_end(&w2, &e), KVT_OK);
     assert_int_equal(w2.len, w.len);
     assert_memory_equal(w2.buf, w.buf, w.len);
+    const size_t keep2 = w2.len;
     /* a room no size_t can hold: oom, and the frame vanishes */
     kvt_proto_query_ans_begin(&w2, 5, 16, 1, &e);
-    assert_null(kvt_proto_query_ans_room(&w2, SIZE_MAX / 8, 0));
+    assert_null(kvt_proto_query_ans_room(&w2, &e, 1, SIZE_MAX / 2));
     assert_true(w2.oom);
     assert_int_equal(kvt_proto_query_ans_end(&w2, &e), KVT_ERR_NO_MEM);
-    assert_int_equal(w2.len, w.len);
+    assert_int_equal(w2.len, keep2);
+    /* more entries than a u32 counts: bad, and the frame vanishes */
+    kvt_proto_query_ans_begin(&w2, 6, 16, 1, &e);
+    e.npods = UINT32_MAX - 1;
+    assert_non_null(kvt_proto_query_ans_room(&w2, &e, 1, 8));
+    assert_null(kvt_proto_query_ans_room(&w2, &e, 2, 8));
+    assert_true(w2.bad);
+    assert_int_equal(kvt_proto_query_ans_end(&w2, &e), KVT_ERR_TOO_BIG);
+    assert_int_equal(w2.len, keep2);
+    /* an end outside the room: bad, nothing kept */
+    kvt_proto_query_ans_begin(&w2, 7, 16, 1, &e);
+    o = kvt_proto_query_ans_room(&w2, &e, 1, 8);
+    assert_non_null(o);
+    kvt_proto_query_ans_commit(&w2, o - 1);
+    assert_true(w2.bad);
+    assert_int_equal(kvt_proto_query_ans_end(&w2, &e), KVT_ERR_TOO_BIG);
+    assert_int_equal(w2.len, keep2);
     kvt_proto_wr_cleanup(&w2);
 
     /* No pods. */
