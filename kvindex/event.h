@@ -74,6 +74,39 @@ void kvt_evbatch_cleanup(kvt_evbatch_t *b);
 kvt_status_t kvt_ev_json_decode(const char *body, size_t len, size_t max_items, kvt_evbatch_t *b,
                                 char *err, size_t errlen);
 
+/* Engine event streams. They differ in how a raw-bytes block hash becomes an id. */
+typedef enum kvt_ev_format {
+    KVT_EV_FMT_VLLM = 1,   /* bytes: the last 8, big-endian */
+    KVT_EV_FMT_SGLANG = 2, /* bytes: the first 8, big-endian (SGLang's signed int64) */
+} kvt_ev_format_t;
+
+/*
+ * Decodes the msgpack payload of one ZMQ KV-event message (msgpack-c):
+ *   [ts: float|int, events: array, dp_rank?: uint|nil]
+ * Each event is a positional array ["BlockStored", block_hashes,
+ * parent_block_hash, token_ids, block_size, lora_id, medium, lora_name,
+ * extra_keys, group_idx, kv_cache_spec_kind, kv_cache_spec_sliding_window]
+ * (trailing fields may be omitted; likewise ["BlockRemoved", block_hashes,
+ * medium, group_idx] and ["AllBlocksCleared"]), or a map with "type" and
+ * those field names in any order. A hash is a uint64, an int64 (taken as
+ * its two's-complement u64) or bin bytes (1..64 of them; see
+ * kvt_ev_format_t). nil means absent for every optional field.
+ * Unknown event types, unknown fields, extra positional fields and events
+ * on an unknown medium are skipped and counted in b->unknown (a stream must
+ * survive newer engines). Anything else out of shape fails the batch.
+ * @pod and @model are borrowed: the batch points at them, so they must
+ * outlive it. b->dp_rank is the payload's dp_rank when present, else
+ * @dp_rank. On success fills *@b (caller cleans up). On failure *@b is
+ * untouched and a one-line reason is written to @err (NUL-terminated, at
+ * most @errlen bytes). Returns KVT_OK, KVT_ERR_PARSE (not one msgpack
+ * value: truncated, trailing bytes, a reserved byte), KVT_ERR_INVAL (wrong
+ * shape), KVT_ERR_TOO_BIG (more than @max_items hashes and tokens, a name
+ * over KVT_IDX_MAX_NAME) or KVT_ERR_NO_MEM.
+ */
+kvt_status_t kvt_ev_msgpack_decode(const void *payload, size_t len, kvt_ev_format_t fmt,
+                                   const char *pod, const char *model, uint32_t dp_rank,
+                                   size_t max_items, kvt_evbatch_t *b, char *err, size_t errlen);
+
 /* What kvt_ev_apply() did; counters are added to, never reset. */
 typedef struct kvt_ev_counters {
     uint64_t events;     /* events applied */
