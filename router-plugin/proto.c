@@ -88,7 +88,8 @@ const char *kvt_proto_op_name(uint8_t op)
 
 bool kvt_proto_op_mutating(uint8_t op)
 {
-    return op == KVT_PROTO_OP_EVENTS || op == KVT_PROTO_OP_ENGINE_DROP;
+    return op == KVT_PROTO_OP_EVENTS || op == KVT_PROTO_OP_ENGINE_DROP ||
+           op == KVT_PROTO_OP_ENGINE_ADD;
 }
 
 uint16_t kvt_proto_http_status(kvt_status_t st)
@@ -99,6 +100,7 @@ uint16_t kvt_proto_http_status(kvt_status_t st)
     case KVT_ERR_RANGE:
     case KVT_ERR_PROTO: return 400;
     case KVT_ERR_NOT_FOUND: return 404;
+    case KVT_ERR_EXISTS: return 409;
     case KVT_ERR_TOO_BIG: return 413;
     case KVT_ERR_LIMIT: return 429;
     case KVT_ERR_UNSUPPORTED: return 501;

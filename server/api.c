@@ -350,6 +350,30 @@ kvt_status_t srv_api_events_job(kvt_srv_worker_t *w, const char *body, size_t le
     return KVT_OK;
 }
 
+kvt_status_t srv_api_engine_add_job(kvt_srv_worker_t *w, const char *body, size_t len,
+                                    srv_job_t **job_p, char *msg, size_t msglen)
+{
+    srv_job_t *job = calloc(1, sizeof(*job));
+    kvt_zsub_engine_t *e = malloc(sizeof(*e));
+    if (job == NULL || e == NULL) {
+        free(job);
+        free(e);
+        snprintf(msg, msglen, "out of memory");
+        return KVT_ERR_NO_MEM;
+    }
+    kvt_status_t st = kvt_zsub_engine_json_decode(body, len, e, msg, msglen);
+    if (st != KVT_OK) {
+        free(job);
+        free(e);
+        return st;
+    }
+    job->kind = JOB_ENGINE_ADD;
+    job->worker = w;
+    job->engine = e;
+    *job_p = job;
+    return KVT_OK;
+}
+
 kvt_status_t srv_api_drop_job(kvt_srv_worker_t *w, const char *pod, srv_job_t **job_p, char *msg,
                               size_t msglen)
 {

@@ -32,4 +32,8 @@ kvt_status_t srv_api_events_job(kvt_srv_worker_t *w, const char *body, size_t le
 kvt_status_t srv_api_drop_job(kvt_srv_worker_t *w, const char *pod, srv_job_t **job_p, char *msg,
                               size_t msglen);
 
+/* Worker: decodes a POST /v1/engines body (also the RPC ENGINE_ADD body) into a job. */
+kvt_status_t srv_api_engine_add_job(kvt_srv_worker_t *w, const char *body, size_t len,
+                                    srv_job_t **job_p, char *msg, size_t msglen);
+
 #endif

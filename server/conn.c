@@ -419,10 +419,11 @@ static enum srv_call http_dispatch(kvt_srv_conn_t *c, const kvt_http_req_t *r, c
             http_json(c, 200, &w->out, ka);
         else
             http_error(c, status, why ? why : kvt_status_str(st), ka);
-    } else if (path_is(r, "/v1/events") || path_under(r, "/v1/engines/")) {
-        bool events = path_is(r, "/v1/events");
+    } else if (path_is(r, "/v1/events") || path_is(r, "/v1/engines") ||
+               path_under(r, "/v1/engines/")) {
+        bool events = path_is(r, "/v1/events"), add = path_is(r, "/v1/engines");
         call = events ? CALL_EVENTS : CALL_ENGINES;
-        METHOD_ONLY(events ? KVT_HTTP_POST : KVT_HTTP_DELETE);
+        METHOD_ONLY(events || add ? KVT_HTTP_POST : KVT_HTTP_DELETE);
         if (!http_authorized(c, r)) {
             status = 401;
             http_error(c, status, "missing or wrong bearer token", ka);
@@ -433,6 +434,8 @@ static enum srv_call http_dispatch(kvt_srv_conn_t *c, const kvt_http_req_t *r, c
         char msg[256];
         if (events) {
             st = srv_api_events_job(w, body, r->body_len, &job, msg, sizeof(msg));
+        } else if (add) {
+            st = srv_api_engine_add_job(w, body, r->body_len, &job, msg, sizeof(msg));
         } else {
             char pod[KVT_IDX_MAX_NAME + 1];
             const char *enc = r->path + strlen("/v1/engines/");
@@ -456,7 +459,7 @@ static enum srv_call http_dispatch(kvt_srv_conn_t *c, const kvt_http_req_t *r, c
         c->keep_alive = ka;
         c->call = call;
         status = -1;
-    } else if (path_is(r, "/v1/engines") || path_under(r, "/v1/blocks/") ||
+    } else if (path_under(r, "/v1/blocks/") ||
                path_is(r, "/v1/prefetch") || path_is(r, "/v1/transfer")) {
         status = 501;
         http_error(c, status, "not implemented yet in this kvtierd", ka);
@@ -558,7 +561,8 @@ static enum srv_call rpc_call_of(uint8_t op)
     case KVT_PROTO_OP_PING: return CALL_PING;
     case KVT_PROTO_OP_QUERY: return CALL_QUERY;
     case KVT_PROTO_OP_EVENTS: return CALL_EVENTS;
-    case KVT_PROTO_OP_ENGINE_DROP: return CALL_ENGINES;
+    case KVT_PROTO_OP_ENGINE_DROP:
+    case KVT_PROTO_OP_ENGINE_ADD: return CALL_ENGINES;
     case KVT_PROTO_OP_STATS: return CALL_STATS;
     default: return CALL_OTHER;
     }
@@ -614,12 +618,16 @@ static int rpc_dispatch(kvt_srv_conn_t *c, const kvt_proto_hdr_t *h, const uint8
         break;
     }
     case KVT_PROTO_OP_EVENTS:
+    case KVT_PROTO_OP_ENGINE_ADD:
     case KVT_PROTO_OP_ENGINE_DROP: {
         srv_job_t *job = NULL;
         char msg[256];
         kvt_status_t st;
         if (h->op == KVT_PROTO_OP_EVENTS) {
             st = srv_api_events_job(w, (const char *)body, h->body_len, &job, msg, sizeof(msg));
+        } else if (h->op == KVT_PROTO_OP_ENGINE_ADD) {
+            st = srv_api_engine_add_job(w, (const char *)body, h->body_len, &job, msg,
+                                        sizeof(msg));
         } else {
             kvt_proto_str_t pod;
             char name[KVT_IDX_MAX_NAME + 1];
@@ -713,7 +721,9 @@ void srv_conn_job_done(srv_job_t *job)
             srv_count(w, PROTO_HTTP, c->call, job->http_status, job->t0_ns);
         } else {
             kvt_proto_wr_t *wr = rpc_batch(c);
-            uint8_t op = job->kind == JOB_EVENTS ? KVT_PROTO_OP_EVENTS : KVT_PROTO_OP_ENGINE_DROP;
+            uint8_t op = job->kind == JOB_EVENTS       ? KVT_PROTO_OP_EVENTS
+                         : job->kind == JOB_ENGINE_ADD ? KVT_PROTO_OP_ENGINE_ADD
+                                                       : KVT_PROTO_OP_ENGINE_DROP;
             if (job->http_status == 200)
                 kvt_proto_raw_encode(wr, op, KVT_PROTO_F_RESPONSE, job->req_id, job->answer.buf,
                                      job->answer.len);

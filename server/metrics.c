@@ -55,6 +55,8 @@ typedef struct pub {
     uint64_t batches, rejected, drops;
     uint64_t *pod_entries;
     uint32_t npods;
+    kvt_zsub_stream_info_t *streams; /* engines' event streams */
+    size_t nstreams;
 } pub_t;
 
 static void pub_get(kvt_srv_t *srv, pub_t *p)
@@ -71,7 +73,88 @@ static void pub_get(kvt_srv_t *srv, pub_t *p)
         memcpy(p->pod_entries, srv->st_pod_entries, p->npods * sizeof(uint64_t));
     else
         p->npods = 0;
+    p->nstreams = srv->st_nstreams;
+    p->streams = p->nstreams ? malloc(p->nstreams * sizeof(*p->streams)) : NULL;
+    if (p->streams)
+        memcpy(p->streams, srv->st_streams, p->nstreams * sizeof(*p->streams));
+    else
+        p->nstreams = 0;
     pthread_mutex_unlock(&srv->stats_mu);
+}
+
+/* Whether pod @name is fed by a subscribed event stream. */
+static bool pub_streamed(const pub_t *p, const char *name)
+{
+    for (size_t i = 0; i < p->nstreams; i++)
+        if (strcmp(p->streams[i].pod, name) == 0)
+            return true;
+    return false;
+}
+
+/* A stream's counters, by name, for /v1/stats and /metrics (one list for both). */
+typedef struct stream_ctr {
+    const char *json, *metric, *help;
+    uint64_t v;
+} stream_ctr_t;
+
+static size_t stream_ctrs(const kvt_zsub_stream_info_t *s, stream_ctr_t out[14])
+{
+    const kvt_zsub_counters_t *c = &s->c;
+    const stream_ctr_t all[] = {
+        {"batches", "kvtier_stream_batches_total", "Event batches applied from a stream.",
+         c->batches},
+        {"events", "kvtier_stream_events_total", "Events applied from a stream.", c->ev.events},
+        {"blocks", "kvtier_stream_blocks_total", "Block hashes in events applied from a stream.",
+         c->ev.blocks},
+        {"unresolved", "kvtier_stream_unresolved_total",
+         "Engine hashes of a stream's events that its pod did not know.", c->ev.unresolved},
+        {"orphans", "kvtier_stream_orphans_total",
+         "BlockStored events of a stream whose parent its pod did not know.", c->ev.orphans},
+        {"ignored", "kvtier_stream_ignored_total",
+         "Unknown events and fields skipped in a stream's batches.", c->ignored},
+        {"undecodable", "kvtier_stream_undecodable_total",
+         "A stream's batches that could not be decoded or applied (skipped).", c->undecodable},
+        {"bad_frames", "kvtier_stream_bad_frames_total",
+         "A stream's messages not shaped [topic, seq, payload] (skipped).", c->bad_frames},
+        {"gaps", "kvtier_stream_gaps_total", "Times a stream's seq skipped ahead.", c->gaps},
+        {"replays", "kvtier_stream_replays_total", "Replay requests sent for a stream.",
+         c->replays},
+        {"replayed", "kvtier_stream_replayed_batches_total", "Batches applied from replays.",
+         c->replayed},
+        {"replay_failures", "kvtier_stream_replay_failures_total",
+         "Replays that could not fill a gap.", c->replay_failures},
+        {"restarts", "kvtier_stream_restarts_total",
+         "Engine restarts seen (a stream's seq went back).", c->restarts},
+        {"state_drops", "kvtier_stream_state_drops_total",
+         "Times a pod's engine state was dropped (restart or unfilled gap).", c->state_drops},
+    };
+    memcpy(out, all, sizeof(all));
+    return sizeof(all) / sizeof(all[0]);
+}
+
+static void streams_json(const pub_t *p, kvt_jbuf_t *o)
+{
+    kvt_jbuf_cstr(o, "\"streams\":[");
+    for (size_t i = 0; i < p->nstreams; i++) {
+        const kvt_zsub_stream_info_t *s = &p->streams[i];
+        kvt_jbuf_cstr(o, i ? ",{\"pod\":" : "{\"pod\":");
+        kvt_jbuf_str(o, s->pod, strlen(s->pod));
+        kvt_jbuf_printf(o, ",\"dp_rank\":%u,\"model\":", s->rank);
+        kvt_jbuf_str(o, s->model, strlen(s->model));
+        kvt_jbuf_cstr(o, ",\"endpoint\":");
+        kvt_jbuf_str(o, s->endpoint, strlen(s->endpoint));
+        kvt_jbuf_printf(o, ",\"state\":\"%s\",\"last_seq\":", s->state);
+        if (s->have_seq)
+            kvt_jbuf_u64(o, s->last_seq);
+        else
+            kvt_jbuf_cstr(o, "null");
+        stream_ctr_t ctr[14];
+        size_t n = stream_ctrs(s, ctr);
+        for (size_t k = 0; k < n; k++)
+            kvt_jbuf_printf(o, ",\"%s\":%llu", ctr[k].json, (unsigned long long)ctr[k].v);
+        kvt_jbuf_cstr(o, "}");
+    }
+    kvt_jbuf_cstr(o, "],");
 }
 
 void srv_stats_json(kvt_srv_worker_t *w, kvt_jbuf_t *o)
@@ -107,7 +190,9 @@ void srv_stats_json(kvt_srv_worker_t *w, kvt_jbuf_t *o)
         kvt_jbuf_printf(o, ",\"%s_accepted\":%llu,\"%s_refused\":%llu", proto_name[pr],
                         (unsigned long long)t.conns_accepted[pr], proto_name[pr],
                         (unsigned long long)t.conns_refused[pr]);
-    kvt_jbuf_cstr(o, "},\"engines\":[");
+    kvt_jbuf_cstr(o, "},");
+    streams_json(&p, o);
+    kvt_jbuf_cstr(o, "\"engines\":[");
     kvt_srv_reg_t *reg = srv_reg_enter(w);
     bool first = true;
     for (uint32_t i = 0; i < p.npods && i < reg->npods; i++) {
@@ -117,12 +202,53 @@ void srv_stats_json(kvt_srv_worker_t *w, kvt_jbuf_t *o)
         kvt_jbuf_cstr(o, first ? "{\"pod\":" : ",{\"pod\":");
         first = false;
         kvt_jbuf_str(o, name, strlen(name));
-        kvt_jbuf_printf(o, ",\"dp_rank\":%u,\"entries\":%llu,\"source\":\"http\"}",
-                        reg->pods[i].dp_rank, (unsigned long long)p.pod_entries[i]);
+        kvt_jbuf_printf(o, ",\"dp_rank\":%u,\"entries\":%llu,\"source\":\"%s\"}",
+                        reg->pods[i].dp_rank, (unsigned long long)p.pod_entries[i],
+                        pub_streamed(&p, name) ? "zmq" : "http");
     }
     srv_reg_exit(w);
     kvt_jbuf_cstr(o, "]}");
     free(p.pod_entries);
+    free(p.streams);
+}
+
+static void metric_head(kvt_jbuf_t *o, const char *name, const char *type, const char *help);
+static void label_value(kvt_jbuf_t *o, const char *s);
+
+/* One sample of every stream: {pod="..",dp_rank=".."} @v. */
+static void stream_sample(kvt_jbuf_t *o, const char *name, const kvt_zsub_stream_info_t *s,
+                          uint64_t v)
+{
+    kvt_jbuf_printf(o, "%s{pod=\"", name);
+    label_value(o, s->pod);
+    kvt_jbuf_printf(o, "\",dp_rank=\"%u\"} %llu\n", s->rank, (unsigned long long)v);
+}
+
+/* The engines' event streams: state and counters, labelled by pod and DP rank. */
+static void streams_metrics(const pub_t *p, kvt_jbuf_t *o)
+{
+    metric_head(o, "kvtier_streams", "gauge", "Subscribed engine event streams (engine, DP rank).");
+    kvt_jbuf_printf(o, "kvtier_streams %zu\n", p->nstreams);
+    if (p->nstreams == 0)
+        return;
+    metric_head(o, "kvtier_stream_last_seq", "gauge", "Last batch seq applied from a stream.");
+    for (size_t i = 0; i < p->nstreams; i++)
+        if (p->streams[i].have_seq)
+            stream_sample(o, "kvtier_stream_last_seq", &p->streams[i], p->streams[i].last_seq);
+    metric_head(o, "kvtier_stream_replaying", "gauge", "1 while a stream waits for a replay.");
+    for (size_t i = 0; i < p->nstreams; i++)
+        stream_sample(o, "kvtier_stream_replaying", &p->streams[i],
+                      strcmp(p->streams[i].state, "replaying") == 0);
+    stream_ctr_t ctr[14];
+    size_t n = stream_ctrs(&p->streams[0], ctr);
+    for (size_t k = 0; k < n; k++) {
+        metric_head(o, ctr[k].metric, "counter", ctr[k].help);
+        for (size_t i = 0; i < p->nstreams; i++) {
+            stream_ctr_t c[14];
+            stream_ctrs(&p->streams[i], c);
+            stream_sample(o, ctr[k].metric, &p->streams[i], c[k].v);
+        }
+    }
 }
 
 static void metric_head(kvt_jbuf_t *o, const char *name, const char *type, const char *help)
@@ -264,5 +390,7 @@ void srv_metrics_text(kvt_srv_worker_t *w, kvt_jbuf_t *o)
     metric_head(o, "kvtier_uptime_seconds", "gauge", "Seconds since kvtierd started.");
     kvt_jbuf_printf(o, "kvtier_uptime_seconds %.3f\n",
                     (double)(srv_now_ns() - srv->started_ns) / 1e9);
+    streams_metrics(&p, o);
     free(p.pod_entries);
+    free(p.streams);
 }

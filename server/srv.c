@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/eventfd.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
@@ -350,7 +351,16 @@ void srv_job_free(srv_job_t *job)
         return;
     kvt_evbatch_cleanup(&job->batch);
     kvt_jbuf_cleanup(&job->answer);
+    free(job->engine);
     free(job);
+}
+
+/* Wakes the writer's poll (the eventfd counts; one read resets it). */
+static void srv_wake_writer(kvt_srv_t *srv)
+{
+    uint64_t one = 1;
+    ssize_t r = write(srv->q_efd, &one, sizeof(one));
+    (void)r; /* only fails when the counter is saturated: the writer is awake anyway */
 }
 
 kvt_status_t srv_submit(kvt_srv_t *srv, srv_job_t *job)
@@ -367,8 +377,8 @@ kvt_status_t srv_submit(kvt_srv_t *srv, srv_job_t *job)
         srv->q_head = job;
     srv->q_tail = job;
     srv->q_len++;
-    pthread_cond_signal(&srv->q_cv);
     pthread_mutex_unlock(&srv->q_mu);
+    srv_wake_writer(srv);
     return KVT_OK;
 }
 
@@ -390,11 +400,22 @@ static int status_http(kvt_status_t st)
     case KVT_ERR_RANGE: return 400;
     case KVT_ERR_TOO_BIG: return 413;
     case KVT_ERR_NOT_FOUND: return 404;
+    case KVT_ERR_EXISTS: return 409;
     case KVT_ERR_LIMIT:
     case KVT_ERR_NO_SPACE:
     case KVT_ERR_NO_MEM: return 503;
     default: return 500;
     }
+}
+
+/* Ids are handed out, reused and namespaces created only by applying events: republish on change. */
+static void reg_maybe_publish(kvt_srv_t *srv)
+{
+    kvt_idx_stats_t st;
+    kvt_idx_stats(srv->idx, &st);
+    if (st.pods != srv->reg_live_pods || st.namespaces != srv->reg_nns ||
+        kvt_idx_pod_limit(srv->idx) != srv->reg_pods)
+        reg_publish(srv);
 }
 
 static void job_events(kvt_srv_t *srv, srv_job_t *job)
@@ -403,12 +424,7 @@ static void job_events(kvt_srv_t *srv, srv_job_t *job)
     kvt_ev_counters_t before = srv->st_ev;
     char err[256];
     job->st = kvt_ev_apply(srv->idx, b, srv->cfg.block_size, &srv->st_ev, err, sizeof(err));
-    kvt_idx_stats_t st;
-    kvt_idx_stats(srv->idx, &st);
-    /* ids are handed out, reused and namespaces created only by apply: republish on change */
-    if (st.pods != srv->reg_live_pods || st.namespaces != srv->reg_nns ||
-        kvt_idx_pod_limit(srv->idx) != srv->reg_pods)
-        reg_publish(srv);
+    reg_maybe_publish(srv);
     if (job->st != KVT_OK) {
         srv->st_rejected += job->st == KVT_ERR_INVAL;
         answer_error(job, status_http(job->st), err[0] ? err : kvt_status_str(job->st));
@@ -442,7 +458,8 @@ static void job_drop(kvt_srv_t *srv, srv_job_t *job)
         if (kvt_idx_pod_drop(srv->idx, id) == KVT_OK)
             ranks++;
     }
-    if (ranks == 0) {
+    bool unsubscribed = kvt_zsub_remove(srv->zsub, job->pod);
+    if (ranks == 0 && !unsubscribed) {
         job->st = KVT_ERR_NOT_FOUND;
         char msg[KVT_IDX_MAX_NAME + 32];
         snprintf(msg, sizeof(msg), "unknown pod '%s'", job->pod);
@@ -459,7 +476,42 @@ static void job_drop(kvt_srv_t *srv, srv_job_t *job)
     kvt_jbuf_u64(&job->answer, ranks);
     kvt_jbuf_cstr(&job->answer, ",\"entries\":");
     kvt_jbuf_u64(&job->answer, entries);
-    kvt_jbuf_cstr(&job->answer, "}");
+    kvt_jbuf_cstr(&job->answer, unsubscribed ? ",\"unsubscribed\":true}" : ",\"unsubscribed\":false}");
+}
+
+/* Subscribes to an engine's event streams; answers with the endpoints in use. */
+static void job_engine_add(kvt_srv_t *srv, srv_job_t *job)
+{
+    char err[320];
+    job->st = kvt_zsub_add(srv->zsub, job->engine, err, sizeof(err));
+    if (job->st != KVT_OK) {
+        answer_error(job, job->st == KVT_ERR_IO ? 400 : status_http(job->st),
+                     err[0] ? err : kvt_status_str(job->st));
+        return;
+    }
+    job->http_status = 200;
+    size_t n = kvt_zsub_streams(srv->zsub, NULL, 0);
+    kvt_zsub_stream_info_t *info = malloc(n * sizeof(*info));
+    kvt_jbuf_t *o = &job->answer;
+    kvt_jbuf_cstr(o, "{\"pod\":");
+    kvt_jbuf_str(o, job->engine->pod, strlen(job->engine->pod));
+    kvt_jbuf_cstr(o, ",\"dp_size\":");
+    kvt_jbuf_u64(o, job->engine->dp_size);
+    kvt_jbuf_cstr(o, ",\"endpoints\":[");
+    if (info != NULL) {
+        kvt_zsub_streams(srv->zsub, info, n);
+        bool first = true;
+        for (size_t i = 0; i < n; i++) {
+            if (strcmp(info[i].pod, job->engine->pod) != 0)
+                continue;
+            if (!first)
+                kvt_jbuf_cstr(o, ",");
+            first = false;
+            kvt_jbuf_str(o, info[i].endpoint, strlen(info[i].endpoint));
+        }
+        free(info);
+    }
+    kvt_jbuf_cstr(o, "]}");
 }
 
 /* Writer. Copies counters for /v1/stats and /metrics. */
@@ -477,10 +529,29 @@ static void stats_publish(kvt_srv_t *srv)
             ent[i] =
                 kvt_idx_pod_name(srv->idx, i, NULL) ? kvt_idx_pod_entries(srv->idx, i) : UINT64_MAX;
     }
+    size_t nst = kvt_zsub_streams(srv->zsub, NULL, 0);
+    kvt_zsub_stream_info_t *streams = nst ? malloc(nst * sizeof(*streams)) : NULL;
+    if (streams != NULL)
+        kvt_zsub_streams(srv->zsub, streams, nst);
+    else
+        nst = 0;
+    /* totals count what came over HTTP/RPC and over the streams */
+    kvt_ev_counters_t ev = srv->st_ev;
+    uint64_t batches = srv->st_batches;
+    for (size_t i = 0; i < nst; i++) {
+        ev.events += streams[i].c.ev.events;
+        ev.blocks += streams[i].c.ev.blocks;
+        ev.unresolved += streams[i].c.ev.unresolved;
+        ev.orphans += streams[i].c.ev.orphans;
+        batches += streams[i].c.batches;
+    }
     pthread_mutex_lock(&srv->stats_mu);
     srv->st_idx = s;
-    srv->st_ev_pub = srv->st_ev;
-    srv->st_batches_pub = srv->st_batches;
+    srv->st_ev_pub = ev;
+    srv->st_batches_pub = batches;
+    kvt_zsub_stream_info_t *old_streams = srv->st_streams;
+    srv->st_streams = streams;
+    srv->st_nstreams = nst;
     srv->st_rejected_pub = srv->st_rejected;
     srv->st_drops_pub = srv->st_drops;
     uint64_t *old = srv->st_pod_entries;
@@ -488,6 +559,7 @@ static void stats_publish(kvt_srv_t *srv)
     srv->st_npods = npods;
     pthread_mutex_unlock(&srv->stats_mu);
     free(old);
+    free(old_streams);
 }
 
 static void deliver(srv_job_t *job)
@@ -510,16 +582,20 @@ static void *writer_main(void *arg)
     uint64_t last_stats = 0;
     for (;;) {
         pthread_mutex_lock(&srv->q_mu);
-        if (srv->q_head == NULL && !srv->q_stop) {
-            struct timespec ts;
-            clock_gettime(CLOCK_MONOTONIC, &ts);
-            ts.tv_nsec += 5 * 1000000; /* the index clock ticks every 5 ms at least */
-            if (ts.tv_nsec >= 1000000000) {
-                ts.tv_sec++;
-                ts.tv_nsec -= 1000000000;
-            }
-            pthread_cond_timedwait(&srv->q_cv, &srv->q_mu, &ts);
+        bool idle = srv->q_head == NULL && !srv->q_stop;
+        pthread_mutex_unlock(&srv->q_mu);
+        /* the index clock ticks every 5 ms at least */
+        int rc = kvt_zsub_poll(srv->zsub, srv->q_efd, idle ? 5 : 0);
+        if (rc == 1) {
+            uint64_t v;
+            ssize_t r = read(srv->q_efd, &v, sizeof(v));
+            (void)r;
+        } else if (rc < 0) {
+            kvt_log_error("writer: polling the event streams failed: %s", kvt_status_str(rc));
+            usleep(5000);
         }
+
+        pthread_mutex_lock(&srv->q_mu);
         srv_job_t *jobs = srv->q_head;
         bool stop = srv->q_stop && jobs == NULL;
         srv->q_head = srv->q_tail = NULL;
@@ -528,12 +604,15 @@ static void *writer_main(void *arg)
 
         uint64_t now = srv_now_ns();
         kvt_idx_advance(srv->idx, now / 1000000);
+        reg_maybe_publish(srv); /* the streams may have registered pods or namespaces */
         while (jobs != NULL) {
             srv_job_t *j = jobs;
             jobs = j->next;
             kvt_jbuf_init(&j->answer);
             if (j->kind == JOB_EVENTS)
                 job_events(srv, j);
+            else if (j->kind == JOB_ENGINE_ADD)
+                job_engine_add(srv, j);
             else
                 job_drop(srv, j);
             deliver(j);
@@ -689,6 +768,38 @@ static kvt_status_t mkdir_p(const char *path)
     return KVT_OK;
 }
 
+/* The writer's wake-up eventfd, the engines' subscriber set, and the engines of --engine. */
+static kvt_status_t srv_engines_start(kvt_srv_t *srv, const kvt_srv_config_t *cfg)
+{
+    srv->q_efd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+    if (srv->q_efd < 0) {
+        kvt_log_error("eventfd: %s", strerror(errno));
+        return KVT_ERR_IO;
+    }
+    kvt_zsub_config_t zc;
+    kvt_zsub_config_default(&zc);
+    zc.default_block_size = cfg->block_size;
+    zc.max_items = cfg->max_event_items;
+    if (cfg->event_max_message != 0)
+        zc.max_msg_bytes = cfg->event_max_message;
+    if (cfg->replay_timeout_ms != 0)
+        zc.replay_timeout_ms = cfg->replay_timeout_ms;
+    kvt_status_t st = kvt_zsub_create(srv->idx, &zc, &srv->zsub);
+    for (size_t i = 0; st == KVT_OK && i < cfg->engines.n; i++) {
+        const char *text = cfg->engines.items[i];
+        kvt_zsub_engine_t e;
+        char err[320];
+        st = kvt_zsub_engine_json_decode(text, strlen(text), &e, err, sizeof(err));
+        if (st == KVT_OK)
+            st = kvt_zsub_add(srv->zsub, &e, err, sizeof(err));
+        if (st != KVT_OK) {
+            kvt_log_error("--engine %zu: %s", i + 1, err);
+            st = KVT_ERR_INVAL;
+        }
+    }
+    return st;
+}
+
 kvt_status_t kvt_srv_create(const kvt_srv_config_t *cfg, kvt_srv_t **srv_p)
 {
     static bool threads_on;
@@ -707,12 +818,9 @@ kvt_status_t kvt_srv_create(const kvt_srv_config_t *cfg, kvt_srv_t **srv_p)
     srv->cfg.data_dir = dup_or_empty(cfg->data_dir);
     srv->cfg.auth_token_file = dup_or_empty(cfg->auth_token_file);
     srv->fd_http = srv->fd_rpc = srv->fd_unix = -1;
+    srv->q_efd = -1;
+    memset(&srv->cfg.engines, 0, sizeof(srv->cfg.engines)); /* read during create only */
     pthread_mutex_init(&srv->q_mu, NULL);
-    pthread_condattr_t ca;
-    pthread_condattr_init(&ca);
-    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-    pthread_cond_init(&srv->q_cv, &ca);
-    pthread_condattr_destroy(&ca);
     pthread_mutex_init(&srv->stats_mu, NULL);
     kvt_score_weights_default(&srv->weights);
     srv->started_ns = srv_now_ns();
@@ -743,6 +851,8 @@ kvt_status_t kvt_srv_create(const kvt_srv_config_t *cfg, kvt_srv_t **srv_p)
     if ((st = kvt_idx_create(&icfg, &srv->idx)) != KVT_OK)
         goto err;
     if ((st = kvt_ebr_init(&srv->ebr, (uint32_t)srv->nworkers + 4)) != KVT_OK)
+        goto err;
+    if ((st = srv_engines_start(srv, cfg)) != KVT_OK)
         goto err;
     reg_publish(srv);
     if (srv->reg == NULL) {
@@ -849,8 +959,8 @@ kvt_status_t kvt_srv_run(kvt_srv_t *srv)
     /* writes already queued are applied and answered before the workers go */
     pthread_mutex_lock(&srv->q_mu);
     srv->q_stop = true;
-    pthread_cond_signal(&srv->q_cv);
     pthread_mutex_unlock(&srv->q_mu);
+    srv_wake_writer(srv);
     pthread_join(srv->writer, NULL);
     atomic_store(&srv->stopping, true);
     for (int i = 0; i < started; i++)
@@ -903,8 +1013,12 @@ void kvt_srv_destroy(kvt_srv_t *srv)
     }
     if (srv->ebr.slots != NULL)
         kvt_ebr_cleanup(&srv->ebr);
+    kvt_zsub_destroy(srv->zsub);
+    if (srv->q_efd >= 0)
+        close(srv->q_efd);
     kvt_idx_destroy(srv->idx);
     free(srv->st_pod_entries);
+    free(srv->st_streams);
     free(srv->auth_token);
     free(srv->cfg.http_listen);
     free(srv->cfg.rpc_listen);
@@ -912,7 +1026,6 @@ void kvt_srv_destroy(kvt_srv_t *srv)
     free(srv->cfg.data_dir);
     free(srv->cfg.auth_token_file);
     pthread_mutex_destroy(&srv->q_mu);
-    pthread_cond_destroy(&srv->q_cv);
     pthread_mutex_destroy(&srv->stats_mu);
     free(srv);
     if (stop_pipe[0] >= 0) {

@@ -8,6 +8,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "common/config.h"
 #include "common/log.h"
 #include "common/status.h"
 
@@ -34,16 +35,20 @@ typedef struct kvt_srv_config {
     uint32_t writer_queue;       /* jobs waiting for the writer before 503 */
     uint64_t stats_period_ms;    /* how often counters are published */
     kvt_log_level_t log_level;   /* applied by main.c */
+    kvt_cfg_list_t engines;      /* POST /v1/engines bodies subscribed at start; borrowed */
+    uint64_t replay_timeout_ms;  /* a replay of missed event batches must end within this */
+    uint64_t event_max_message;  /* largest ZMQ event message, bytes */
 } kvt_srv_config_t;
 
 typedef struct kvt_srv kvt_srv_t;
 
 /*
  * Binds the listeners (so ports are known at return), creates the index and
- * threads' state. @cfg is copied (strings duplicated). Returns KVT_OK,
+ * threads' state, and subscribes to @cfg's engines. @cfg is copied (strings
+ * duplicated; the engine list is read here only). Returns KVT_OK,
  * KVT_ERR_INVAL (bad address, a non-loopback address without allow_remote,
- * unreadable token file; a line is logged), KVT_ERR_IO (bind failed) or
- * KVT_ERR_NO_MEM.
+ * unreadable token file, a bad --engine; a line is logged), KVT_ERR_IO (bind
+ * failed) or KVT_ERR_NO_MEM.
  */
 kvt_status_t kvt_srv_create(const kvt_srv_config_t *cfg, kvt_srv_t **srv_p);
 

@@ -6,7 +6,9 @@
  *   the binary RPC. Queries run entirely on the worker, through the worker's
  *   own index reader: no lock shared with the writer.
  * - One writer thread owns every write to the index. Workers hand it jobs
- *   (decoded event batches, engine drops) through a mutex-protected queue;
+ *   (decoded event batches, engine adds and drops) through a mutex-protected
+ *   queue and an eventfd; the writer polls that eventfd together with the
+ *   engines' ZMQ event streams (kvindex/zsub), which it applies itself;
  *   the writer answers each job on its worker's done-queue and wakes the
  *   worker's base. Acknowledged means applied.
  * - What workers need from the writer's world besides the index (pod names,
@@ -30,6 +32,7 @@
 #include "kvindex/event.h"
 #include "kvindex/index.h"
 #include "kvindex/score.h"
+#include "kvindex/zsub.h"
 #include "router-plugin/proto.h"
 #include "server/srv.h"
 
@@ -98,7 +101,7 @@ typedef struct srv_counters {
 
 /* ---- jobs for the writer ---------------------------------------------------- */
 
-typedef enum job_kind { JOB_EVENTS = 1, JOB_DROP } job_kind_t;
+typedef enum job_kind { JOB_EVENTS = 1, JOB_DROP, JOB_ENGINE_ADD } job_kind_t;
 
 typedef struct srv_job {
     struct srv_job *next;
@@ -109,6 +112,7 @@ typedef struct srv_job {
     uint64_t t0_ns;                 /* for the latency histogram */
     kvt_evbatch_t batch;            /* JOB_EVENTS; owned */
     char pod[KVT_IDX_MAX_NAME + 1]; /* JOB_DROP */
+    kvt_zsub_engine_t *engine;      /* JOB_ENGINE_ADD; owned */
     /* the writer's answer */
     int http_status;
     kvt_status_t st;
@@ -181,8 +185,9 @@ struct kvt_srv {
 
     /* writer */
     pthread_t writer;
+    kvt_zsub_t *zsub; /* engines' event streams, polled by the writer */
+    int q_efd;        /* eventfd: srv_submit() wakes the writer's poll */
     pthread_mutex_t q_mu;
-    pthread_cond_t q_cv;
     srv_job_t *q_head, *q_tail;
     size_t q_len;
     bool q_stop;
@@ -197,6 +202,8 @@ struct kvt_srv {
     uint64_t st_drops, st_drops_pub;       /* engines dropped */
     uint64_t *st_pod_entries;              /* per pod id, published copy */
     uint32_t st_npods;
+    kvt_zsub_stream_info_t *st_streams; /* engines' streams, published copy */
+    size_t st_nstreams;
 };
 
 /* srv.c */

@@ -70,6 +70,7 @@ enum kvt_proto_op {
     KVT_PROTO_OP_QUERY = 0x10,
     KVT_PROTO_OP_EVENTS = 0x20,
     KVT_PROTO_OP_ENGINE_DROP = 0x21,
+    KVT_PROTO_OP_ENGINE_ADD = 0x22,
     KVT_PROTO_OP_STATS = 0x30,
 };
 

@@ -1,0 +1,858 @@
+/*
+ * kvindex/zsub.c: engines' ZMQ KV-event streams; the contract is in zsub.h.
+ *
+ * A stream is in one of three states: waiting (no batch yet: the first seq
+ * seen is taken as the start, since an engine that ran before kvtierd
+ * subscribed has published batches nobody here saw), live, or replaying
+ * (a DEALER request [b"", start_seq] is out; live batches are held in a FIFO
+ * until the replay ends, then go through the same rules in order).
+ */
+#include "kvindex/zsub.h"
+
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <zmq.h>
+
+#include "common/json.h"
+#include "common/log.h"
+
+enum { ZS_WAITING, ZS_LIVE, ZS_REPLAYING };
+static const char *const zs_state_name[] = {"waiting", "live", "replaying"};
+
+#define ZS_END_SEQ UINT64_MAX  /* seq of the replay's end marker: 8 bytes of 0xff */
+#define ZS_BUDGET 256          /* messages per socket per poll round */
+#define ZS_LOG_EVERY_NS 60000000000ull
+
+typedef struct zs_held {
+    uint64_t seq;
+    size_t len;
+    void *data; /* malloc'd copy of the payload */
+} zs_held_t;
+
+typedef struct zs_engine zs_engine_t;
+
+typedef struct zs_stream {
+    zs_engine_t *eng;
+    uint32_t rank;
+    void *sub;
+    void *dealer; /* NULL until a replay is needed; closed after a failed one */
+    char endpoint[KVT_ZSUB_MAX_ENDPOINT + 1];
+    char replay_endpoint[KVT_ZSUB_MAX_ENDPOINT + 1]; /* "": none */
+    int state;
+    bool have_seq;
+    uint64_t last_seq;
+    uint64_t replay_target; /* the replay is whole once last_seq reaches it */
+    uint64_t replay_from;   /* first seq asked; held batches in [from, last_seq] came by replay */
+    bool dups;              /* replay_from is in effect (until the next batch in order) */
+    uint64_t replay_deadline_ns;
+    uint64_t backoff_ms, backoff_until_ns;
+    zs_held_t *held; /* FIFO: [head, head + n) of cap */
+    size_t held_head, held_n, held_cap;
+    uint64_t log_ns, log_quiet; /* rate limit of this stream's warnings */
+    kvt_zsub_counters_t c;
+} zs_stream_t;
+
+struct zs_engine {
+    kvt_zsub_engine_t spec;
+    zs_stream_t *streams; /* [spec.dp_size] */
+};
+
+struct kvt_zsub {
+    kvt_idx_t *idx;
+    kvt_zsub_config_t cfg;
+    void *ctx;
+    zs_engine_t **eng;
+    size_t neng, eng_cap;
+    zmq_pollitem_t *items; /* scratch for kvt_zsub_poll() */
+    zs_stream_t **item_stream;
+    size_t items_cap;
+};
+
+static uint64_t zs_now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+void kvt_zsub_config_default(kvt_zsub_config_t *cfg)
+{
+    *cfg = (kvt_zsub_config_t){.default_block_size = 16,
+                               .max_items = (size_t)4 << 20,
+                               .max_msg_bytes = (uint64_t)64 << 20,
+                               .replay_timeout_ms = 2000,
+                               .backoff_min_ms = 1000,
+                               .backoff_max_ms = 60000,
+                               .max_held = 10000};
+}
+
+/* ---- engine specs ---------------------------------------------------------------------------- */
+
+#if defined(__GNUC__)
+__attribute__((format(printf, 3, 4)))
+#endif
+static kvt_status_t
+zs_fail(char *err, size_t errlen, const char *fmt, ...)
+{
+    if (err != NULL && errlen > 0) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(err, errlen, fmt, ap);
+        va_end(ap);
+    }
+    return KVT_ERR_INVAL;
+}
+
+/* The ":PORT" at the end of a tcp:// endpoint: its value, and where the digits start. */
+static bool zs_tcp_port(const char *ep, unsigned *port_p, size_t *at_p)
+{
+    if (strncmp(ep, "tcp://", 6) != 0)
+        return false;
+    const char *colon = strrchr(ep + 6, ':');
+    if (colon == NULL || colon[1] == '\0' || strlen(colon + 1) > 5)
+        return false;
+    unsigned v = 0;
+    for (const char *p = colon + 1; *p; p++) {
+        if (*p < '0' || *p > '9')
+            return false;
+        v = v * 10 + (unsigned)(*p - '0');
+    }
+    if (v == 0 || v > 65535)
+        return false;
+    *port_p = v;
+    *at_p = (size_t)(colon + 1 - ep);
+    return true;
+}
+
+/* Checks one endpoint field: a transport kvtier speaks, and a port when ranks need one. */
+static kvt_status_t zs_check_endpoint(const char *what, const char *ep, uint32_t dp_size,
+                                      char *err, size_t errlen)
+{
+    if (strncmp(ep, "tcp://", 6) != 0 && strncmp(ep, "ipc://", 6) != 0 &&
+        strncmp(ep, "inproc://", 9) != 0)
+        return zs_fail(err, errlen, "%s: want tcp://, ipc:// or inproc://", what);
+    if (strchr(ep, ' ') != NULL || strlen(ep) < 8)
+        return zs_fail(err, errlen, "%s: not an endpoint", what);
+    unsigned port;
+    size_t at;
+    if (dp_size > 1 && !zs_tcp_port(ep, &port, &at))
+        return zs_fail(err, errlen, "%s: dp_size %u needs tcp://host:port (rank r uses port + r)",
+                       what, dp_size);
+    if (dp_size > 1 && port + dp_size - 1 > 65535)
+        return zs_fail(err, errlen, "%s: port %u + %u ranks passes 65535", what, port, dp_size);
+    return KVT_OK;
+}
+
+kvt_status_t kvt_zsub_engine_check(const kvt_zsub_engine_t *e, char *err, size_t errlen)
+{
+    if (e->pod[0] == '\0')
+        return zs_fail(err, errlen, "field 'pod' is missing or empty");
+    if (e->model[0] == '\0')
+        return zs_fail(err, errlen, "field 'model' is missing or empty");
+    if (e->endpoint[0] == '\0')
+        return zs_fail(err, errlen, "field 'endpoint' is missing or empty");
+    if (e->format != KVT_EV_FMT_VLLM && e->format != KVT_EV_FMT_SGLANG)
+        return zs_fail(err, errlen, "field 'format': want \"vllm\" or \"sglang\"");
+    if (e->dp_size < 1 || e->dp_size > KVT_ZSUB_MAX_RANKS)
+        return zs_fail(err, errlen, "field 'dp_size': want 1..%d", KVT_ZSUB_MAX_RANKS);
+    kvt_status_t st = zs_check_endpoint("field 'endpoint'", e->endpoint, e->dp_size, err, errlen);
+    if (st == KVT_OK && e->replay_endpoint[0] != '\0')
+        st = zs_check_endpoint("field 'replay_endpoint'", e->replay_endpoint, e->dp_size, err,
+                               errlen);
+    return st;
+}
+
+/* Reads the string that is due into @buf (1..cap-1 bytes, no NUL; "" only with @empty_ok). */
+static kvt_status_t zs_json_str(kvt_json_t *j, const char *field, char *buf, size_t cap,
+                                bool empty_ok, char *err, size_t errlen)
+{
+    size_t n;
+    if (kvt_json_peek(j) != KVT_JSON_STRING) {
+        if (kvt_json_status(j) != KVT_OK)
+            return zs_fail(err, errlen, "field '%s': %s", field, kvt_json_error(j));
+        return zs_fail(err, errlen, "field '%s' must be a string", field);
+    }
+    if (kvt_json_string(j, buf, cap, &n) != KVT_OK) {
+        if (kvt_json_status(j) == KVT_ERR_TOO_BIG)
+            return zs_fail(err, errlen, "field '%s' is over %zu bytes", field, cap - 1);
+        return zs_fail(err, errlen, "field '%s': %s", field, kvt_json_error(j));
+    }
+    if (memchr(buf, '\0', n) != NULL)
+        return zs_fail(err, errlen, "field '%s' contains a NUL character", field);
+    if (n == 0 && !empty_ok)
+        return zs_fail(err, errlen, "field '%s' is empty", field);
+    return KVT_OK;
+}
+
+kvt_status_t kvt_zsub_engine_json_decode(const char *body, size_t len, kvt_zsub_engine_t *out,
+                                         char *err, size_t errlen)
+{
+    kvt_zsub_engine_t e;
+    memset(&e, 0, sizeof(e));
+    e.format = KVT_EV_FMT_VLLM;
+    e.dp_size = 1;
+    kvt_json_t j;
+    kvt_json_init(&j, body, len);
+    if (err != NULL && errlen > 0)
+        err[0] = '\0';
+    if (kvt_json_peek(&j) != KVT_JSON_OBJECT) {
+        if (kvt_json_status(&j) != KVT_OK) {
+            zs_fail(err, errlen, "%s", kvt_json_error(&j));
+            return KVT_ERR_PARSE;
+        }
+        return zs_fail(err, errlen, "the body must be a JSON object");
+    }
+    kvt_json_object_begin(&j);
+    const char *key;
+    size_t klen;
+    int r;
+    kvt_status_t st = KVT_OK;
+    while (st == KVT_OK && (r = kvt_json_object_next(&j, &key, &klen)) == 1) {
+        bool null = kvt_json_peek(&j) == KVT_JSON_NULL;
+        if (strcmp(key, "pod") == 0 && klen == 3) {
+            st = zs_json_str(&j, "pod", e.pod, sizeof(e.pod), false, err, errlen);
+        } else if (strcmp(key, "model") == 0 && klen == 5) {
+            st = zs_json_str(&j, "model", e.model, sizeof(e.model), false, err, errlen);
+        } else if (strcmp(key, "endpoint") == 0 && klen == 8) {
+            st = zs_json_str(&j, "endpoint", e.endpoint, sizeof(e.endpoint), false, err, errlen);
+        } else if (strcmp(key, "replay_endpoint") == 0 && klen == 15) {
+            st = null ? kvt_json_null(&j)
+                      : zs_json_str(&j, "replay_endpoint", e.replay_endpoint,
+                                    sizeof(e.replay_endpoint), true, err, errlen);
+        } else if (strcmp(key, "topic") == 0 && klen == 5) {
+            st = null ? kvt_json_null(&j)
+                      : zs_json_str(&j, "topic", e.topic, sizeof(e.topic), true, err, errlen);
+        } else if (strcmp(key, "format") == 0 && klen == 6) {
+            char f[16];
+            st = zs_json_str(&j, "format", f, sizeof(f), false, err, errlen);
+            if (st == KVT_OK && strcmp(f, "vllm") == 0)
+                e.format = KVT_EV_FMT_VLLM;
+            else if (st == KVT_OK && strcmp(f, "sglang") == 0)
+                e.format = KVT_EV_FMT_SGLANG;
+            else if (st == KVT_OK)
+                st = zs_fail(err, errlen, "field 'format': want \"vllm\" or \"sglang\"");
+            else if (kvt_json_status(&j) == KVT_OK)
+                st = zs_fail(err, errlen, "field 'format': want \"vllm\" or \"sglang\"");
+        } else if (strcmp(key, "dp_size") == 0 && klen == 7) {
+            if (kvt_json_u32(&j, &e.dp_size) != KVT_OK)
+                st = zs_fail(err, errlen, "field 'dp_size': want an integer (%s)",
+                             kvt_json_error(&j));
+        } else if (strcmp(key, "bind") == 0 && klen == 4) {
+            if (kvt_json_bool(&j, &e.bind) != KVT_OK)
+                st = zs_fail(err, errlen, "field 'bind': want true or false");
+        } else {
+            char shown[48];
+            snprintf(shown, sizeof(shown), "%.40s", key);
+            for (char *p = shown; *p; p++)
+                if ((unsigned char)*p < 0x20 || (unsigned char)*p >= 0x7f || *p == '\'')
+                    *p = '?';
+            st = zs_fail(err, errlen, "unknown field '%s'", shown);
+        }
+    }
+    if (st == KVT_OK && r < 0)
+        st = zs_fail(err, errlen, "%s", kvt_json_error(&j));
+    if (st == KVT_OK && kvt_json_end(&j) != KVT_OK)
+        st = zs_fail(err, errlen, "%s", kvt_json_error(&j));
+    if (st != KVT_OK)
+        return kvt_json_status(&j) == KVT_ERR_PARSE ? KVT_ERR_PARSE : KVT_ERR_INVAL;
+    if ((st = kvt_zsub_engine_check(&e, err, errlen)) != KVT_OK)
+        return st;
+    *out = e;
+    return KVT_OK;
+}
+
+/* Rank @rank's copy of @ep: the port plus the rank for tcp, else @ep itself. */
+static void zs_rank_endpoint(const char *ep, uint32_t rank, char *out, size_t cap)
+{
+    unsigned port;
+    size_t at;
+    if (rank == 0 || !zs_tcp_port(ep, &port, &at)) {
+        snprintf(out, cap, "%s", ep);
+        return;
+    }
+    snprintf(out, cap, "%.*s%u", (int)at, ep, port + rank);
+}
+
+/* ---- life cycle ------------------------------------------------------------------------------ */
+
+kvt_status_t kvt_zsub_create(kvt_idx_t *idx, const kvt_zsub_config_t *cfg, kvt_zsub_t **z_p)
+{
+    kvt_zsub_t *z = calloc(1, sizeof(*z));
+    if (z == NULL)
+        return KVT_ERR_NO_MEM;
+    z->idx = idx;
+    z->cfg = *cfg;
+    z->ctx = zmq_ctx_new();
+    if (z->ctx == NULL) {
+        kvt_log_error("zmq_ctx_new: %s", zmq_strerror(errno));
+        free(z);
+        return KVT_ERR_IO;
+    }
+    *z_p = z;
+    return KVT_OK;
+}
+
+static void zs_close(void **sock)
+{
+    if (*sock != NULL) {
+        zmq_close(*sock);
+        *sock = NULL;
+    }
+}
+
+static void zs_held_clear(zs_stream_t *s)
+{
+    for (size_t i = 0; i < s->held_n; i++)
+        free(s->held[(s->held_head + i) % s->held_cap].data);
+    s->held_head = s->held_n = 0;
+}
+
+static void zs_engine_free(zs_engine_t *e)
+{
+    if (e == NULL)
+        return;
+    for (uint32_t r = 0; e->streams != NULL && r < e->spec.dp_size; r++) {
+        zs_stream_t *s = &e->streams[r];
+        zs_close(&s->sub);
+        zs_close(&s->dealer);
+        zs_held_clear(s);
+        free(s->held);
+    }
+    free(e->streams);
+    free(e);
+}
+
+void kvt_zsub_destroy(kvt_zsub_t *z)
+{
+    if (z == NULL)
+        return;
+    for (size_t i = 0; i < z->neng; i++)
+        zs_engine_free(z->eng[i]);
+    free(z->eng);
+    free(z->items);
+    free(z->item_stream);
+    zmq_ctx_term(z->ctx);
+    free(z);
+}
+
+/* Opens @s's SUB: options, the topic, then bind or connect. */
+static kvt_status_t zs_open_sub(kvt_zsub_t *z, zs_stream_t *s, bool bind, char *err,
+                                size_t errlen)
+{
+    const kvt_zsub_engine_t *e = &s->eng->spec;
+    s->sub = zmq_socket(z->ctx, ZMQ_SUB);
+    if (s->sub == NULL) {
+        snprintf(err, errlen, "zmq_socket: %s", zmq_strerror(errno));
+        return KVT_ERR_IO;
+    }
+    int zero = 0, hwm = 100000;
+    int64_t maxmsg = z->cfg.max_msg_bytes > INT64_MAX ? -1 : (int64_t)z->cfg.max_msg_bytes;
+    zmq_setsockopt(s->sub, ZMQ_LINGER, &zero, sizeof(zero));
+    zmq_setsockopt(s->sub, ZMQ_RCVHWM, &hwm, sizeof(hwm));
+    zmq_setsockopt(s->sub, ZMQ_MAXMSGSIZE, &maxmsg, sizeof(maxmsg));
+    zmq_setsockopt(s->sub, ZMQ_SUBSCRIBE, e->topic, strlen(e->topic));
+    int rc = bind ? zmq_bind(s->sub, s->endpoint) : zmq_connect(s->sub, s->endpoint);
+    if (rc != 0) {
+        snprintf(err, errlen, "%s %s: %s", bind ? "bind" : "connect", s->endpoint,
+                 zmq_strerror(errno));
+        return errno == EINVAL || errno == EPROTONOSUPPORT ? KVT_ERR_INVAL : KVT_ERR_IO;
+    }
+    if (bind) {
+        /* "tcp://127.0.0.1:*" picks a port: report the one bound */
+        size_t n = sizeof(s->endpoint);
+        zmq_getsockopt(s->sub, ZMQ_LAST_ENDPOINT, s->endpoint, &n);
+        s->endpoint[sizeof(s->endpoint) - 1] = '\0';
+    }
+    return KVT_OK;
+}
+
+kvt_status_t kvt_zsub_add(kvt_zsub_t *z, const kvt_zsub_engine_t *spec, char *err, size_t errlen)
+{
+    char scratch[8];
+    if (err == NULL || errlen == 0) {
+        err = scratch;
+        errlen = sizeof(scratch);
+    }
+    err[0] = '\0';
+    kvt_status_t st = kvt_zsub_engine_check(spec, err, errlen);
+    if (st != KVT_OK)
+        return st;
+    size_t streams = 0;
+    for (size_t i = 0; i < z->neng; i++) {
+        if (strcmp(z->eng[i]->spec.pod, spec->pod) == 0) {
+            snprintf(err, errlen, "pod '%s' is already subscribed", spec->pod);
+            return KVT_ERR_EXISTS;
+        }
+        streams += z->eng[i]->spec.dp_size;
+    }
+    if (streams + spec->dp_size > 65536) {
+        snprintf(err, errlen, "too many streams (%zu open)", streams);
+        return KVT_ERR_LIMIT;
+    }
+    if (z->neng == z->eng_cap) {
+        size_t ncap = z->eng_cap ? 2 * z->eng_cap : 8;
+        zs_engine_t **n = realloc(z->eng, ncap * sizeof(*n));
+        if (n == NULL)
+            return KVT_ERR_NO_MEM;
+        z->eng = n;
+        z->eng_cap = ncap;
+    }
+    zs_engine_t *e = calloc(1, sizeof(*e));
+    if (e == NULL)
+        return KVT_ERR_NO_MEM;
+    e->spec = *spec;
+    e->streams = calloc(spec->dp_size, sizeof(*e->streams));
+    if (e->streams == NULL) {
+        free(e);
+        return KVT_ERR_NO_MEM;
+    }
+    bool bind = spec->bind || strncmp(spec->endpoint, "tcp://*:", 8) == 0;
+    for (uint32_t r = 0; r < spec->dp_size && st == KVT_OK; r++) {
+        zs_stream_t *s = &e->streams[r];
+        s->eng = e;
+        s->rank = r;
+        zs_rank_endpoint(spec->endpoint, r, s->endpoint, sizeof(s->endpoint));
+        if (spec->replay_endpoint[0] != '\0')
+            zs_rank_endpoint(spec->replay_endpoint, r, s->replay_endpoint,
+                             sizeof(s->replay_endpoint));
+        st = zs_open_sub(z, s, bind, err, errlen);
+    }
+    if (st != KVT_OK) {
+        zs_engine_free(e);
+        return st;
+    }
+    z->eng[z->neng++] = e;
+    kvt_log_info("engine %s: subscribed to %s (%u rank%s, %s, replay %s)", spec->pod,
+                 e->streams[0].endpoint, spec->dp_size, spec->dp_size == 1 ? "" : "s",
+                 spec->format == KVT_EV_FMT_SGLANG ? "sglang" : "vllm",
+                 spec->replay_endpoint[0] ? spec->replay_endpoint : "none");
+    return KVT_OK;
+}
+
+bool kvt_zsub_remove(kvt_zsub_t *z, const char *pod)
+{
+    for (size_t i = 0; i < z->neng; i++) {
+        if (strcmp(z->eng[i]->spec.pod, pod) != 0)
+            continue;
+        zs_engine_free(z->eng[i]);
+        z->eng[i] = z->eng[--z->neng];
+        kvt_log_info("engine %s: unsubscribed", pod);
+        return true;
+    }
+    return false;
+}
+
+size_t kvt_zsub_engines(const kvt_zsub_t *z)
+{
+    return z->neng;
+}
+
+size_t kvt_zsub_streams(const kvt_zsub_t *z, kvt_zsub_stream_info_t *out, size_t cap)
+{
+    size_t n = 0;
+    for (size_t i = 0; i < z->neng; i++) {
+        const zs_engine_t *e = z->eng[i];
+        for (uint32_t r = 0; r < e->spec.dp_size; r++, n++) {
+            if (n >= cap)
+                continue;
+            const zs_stream_t *s = &e->streams[r];
+            kvt_zsub_stream_info_t *o = &out[n];
+            memcpy(o->pod, e->spec.pod, sizeof(o->pod));
+            memcpy(o->model, e->spec.model, sizeof(o->model));
+            memcpy(o->endpoint, s->endpoint, sizeof(o->endpoint));
+            o->rank = r;
+            o->state = zs_state_name[s->state];
+            o->have_seq = s->have_seq;
+            o->last_seq = s->last_seq;
+            o->c = s->c;
+        }
+    }
+    return n;
+}
+
+/* ---- stream health --------------------------------------------------------------------------- */
+
+#if defined(__GNUC__)
+__attribute__((format(printf, 3, 4)))
+#endif
+static void
+zs_warn(zs_stream_t *s, uint64_t now, const char *fmt, ...)
+{
+    if (s->log_ns != 0 && now - s->log_ns < ZS_LOG_EVERY_NS) {
+        s->log_quiet++;
+        return;
+    }
+    char msg[320];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof(msg), fmt, ap);
+    va_end(ap);
+    if (s->log_quiet > 0)
+        kvt_log_warn("engine %s rank %u: %s (%llu more warnings in the last minute)",
+                     s->eng->spec.pod, s->rank, msg, (unsigned long long)s->log_quiet);
+    else
+        kvt_log_warn("engine %s rank %u: %s", s->eng->spec.pod, s->rank, msg);
+    s->log_ns = now;
+    s->log_quiet = 0;
+}
+
+/* Decodes and applies one batch of @s. Failures are counted and logged, never fatal. */
+static void zs_apply(kvt_zsub_t *z, zs_stream_t *s, uint64_t seq, const void *data, size_t len,
+                     uint64_t now)
+{
+    const kvt_zsub_engine_t *e = &s->eng->spec;
+    kvt_evbatch_t b;
+    char err[256];
+    kvt_status_t st = kvt_ev_msgpack_decode(data, len, e->format, e->pod, e->model, s->rank,
+                                            z->cfg.max_items, &b, err, sizeof(err));
+    if (st != KVT_OK) {
+        s->c.undecodable++;
+        zs_warn(s, now, "batch seq %llu skipped: %s", (unsigned long long)seq, err);
+        return;
+    }
+    b.dp_rank = s->rank; /* the stream names the rank */
+    st = kvt_ev_apply(z->idx, &b, z->cfg.default_block_size, &s->c.ev, err, sizeof(err));
+    s->c.ignored += b.unknown;
+    kvt_evbatch_cleanup(&b);
+    if (st != KVT_OK) {
+        s->c.undecodable++;
+        zs_warn(s, now, "batch seq %llu not applied: %s", (unsigned long long)seq, err);
+        return;
+    }
+    s->c.batches++;
+}
+
+/* Drops what the engine reported for this rank: its GPU and CPU tiers (both die with it). */
+static void zs_drop_state(kvt_zsub_t *z, zs_stream_t *s)
+{
+    uint32_t pod;
+    s->c.state_drops++;
+    if (kvt_idx_pod_find(z->idx, s->eng->spec.pod, s->rank, &pod) == KVT_OK)
+        kvt_idx_pod_clear(z->idx, pod, KVT_TIER_GPU | KVT_TIER_CPU);
+}
+
+static bool zs_held_push(zs_stream_t *s, bool front, uint64_t seq, const void *data, size_t len)
+{
+    if (s->held_n == s->held_cap) {
+        size_t ncap = s->held_cap ? 2 * s->held_cap : 16;
+        zs_held_t *n = malloc(ncap * sizeof(*n));
+        if (n == NULL)
+            return false;
+        for (size_t i = 0; i < s->held_n; i++)
+            n[i] = s->held[(s->held_head + i) % s->held_cap];
+        free(s->held);
+        s->held = n;
+        s->held_cap = ncap;
+        s->held_head = 0;
+    }
+    void *copy = malloc(len ? len : 1);
+    if (copy == NULL)
+        return false;
+    if (len > 0)
+        memcpy(copy, data, len);
+    size_t at;
+    if (front) {
+        s->held_head = (s->held_head + s->held_cap - 1) % s->held_cap;
+        at = s->held_head;
+    } else {
+        at = (s->held_head + s->held_n) % s->held_cap;
+    }
+    s->held[at] = (zs_held_t){seq, len, copy};
+    s->held_n++;
+    return true;
+}
+
+static void zs_replay_fail(kvt_zsub_t *z, zs_stream_t *s, uint64_t now, const char *why);
+static void zs_drain(kvt_zsub_t *z, zs_stream_t *s, uint64_t now);
+
+/* Asks the replay endpoint for every batch from last_seq + 1; false when it cannot be sent. */
+static bool zs_replay_start(kvt_zsub_t *z, zs_stream_t *s, uint64_t target, uint64_t now)
+{
+    if (s->dealer == NULL) {
+        s->dealer = zmq_socket(z->ctx, ZMQ_DEALER);
+        if (s->dealer == NULL)
+            return false;
+        int zero = 0;
+        int64_t maxmsg = z->cfg.max_msg_bytes > INT64_MAX ? -1 : (int64_t)z->cfg.max_msg_bytes;
+        zmq_setsockopt(s->dealer, ZMQ_LINGER, &zero, sizeof(zero));
+        zmq_setsockopt(s->dealer, ZMQ_MAXMSGSIZE, &maxmsg, sizeof(maxmsg));
+        if (zmq_connect(s->dealer, s->replay_endpoint) != 0) {
+            zs_close(&s->dealer);
+            return false;
+        }
+    }
+    uint8_t start[8];
+    uint64_t from = s->last_seq + 1;
+    for (int i = 0; i < 8; i++)
+        start[i] = (uint8_t)(from >> (56 - 8 * i));
+    if (zmq_send(s->dealer, "", 0, ZMQ_SNDMORE | ZMQ_DONTWAIT) != 0 ||
+        zmq_send(s->dealer, start, 8, ZMQ_DONTWAIT) != 8) {
+        zs_close(&s->dealer);
+        return false;
+    }
+    s->c.replays++;
+    s->replay_from = from;
+    s->dups = false;
+    s->state = ZS_REPLAYING;
+    s->replay_target = target;
+    s->replay_deadline_ns = now + z->cfg.replay_timeout_ms * 1000000ull;
+    return true;
+}
+
+/*
+ * Applies live batch @seq by the stream rules. Returns false when it started
+ * a replay instead: the caller keeps the batch at the front of the held FIFO.
+ */
+static bool zs_live(kvt_zsub_t *z, zs_stream_t *s, uint64_t seq, const void *data, size_t len,
+                    uint64_t now)
+{
+    if (s->dups && seq >= s->replay_from && seq <= s->last_seq)
+        return true; /* held while the replay brought it: already applied */
+    s->dups = false;
+    if (s->have_seq && seq > s->last_seq + 1) {
+        s->c.gaps++;
+        if (s->replay_endpoint[0] != '\0' && now >= s->backoff_until_ns &&
+            zs_replay_start(z, s, seq - 1, now))
+            return false;
+        zs_warn(s, now, "missed batches %llu..%llu and cannot replay them: dropping its state",
+                (unsigned long long)s->last_seq + 1, (unsigned long long)seq - 1);
+        zs_drop_state(z, s);
+    } else if (s->have_seq && seq <= s->last_seq) {
+        s->c.restarts++;
+        zs_warn(s, now, "seq went back from %llu to %llu: the engine restarted, dropping its state",
+                (unsigned long long)s->last_seq, (unsigned long long)seq);
+        zs_drop_state(z, s);
+    }
+    zs_apply(z, s, seq, data, len, now);
+    s->have_seq = true;
+    s->last_seq = seq;
+    s->state = ZS_LIVE;
+    return true;
+}
+
+/* Applies held batches in order until none is left or a replay starts. */
+static void zs_drain(kvt_zsub_t *z, zs_stream_t *s, uint64_t now)
+{
+    while (s->held_n > 0 && s->state != ZS_REPLAYING) {
+        zs_held_t h = s->held[s->held_head];
+        s->held_head = (s->held_head + 1) % s->held_cap;
+        s->held_n--;
+        if (!zs_live(z, s, h.seq, h.data, h.len, now)) {
+            /* a replay started: the batch goes back to the front */
+            s->held_head = (s->held_head + s->held_cap - 1) % s->held_cap;
+            s->held_n++;
+            return;
+        }
+        free(h.data);
+    }
+}
+
+static void zs_replay_fail(kvt_zsub_t *z, zs_stream_t *s, uint64_t now, const char *why)
+{
+    s->c.replay_failures++;
+    zs_close(&s->dealer); /* late replies of this replay go nowhere */
+    s->backoff_ms = s->backoff_ms ? s->backoff_ms * 2 : z->cfg.backoff_min_ms;
+    if (s->backoff_ms > z->cfg.backoff_max_ms)
+        s->backoff_ms = z->cfg.backoff_max_ms;
+    s->backoff_until_ns = now + s->backoff_ms * 1000000ull;
+    zs_warn(s, now, "replay from %llu failed (%s): dropping its state, next replay in %llu ms",
+            (unsigned long long)s->last_seq + 1, why, (unsigned long long)s->backoff_ms);
+    zs_drop_state(z, s);
+    s->have_seq = false; /* the held batches start the stream over */
+    s->state = ZS_WAITING;
+    zs_drain(z, s, now);
+}
+
+/* Reads one whole multipart message into @f (at most @cap frames); returns the count or -1. */
+static int zs_recv(void *sock, zmq_msg_t *f, int cap, bool *more_frames_p)
+{
+    int n = 0;
+    *more_frames_p = false;
+    for (;;) {
+        zmq_msg_t tmp;
+        zmq_msg_t *m = n < cap ? &f[n] : &tmp;
+        zmq_msg_init(m);
+        if (zmq_msg_recv(m, sock, n == 0 ? ZMQ_DONTWAIT : 0) < 0) {
+            zmq_msg_close(m);
+            if (n == 0)
+                return -1;
+            break; /* cannot happen: frames of a message arrive together */
+        }
+        bool more = zmq_msg_more(m);
+        if (n < cap)
+            n++;
+        else {
+            zmq_msg_close(m);
+            *more_frames_p = true;
+        }
+        if (!more)
+            break;
+    }
+    return n;
+}
+
+static bool zs_seq(zmq_msg_t *m, uint64_t *seq_p)
+{
+    if (zmq_msg_size(m) != 8)
+        return false;
+    const uint8_t *p = zmq_msg_data(m);
+    uint64_t v = 0;
+    for (int i = 0; i < 8; i++)
+        v = v << 8 | p[i];
+    *seq_p = v;
+    return true;
+}
+
+/* One live message [topic, seq, payload]. */
+static void zs_on_live(kvt_zsub_t *z, zs_stream_t *s, zmq_msg_t *f, int n, bool extra, uint64_t now)
+{
+    uint64_t seq;
+    if (n != 3 || extra || !zs_seq(&f[1], &seq)) {
+        s->c.bad_frames++;
+        zs_warn(s, now, "message of %d frames skipped (want [topic, seq(8 bytes), payload])",
+                extra ? n + 1 : n);
+        return;
+    }
+    const void *data = zmq_msg_data(&f[2]);
+    size_t len = zmq_msg_size(&f[2]);
+    if (s->state == ZS_REPLAYING) {
+        if (s->held_n >= z->cfg.max_held || !zs_held_push(s, false, seq, data, len)) {
+            zs_replay_fail(z, s, now, "too many live batches held");
+            if (s->state != ZS_REPLAYING)
+                zs_live(z, s, seq, data, len, now); /* no longer held: applied now */
+            else if (!zs_held_push(s, false, seq, data, len))
+                zs_warn(s, now, "out of memory: batch %llu lost", (unsigned long long)seq);
+        }
+        return;
+    }
+    if (!zs_live(z, s, seq, data, len, now) && !zs_held_push(s, true, seq, data, len)) {
+        zs_replay_fail(z, s, now, "out of memory");
+        zs_live(z, s, seq, data, len, now);
+    }
+}
+
+/* One replay reply: ["", seq, payload] (<= v0.25, SGLang) or ["", topic, seq, payload] (v0.26+). */
+static void zs_on_replay(kvt_zsub_t *z, zs_stream_t *s, zmq_msg_t *f, int n, bool extra,
+                         uint64_t now)
+{
+    uint64_t seq;
+    if (s->state != ZS_REPLAYING)
+        return; /* nothing asked: a leftover */
+    if (extra || (n != 3 && n != 4) || zmq_msg_size(&f[0]) != 0 || !zs_seq(&f[n - 2], &seq)) {
+        zs_replay_fail(z, s, now, "malformed reply");
+        return;
+    }
+    if (seq == ZS_END_SEQ) {
+        if (s->last_seq >= s->replay_target) {
+            s->state = ZS_LIVE;
+            s->backoff_ms = 0;
+            s->dups = true;
+            zs_drain(z, s, now);
+        } else {
+            char why[80];
+            snprintf(why, sizeof(why), "it ended before seq %llu",
+                     (unsigned long long)s->last_seq + 1);
+            zs_replay_fail(z, s, now, why);
+        }
+        return;
+    }
+    if (seq <= s->last_seq)
+        return; /* already applied */
+    if (seq > s->last_seq + 1) {
+        char why[80];
+        snprintf(why, sizeof(why), "its buffer starts after seq %llu",
+                 (unsigned long long)s->last_seq + 1);
+        zs_replay_fail(z, s, now, why);
+        return;
+    }
+    zs_apply(z, s, seq, zmq_msg_data(&f[n - 1]), zmq_msg_size(&f[n - 1]), now);
+    s->c.replayed++;
+    s->last_seq = seq;
+}
+
+/* Reads up to ZS_BUDGET messages from @sock of @s (the SUB, or the DEALER when @replay). */
+static void zs_read(kvt_zsub_t *z, zs_stream_t *s, bool replay)
+{
+    zmq_msg_t f[4];
+    for (int k = 0; k < ZS_BUDGET; k++) {
+        void *sock = replay ? s->dealer : s->sub;
+        if (sock == NULL)
+            return; /* the dealer was closed by a failed replay */
+        bool extra;
+        int n = zs_recv(sock, f, 4, &extra);
+        if (n < 0)
+            return;
+        uint64_t now = zs_now_ns();
+        if (replay)
+            zs_on_replay(z, s, f, n, extra, now);
+        else
+            zs_on_live(z, s, f, n, extra, now);
+        for (int i = 0; i < n; i++)
+            zmq_msg_close(&f[i]);
+    }
+}
+
+int kvt_zsub_poll(kvt_zsub_t *z, int fd, long timeout_ms)
+{
+    size_t need = 1;
+    for (size_t i = 0; i < z->neng; i++)
+        need += 2u * z->eng[i]->spec.dp_size;
+    if (need > z->items_cap) {
+        zmq_pollitem_t *it = realloc(z->items, need * sizeof(*it));
+        if (it != NULL)
+            z->items = it;
+        zs_stream_t **is = realloc(z->item_stream, need * sizeof(*is));
+        if (is != NULL)
+            z->item_stream = is;
+        if (it == NULL || is == NULL)
+            return KVT_ERR_NO_MEM;
+        z->items_cap = need;
+    }
+    uint64_t now = zs_now_ns();
+    size_t n = 0;
+    if (fd >= 0) {
+        z->items[n] = (zmq_pollitem_t){NULL, fd, ZMQ_POLLIN, 0};
+        z->item_stream[n++] = NULL;
+    }
+    for (size_t i = 0; i < z->neng; i++) {
+        for (uint32_t r = 0; r < z->eng[i]->spec.dp_size; r++) {
+            zs_stream_t *s = &z->eng[i]->streams[r];
+            z->items[n] = (zmq_pollitem_t){s->sub, 0, ZMQ_POLLIN, 0};
+            z->item_stream[n++] = s;
+            if (s->state == ZS_REPLAYING && s->dealer != NULL) {
+                z->items[n] = (zmq_pollitem_t){s->dealer, 0, ZMQ_POLLIN, 0};
+                z->item_stream[n++] = s;
+                long left = (long)((s->replay_deadline_ns > now ? s->replay_deadline_ns - now : 0) /
+                                   1000000u) +
+                            1;
+                if (timeout_ms < 0 || left < timeout_ms)
+                    timeout_ms = left;
+            }
+        }
+    }
+    int rc = zmq_poll(z->items, (int)n, timeout_ms);
+    if (rc < 0)
+        return errno == EINTR ? 0 : KVT_ERR_IO;
+    int fd_ready = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (!(z->items[i].revents & ZMQ_POLLIN))
+            continue;
+        zs_stream_t *s = z->item_stream[i];
+        if (s == NULL)
+            fd_ready = 1;
+        else
+            zs_read(z, s, z->items[i].socket != s->sub);
+    }
+    now = zs_now_ns();
+    for (size_t i = 0; i < z->neng; i++)
+        for (uint32_t r = 0; r < z->eng[i]->spec.dp_size; r++) {
+            zs_stream_t *s = &z->eng[i]->streams[r];
+            if (s->state == ZS_REPLAYING && now >= s->replay_deadline_ns)
+                zs_replay_fail(z, s, now, "timed out");
+        }
+    return fd_ready;
+}

@@ -1,0 +1,138 @@
+/*
+ * kvindex/zsub: engines' ZMQ KV-event streams (vLLM, SGLang) applied to the
+ * index, with stream health. Formats: ../shared/WIRE-FORMATS.md.
+ *
+ * One stream per (engine, DP rank): a SUB socket on the engine's endpoint
+ * (rank r on port + r) and, when the engine has a replay endpoint, a DEALER
+ * for replays. Per stream the last seq is kept:
+ *  - seq = last + 1: applied;
+ *  - a gap: the missing batches are asked from the replay endpoint; live
+ *    batches that arrive meanwhile are held, then applied in order;
+ *  - seq <= last: the engine restarted: the pod's engine-reported state
+ *    (GPU and CPU tiers of that rank) is dropped, and the stream starts over;
+ *  - a gap that replay cannot fill (no replay endpoint, the buffer no longer
+ *    holds it, a timeout, too many held batches) drops that state too, rather
+ *    than serve hits that may be stale; failed replays back off (doubling).
+ * A message that is not [topic, seq, payload] or a payload that does not
+ * decode is counted, logged once per stream per minute, and skipped.
+ *
+ * Single-threaded: every call runs on the index writer's thread.
+ */
+#ifndef KVT_KVINDEX_ZSUB_H
+#define KVT_KVINDEX_ZSUB_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "common/status.h"
+#include "kvindex/event.h"
+#include "kvindex/index.h"
+
+#define KVT_ZSUB_MAX_ENDPOINT 255 /* bytes of an endpoint or topic */
+#define KVT_ZSUB_MAX_RANKS 256
+
+/* An engine to subscribe to (POST /v1/engines, --engine). */
+typedef struct kvt_zsub_engine {
+    char pod[KVT_IDX_MAX_NAME + 1];
+    char model[KVT_IDX_MAX_NAME + 1];
+    char endpoint[KVT_ZSUB_MAX_ENDPOINT + 1];        /* tcp://host:port, ipc://path, inproc:// */
+    char replay_endpoint[KVT_ZSUB_MAX_ENDPOINT + 1]; /* "": none */
+    char topic[KVT_ZSUB_MAX_ENDPOINT + 1];           /* subscription prefix; "": all */
+    kvt_ev_format_t format;
+    uint32_t dp_size; /* ranks 0..dp_size-1, 1..KVT_ZSUB_MAX_RANKS */
+    bool bind;        /* bind the SUB and let engines dial in (also when the host is "*") */
+} kvt_zsub_engine_t;
+
+typedef struct kvt_zsub_config {
+    uint32_t default_block_size; /* for events with tokens but no block_size */
+    size_t max_items;            /* hashes plus tokens in one batch */
+    uint64_t max_msg_bytes;      /* larger messages are dropped by ZMQ (a gap) */
+    uint64_t replay_timeout_ms;  /* a replay not ended by then has failed */
+    uint64_t backoff_min_ms;     /* after a failed replay, gaps drop state this long */
+    uint64_t backoff_max_ms;     /* doubling up to this */
+    uint32_t max_held;           /* live batches held during a replay */
+} kvt_zsub_config_t;
+
+/* Sets @cfg to the defaults (block size 16, 4 Mi items, 64 MiB, 2 s, 1 s..60 s, 10000). */
+void kvt_zsub_config_default(kvt_zsub_config_t *cfg);
+
+/* What a stream did; counters only grow. */
+typedef struct kvt_zsub_counters {
+    kvt_ev_counters_t ev; /* events and blocks applied, unresolved hashes, orphans */
+    uint64_t batches;     /* applied (live and replayed) */
+    uint64_t ignored;     /* unknown events and fields skipped */
+    uint64_t undecodable; /* payloads that failed to decode or apply: skipped */
+    uint64_t bad_frames;  /* messages not shaped [topic, seq(8), payload] */
+    uint64_t gaps;        /* times a seq was missed */
+    uint64_t replays;     /* replay requests sent */
+    uint64_t replayed;    /* batches applied from replays */
+    uint64_t replay_failures;
+    uint64_t restarts;    /* seq went backwards */
+    uint64_t state_drops; /* engine state dropped (restart or unfilled gap) */
+} kvt_zsub_counters_t;
+
+/* One stream as kvt_zsub_streams() reports it. */
+typedef struct kvt_zsub_stream_info {
+    char pod[KVT_IDX_MAX_NAME + 1];
+    char model[KVT_IDX_MAX_NAME + 1];
+    char endpoint[KVT_ZSUB_MAX_ENDPOINT + 1]; /* this rank's; the bound address when bound */
+    uint32_t rank;
+    const char *state; /* "waiting" (no batch yet), "live", "replaying"; static */
+    bool have_seq;
+    uint64_t last_seq;
+    kvt_zsub_counters_t c;
+} kvt_zsub_stream_info_t;
+
+typedef struct kvt_zsub kvt_zsub_t;
+
+/* Creates the subscriber set for @idx (borrowed; must outlive it). KVT_ERR_NO_MEM, KVT_ERR_IO. */
+kvt_status_t kvt_zsub_create(kvt_idx_t *idx, const kvt_zsub_config_t *cfg, kvt_zsub_t **z_p);
+
+/* Closes every socket and frees @z (NULL is fine). Index entries stay. */
+void kvt_zsub_destroy(kvt_zsub_t *z);
+
+/*
+ * Subscribes to engine @e: opens and connects (or binds) its streams.
+ * Returns KVT_OK, KVT_ERR_INVAL (a bad field: @err says which),
+ * KVT_ERR_EXISTS (the pod is already subscribed), KVT_ERR_LIMIT (too many
+ * streams), KVT_ERR_IO (ZMQ refused the endpoint, e.g. an address in use)
+ * or KVT_ERR_NO_MEM. On error nothing is left open.
+ */
+kvt_status_t kvt_zsub_add(kvt_zsub_t *z, const kvt_zsub_engine_t *e, char *err, size_t errlen);
+
+/* Unsubscribes from @pod's streams; true when it was subscribed. Index entries stay. */
+bool kvt_zsub_remove(kvt_zsub_t *z, const char *pod);
+
+/*
+ * Waits up to @timeout_ms (-1: no limit; shortened to the next replay
+ * deadline) for messages on every stream or for @fd (-1: none) to become
+ * readable, then applies what arrived (a bounded number of messages per
+ * stream, so @fd is not starved). Returns 1 when @fd is readable, 0 when not,
+ * KVT_ERR_IO when polling failed (EINTR returns 0).
+ */
+int kvt_zsub_poll(kvt_zsub_t *z, int fd, long timeout_ms);
+
+/* Streams (all engines, rank order) into @out[0..cap); returns how many exist. */
+size_t kvt_zsub_streams(const kvt_zsub_t *z, kvt_zsub_stream_info_t *out, size_t cap);
+
+/* Number of engines subscribed. */
+size_t kvt_zsub_engines(const kvt_zsub_t *z);
+
+/*
+ * Decodes a POST /v1/engines body into *@e:
+ *   {"pod": str, "model": str, "endpoint": str, "replay_endpoint"?: str|null,
+ *    "topic"?: str|null, "format"?: "vllm"|"sglang" (default vllm),
+ *    "dp_size"?: uint, "bind"?: bool}
+ * Checks what can be checked without ZMQ (names, lengths, transports, the
+ * port for dp_size > 1). Returns KVT_OK, KVT_ERR_PARSE (not JSON) or
+ * KVT_ERR_INVAL (a wrong or missing field, unknown fields included), with a
+ * one-line reason in @err; *@e is untouched on error.
+ */
+kvt_status_t kvt_zsub_engine_json_decode(const char *body, size_t len, kvt_zsub_engine_t *e,
+                                         char *err, size_t errlen);
+
+/* Checks @e as kvt_zsub_engine_json_decode() does; KVT_ERR_INVAL with a reason. */
+kvt_status_t kvt_zsub_engine_check(const kvt_zsub_engine_t *e, char *err, size_t errlen);
+
+#endif
