@@ -23,8 +23,8 @@
 enum { ZS_WAITING, ZS_LIVE, ZS_REPLAYING };
 static const char *const zs_state_name[] = {"waiting", "live", "replaying"};
 
-#define ZS_END_SEQ UINT64_MAX  /* seq of the replay's end marker: 8 bytes of 0xff */
-#define ZS_BUDGET 256          /* messages per socket per poll round */
+#define ZS_END_SEQ UINT64_MAX /* seq of the replay's end marker: 8 bytes of 0xff */
+#define ZS_BUDGET 256         /* messages per socket per poll round */
 #define ZS_LOG_EVERY_NS 60000000000ull
 
 typedef struct zs_held {
@@ -129,8 +129,8 @@ static bool zs_tcp_port(const char *ep, unsigned *port_p, size_t *at_p)
 }
 
 /* Checks one endpoint field: a transport kvtier speaks, and a port when ranks need one. */
-static kvt_status_t zs_check_endpoint(const char *what, const char *ep, uint32_t dp_size,
-                                      char *err, size_t errlen)
+static kvt_status_t zs_check_endpoint(const char *what, const char *ep, uint32_t dp_size, char *err,
+                                      size_t errlen)
 {
     if (strncmp(ep, "tcp://", 6) != 0 && strncmp(ep, "ipc://", 6) != 0 &&
         strncmp(ep, "inproc://", 9) != 0)
@@ -340,8 +340,7 @@ void kvt_zsub_destroy(kvt_zsub_t *z)
 }
 
 /* Opens @s's SUB: options, the topic, then bind or connect. */
-static kvt_status_t zs_open_sub(kvt_zsub_t *z, zs_stream_t *s, bool bind, char *err,
-                                size_t errlen)
+static kvt_status_t zs_open_sub(kvt_zsub_t *z, zs_stream_t *s, bool bind, char *err, size_t errlen)
 {
     const kvt_zsub_engine_t *e = &s->eng->spec;
     s->sub = zmq_socket(z->ctx, ZMQ_SUB);

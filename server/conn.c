@@ -459,8 +459,8 @@ static enum srv_call http_dispatch(kvt_srv_conn_t *c, const kvt_http_req_t *r, c
         c->keep_alive = ka;
         c->call = call;
         status = -1;
-    } else if (path_under(r, "/v1/blocks/") ||
-               path_is(r, "/v1/prefetch") || path_is(r, "/v1/transfer")) {
+    } else if (path_under(r, "/v1/blocks/") || path_is(r, "/v1/prefetch") ||
+               path_is(r, "/v1/transfer")) {
         status = 501;
         http_error(c, status, "not implemented yet in this kvtierd", ka);
     } else {
@@ -626,8 +626,7 @@ static int rpc_dispatch(kvt_srv_conn_t *c, const kvt_proto_hdr_t *h, const uint8
         if (h->op == KVT_PROTO_OP_EVENTS) {
             st = srv_api_events_job(w, (const char *)body, h->body_len, &job, msg, sizeof(msg));
         } else if (h->op == KVT_PROTO_OP_ENGINE_ADD) {
-            st = srv_api_engine_add_job(w, (const char *)body, h->body_len, &job, msg,
-                                        sizeof(msg));
+            st = srv_api_engine_add_job(w, (const char *)body, h->body_len, &job, msg, sizeof(msg));
         } else {
             kvt_proto_str_t pod;
             char name[KVT_IDX_MAX_NAME + 1];

@@ -408,7 +408,8 @@ static int status_http(kvt_status_t st)
     }
 }
 
-/* Ids are handed out, reused and namespaces created only by applying events: republish on change. */
+/* Ids are handed out, reused and namespaces created only by applying events: republish on change.
+ */
 static void reg_maybe_publish(kvt_srv_t *srv)
 {
     kvt_idx_stats_t st;
@@ -476,7 +477,8 @@ static void job_drop(kvt_srv_t *srv, srv_job_t *job)
     kvt_jbuf_u64(&job->answer, ranks);
     kvt_jbuf_cstr(&job->answer, ",\"entries\":");
     kvt_jbuf_u64(&job->answer, entries);
-    kvt_jbuf_cstr(&job->answer, unsubscribed ? ",\"unsubscribed\":true}" : ",\"unsubscribed\":false}");
+    kvt_jbuf_cstr(&job->answer,
+                  unsubscribed ? ",\"unsubscribed\":true}" : ",\"unsubscribed\":false}");
 }
 
 /* Subscribes to an engine's event streams; answers with the endpoints in use. */
@@ -615,6 +617,10 @@ static void *writer_main(void *arg)
                 job_engine_add(srv, j);
             else
                 job_drop(srv, j);
+            if (j->kind != JOB_EVENTS) { /* published at once: a caller reads its own change */
+                stats_publish(srv);
+                last_stats = now;
+            }
             deliver(j);
         }
         kvt_ebr_reclaim(&srv->ebr);

@@ -202,8 +202,7 @@ class TestApi(Base):
         s.close()
 
     def test_not_implemented_yet(self):
-        for m, p in [("POST", "/v1/engines"), ("GET", "/v1/blocks/1"), ("POST", "/v1/prefetch"),
-                     ("POST", "/v1/transfer")]:
+        for m, p in [("GET", "/v1/blocks/1"), ("POST", "/v1/prefetch"), ("POST", "/v1/transfer")]:
             s, a = self.d.http(m, p, {})
             self.assertEqual(s, 501, (m, p, a))
 

@@ -1,0 +1,486 @@
+#!/usr/bin/python3
+"""Integration tests of kvtierd's engine event streams: the real daemon, real ZMQ.
+
+Usage: test_engines.py path/to/kvtierd      (exit 77 = skipped)
+A Python publisher (tests/fixtures/kv_events.py) encodes batches exactly as
+each engine version does: positional and map events, uint64/int64/bytes
+hashes, DP ranks, both replay layouts. Checks: blocks become queryable;
+removal and clear work; a dropped batch comes back through replay; an engine
+restart clears stale entries; a gap beyond the replay buffer (or without a
+replay endpoint, or a replay that times out) drops the pod's state; garbage
+frames and truncated msgpack are counted and skipped; the API refuses bad
+engines; /metrics carries the stream counters.
+"""
+
+import json
+import os
+import socket
+import struct
+import sys
+import time
+import unittest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+sys.path.insert(0, os.path.join(HERE, "..", "fixtures"))
+import kvtierd_fixture as fx  # noqa: E402
+
+try:
+    import zmq
+    import msgpack  # noqa: F401
+    import kv_events as kv
+except ImportError as e:  # Debian's python3-zmq / python3-msgpack missing
+    print("skipped: %s" % e)
+    sys.exit(77)
+
+BIN = None
+OP_ENGINE_ADD = 0x22
+BS = 16
+
+
+def tokens(seed, nblocks):
+    return [(seed * 7919 + i * 31) % 128000 for i in range(nblocks * BS)]
+
+
+def wait_for(pred, timeout=10.0, what="condition"):
+    end = time.time() + timeout
+    while True:
+        v = pred()
+        if v:
+            return v
+        if time.time() > end:
+            raise AssertionError("timed out waiting for " + what)
+        time.sleep(0.02)
+
+
+def free_port_pair():
+    """A port p with p and p + 1 both free on 127.0.0.1 (DP ranks use port + rank)."""
+    for _ in range(100):
+        s = socket.socket()
+        s.bind(("127.0.0.1", 0))
+        p = s.getsockname()[1]
+        s.close()
+        if p >= 65535:
+            continue
+        try:
+            t = socket.socket()
+            t.bind(("127.0.0.1", p + 1))
+            t.close()
+            return p
+        except OSError:
+            continue
+    raise RuntimeError("no free port pair")
+
+
+class Base(unittest.TestCase):
+    flags = ("--stats-period", "20ms")
+
+    def setUp(self):
+        self.ctx = zmq.Context()
+        self.pubs = []
+        self.d = fx.Daemon(BIN, *self.flags)
+
+    def tearDown(self):
+        rc = self.d.stop()
+        for p in self.pubs:
+            p.close()
+        self.ctx.term()
+        result = self._outcome.result
+        if any(t is self for t, _ in result.failures + result.errors) or rc != 0:
+            sys.stderr.write("---- kvtierd log ----\n" + self.d.read_log() + "\n")
+        self.d.cleanup()
+        self.assertEqual(rc, 0, "kvtierd did not exit 0 on SIGTERM")
+
+    def publisher(self, layout=5, replay=True, buffer_steps=10000, topic=b"", endpoint=None,
+                  replay_endpoint=None, bind=True):
+        p = kv.Publisher(self.ctx, endpoint or "tcp://127.0.0.1:*",
+                         (replay_endpoint or "tcp://127.0.0.1:*") if replay else None,
+                         topic=topic, layout=layout, buffer_steps=buffer_steps, bind=bind)
+        self.pubs.append(p)
+        return p
+
+    def add_engine(self, pod, pub, expect=200, **extra):
+        body = {"pod": pod, "model": "m", "endpoint": pub.endpoint}
+        if pub.replay_endpoint:
+            body["replay_endpoint"] = pub.replay_endpoint
+        body.update(extra)
+        s, a = self.d.http("POST", "/v1/engines", body)
+        self.assertEqual(s, expect, a)
+        return a
+
+    def stream(self, pod, rank=0):
+        for s in self.d.stats()["streams"]:
+            if s["pod"] == pod and s["dp_rank"] == rank:
+                return s
+        return None
+
+    def sync(self, pod, pub, rank=0, **encode):
+        """Publishes empty batches until the stream has one: the SUB has joined."""
+        def joined():
+            pub.publish(kv.encode_batch([], **encode))
+            s = self.stream(pod, rank)
+            return s is not None and s["last_seq"] is not None and s
+        return wait_for(joined, what="%s rank %d to join" % (pod, rank))
+
+    def settle(self, pod, pub, rank=0):
+        """Waits until the stream applied everything published (last_seq caught up, live)."""
+        want = pub.seq - 1
+        return wait_for(lambda: (lambda s: s if s and s["last_seq"] == want and
+                                 s["state"] == "live" else None)(self.stream(pod, rank)),
+                        what="%s rank %d to reach seq %d" % (pod, rank, want))
+
+    def matched(self, toks, model="m"):
+        s, ans = self.d.http("POST", "/v1/query", {"model": model, "token_ids": toks})
+        self.assertEqual(s, 200, ans)
+        return {(p["pod"], p["dp_rank"]): (p["matched_blocks"], p["gpu"], p["cpu"])
+                for p in ans["pods"]}
+
+
+class TestIngest(Base):
+    def check_forms(self, pod, layout, form, hash_form, engine="vllm", fmt=None):
+        pub = self.publisher(layout=layout)
+        extra = {"format": fmt} if fmt else {}
+        self.add_engine(pod, pub, **extra)
+        enc = dict(form=form, hash_form=hash_form, engine=engine)
+        self.sync(pod, pub, **enc)
+        t = tokens(len(pod), 6)
+        h = [1000 + i for i in range(6)]
+        pub.publish(kv.encode_batch([kv.stored(h[:4], t[:64], BS)], **enc))
+        pub.publish(kv.encode_batch([kv.stored(h[4:], t[64:], BS, parent=h[3])], dp_rank=0,
+                                    **enc))
+        self.settle(pod, pub)
+        self.assertEqual(self.matched(t)[(pod, 0)], (6, 6, 0))
+        # removal by engine hash, in the same wire form
+        pub.publish(kv.encode_batch([kv.removed(h[2:3])], **enc))
+        self.settle(pod, pub)
+        self.assertEqual(self.matched(t)[(pod, 0)], (2, 2, 0))
+        pub.publish(kv.encode_batch([kv.cleared()], **enc))
+        self.settle(pod, pub)
+        self.assertNotIn((pod, 0), self.matched(t))
+        s = self.stream(pod)
+        self.assertEqual((s["undecodable"], s["gaps"], s["restarts"]), (0, 0, 0), s)
+        self.assertEqual(s["events"], 4)
+        self.assertEqual(s["blocks"], 7)
+
+    def test_vllm_v025_positional_uint(self):
+        self.check_forms("v025", 4, "array", "uint")
+
+    def test_vllm_v026_map_uint(self):
+        self.check_forms("v026", 5, "map", "uint")
+
+    def test_vllm_bytes_hashes(self):
+        self.check_forms("b32", 5, "map", "bytes32")
+        self.check_forms("b16", 4, "array", "bytes16")
+
+    def test_sglang_int64_and_bytes(self):
+        self.check_forms("sgl", 4, "array", "int", engine="sglang", fmt="sglang")
+        self.check_forms("sglb", 4, "array", "bytes32", engine="sglang", fmt="sglang")
+
+    def test_cpu_placeholders_and_unknowns(self):
+        pub = self.publisher()
+        self.add_engine("cpu", pub)
+        self.sync("cpu", pub)
+        t = tokens(3, 4)
+        h = [77, 78, 79, 80]
+        pub.publish(kv.encode_batch([kv.stored(h, t, BS)], hash_form="uint"))
+        # vLLM's CPU offload: token_ids [], block_size 0, raw bytes hashes, medium CPU
+        pub.publish(kv.encode_batch([kv.stored(h[:3], [], 0, medium="CPU"),
+                                     kv.stored([999], [], 0, medium="CPU"),
+                                     {"type": "BlockMoved", "x": 1}], form="map",
+                                    hash_form="bytes32"))
+        pub.publish(kv.encode_batch([kv.removed(h, medium="GPU")], form="map"))
+        self.settle("cpu", pub)
+        self.assertEqual(self.matched(t)[("cpu", 0)], (3, 0, 3))
+        s = self.stream("cpu")
+        self.assertEqual(s["unresolved"], 1, s)  # hash 999 was never stored with tokens
+        self.assertEqual(s["ignored"], 1, s)     # the unknown event type
+
+    def test_dp_ranks_on_port_plus_rank(self):
+        port = free_port_pair()
+        rport = free_port_pair()
+        pubs = [self.publisher(endpoint="tcp://127.0.0.1:%d" % (port + r),
+                               replay_endpoint="tcp://127.0.0.1:%d" % (rport + r))
+                for r in range(2)]
+        a = self.add_engine("dp", pubs[0], dp_size=2)
+        self.assertEqual(a["endpoints"], ["tcp://127.0.0.1:%d" % port,
+                                          "tcp://127.0.0.1:%d" % (port + 1)])
+        for r in range(2):
+            self.sync("dp", pubs[r], rank=r, dp_rank=r)
+        t = tokens(5, 4)
+        pubs[0].publish(kv.encode_batch([kv.stored([1, 2, 3, 4], t, BS)], dp_rank=0))
+        # the stream names the rank: a payload that says otherwise does not move the blocks
+        pubs[1].publish(kv.encode_batch([kv.stored([1, 2], t[:32], BS)], dp_rank=5))
+        for r in range(2):
+            self.settle("dp", pubs[r], rank=r)
+        m = self.matched(t)
+        self.assertEqual(m[("dp", 0)][0], 4)
+        self.assertEqual(m[("dp", 1)][0], 2)
+
+    def test_kvtierd_binds_and_engines_dial_in(self):
+        s, a = self.d.http("POST", "/v1/engines", {"pod": "dial", "model": "m", "bind": True,
+                                                   "endpoint": "tcp://127.0.0.1:*"})
+        self.assertEqual(s, 200, a)
+        ep = a["endpoints"][0]
+        self.assertRegex(ep, r"^tcp://127\.0\.0\.1:\d+$")
+        pub = self.publisher(endpoint=ep, replay=False, bind=False)
+        self.sync("dial", pub)
+        t = tokens(9, 2)
+        pub.publish(kv.encode_batch([kv.stored([5, 6], t, BS)]))
+        self.settle("dial", pub)
+        self.assertEqual(self.matched(t)[("dial", 0)][0], 2)
+
+    def test_engine_flag_and_topic(self):
+        pub = self.publisher(topic=b"kv@flag@m")
+        other = fx.Daemon(BIN, "--engine", json.dumps(
+            {"pod": "flag", "model": "m", "endpoint": pub.endpoint, "topic": "kv@flag@m",
+             "replay_endpoint": pub.replay_endpoint}))
+        try:
+            def joined():
+                pub.publish(kv.encode_batch([]))
+                st = [s for s in other.stats()["streams"] if s["pod"] == "flag"]
+                return st and st[0]["last_seq"] is not None
+            wait_for(joined, what="the --engine stream to join")
+            t = tokens(11, 2)
+            pub.publish(kv.encode_batch([kv.stored([8, 9], t, BS)]))
+            wait_for(lambda: [p for p in other.http("POST", "/v1/query",
+                                                    {"model": "m", "token_ids": t})[1]["pods"]
+                              if p["pod"] == "flag" and p["matched_blocks"] == 2],
+                     what="blocks from the --engine stream")
+        finally:
+            self.assertEqual(other.stop(), 0)
+            other.cleanup()
+
+
+class TestHealth(Base):
+    flags = ("--stats-period", "20ms", "--replay-timeout", "300ms")
+
+    def store_chain(self, pub, seed, n=2, send=True):
+        t = tokens(seed, n)
+        pub.publish(kv.encode_batch([kv.stored([seed * 100 + i for i in range(n)], t, BS)]),
+                    send=send)
+        return t
+
+    def check_gap_replayed(self, layout):
+        pub = self.publisher(layout=layout)
+        self.add_engine("g", pub)
+        self.sync("g", pub)
+        t1 = self.store_chain(pub, 1)
+        t2 = self.store_chain(pub, 2, send=False)  # the subscriber misses this one
+        t3 = self.store_chain(pub, 3)
+        self.settle("g", pub)
+        m = self.matched(t2)
+        self.assertEqual(m[("g", 0)][0], 2, "the missed batch came back through replay")
+        for t in (t1, t3):
+            self.assertEqual(self.matched(t)[("g", 0)][0], 2)
+        s = self.stream("g")
+        self.assertEqual((s["gaps"], s["replays"], s["replay_failures"], s["state_drops"]),
+                         (1, 1, 0, 0), s)
+        self.assertGreaterEqual(s["replayed"], 1)
+        self.assertEqual(pub.replays, 1)
+
+    def test_gap_replayed_4_frames(self):
+        self.check_gap_replayed(4)
+
+    def test_gap_replayed_5_frames(self):
+        self.check_gap_replayed(5)
+
+    def test_restart_clears_stale_entries(self):
+        pub = self.publisher()
+        self.add_engine("r", pub)
+        self.sync("r", pub)
+        old = self.store_chain(pub, 4)
+        self.settle("r", pub)
+        self.assertIn(("r", 0), self.matched(old))
+        pub.restart()  # seq back to 0, an empty cache
+        new = self.store_chain(pub, 5)
+        self.settle("r", pub)
+        self.assertNotIn(("r", 0), self.matched(old), "stale entries after a restart")
+        self.assertEqual(self.matched(new)[("r", 0)][0], 2)
+        s = self.stream("r")
+        self.assertEqual((s["restarts"], s["state_drops"], s["last_seq"]), (1, 1, 0), s)
+
+    def test_gap_beyond_replay_buffer_drops_state(self):
+        pub = self.publisher(buffer_steps=2)
+        self.add_engine("b", pub)
+        self.sync("b", pub)
+        old = self.store_chain(pub, 6)
+        for i in range(5):
+            self.store_chain(pub, 20 + i, send=False)  # 5 missed: the buffer keeps 2
+        new = self.store_chain(pub, 7)
+        self.settle("b", pub)
+        self.assertNotIn(("b", 0), self.matched(old), "served state across an unfilled gap")
+        self.assertEqual(self.matched(new)[("b", 0)][0], 2)
+        s = self.stream("b")
+        self.assertEqual((s["gaps"], s["replays"], s["replay_failures"], s["state_drops"]),
+                         (1, 1, 1, 1), s)
+
+    def test_replay_of_an_emptied_buffer_drops_state(self):
+        pub = self.publisher(buffer_steps=0)  # answers every replay with the end marker alone
+        self.add_engine("e", pub)
+        self.sync("e", pub)
+        old = self.store_chain(pub, 23)
+        self.store_chain(pub, 24, send=False)
+        new = self.store_chain(pub, 25)
+        self.settle("e", pub)
+        self.assertNotIn(("e", 0), self.matched(old))
+        self.assertEqual(self.matched(new)[("e", 0)][0], 2)
+        s = self.stream("e")
+        self.assertEqual((s["replays"], s["replay_failures"], s["state_drops"]), (1, 1, 1), s)
+        self.assertIn("ended before seq", self.d.read_log())
+
+    def test_gap_without_replay_endpoint_drops_state(self):
+        pub = self.publisher(replay=False)
+        self.add_engine("n", pub)
+        self.sync("n", pub)
+        old = self.store_chain(pub, 8)
+        self.store_chain(pub, 9, send=False)
+        new = self.store_chain(pub, 10)
+        self.settle("n", pub)
+        self.assertNotIn(("n", 0), self.matched(old))
+        self.assertEqual(self.matched(new)[("n", 0)][0], 2)
+        s = self.stream("n")
+        self.assertEqual((s["gaps"], s["replays"], s["state_drops"]), (1, 0, 1), s)
+
+    def test_replay_timeout_drops_state_and_backs_off(self):
+        pub = self.publisher(replay=False)
+        mute = self.ctx.socket(zmq.ROUTER)  # a replay endpoint that never answers
+        mute.setsockopt(zmq.LINGER, 0)
+        mute.bind("tcp://127.0.0.1:*")
+        try:
+            self.add_engine("t", pub, replay_endpoint=mute.getsockopt(zmq.LAST_ENDPOINT).decode())
+            self.sync("t", pub)
+            old = self.store_chain(pub, 11)
+            self.store_chain(pub, 12, send=False)
+            new = self.store_chain(pub, 13)
+            s = wait_for(lambda: (lambda s: s if s["replay_failures"] == 1 else None)(
+                self.stream("t")), what="the replay to time out")
+            self.assertEqual(s["state_drops"], 1, s)
+            self.settle("t", pub)
+            self.assertNotIn(("t", 0), self.matched(old))
+            self.assertEqual(self.matched(new)[("t", 0)][0], 2)
+            # within the back-off a new gap drops state at once, without a replay
+            self.store_chain(pub, 14, send=False)
+            self.store_chain(pub, 15)
+            s = self.settle("t", pub)
+            self.assertEqual((s["gaps"], s["replays"], s["state_drops"]), (2, 1, 2), s)
+        finally:
+            mute.close(0)
+
+    def test_garbage_is_counted_and_skipped(self):
+        pub = self.publisher()
+        self.add_engine("x", pub)
+        self.sync("x", pub)
+        good = self.store_chain(pub, 16)
+        payload = kv.encode_batch([kv.stored([1, 2], tokens(17, 2), BS)])
+        for bad in (b"\xc1", payload[:-3], b"\x93\xcb" + b"\0" * 8 + b"\xdd\xff\xff\xff\xff",
+                    msgpack.packb({"not": "a batch"}),
+                    msgpack.packb([0.0, [["BlockStored", [1], None, [1, 2, 3], 16]]])):
+            pub.publish(bad)
+        pub.pub.send_multipart([b"", b"\x00\x01"])                 # 2 frames
+        pub.pub.send_multipart([b"", b"\x00" * 4, payload])        # a 4-byte seq
+        pub.pub.send_multipart([b"", b"\x00" * 8, payload, b"x"])  # 4 frames
+        after = self.store_chain(pub, 18)
+        s = self.settle("x", pub)
+        self.assertEqual(s["undecodable"], 5, s)
+        self.assertEqual(s["bad_frames"], 3, s)
+        self.assertEqual((s["gaps"], s["restarts"], s["state_drops"]), (0, 0, 0), s)
+        for t in (good, after):
+            self.assertEqual(self.matched(t)[("x", 0)][0], 2)
+        self.assertIn("skipped", self.d.read_log())
+
+
+class TestApi(Base):
+    def test_bad_engines_are_refused(self):
+        pub = self.publisher()
+        ok = {"pod": "e", "model": "m", "endpoint": pub.endpoint}
+        bad = [
+            ("{", 400, "offset"),
+            ("nope", 400, "must be a JSON object"),
+            ([1], 400, "must be a JSON object"),
+            ({"model": "m", "endpoint": pub.endpoint}, 400, "'pod'"),
+            (dict(ok, pod=""), 400, "'pod' is empty"),
+            (dict(ok, pod="x" * 256), 400, "over 255 bytes"),
+            (dict(ok, model=None), 400, "'model' must be a string"),
+            (dict(ok, endpoint="http://h:1"), 400, "tcp://, ipc:// or inproc://"),
+            (dict(ok, endpoint="ipc:///tmp/x", dp_size=2), 400, "needs tcp://host:port"),
+            (dict(ok, endpoint="tcp://127.0.0.1:65535", dp_size=2), 400, "passes 65535"),
+            (dict(ok, dp_size=0), 400, "'dp_size'"),
+            (dict(ok, dp_size=257), 400, "'dp_size'"),
+            (dict(ok, format="tgi"), 400, "'format'"),
+            (dict(ok, bind="yes"), 400, "'bind'"),
+            (dict(ok, extra=1), 400, "unknown field 'extra'"),
+            (dict(ok, bind=True), 400, "in use"),  # the publisher holds the port
+        ]
+        for body, status, msg in bad:
+            s, a = self.d.http("POST", "/v1/engines", body)
+            self.assertEqual(s, status, (body, a))
+            self.assertIn(msg, a["error"], body)
+        self.assertEqual(self.d.stats()["streams"], [])
+        self.assertEqual(self.d.http("POST", "/v1/engines", ok)[0], 200)
+        s, a = self.d.http("POST", "/v1/engines", ok)
+        self.assertEqual(s, 409, a)
+        self.assertIn("already subscribed", a["error"])
+        self.assertEqual(len(self.d.stats()["streams"]), 1)
+
+    def test_delete_unsubscribes_and_drops(self):
+        pub = self.publisher()
+        self.add_engine("del", pub)
+        self.sync("del", pub)
+        t = tokens(19, 2)
+        pub.publish(kv.encode_batch([kv.stored([1, 2], t, BS)]))
+        self.settle("del", pub)
+        self.assertIn(("del", 0), self.matched(t))
+        s, a = self.d.http("DELETE", "/v1/engines/del")
+        self.assertEqual(s, 200, a)
+        self.assertEqual((a["unsubscribed"], a["entries"]), (True, 2), a)
+        self.assertEqual(self.d.stats()["streams"], [])
+        pub.publish(kv.encode_batch([kv.stored([3, 4], t, BS)]))
+        time.sleep(0.2)
+        self.assertNotIn(("del", 0), self.matched(t), "events after DELETE were applied")
+        self.assertEqual(self.d.http("DELETE", "/v1/engines/del")[0], 404)
+        # subscribed but never sent anything: DELETE still finds it
+        self.add_engine("quiet", self.publisher())
+        s, a = self.d.http("DELETE", "/v1/engines/quiet")
+        self.assertEqual((s, a["unsubscribed"], a["entries"]), (200, True, 0), a)
+
+    def test_rpc_engine_add_and_metrics(self):
+        pub = self.publisher()
+        r = self.d.connect()
+        body = json.dumps({"pod": "rpc", "model": "m", "endpoint": pub.endpoint,
+                           "replay_endpoint": pub.replay_endpoint}).encode()
+        r.sendall(fx.frame(OP_ENGINE_ADD, 7, body))
+        h, b = fx.read_frame(r)
+        self.assertEqual((h["op"], h["req_id"], h["flags"]), (OP_ENGINE_ADD, 7, fx.F_RESPONSE), b)
+        self.assertEqual(json.loads(b)["endpoints"], [pub.endpoint])
+        r.sendall(fx.frame(OP_ENGINE_ADD, 8, b"{"))
+        h, b = fx.read_frame(r)
+        self.assertEqual(h["flags"], fx.F_RESPONSE | fx.F_ERROR)
+        self.assertEqual(fx.parse_error(b)[1], 400)
+        r.close()
+        self.sync("rpc", pub)
+        pub.publish(kv.encode_batch([kv.stored([1], tokens(20, 1), BS)]))
+        pub.publish(kv.encode_batch([kv.stored([2], tokens(21, 1), BS)]), send=False)
+        pub.publish(kv.encode_batch([kv.stored([3], tokens(22, 1), BS)]))
+        self.settle("rpc", pub)
+        time.sleep(0.1)  # one more stats period
+        s, text = self.d.http("GET", "/metrics")
+        self.assertEqual(s, 200)
+        samples, types = fx.parse_prometheus(text)
+        lab = (("pod", "rpc"), ("dp_rank", "0"))
+        self.assertEqual(samples[("kvtier_streams", ())], 1)
+        self.assertEqual(samples[("kvtier_stream_gaps_total", lab)], 1)
+        self.assertEqual(samples[("kvtier_stream_replays_total", lab)], 1)
+        self.assertEqual(samples[("kvtier_stream_last_seq", lab)], pub.seq - 1)
+        self.assertEqual(samples[("kvtier_stream_replaying", lab)], 0)
+        self.assertGreaterEqual(samples[("kvtier_stream_batches_total", lab)], 3)
+        self.assertEqual(types["kvtier_stream_replay_failures_total"], "counter")
+        st = self.d.stats()
+        self.assertEqual([e["source"] for e in st["engines"] if e["pod"] == "rpc"], ["zmq"])
+        self.assertGreaterEqual(st["events"]["applied"], 3)
+
+
+if __name__ == "__main__":
+    if len(sys.argv) < 2:
+        sys.exit("usage: test_engines.py path/to/kvtierd")
+    BIN = sys.argv.pop(1)
+    unittest.main(verbosity=2)
