@@ -35,6 +35,46 @@ int kvt_bench_ceiling_start(uint32_t threads, uint8_t *const *answers, const siz
                             size_t n, pid_t *pid_p, uint16_t *port_p);
 void kvt_bench_ceiling_stop(pid_t pid);
 
+/* `kvtier-bench events`: a real kvtierd's ingest of ZMQ KV events (bench_events.c). */
+int kvt_bench_events_main(int argc, char **argv);
+
+/* ---- the daemon benches' helpers (bench_daemon.c) ---- */
+
+/* A blocking TCP connection to 127.0.0.1:@port (TCP_NODELAY), or -1. */
+int kvt_bench_connect(uint16_t port);
+
+/* Writes or reads exactly @n bytes (retrying EINTR); 0 or -1. */
+int kvt_bench_write_all(int fd, const void *p, size_t n);
+int kvt_bench_read_all(int fd, void *p, size_t n);
+
+/*
+ * One HTTP/1.1 request to 127.0.0.1:@port (Connection: close). Returns the
+ * status, or -1. When @out is not NULL, the answer's body (NUL-terminated,
+ * cut to @outcap - 1 bytes) is written there.
+ */
+int kvt_bench_http(uint16_t port, const char *method, const char *path, const char *body,
+                   size_t len, char *out, size_t outcap);
+
+/* build/bin/kvtierd next to this kvtier-bench, or NULL; a static buffer. */
+const char *kvt_bench_default_kvtierd(void);
+
+/* A kvtierd started by kvt_bench_daemon_start(). */
+typedef struct kvt_bench_daemon {
+    pid_t pid;
+    uint16_t http, rpc; /* its ephemeral ports */
+    char dir[64];       /* its temp dir, removed by kvt_bench_daemon_stop() */
+} kvt_bench_daemon_t;
+
+/*
+ * Starts @kvtierd on ephemeral loopback ports in a new temp dir, with log
+ * level warn and the extra flags @args (NULL-terminated; may be NULL), and
+ * waits for its "kvtierd listening" line. 0, or -1 (a line on stderr).
+ */
+int kvt_bench_daemon_start(const char *kvtierd, const char *const *args, kvt_bench_daemon_t *d);
+
+/* Stops it with SIGTERM, reaps it and removes its dir. A zeroed @d is fine. */
+void kvt_bench_daemon_stop(kvt_bench_daemon_t *d);
+
 /* Sorts @v[0..n) ascending in place. */
 void kvt_bench_sort_u64(uint64_t *v, size_t n);
 

@@ -80,7 +80,6 @@ static void br_usage(FILE *out)
 
 static int br_parse(int argc, char **argv, br_opts_t *o)
 {
-    static char def_path[4096];
     *o = (br_opts_t){NULL, 3.0, 4, 32, 16, 16, 64, 256, 1024, 2, true};
     for (int i = 1; i < argc; i++) {
         const char *v = NULL;
@@ -131,88 +130,12 @@ static int br_parse(int argc, char **argv, br_opts_t *o)
         fprintf(stderr, "kvtier-bench: --batch %u is more than --depth %u\n", o->batch, o->depth);
         return -1;
     }
-    if (o->kvtierd == NULL) {
-        ssize_t n = readlink("/proc/self/exe", def_path, sizeof(def_path) - 16);
-        if (n <= 0)
-            return -1;
-        def_path[n] = '\0';
-        char *slash = strrchr(def_path, '/');
-        strcpy(slash ? slash + 1 : def_path, "kvtierd");
-        o->kvtierd = def_path;
-    }
+    if (o->kvtierd == NULL && (o->kvtierd = kvt_bench_default_kvtierd()) == NULL)
+        return -1;
     return 0;
 }
 
 /* ---- sockets ------------------------------------------------------------------------ */
-
-static int br_connect(uint16_t port)
-{
-    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    struct sockaddr_in sa = {
-        .sin_family = AF_INET, .sin_port = htons(port), .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-    int one = 1;
-    if (fd < 0 || connect(fd, (struct sockaddr *)&sa, sizeof(sa)) != 0) {
-        if (fd >= 0)
-            close(fd);
-        return -1;
-    }
-    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-    return fd;
-}
-
-static int br_write_all(int fd, const void *p, size_t n)
-{
-    const char *c = p;
-    while (n > 0) {
-        ssize_t w = write(fd, c, n);
-        if (w < 0 && errno == EINTR)
-            continue;
-        if (w <= 0)
-            return -1;
-        c += w;
-        n -= (size_t)w;
-    }
-    return 0;
-}
-
-static int br_read_all(int fd, void *p, size_t n)
-{
-    char *c = p;
-    while (n > 0) {
-        ssize_t r = read(fd, c, n);
-        if (r < 0 && errno == EINTR)
-            continue;
-        if (r <= 0)
-            return -1;
-        c += r;
-        n -= (size_t)r;
-    }
-    return 0;
-}
-
-/* One HTTP request, blocking; returns the status or -1. */
-static int br_http(uint16_t port, const char *method, const char *path, const char *body,
-                   size_t len)
-{
-    int fd = br_connect(port);
-    if (fd < 0)
-        return -1;
-    char head[256];
-    int hl = snprintf(head, sizeof(head),
-                      "%s %s HTTP/1.1\r\nContent-Length: %zu\r\nConnection: close\r\n\r\n", method,
-                      path, len);
-    int status = -1;
-    char buf[4096];
-    if (br_write_all(fd, head, (size_t)hl) == 0 && br_write_all(fd, body, len) == 0) {
-        ssize_t n = read(fd, buf, sizeof(buf) - 1);
-        if (n > 12) {
-            buf[n] = '\0';
-            status = atoi(buf + 9);
-        }
-    }
-    close(fd);
-    return status;
-}
 
 /*
  * Records kvtierd's answer to each prompt (request id = the prompt's number)
@@ -221,7 +144,7 @@ static int br_http(uint16_t port, const char *method, const char *path, const ch
 static int br_rpc_capture(uint16_t port, uint8_t **reqs, const size_t *reqlen, uint32_t n,
                           uint8_t **ans, size_t *anslen)
 {
-    int fd = br_connect(port);
+    int fd = kvt_bench_connect(port);
     if (fd < 0)
         return -1;
     int rc = 0;
@@ -231,14 +154,15 @@ static int br_rpc_capture(uint16_t port, uint8_t **reqs, const size_t *reqlen, u
         uint8_t hdr[KVT_PROTO_HDR_SIZE];
         kvt_proto_hdr_t h;
         rc = -1;
-        if (br_write_all(fd, reqs[q], reqlen[q]) != 0 || br_read_all(fd, hdr, sizeof(hdr)) != 0)
+        if (kvt_bench_write_all(fd, reqs[q], reqlen[q]) != 0 ||
+            kvt_bench_read_all(fd, hdr, sizeof(hdr)) != 0)
             break;
         kvt_proto_hdr_peek(hdr, &h);
         if (h.req_id != id || (h.flags & KVT_PROTO_F_ERROR) ||
             (ans[q] = malloc(sizeof(hdr) + h.body_len)) == NULL)
             break;
         memcpy(ans[q], hdr, sizeof(hdr));
-        if (br_read_all(fd, ans[q] + sizeof(hdr), h.body_len) != 0)
+        if (kvt_bench_read_all(fd, ans[q] + sizeof(hdr), h.body_len) != 0)
             break;
         anslen[q] = sizeof(hdr) + h.body_len;
         rc = 0;
@@ -248,65 +172,6 @@ static int br_rpc_capture(uint16_t port, uint8_t **reqs, const size_t *reqlen, u
 }
 
 /* ---- the daemon ------------------------------------------------------------------------ */
-
-typedef struct br_daemon {
-    pid_t pid;
-    uint16_t http, rpc;
-    char dir[64];
-} br_daemon_t;
-
-static int br_daemon_start(const br_opts_t *o, br_daemon_t *d)
-{
-    strcpy(d->dir, "/tmp/kvtier_bench_rpc.XXXXXX");
-    if (mkdtemp(d->dir) == NULL)
-        return -1;
-    int pfd[2];
-    if (pipe(pfd) != 0)
-        return -1;
-    char workers[16], data[128];
-    snprintf(workers, sizeof(workers), "%u", o->workers);
-    snprintf(data, sizeof(data), "%s/data", d->dir);
-    d->pid = fork();
-    if (d->pid == 0) {
-        dup2(pfd[1], 1);
-        close(pfd[0]);
-        execl(o->kvtierd, o->kvtierd, "--http-listen", "127.0.0.1:0", "--rpc-listen", "127.0.0.1:0",
-              "--data-dir", data, "--workers", workers, "--log-level", "warn", "--max-connections",
-              "4096", (char *)NULL);
-        _exit(127);
-    }
-    close(pfd[1]);
-    char line[128];
-    size_t n = 0;
-    while (n < sizeof(line) - 1) {
-        ssize_t r = read(pfd[0], line + n, 1);
-        if (r <= 0 || line[n] == '\n')
-            break;
-        n++;
-    }
-    line[n] = '\0';
-    close(pfd[0]);
-    unsigned h = 0, r = 0;
-    if (sscanf(line, "kvtierd listening http=%u rpc=%u", &h, &r) != 2) {
-        fprintf(stderr, "kvtier-bench: %s did not start (got '%s')\n", o->kvtierd, line);
-        return -1;
-    }
-    d->http = (uint16_t)h;
-    d->rpc = (uint16_t)r;
-    return 0;
-}
-
-static void br_daemon_stop(br_daemon_t *d)
-{
-    if (d->pid > 0) {
-        kill(d->pid, SIGTERM);
-        waitpid(d->pid, NULL, 0);
-    }
-    char cmd[128];
-    snprintf(cmd, sizeof(cmd), "rm -rf %s", d->dir);
-    if (system(cmd) != 0)
-        fprintf(stderr, "kvtier-bench: could not remove %s\n", d->dir);
-}
 
 /* ---- workload ------------------------------------------------------------------------------ */
 
@@ -346,7 +211,7 @@ static uint64_t br_ehash(uint32_t i, uint32_t b)
     return (uint64_t)i * 4096 + b + 1;
 }
 
-static int br_load(const br_opts_t *o, const br_daemon_t *d, uint32_t *tok)
+static int br_load(const br_opts_t *o, const kvt_bench_daemon_t *d, uint32_t *tok)
 {
     size_t cap = (size_t)o->tokens * 12 + 4096;
     char *body = malloc(cap);
@@ -368,7 +233,7 @@ static int br_load(const br_opts_t *o, const br_daemon_t *d, uint32_t *tok)
             for (uint32_t t = 0; t < blocks * 16; t++)
                 n += (size_t)snprintf(body + n, cap - n, "%s%u", t ? "," : "", tok[t]);
             n += (size_t)snprintf(body + n, cap - n, "]}]}");
-            int st = br_http(d->http, "POST", "/v1/events", body, n);
+            int st = kvt_bench_http(d->http, "POST", "/v1/events", body, n, NULL, 0);
             if (st != 200) {
                 fprintf(stderr, "kvtier-bench: loading events failed (HTTP %d)\n", st);
                 free(body);
@@ -547,7 +412,7 @@ static int br_rpc_run(const br_opts_t *o, uint16_t port, uint8_t **reqs, size_t 
     for (uint32_t q = 0; q < o->prompts; q++)
         maxreq = reqlen[q] > maxreq ? reqlen[q] : maxreq;
     for (uint32_t i = 0; i < nc; i++) {
-        c[i].fd = br_connect(port);
+        c[i].fd = kvt_bench_connect(port);
         c[i].incap = 1 << 20;
         c[i].in = malloc(c[i].incap);
         c[i].out = malloc((size_t)depth * maxreq);
@@ -569,7 +434,7 @@ static int br_rpc_run(const br_opts_t *o, uint16_t port, uint8_t **reqs, size_t 
                 uint8_t *f = reqs[q];
                 memcpy(f + 8, &next_id, 8); /* req_id: little-endian host */
                 c[i].sent_at[next_id % slots] = br_now_ns();
-                if (br_write_all(c[i].fd, f, reqlen[q]) != 0)
+                if (kvt_bench_write_all(c[i].fd, f, reqlen[q]) != 0)
                     return -1;
                 c[i].inflight++;
             }
@@ -586,7 +451,7 @@ static int br_rpc_run(const br_opts_t *o, uint16_t port, uint8_t **reqs, size_t 
                     break;
                 size_t q = next_id % o->prompts;
                 if (k->outlen + reqlen[q] > (size_t)depth * maxreq) {
-                    if (br_write_all(k->fd, k->out, k->outlen) != 0)
+                    if (kvt_bench_write_all(k->fd, k->out, k->outlen) != 0)
                         return -1;
                     k->outlen = 0;
                 }
@@ -599,7 +464,7 @@ static int br_rpc_run(const br_opts_t *o, uint16_t port, uint8_t **reqs, size_t 
                 scheduled++;
             }
             for (uint32_t i = 0; i < nc; i++) {
-                if (c[i].outlen > 0 && br_write_all(c[i].fd, c[i].out, c[i].outlen) != 0)
+                if (c[i].outlen > 0 && kvt_bench_write_all(c[i].fd, c[i].out, c[i].outlen) != 0)
                     return -1;
                 c[i].outlen = 0;
             }
@@ -651,7 +516,7 @@ static int br_rpc_run(const br_opts_t *o, uint16_t port, uint8_t **reqs, size_t 
             k->inlen -= off;
             /* pipelining as redis-benchmark -P does: whole batches per write */
             if (k->queued >= o->batch) {
-                if (br_write_all(k->fd, k->out, k->outlen) != 0)
+                if (kvt_bench_write_all(k->fd, k->out, k->outlen) != 0)
                     return -1;
                 k->outlen = 0;
                 k->queued = 0;
@@ -682,7 +547,7 @@ static double br_http_run(const br_opts_t *o, uint16_t port, char **reqs, size_t
         return -1;
     uint64_t next = 0, done = 0, errors = 0;
     for (uint32_t i = 0; i < nc; i++) {
-        c[i].fd = br_connect(port);
+        c[i].fd = kvt_bench_connect(port);
         c[i].incap = 1 << 16;
         c[i].in = malloc(c[i].incap);
         if (c[i].fd < 0 || c[i].in == NULL)
@@ -690,7 +555,7 @@ static double br_http_run(const br_opts_t *o, uint16_t port, char **reqs, size_t
         struct epoll_event ev = {.events = EPOLLIN, .data.u32 = i};
         epoll_ctl(ep, EPOLL_CTL_ADD, c[i].fd, &ev);
         size_t q = next++ % o->prompts;
-        if (br_write_all(c[i].fd, reqs[q], reqlen[q]) != 0)
+        if (kvt_bench_write_all(c[i].fd, reqs[q], reqlen[q]) != 0)
             return -1;
     }
     uint64_t t0 = br_now_ns(), end = t0 + (uint64_t)(o->seconds * 1e9);
@@ -719,7 +584,7 @@ static double br_http_run(const br_opts_t *o, uint16_t port, char **reqs, size_t
             memmove(k->in, k->in + total, k->inlen - total);
             k->inlen -= total;
             size_t q = next++ % o->prompts;
-            if (br_write_all(k->fd, reqs[q], reqlen[q]) != 0)
+            if (kvt_bench_write_all(k->fd, reqs[q], reqlen[q]) != 0)
                 return -1;
         }
     }
@@ -850,7 +715,7 @@ int kvt_bench_rpc_main(int argc, char **argv)
     if (rc != 0)
         return rc > 0 ? 0 : 2;
     signal(SIGPIPE, SIG_IGN);
-    br_daemon_t d = {0};
+    kvt_bench_daemon_t d = {0};
     uint32_t *tok = malloc((size_t)o.tokens * sizeof(uint32_t));
     uint8_t **rpc = calloc(o.prompts, sizeof(*rpc));
     size_t *rpclen = calloc(o.prompts, sizeof(*rpclen));
@@ -860,8 +725,11 @@ int kvt_bench_rpc_main(int argc, char **argv)
     size_t *anslen = calloc(o.prompts, sizeof(*anslen));
     if (!tok || !rpc || !rpclen || !http || !httplen || !ans || !anslen)
         return 1;
-    if (br_daemon_start(&o, &d) != 0 || br_load(&o, &d, tok) != 0) {
-        br_daemon_stop(&d);
+    char workers[16];
+    snprintf(workers, sizeof(workers), "%u", o.workers);
+    const char *args[] = {"--workers", workers, "--max-connections", "4096", NULL};
+    if (kvt_bench_daemon_start(o.kvtierd, args, &d) != 0 || br_load(&o, &d, tok) != 0) {
+        kvt_bench_daemon_stop(&d);
         return 1;
     }
     /* requests, built before the clock starts */
@@ -894,7 +762,7 @@ int kvt_bench_rpc_main(int argc, char **argv)
     double cpu0 = br_proc_cpu(d.pid), self0 = br_self_cpu();
     if (br_rpc_run(&o, d.rpc, rpc, rpclen, 0, &closed) < 0) {
         fprintf(stderr, "kvtier-bench: rpc closed loop failed\n");
-        br_daemon_stop(&d);
+        kvt_bench_daemon_stop(&d);
         return 1;
     }
     double rpc_qps = (double)closed.done / closed.secs;
@@ -905,7 +773,7 @@ int kvt_bench_rpc_main(int argc, char **argv)
     open.lat = malloc(open.caplat * sizeof(uint64_t));
     if (open.lat == NULL || br_rpc_run(&o, d.rpc, rpc, rpclen, rpc_qps / 2, &open) < 0) {
         fprintf(stderr, "kvtier-bench: rpc open loop failed\n");
-        br_daemon_stop(&d);
+        kvt_bench_daemon_stop(&d);
         return 1;
     }
     qsort(open.lat, open.nlat, sizeof(uint64_t), br_cmp);
@@ -917,7 +785,7 @@ int kvt_bench_rpc_main(int argc, char **argv)
     double cpu3 = br_proc_cpu(d.pid);
     double http_cpu_us = br_us_per(cpu2, cpu3, http_done);
     int cap_rc = br_rpc_capture(d.rpc, rpc, rpclen, o.prompts, ans, anslen);
-    br_daemon_stop(&d);
+    kvt_bench_daemon_stop(&d);
     /* the query work alone, once kvtierd no longer competes for the cores */
     bool inproc_agree = false;
     double inproc_us =

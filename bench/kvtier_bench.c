@@ -22,6 +22,8 @@ static const kvt_bench_cmd_t kvt_bench_cmds[] = {
     {"hash", "block-hashing throughput vs. one XXH3 call (GB/s)", kvt_bench_hash_main},
     {"index", "index apply/query benchmarks (see docs/performance.md)", kvt_bench_index_main},
     {"rpc", "kvtierd queries/s over RPC and HTTP vs. redis-benchmark", kvt_bench_rpc_main},
+    {"events", "kvtierd ingest of ZMQ KV events (block events/s) vs. in-process",
+     kvt_bench_events_main},
 };
 
 #define KVT_BENCH_NCMDS (sizeof(kvt_bench_cmds) / sizeof(kvt_bench_cmds[0]))

@@ -1,5 +1,5 @@
 #!/bin/sh
-# Smoke test of `kvtier-bench index`, and one short run of `kvtier-bench rpc`.
+# Smoke test of `kvtier-bench index`, and short runs of `kvtier-bench rpc` and `events`.
 # usage: test_bench_smoke.sh KVTIER_BENCH SOURCE_DIR
 #
 # tests/fixtures/mini_trace.jsonl, by hand (a block is a hit iff its hash id
@@ -252,6 +252,28 @@ assert j["steal_pct"] == -1 or 0 <= j["steal_pct"] <= 100, j
 else
     fail "kvtier-bench rpc: exit $?: $(cat "$TMP/err")"
 fi
+
+# ---- events: a short run of the ingest bench (a publisher process, a real kvtierd) ----
+for form in "--form array --hash uint" "--form map --hash bytes"; do
+    # shellcheck disable=SC2086
+    if "$BENCH" events --blocks 20000 --cache-blocks 4096 $form >"$TMP/ev" 2>"$TMP/err"; then
+        tail -n 1 "$TMP/ev" | "$PY" -c '
+import json, sys
+j = json.loads(sys.stdin.read())
+assert j["bench"] == "events", j
+assert j["errors"] == 0, j
+assert j["block_events"] >= 20000 and j["batches"] > 0, j
+for k in ("block_events_per_sec", "batches_per_sec", "inproc_block_events_per_sec"):
+    assert j[k] > 0, (k, j)
+assert abs(j["block_events_per_sec"] - j["block_events"] / j["seconds"]) <= 0.01 * j["block_events_per_sec"], j
+assert abs(j["vs_inproc"] - j["block_events_per_sec"] / j["inproc_block_events_per_sec"]) < 0.01, j
+' || fail "kvtier-bench events $form: bad JSON line: $(tail -n 1 "$TMP/ev")"
+    else
+        fail "kvtier-bench events $form: exit $?: $(cat "$TMP/err")"
+    fi
+done
+"$BENCH" events --blocks-per-event 7 >/dev/null 2>"$TMP/err" && fail "events accepted 7 blocks per event"
+grep -q "must divide" "$TMP/err" || fail "events: no reason for a bad --blocks-per-event"
 
 if [ "$FAILS" -ne 0 ]; then
     echo "$FAILS check(s) failed" >&2
