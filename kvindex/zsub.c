@@ -10,6 +10,7 @@
 #include "kvindex/zsub.h"
 
 #include <errno.h>
+#include <msgpack.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -61,8 +62,18 @@ struct zs_engine {
     zs_stream_t *streams; /* [spec.dp_size] */
 };
 
+/* The publisher (kvt_zsub_publish_open()). */
+typedef struct zs_pub {
+    void *pub, *router; /* router NULL without a replay endpoint */
+    kvt_zsub_pub_info_t info;
+    zs_held_t *ring; /* the last info.buffered batches, oldest at head */
+    uint32_t cap, head;
+    msgpack_sbuffer sb; /* encoding scratch */
+} zs_pub_t;
+
 struct kvt_zsub {
     kvt_idx_t *idx;
+    zs_pub_t *pub;
     kvt_zsub_config_t cfg;
     void *ctx;
     zs_engine_t **eng;
@@ -326,12 +337,26 @@ static void zs_engine_free(zs_engine_t *e)
     free(e);
 }
 
+static void zs_pub_free(zs_pub_t *p)
+{
+    if (p == NULL)
+        return;
+    zs_close(&p->pub);
+    zs_close(&p->router);
+    for (uint32_t i = 0; i < p->info.buffered; i++)
+        free(p->ring[(p->head + i) % p->cap].data);
+    free(p->ring);
+    msgpack_sbuffer_destroy(&p->sb);
+    free(p);
+}
+
 void kvt_zsub_destroy(kvt_zsub_t *z)
 {
     if (z == NULL)
         return;
     for (size_t i = 0; i < z->neng; i++)
         zs_engine_free(z->eng[i]);
+    zs_pub_free(z->pub);
     free(z->eng);
     free(z->items);
     free(z->item_stream);
@@ -795,9 +820,211 @@ static void zs_read(kvt_zsub_t *z, zs_stream_t *s, bool replay)
     }
 }
 
+/* ---- the publisher --------------------------------------------------------------------------- */
+
+static void zs_be64(uint8_t out[8], uint64_t v)
+{
+    for (int i = 0; i < 8; i++)
+        out[i] = (uint8_t)(v >> (56 - 8 * i));
+}
+
+kvt_status_t kvt_zsub_publish_open(kvt_zsub_t *z, const char *endpoint, const char *replay_endpoint,
+                                   uint32_t buffer_steps, char *err, size_t errlen)
+{
+    if (z->pub != NULL) {
+        snprintf(err, errlen, "the publisher is already open");
+        return KVT_ERR_EXISTS;
+    }
+    if (zs_check_endpoint("publish endpoint", endpoint, 1, err, errlen) != KVT_OK ||
+        (replay_endpoint[0] != '\0' &&
+         zs_check_endpoint("publish replay endpoint", replay_endpoint, 1, err, errlen) != KVT_OK))
+        return KVT_ERR_INVAL;
+    if (buffer_steps == 0) {
+        snprintf(err, errlen, "the replay buffer needs at least 1 batch");
+        return KVT_ERR_INVAL;
+    }
+    zs_pub_t *p = calloc(1, sizeof(*p));
+    if (p == NULL || (p->ring = calloc(buffer_steps, sizeof(*p->ring))) == NULL) {
+        free(p);
+        return KVT_ERR_NO_MEM;
+    }
+    msgpack_sbuffer_init(&p->sb);
+    p->cap = buffer_steps;
+    int zero = 0;
+    p->pub = zmq_socket(z->ctx, ZMQ_PUB);
+    if (p->pub == NULL)
+        goto err_zmq;
+    zmq_setsockopt(p->pub, ZMQ_LINGER, &zero, sizeof(zero));
+    if (zmq_bind(p->pub, endpoint) != 0) {
+        snprintf(err, errlen, "bind %s: %s", endpoint, zmq_strerror(errno));
+        goto err_io;
+    }
+    size_t n = sizeof(p->info.endpoint);
+    zmq_getsockopt(p->pub, ZMQ_LAST_ENDPOINT, p->info.endpoint, &n);
+    if (replay_endpoint[0] != '\0') {
+        p->router = zmq_socket(z->ctx, ZMQ_ROUTER);
+        if (p->router == NULL)
+            goto err_zmq;
+        zmq_setsockopt(p->router, ZMQ_LINGER, &zero, sizeof(zero));
+        zmq_setsockopt(p->router, ZMQ_SNDHWM, &zero, sizeof(zero)); /* a replay is sent whole */
+        if (zmq_bind(p->router, replay_endpoint) != 0) {
+            snprintf(err, errlen, "bind %s: %s", replay_endpoint, zmq_strerror(errno));
+            goto err_io;
+        }
+        n = sizeof(p->info.replay_endpoint);
+        zmq_getsockopt(p->router, ZMQ_LAST_ENDPOINT, p->info.replay_endpoint, &n);
+    }
+    p->info.open = true;
+    z->pub = p;
+    kvt_log_info("publishing kv events on %s (replay %s, %u batches kept)", p->info.endpoint,
+                 p->router ? p->info.replay_endpoint : "none", buffer_steps);
+    return KVT_OK;
+err_zmq:
+    snprintf(err, errlen, "zmq_socket: %s", zmq_strerror(errno));
+err_io:
+    zs_pub_free(p);
+    return errno == EINVAL || errno == EPROTONOSUPPORT ? KVT_ERR_INVAL : KVT_ERR_IO;
+}
+
+static const char *const zs_medium[] = {"GPU", "CPU", "DISK"};
+
+/* @b as a positional vLLM batch [ts, events, dp_rank] into p->sb. */
+static void zs_encode(zs_pub_t *p, const kvt_evbatch_t *b)
+{
+    msgpack_packer pk;
+    msgpack_sbuffer_clear(&p->sb);
+    msgpack_packer_init(&pk, &p->sb, msgpack_sbuffer_write);
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    msgpack_pack_array(&pk, 3);
+    msgpack_pack_double(&pk, (double)ts.tv_sec + (double)ts.tv_nsec / 1e9);
+    msgpack_pack_array(&pk, (uint32_t)b->nev);
+    for (size_t i = 0; i < b->nev; i++) {
+        const kvt_event_t *e = &b->ev[i];
+        const char *medium = zs_medium[e->tier == KVT_TIER_CPU    ? 1
+                                       : e->tier == KVT_TIER_DISK ? 2
+                                                                  : 0];
+        if (e->type == KVT_EV_CLEARED) {
+            msgpack_pack_array(&pk, 1);
+            msgpack_pack_str_with_body(&pk, "AllBlocksCleared", 16);
+            continue;
+        }
+        bool stored = e->type == KVT_EV_STORED;
+        const char *lora = e->lora_name != NULL ? e->lora_name : b->lora;
+        msgpack_pack_array(&pk, stored ? 8 : 3);
+        if (stored)
+            msgpack_pack_str_with_body(&pk, "BlockStored", 11);
+        else
+            msgpack_pack_str_with_body(&pk, "BlockRemoved", 12);
+        msgpack_pack_array(&pk, e->nhashes);
+        for (uint32_t k = 0; k < e->nhashes; k++)
+            msgpack_pack_uint64(&pk, e->hashes[k]);
+        if (!stored) {
+            msgpack_pack_str_with_body(&pk, medium, strlen(medium));
+            continue;
+        }
+        if (e->has_parent)
+            msgpack_pack_uint64(&pk, e->parent);
+        else
+            msgpack_pack_nil(&pk);
+        msgpack_pack_array(&pk, e->ntokens);
+        for (uint32_t k = 0; k < e->ntokens; k++)
+            msgpack_pack_uint32(&pk, e->tokens[k]);
+        msgpack_pack_uint32(&pk, e->block_size);
+        msgpack_pack_nil(&pk); /* lora_id */
+        msgpack_pack_str_with_body(&pk, medium, strlen(medium));
+        if (lora != NULL)
+            msgpack_pack_str_with_body(&pk, lora, strlen(lora));
+        else
+            msgpack_pack_nil(&pk);
+    }
+    msgpack_pack_uint32(&pk, b->dp_rank);
+}
+
+kvt_status_t kvt_zsub_publish(kvt_zsub_t *z, const kvt_evbatch_t *b)
+{
+    zs_pub_t *p = z->pub;
+    if (p == NULL)
+        return KVT_OK;
+    zs_encode(p, b);
+    void *copy = malloc(p->sb.size ? p->sb.size : 1);
+    if (copy == NULL) {
+        p->info.send_failures++;
+        return KVT_ERR_NO_MEM;
+    }
+    memcpy(copy, p->sb.data, p->sb.size);
+    uint64_t seq = p->info.batches++;
+    if (p->info.buffered == p->cap) {
+        free(p->ring[p->head].data);
+        p->head = (p->head + 1) % p->cap;
+        p->info.buffered--;
+    }
+    p->ring[(p->head + p->info.buffered) % p->cap] = (zs_held_t){seq, p->sb.size, copy};
+    p->info.buffered++;
+    char topic[2 * KVT_IDX_MAX_NAME + 8];
+    int tl = snprintf(topic, sizeof(topic), "kv@%s@%s", b->pod, b->model ? b->model : "");
+    uint8_t s8[8];
+    zs_be64(s8, seq);
+    if (zmq_send(p->pub, topic, (size_t)tl, ZMQ_SNDMORE | ZMQ_DONTWAIT) < 0 ||
+        zmq_send(p->pub, s8, 8, ZMQ_SNDMORE | ZMQ_DONTWAIT) < 0 ||
+        zmq_send(p->pub, copy, p->sb.size, ZMQ_DONTWAIT) < 0) {
+        p->info.send_failures++;
+        return KVT_ERR_IO;
+    }
+    return KVT_OK;
+}
+
+void kvt_zsub_publish_info(const kvt_zsub_t *z, kvt_zsub_pub_info_t *info)
+{
+    if (z->pub == NULL)
+        memset(info, 0, sizeof(*info));
+    else
+        *info = z->pub->info;
+}
+
+/* Answers replay requests [id, "", start_seq(8)] waiting on the ROUTER. */
+static void zs_pub_serve(zs_pub_t *p)
+{
+    zmq_msg_t f[4];
+    for (int k = 0; k < ZS_BUDGET; k++) {
+        bool extra;
+        int n = zs_recv(p->router, f, 4, &extra);
+        if (n < 0)
+            return;
+        uint64_t start;
+        if (n != 3 || extra || zmq_msg_size(&f[1]) != 0 || !zs_seq(&f[2], &start)) {
+            p->info.bad_requests++;
+        } else {
+            p->info.replays++;
+            const void *id = zmq_msg_data(&f[0]);
+            size_t idlen = zmq_msg_size(&f[0]);
+            uint8_t s8[8];
+            bool ok = true;
+            for (uint32_t i = 0; i < p->info.buffered && ok; i++) {
+                const zs_held_t *h = &p->ring[(p->head + i) % p->cap];
+                if (h->seq < start)
+                    continue;
+                zs_be64(s8, h->seq);
+                ok = zmq_send(p->router, id, idlen, ZMQ_SNDMORE | ZMQ_DONTWAIT) >= 0 &&
+                     zmq_send(p->router, "", 0, ZMQ_SNDMORE | ZMQ_DONTWAIT) >= 0 &&
+                     zmq_send(p->router, s8, 8, ZMQ_SNDMORE | ZMQ_DONTWAIT) >= 0 &&
+                     zmq_send(p->router, h->data, h->len, ZMQ_DONTWAIT) >= 0;
+                p->info.replayed += ok;
+            }
+            zs_be64(s8, ZS_END_SEQ);
+            if (ok && zmq_send(p->router, id, idlen, ZMQ_SNDMORE | ZMQ_DONTWAIT) >= 0 &&
+                zmq_send(p->router, "", 0, ZMQ_SNDMORE | ZMQ_DONTWAIT) >= 0 &&
+                zmq_send(p->router, s8, 8, ZMQ_SNDMORE | ZMQ_DONTWAIT) >= 0)
+                zmq_send(p->router, "", 0, ZMQ_DONTWAIT);
+        }
+        for (int i = 0; i < n; i++)
+            zmq_msg_close(&f[i]);
+    }
+}
+
 int kvt_zsub_poll(kvt_zsub_t *z, int fd, long timeout_ms)
 {
-    size_t need = 1;
+    size_t need = 2;
     for (size_t i = 0; i < z->neng; i++)
         need += 2u * z->eng[i]->spec.dp_size;
     if (need > z->items_cap) {
@@ -815,6 +1042,10 @@ int kvt_zsub_poll(kvt_zsub_t *z, int fd, long timeout_ms)
     size_t n = 0;
     if (fd >= 0) {
         z->items[n] = (zmq_pollitem_t){NULL, fd, ZMQ_POLLIN, 0};
+        z->item_stream[n++] = NULL;
+    }
+    if (z->pub != NULL && z->pub->router != NULL) {
+        z->items[n] = (zmq_pollitem_t){z->pub->router, 0, ZMQ_POLLIN, 0};
         z->item_stream[n++] = NULL;
     }
     for (size_t i = 0; i < z->neng; i++) {
@@ -841,8 +1072,10 @@ int kvt_zsub_poll(kvt_zsub_t *z, int fd, long timeout_ms)
         if (!(z->items[i].revents & ZMQ_POLLIN))
             continue;
         zs_stream_t *s = z->item_stream[i];
-        if (s == NULL)
+        if (s == NULL && z->items[i].socket == NULL)
             fd_ready = 1;
+        else if (s == NULL)
+            zs_pub_serve(z->pub);
         else
             zs_read(z, s, z->items[i].socket != s->sub);
     }

@@ -120,6 +120,45 @@ size_t kvt_zsub_streams(const kvt_zsub_t *z, kvt_zsub_stream_info_t *out, size_t
 size_t kvt_zsub_engines(const kvt_zsub_t *z);
 
 /*
+ * The publisher: kvtierd's own changes as a vLLM KV-event stream, so that
+ * another kvtierd (index role), llm-d or Dynamo can subscribe to it.
+ * Messages are [topic "kv@<pod>@<model>", seq (8 bytes BE), payload]; the
+ * payload is a positional batch [ts, events, dp_rank] with uint64 hashes (the
+ * form every consumer reads); one seq counter for the whole stream, from 0.
+ * A ROUTER on @replay_endpoint (may be "") answers [b"", start_seq] with the
+ * buffered batches from start_seq as [b"", seq, payload] and then
+ * [b"", 0xff x 8, b""] (the <= v0.25 layout). At most @buffer_steps batches
+ * are kept. Endpoints are bound ("tcp://127.0.0.1:*" picks a port).
+ * Returns KVT_OK, KVT_ERR_EXISTS (already open), KVT_ERR_INVAL or KVT_ERR_IO
+ * (with @err); nothing is left open on error.
+ */
+kvt_status_t kvt_zsub_publish_open(kvt_zsub_t *z, const char *endpoint, const char *replay_endpoint,
+                                   uint32_t buffer_steps, char *err, size_t errlen);
+
+/*
+ * Publishes @b (decoded from any source; placeholders and every medium
+ * kept) as the next batch. Returns KVT_OK, KVT_ERR_NO_MEM or KVT_ERR_IO (a
+ * batch that could not be sent still takes its seq and sits in the buffer,
+ * so subscribers see a gap they can replay). A no-op without a publisher.
+ */
+kvt_status_t kvt_zsub_publish(kvt_zsub_t *z, const kvt_evbatch_t *b);
+
+/* What the publisher did. */
+typedef struct kvt_zsub_pub_info {
+    bool open;
+    char endpoint[KVT_ZSUB_MAX_ENDPOINT + 1]; /* as bound */
+    char replay_endpoint[KVT_ZSUB_MAX_ENDPOINT + 1];
+    uint64_t batches;       /* published; the next seq */
+    uint64_t send_failures; /* batches ZMQ refused (buffered anyway) or not encoded (memory) */
+    uint64_t replays;       /* replay requests answered */
+    uint64_t replayed;      /* batches sent in replays */
+    uint64_t bad_requests;  /* replay requests not shaped [b"", seq(8)] */
+    uint32_t buffered;      /* batches in the replay buffer */
+} kvt_zsub_pub_info_t;
+
+void kvt_zsub_publish_info(const kvt_zsub_t *z, kvt_zsub_pub_info_t *info);
+
+/*
  * Decodes a POST /v1/engines body into *@e:
  *   {"pod": str, "model": str, "endpoint": str, "replay_endpoint"?: str|null,
  *    "topic"?: str|null, "format"?: "vllm"|"sglang" (default vllm),

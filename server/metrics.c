@@ -57,6 +57,7 @@ typedef struct pub {
     uint32_t npods;
     kvt_zsub_stream_info_t *streams; /* engines' event streams */
     size_t nstreams;
+    kvt_zsub_pub_info_t publisher;
 } pub_t;
 
 static void pub_get(kvt_srv_t *srv, pub_t *p)
@@ -73,6 +74,7 @@ static void pub_get(kvt_srv_t *srv, pub_t *p)
         memcpy(p->pod_entries, srv->st_pod_entries, p->npods * sizeof(uint64_t));
     else
         p->npods = 0;
+    p->publisher = srv->st_pub;
     p->nstreams = srv->st_nstreams;
     p->streams = p->nstreams ? malloc(p->nstreams * sizeof(*p->streams)) : NULL;
     if (p->streams)
@@ -154,7 +156,25 @@ static void streams_json(const pub_t *p, kvt_jbuf_t *o)
             kvt_jbuf_printf(o, ",\"%s\":%llu", ctr[k].json, (unsigned long long)ctr[k].v);
         kvt_jbuf_cstr(o, "}");
     }
-    kvt_jbuf_cstr(o, "],");
+    kvt_jbuf_cstr(o, "],\"publisher\":");
+    const kvt_zsub_pub_info_t *pi = &p->publisher;
+    if (!pi->open) {
+        kvt_jbuf_cstr(o, "null,");
+        return;
+    }
+    kvt_jbuf_cstr(o, "{\"endpoint\":");
+    kvt_jbuf_str(o, pi->endpoint, strlen(pi->endpoint));
+    kvt_jbuf_cstr(o, ",\"replay_endpoint\":");
+    if (pi->replay_endpoint[0])
+        kvt_jbuf_str(o, pi->replay_endpoint, strlen(pi->replay_endpoint));
+    else
+        kvt_jbuf_cstr(o, "null");
+    kvt_jbuf_printf(o,
+                    ",\"batches\":%llu,\"send_failures\":%llu,\"replays\":%llu,"
+                    "\"replayed\":%llu,\"bad_requests\":%llu,\"buffered\":%u},",
+                    (unsigned long long)pi->batches, (unsigned long long)pi->send_failures,
+                    (unsigned long long)pi->replays, (unsigned long long)pi->replayed,
+                    (unsigned long long)pi->bad_requests, pi->buffered);
 }
 
 void srv_stats_json(kvt_srv_worker_t *w, kvt_jbuf_t *o)
@@ -227,6 +247,25 @@ static void stream_sample(kvt_jbuf_t *o, const char *name, const kvt_zsub_stream
 /* The engines' event streams: state and counters, labelled by pod and DP rank. */
 static void streams_metrics(const pub_t *p, kvt_jbuf_t *o)
 {
+    const kvt_zsub_pub_info_t *pi = &p->publisher;
+    if (pi->open) {
+        const struct {
+            const char *name, *type, *help;
+            uint64_t v;
+        } g[] = {
+            {"kvtier_publish_batches_total", "counter", "Batches kvtierd published.", pi->batches},
+            {"kvtier_publish_send_failures_total", "counter",
+             "Published batches not sent (replayable) or not encoded.", pi->send_failures},
+            {"kvtier_publish_replays_total", "counter", "Replay requests answered.", pi->replays},
+            {"kvtier_publish_replayed_batches_total", "counter", "Batches sent in replays.",
+             pi->replayed},
+            {"kvtier_publish_buffered_batches", "gauge", "Batches kept for replay.", pi->buffered},
+        };
+        for (size_t i = 0; i < sizeof(g) / sizeof(g[0]); i++) {
+            metric_head(o, g[i].name, g[i].type, g[i].help);
+            kvt_jbuf_printf(o, "%s %llu\n", g[i].name, (unsigned long long)g[i].v);
+        }
+    }
     metric_head(o, "kvtier_streams", "gauge", "Subscribed engine event streams (engine, DP rank).");
     kvt_jbuf_printf(o, "kvtier_streams %zu\n", p->nstreams);
     if (p->nstreams == 0)

@@ -432,6 +432,7 @@ static void job_events(kvt_srv_t *srv, srv_job_t *job)
         return;
     }
     srv->st_batches++;
+    kvt_zsub_publish(srv->zsub, b); /* a failure is counted there; the batch stays applied */
     job->http_status = 200;
     kvt_jbuf_t *o = &job->answer;
     kvt_jbuf_cstr(o, "{\"applied\":");
@@ -485,6 +486,14 @@ static void job_drop(kvt_srv_t *srv, srv_job_t *job)
 static void job_engine_add(kvt_srv_t *srv, srv_job_t *job)
 {
     char err[320];
+    bool bind = job->engine->bind || strncmp(job->engine->endpoint, "tcp://*:", 8) == 0;
+    if (bind && !srv_zmq_local(job->engine->endpoint) && !srv->cfg.allow_remote) {
+        job->st = KVT_ERR_INVAL;
+        snprintf(err, sizeof(err), "binding %s needs kvtierd --allow-remote",
+                 job->engine->endpoint);
+        answer_error(job, 400, err);
+        return;
+    }
     job->st = kvt_zsub_add(srv->zsub, job->engine, err, sizeof(err));
     if (job->st != KVT_OK) {
         answer_error(job, job->st == KVT_ERR_IO ? 400 : status_http(job->st),
@@ -556,6 +565,7 @@ static void stats_publish(kvt_srv_t *srv)
     srv->st_nstreams = nst;
     srv->st_rejected_pub = srv->st_rejected;
     srv->st_drops_pub = srv->st_drops;
+    kvt_zsub_publish_info(srv->zsub, &srv->st_pub);
     uint64_t *old = srv->st_pod_entries;
     srv->st_pod_entries = ent;
     srv->st_npods = npods;
@@ -774,7 +784,20 @@ static kvt_status_t mkdir_p(const char *path)
     return KVT_OK;
 }
 
-/* The writer's wake-up eventfd, the engines' subscriber set, and the engines of --engine. */
+/* Whether ZMQ @ep stays on this host: ipc, inproc, or tcp on a loopback address. "" counts. */
+bool srv_zmq_local(const char *ep)
+{
+    if (ep[0] == '\0' || strncmp(ep, "ipc://", 6) == 0 || strncmp(ep, "inproc://", 9) == 0)
+        return true;
+    if (strncmp(ep, "tcp://", 6) != 0)
+        return false;
+    const char *h = ep + 6;
+    return strncmp(h, "127.", 4) == 0 || strncmp(h, "localhost:", 10) == 0 ||
+           strncmp(h, "[::1]:", 6) == 0;
+}
+
+/* The writer's wake-up eventfd, the engines' subscriber set, the publisher, and --engine's engines.
+ */
 static kvt_status_t srv_engines_start(kvt_srv_t *srv, const kvt_srv_config_t *cfg)
 {
     srv->q_efd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
@@ -791,6 +814,23 @@ static kvt_status_t srv_engines_start(kvt_srv_t *srv, const kvt_srv_config_t *cf
     if (cfg->replay_timeout_ms != 0)
         zc.replay_timeout_ms = cfg->replay_timeout_ms;
     kvt_status_t st = kvt_zsub_create(srv->idx, &zc, &srv->zsub);
+    if (st == KVT_OK && srv->cfg.publish[0] != '\0') {
+        char err[320];
+        const char *remote = !srv_zmq_local(srv->cfg.publish)          ? srv->cfg.publish
+                             : !srv_zmq_local(srv->cfg.publish_replay) ? srv->cfg.publish_replay
+                                                                       : NULL;
+        if (remote != NULL && !srv->cfg.allow_remote) {
+            kvt_log_error("--publish: binding %s needs --allow-remote", remote);
+            return KVT_ERR_INVAL;
+        }
+        st = kvt_zsub_publish_open(srv->zsub, srv->cfg.publish, srv->cfg.publish_replay,
+                                   srv->cfg.publish_buffer ? srv->cfg.publish_buffer : 10000, err,
+                                   sizeof(err));
+        if (st != KVT_OK) {
+            kvt_log_error("--publish: %s", err);
+            return KVT_ERR_INVAL;
+        }
+    }
     for (size_t i = 0; st == KVT_OK && i < cfg->engines.n; i++) {
         const char *text = cfg->engines.items[i];
         kvt_zsub_engine_t e;
@@ -823,6 +863,8 @@ kvt_status_t kvt_srv_create(const kvt_srv_config_t *cfg, kvt_srv_t **srv_p)
     srv->cfg.rpc_unix = dup_or_empty(cfg->rpc_unix);
     srv->cfg.data_dir = dup_or_empty(cfg->data_dir);
     srv->cfg.auth_token_file = dup_or_empty(cfg->auth_token_file);
+    srv->cfg.publish = dup_or_empty(cfg->publish);
+    srv->cfg.publish_replay = dup_or_empty(cfg->publish_replay);
     srv->fd_http = srv->fd_rpc = srv->fd_unix = -1;
     srv->q_efd = -1;
     memset(&srv->cfg.engines, 0, sizeof(srv->cfg.engines)); /* read during create only */
@@ -832,7 +874,7 @@ kvt_status_t kvt_srv_create(const kvt_srv_config_t *cfg, kvt_srv_t **srv_p)
     srv->started_ns = srv_now_ns();
     kvt_status_t st = KVT_ERR_NO_MEM;
     if (!srv->cfg.http_listen || !srv->cfg.rpc_listen || !srv->cfg.rpc_unix || !srv->cfg.data_dir ||
-        !srv->cfg.auth_token_file)
+        !srv->cfg.auth_token_file || !srv->cfg.publish || !srv->cfg.publish_replay)
         goto err;
     if (srv->cfg.block_size == 0 || srv->cfg.writer_queue == 0 || srv->cfg.max_connections == 0 ||
         srv->cfg.rpc_max_frame > (64u << 20) || srv->cfg.rpc_max_frame < 1024) {
@@ -860,6 +902,7 @@ kvt_status_t kvt_srv_create(const kvt_srv_config_t *cfg, kvt_srv_t **srv_p)
         goto err;
     if ((st = srv_engines_start(srv, cfg)) != KVT_OK)
         goto err;
+    stats_publish(srv); /* /v1/stats is whole from the first request */
     reg_publish(srv);
     if (srv->reg == NULL) {
         st = KVT_ERR_NO_MEM;
@@ -1032,6 +1075,8 @@ void kvt_srv_destroy(kvt_srv_t *srv)
     free(srv->cfg.rpc_unix);
     free(srv->cfg.data_dir);
     free(srv->cfg.auth_token_file);
+    free(srv->cfg.publish);
+    free(srv->cfg.publish_replay);
     pthread_mutex_destroy(&srv->q_mu);
     pthread_mutex_destroy(&srv->stats_mu);
     free(srv);

@@ -38,6 +38,9 @@ typedef struct kvt_srv_config {
     kvt_cfg_list_t engines;      /* POST /v1/engines bodies subscribed at start; borrowed */
     uint64_t replay_timeout_ms;  /* a replay of missed event batches must end within this */
     uint64_t event_max_message;  /* largest ZMQ event message, bytes */
+    char *publish;               /* ZMQ PUB endpoint for kvtierd's own events; "": off */
+    char *publish_replay;        /* its ROUTER replay endpoint; "": none */
+    uint32_t publish_buffer;     /* batches kept for replay */
 } kvt_srv_config_t;
 
 typedef struct kvt_srv kvt_srv_t;

@@ -120,6 +120,9 @@ typedef struct srv_job {
     char errmsg[320];  /* plain-text reason when http_status is not 200 (RPC error body) */
 } srv_job_t;
 
+/* Whether ZMQ endpoint @ep stays on this host (ipc, inproc, tcp on loopback); "" does. */
+bool srv_zmq_local(const char *ep);
+
 /* ---- threads ---------------------------------------------------------------- */
 
 typedef struct listen_arg {
@@ -200,6 +203,7 @@ struct kvt_srv {
     uint64_t st_batches, st_batches_pub;   /* event batches applied */
     uint64_t st_rejected, st_rejected_pub; /* batches refused as bad input */
     uint64_t st_drops, st_drops_pub;       /* engines dropped */
+    kvt_zsub_pub_info_t st_pub;            /* the publisher, published copy */
     uint64_t *st_pod_entries;              /* per pod id, published copy */
     uint32_t st_npods;
     kvt_zsub_stream_info_t *st_streams; /* engines' streams, published copy */

@@ -16,6 +16,7 @@ import json
 import os
 import socket
 import struct
+import subprocess
 import sys
 import time
 import unittest
@@ -387,6 +388,124 @@ class TestHealth(Base):
         for t in (good, after):
             self.assertEqual(self.matched(t)[("x", 0)][0], 2)
         self.assertIn("skipped", self.d.read_log())
+
+
+class TestPublish(Base):
+    flags = ("--stats-period", "20ms", "--publish", "tcp://127.0.0.1:*", "--publish-replay",
+             "tcp://127.0.0.1:*", "--publish-buffer", "3")
+
+    def post(self, d, events, pod="A", **extra):
+        body = {"pod": pod, "model": "m", "events": events}
+        body.update(extra)
+        s, a = d.http("POST", "/v1/events", body)
+        self.assertEqual(s, 200, a)
+
+    def test_one_kvtierd_subscribes_to_another(self):
+        pubinfo = self.d.stats()["publisher"]
+        self.assertRegex(pubinfo["endpoint"], r"^tcp://127\.0\.0\.1:\d+$")
+        b = fx.Daemon(BIN, "--stats-period", "20ms")
+        try:
+            s, a = b.http("POST", "/v1/engines", {"pod": "A", "model": "m",
+                                                  "endpoint": pubinfo["endpoint"],
+                                                  "replay_endpoint": pubinfo["replay_endpoint"],
+                                                  "topic": "kv@A@m"})
+            self.assertEqual(s, 200, a)
+
+            def stream_b():
+                return [x for x in b.stats()["streams"] if x["pod"] == "A"][0]
+
+            def joined():
+                self.post(self.d, [])
+                return stream_b()["last_seq"] is not None
+            wait_for(joined, what="kvtierd B to join A's stream")
+            t = tokens(30, 4)
+            h = [501, 502, 503, 504]
+            self.post(self.d, [fx.stored(h, t, bs=BS)], lora_name=None)
+            self.post(self.d, [fx.stored([h[0]], [], bs=0, medium="CPU")])
+            self.post(self.d, [{"type": "BlockRemoved", "block_hashes": [h[3]]}])
+
+            def b_matched():
+                s, ans = b.http("POST", "/v1/query", {"model": "m", "token_ids": t})
+                return {p["pod"]: (p["matched_blocks"], p["gpu"], p["cpu"]) for p in ans["pods"]}
+            wait_for(lambda: b_matched().get("A") == (3, 3, 0), what="A's events in B")
+            st = stream_b()
+            self.assertEqual((st["gaps"], st["undecodable"], st["restarts"]), (0, 0, 0), st)
+        finally:
+            self.assertEqual(b.stop(), 0)
+            b.cleanup()
+
+    def test_live_format_and_replay_layout(self):
+        pubinfo = self.d.stats()["publisher"]
+        sub = self.ctx.socket(zmq.SUB)
+        sub.setsockopt(zmq.LINGER, 0)
+        sub.setsockopt(zmq.SUBSCRIBE, b"")
+        sub.connect(pubinfo["endpoint"])
+        try:
+            def got_one():
+                self.post(self.d, [])
+                return sub.poll(50) and sub.recv_multipart()
+            wait_for(got_one, what="a live message")
+            while sub.poll(100):
+                sub.recv_multipart()
+            t = tokens(32, 2)
+            self.post(self.d, [fx.stored([9, 10], t, bs=BS, parent=None, lora="ad")], dp_rank=2)
+            topic, seq, payload = sub.recv_multipart()
+            self.assertEqual(topic, b"kv@A@m")
+            self.assertEqual(len(seq), 8)
+            ts, events, rank = msgpack.unpackb(payload)
+            self.assertIsInstance(ts, float)
+            self.assertEqual(rank, 2)
+            self.assertEqual(events, [["BlockStored", [9, 10], None, t, BS, None, "GPU", "ad"]])
+            last = struct.unpack(">Q", seq)[0]
+            self.post(self.d, [{"type": "BlockRemoved", "block_hashes": [9], "medium": "CPU"},
+                               {"type": "AllBlocksCleared"}])
+            topic, seq, payload = sub.recv_multipart()
+            self.assertEqual(msgpack.unpackb(payload)[1],
+                             [["BlockRemoved", [9], "CPU"], ["AllBlocksCleared"]])
+        finally:
+            sub.close(0)
+        # replay: the last 3 batches (--publish-buffer 3), <= v0.25 layout, then the end marker
+        dealer = self.ctx.socket(zmq.DEALER)
+        dealer.setsockopt(zmq.LINGER, 0)
+        dealer.connect(pubinfo["replay_endpoint"])
+        try:
+            dealer.send_multipart([b"", struct.pack(">Q", 0)])
+            got = []
+            while True:
+                self.assertTrue(dealer.poll(5000), "no replay answer")
+                f = dealer.recv_multipart()
+                self.assertEqual(len(f), 3, f)
+                self.assertEqual(f[0], b"")
+                if f[1] == b"\xff" * 8:
+                    self.assertEqual(f[2], b"")
+                    break
+                got.append(struct.unpack(">Q", f[1])[0])
+            self.assertEqual(got, [last - 1, last, last + 1])
+            dealer.send_multipart([b"", struct.pack(">Q", last + 1)])
+            f = dealer.recv_multipart()
+            self.assertEqual(struct.unpack(">Q", f[1])[0], last + 1)
+            self.assertEqual(dealer.recv_multipart()[1], b"\xff" * 8)
+            dealer.send_multipart([b"", b"short"])  # a bad request: no answer, counted
+            self.assertFalse(dealer.poll(300))
+        finally:
+            dealer.close(0)
+        st = wait_for(lambda: (lambda p: p if p["bad_requests"] == 1 else None)(
+            self.d.stats()["publisher"]), what="the bad request to be counted")
+        self.assertEqual((st["replays"], st["replayed"], st["buffered"]), (2, 4, 3), st)
+        samples, _ = fx.parse_prometheus(self.d.http("GET", "/metrics")[1])
+        self.assertEqual(samples[("kvtier_publish_replays_total", ())], 2)
+        self.assertEqual(samples[("kvtier_publish_batches_total", ())], st["batches"])
+
+    def test_remote_binds_need_allow_remote(self):
+        p = subprocess.run([BIN, "--http-listen", "127.0.0.1:0", "--rpc-listen", "127.0.0.1:0",
+                            "--data-dir", os.path.join(self.d.dir.name, "x"),
+                            "--publish", "tcp://*:0"], capture_output=True, text=True, timeout=20)
+        self.assertEqual(p.returncode, 1, p.stderr)
+        self.assertIn("needs --allow-remote", p.stderr)
+        s, a = self.d.http("POST", "/v1/engines", {"pod": "w", "model": "m",
+                                                   "endpoint": "tcp://*:5557"})
+        self.assertEqual(s, 400, a)
+        self.assertIn("--allow-remote", a["error"])
 
 
 class TestApi(Base):
