@@ -3,6 +3,7 @@
  * (writer thread). Decoders live in event_json.c (and the msgpack codec).
  */
 #include <stdio.h>
+#include <string.h>
 
 #include "kvindex/event.h"
 #include "kvindex/hash.h"
@@ -17,9 +18,33 @@ static uint32_t ev_block_size(const kvt_event_t *e, uint32_t def)
     return e->block_size != 0 ? e->block_size : def;
 }
 
+/* The last namespace a batch's events used: most batches have one (model, LoRA). */
+typedef struct ev_ns_cache {
+    bool valid;
+    const char *lora; /* as ev_lora() gave it */
+    uint32_t ns;
+} ev_ns_cache_t;
+
+/* kvt_idx_ns_get() for the batch's model and @lora, through @c. */
+static kvt_status_t ev_ns(kvt_idx_t *idx, const kvt_evbatch_t *b, const char *lora, uint32_t bs,
+                          ev_ns_cache_t *c, uint32_t *ns_p)
+{
+    if (c->valid &&
+        (c->lora == lora || (c->lora != NULL && lora != NULL && strcmp(c->lora, lora) == 0))) {
+        if (bs != 0 && kvt_idx_ns_block_size(idx, c->ns) != bs)
+            return KVT_ERR_INVAL;
+        *ns_p = c->ns;
+        return KVT_OK;
+    }
+    kvt_status_t st = kvt_idx_ns_get(idx, b->model, lora, bs, ns_p);
+    if (st == KVT_OK)
+        *c = (ev_ns_cache_t){true, lora, *ns_p};
+    return st;
+}
+
 /* Refuses the batch before anything changes; see kvt_ev_apply(). */
-static kvt_status_t ev_check(kvt_idx_t *idx, const kvt_evbatch_t *b, uint32_t def, char *err,
-                             size_t errlen)
+static kvt_status_t ev_check(kvt_idx_t *idx, const kvt_evbatch_t *b, uint32_t def,
+                             ev_ns_cache_t *cache, char *err, size_t errlen)
 {
     for (size_t i = 0; i < b->nev; i++) {
         const kvt_event_t *e = &b->ev[i];
@@ -36,7 +61,7 @@ static kvt_status_t ev_check(kvt_idx_t *idx, const kvt_evbatch_t *b, uint32_t de
             return KVT_ERR_INVAL;
         }
         uint32_t ns;
-        if (kvt_idx_ns_get(idx, b->model, ev_lora(b, e), 0, &ns) == KVT_OK &&
+        if (ev_ns(idx, b, ev_lora(b, e), 0, cache, &ns) == KVT_OK &&
             kvt_idx_ns_block_size(idx, ns) != bs) {
             snprintf(err, errlen, "events[%zu]: block_size %u, but model '%s' uses %u", i, bs,
                      b->model, kvt_idx_ns_block_size(idx, ns));
@@ -50,7 +75,8 @@ static kvt_status_t ev_check(kvt_idx_t *idx, const kvt_evbatch_t *b, uint32_t de
 #define EV_CHUNK 128u
 
 static kvt_status_t ev_stored(kvt_idx_t *idx, const kvt_evbatch_t *b, const kvt_event_t *e,
-                              uint32_t pod, uint32_t def, kvt_ev_counters_t *c)
+                              uint32_t pod, uint32_t def, ev_ns_cache_t *cache,
+                              kvt_ev_counters_t *c)
 {
     if (e->ntokens == 0) {
         /* a placeholder (vLLM CPU offload): only hashes the pod already knows */
@@ -62,7 +88,7 @@ static kvt_status_t ev_stored(kvt_idx_t *idx, const kvt_evbatch_t *b, const kvt_
     }
     uint32_t bs = ev_block_size(e, def);
     uint32_t ns;
-    kvt_status_t st = kvt_idx_ns_get(idx, b->model, ev_lora(b, e), bs, &ns);
+    kvt_status_t st = ev_ns(idx, b, ev_lora(b, e), bs, cache, &ns);
     if (st != KVT_OK)
         return st;
     uint64_t parent_key;
@@ -90,7 +116,8 @@ kvt_status_t kvt_ev_apply(kvt_idx_t *idx, const kvt_evbatch_t *b, uint32_t defau
 {
     if (errlen > 0)
         err[0] = '\0';
-    kvt_status_t st = ev_check(idx, b, default_block_size, err, errlen);
+    ev_ns_cache_t cache = {false, NULL, 0};
+    kvt_status_t st = ev_check(idx, b, default_block_size, &cache, err, errlen);
     if (st != KVT_OK)
         return st;
     uint32_t pod;
@@ -103,7 +130,7 @@ kvt_status_t kvt_ev_apply(kvt_idx_t *idx, const kvt_evbatch_t *b, uint32_t defau
         const kvt_event_t *e = &b->ev[i];
         size_t unresolved = 0;
         switch (e->type) {
-        case KVT_EV_STORED: st = ev_stored(idx, b, e, pod, default_block_size, c); break;
+        case KVT_EV_STORED: st = ev_stored(idx, b, e, pod, default_block_size, &cache, c); break;
         case KVT_EV_REMOVED:
             st = kvt_idx_remove(idx, pod, e->tier, e->hashes, e->nhashes, &unresolved);
             c->unresolved += unresolved;

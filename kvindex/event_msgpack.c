@@ -108,6 +108,18 @@ static bool mp_shape(uint8_t c, unsigned *len_bytes_p, uint64_t *fixed_p, unsign
     return true;
 }
 
+/*
+ * Bytes of a value that starts with byte c and has a fixed size (ints,
+ * floats, nil, booleans, fixext); 0 for the others. Token ids are most of a
+ * batch, so mp_check() skips these in a tight loop.
+ */
+static const uint8_t mp_fixed[256] = {
+    [0x00 ... 0x7f] = 1, [0xc0] = 1,  [0xc2 ... 0xc3] = 1, [0xca] = 5,          [0xcb] = 9,
+    [0xcc] = 2,          [0xcd] = 3,  [0xce] = 5,          [0xcf] = 9,          [0xd0] = 2,
+    [0xd1] = 3,          [0xd2] = 5,  [0xd3] = 9,          [0xd4] = 3,          [0xd5] = 4,
+    [0xd6] = 6,          [0xd7] = 10, [0xd8] = 18,         [0xe0 ... 0xff] = 1,
+};
+
 /* Containers nested deeper than this are refused (msgpack-c's own stack holds 32). */
 #define MP_MAX_DEPTH 24
 
@@ -119,6 +131,23 @@ static kvt_status_t mp_check(const uint8_t *buf, size_t len, const char **why_p,
     uint64_t pending = 1; /* values still due in all */
     size_t off = 0;
     while (pending > 0) {
+        if (depth > 0) {
+            /* the innermost container's fixed-size elements, without the general path */
+            uint64_t l = left[depth - 1];
+            while (l > 0 && off < len) {
+                unsigned sz = mp_fixed[buf[off]];
+                if (sz == 0 || sz > len - off)
+                    break; /* the general path reads (or refuses) it */
+                off += sz;
+                l--;
+                pending--;
+            }
+            left[depth - 1] = l;
+            if (l == 0) {
+                depth--; /* closed: its parent may be closed too */
+                continue;
+            }
+        }
         *at_p = off;
         if (off >= len) {
             *why_p = "truncated";
@@ -166,8 +195,6 @@ static kvt_status_t mp_check(const uint8_t *buf, size_t len, const char **why_p,
             }
             off += (size_t)skip;
         }
-        while (depth > 0 && left[depth - 1] == 0)
-            depth--;
     }
     if (off != len) {
         *at_p = off;

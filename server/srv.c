@@ -482,19 +482,23 @@ static void job_drop(kvt_srv_t *srv, srv_job_t *job)
                   unsubscribed ? ",\"unsubscribed\":true}" : ",\"unsubscribed\":false}");
 }
 
+/* kvt_zsub_add(), after refusing a non-loopback bind without --allow-remote. */
+static kvt_status_t srv_engine_add(kvt_srv_t *srv, const kvt_zsub_engine_t *e, char *err,
+                                   size_t errlen)
+{
+    bool bind = e->bind || strncmp(e->endpoint, "tcp://*:", 8) == 0;
+    if (bind && !srv_zmq_local(e->endpoint) && !srv->cfg.allow_remote) {
+        snprintf(err, errlen, "binding %s needs kvtierd --allow-remote", e->endpoint);
+        return KVT_ERR_INVAL;
+    }
+    return kvt_zsub_add(srv->zsub, e, err, errlen);
+}
+
 /* Subscribes to an engine's event streams; answers with the endpoints in use. */
 static void job_engine_add(kvt_srv_t *srv, srv_job_t *job)
 {
     char err[320];
-    bool bind = job->engine->bind || strncmp(job->engine->endpoint, "tcp://*:", 8) == 0;
-    if (bind && !srv_zmq_local(job->engine->endpoint) && !srv->cfg.allow_remote) {
-        job->st = KVT_ERR_INVAL;
-        snprintf(err, sizeof(err), "binding %s needs kvtierd --allow-remote",
-                 job->engine->endpoint);
-        answer_error(job, 400, err);
-        return;
-    }
-    job->st = kvt_zsub_add(srv->zsub, job->engine, err, sizeof(err));
+    job->st = srv_engine_add(srv, job->engine, err, sizeof(err));
     if (job->st != KVT_OK) {
         answer_error(job, job->st == KVT_ERR_IO ? 400 : status_http(job->st),
                      err[0] ? err : kvt_status_str(job->st));
@@ -837,7 +841,7 @@ static kvt_status_t srv_engines_start(kvt_srv_t *srv, const kvt_srv_config_t *cf
         char err[320];
         st = kvt_zsub_engine_json_decode(text, strlen(text), &e, err, sizeof(err));
         if (st == KVT_OK)
-            st = kvt_zsub_add(srv->zsub, &e, err, sizeof(err));
+            st = srv_engine_add(srv, &e, err, sizeof(err));
         if (st != KVT_OK) {
             kvt_log_error("--engine %zu: %s", i + 1, err);
             st = KVT_ERR_INVAL;

@@ -541,6 +541,16 @@ class TestApi(Base):
         self.assertIn("already subscribed", a["error"])
         self.assertEqual(len(self.d.stats()["streams"]), 1)
 
+    def test_bad_engine_flag_stops_the_start(self):
+        for flag, msg in [('{"pod":"a"}', "field 'model' is missing"), ("nope", "--engine 1"),
+                          ('{"pod":"a","model":"m","endpoint":"tcp://*:1","bind":true}',
+                           "needs kvtierd --allow-remote")]:
+            p = subprocess.run([BIN, "--http-listen", "127.0.0.1:0", "--rpc-listen", "127.0.0.1:0",
+                                "--data-dir", os.path.join(self.d.dir.name, "y"), "--engine",
+                                flag], capture_output=True, text=True, timeout=20)
+            self.assertEqual(p.returncode, 1, (flag, p.stderr))
+            self.assertIn(msg, p.stderr)
+
     def test_delete_unsubscribes_and_drops(self):
         pub = self.publisher()
         self.add_engine("del", pub)

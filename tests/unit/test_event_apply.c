@@ -174,6 +174,54 @@ static void test_pod_key(void **state)
 }
 
 /* A BlockStored longer than the apply chunk stays one chain (parent carried across chunks). */
+/* Events of one batch in several LoRA namespaces each land in their own (the lookup is cached). */
+static void test_lora_namespaces_in_one_batch(void **state)
+{
+    fix_t *f = *state;
+    static const uint64_t h1[] = {1, 2}, h2[] = {11, 12}, h3[] = {21};
+    char a1[] = "adapter-a", a2[] = "adapter-a"; /* equal names, different pointers */
+    kvt_event_t ev[4] = {stored(h1, 2, f->tok, 4), stored(h2, 2, f->tok, 4),
+                         stored(h3, 1, f->tok, 4), stored(h3, 1, f->tok, 4)};
+    ev[1].lora_name = a1;
+    ev[2].lora_name = a2;
+    ev[3].lora_name = "adapter-b";
+    kvt_ev_counters_t c = {0};
+    assert_int_equal(apply(f, "p", ev, 4, &c), KVT_OK);
+    uint32_t base, a, b, p;
+    assert_int_equal(kvt_idx_ns_get(f->idx, "m", NULL, 0, &base), KVT_OK);
+    assert_int_equal(kvt_idx_ns_get(f->idx, "m", "adapter-a", 0, &a), KVT_OK);
+    assert_int_equal(kvt_idx_ns_get(f->idx, "m", "adapter-b", 0, &b), KVT_OK);
+    assert_true(base != a && a != b && base != b);
+    assert_int_equal(kvt_idx_pod_find(f->idx, "p", 0, &p), KVT_OK);
+    uint64_t keys[2];
+    kvt_hash_seq(f->tok, 8, 4, KVT_HASH_SEED, NULL, NULL, keys);
+    const uint32_t want[3] = {2, 2, 1};
+    const uint32_t nss[3] = {base, a, b};
+    for (int i = 0; i < 3; i++) {
+        const kvt_idx_match_t *res;
+        size_t nres;
+        assert_int_equal(kvt_idx_query(f->rd, nss[i], keys, 2, NULL, 0, &res, &nres), KVT_OK);
+        assert_int_equal(nres, 1);
+        assert_int_equal(res[0].matched, want[i]);
+    }
+    /* a block size that differs from the namespace's, after a cached lookup: refused whole */
+    kvt_event_t bad[2] = {stored(h2, 2, f->tok, 4), stored(h3, 1, f->tok, 8)};
+    bad[0].lora_name = a1;
+    bad[1].lora_name = a2;
+    kvt_ev_counters_t before = c;
+    char err[200];
+    kvt_evbatch_t bb = {.pod = "p", .model = "m", .ev = bad, .nev = 2};
+    assert_int_equal(kvt_ev_apply(f->idx, &bb, 4, &c, err, sizeof(err)), KVT_ERR_INVAL);
+    assert_non_null(strstr(err, "block_size 8, but model 'm' uses 4"));
+    assert_memory_equal(&c, &before, sizeof(c));
+    /* a namespace the batch creates: the check happens as it is applied (the first stays) */
+    kvt_event_t mixed[2] = {stored(h1, 2, f->tok, 4), stored(h3, 1, f->tok, 8)};
+    kvt_evbatch_t mb = {.pod = "p", .model = "m2", .ev = mixed, .nev = 2};
+    assert_int_equal(kvt_ev_apply(f->idx, &mb, 4, &c, err, sizeof(err)), KVT_ERR_INVAL);
+    assert_non_null(strstr(err, "events[1]"));
+    assert_int_equal(c.events, before.events + 1);
+}
+
 static void test_long_event(void **state)
 {
     fix_t *f = *state;
@@ -210,6 +258,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_bad_batches_change_nothing, setup, teardown),
         cmocka_unit_test_setup_teardown(test_pod_key, setup, teardown),
         cmocka_unit_test_setup_teardown(test_long_event, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_lora_namespaces_in_one_batch, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
