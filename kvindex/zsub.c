@@ -199,6 +199,14 @@ static kvt_status_t zs_json_str(kvt_json_t *j, const char *field, char *buf, siz
     return KVT_OK;
 }
 
+/* Reads the null that is due (an optional field left out). */
+static kvt_status_t zs_json_null(kvt_json_t *j, const char *field, char *err, size_t errlen)
+{
+    if (kvt_json_null(j) != KVT_OK)
+        return zs_fail(err, errlen, "field '%s': %s", field, kvt_json_error(j));
+    return KVT_OK;
+}
+
 kvt_status_t kvt_zsub_engine_json_decode(const char *body, size_t len, kvt_zsub_engine_t *out,
                                          char *err, size_t errlen)
 {
@@ -231,11 +239,11 @@ kvt_status_t kvt_zsub_engine_json_decode(const char *body, size_t len, kvt_zsub_
         } else if (strcmp(key, "endpoint") == 0 && klen == 8) {
             st = zs_json_str(&j, "endpoint", e.endpoint, sizeof(e.endpoint), false, err, errlen);
         } else if (strcmp(key, "replay_endpoint") == 0 && klen == 15) {
-            st = null ? kvt_json_null(&j)
+            st = null ? zs_json_null(&j, "replay_endpoint", err, errlen)
                       : zs_json_str(&j, "replay_endpoint", e.replay_endpoint,
                                     sizeof(e.replay_endpoint), true, err, errlen);
         } else if (strcmp(key, "topic") == 0 && klen == 5) {
-            st = null ? kvt_json_null(&j)
+            st = null ? zs_json_null(&j, "topic", err, errlen)
                       : zs_json_str(&j, "topic", e.topic, sizeof(e.topic), true, err, errlen);
         } else if (strcmp(key, "format") == 0 && klen == 6) {
             char f[16];

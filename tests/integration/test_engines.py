@@ -515,6 +515,7 @@ class TestApi(Base):
         bad = [
             ("{", 400, "offset"),
             ("nope", 400, "must be a JSON object"),
+            ('{"pod":"e","model":"m","endpoint":"tcp://h:1","topic":nulm}', 400, "field 'topic'"),
             ([1], 400, "must be a JSON object"),
             ({"model": "m", "endpoint": pub.endpoint}, 400, "'pod'"),
             (dict(ok, pod=""), 400, "'pod' is empty"),
