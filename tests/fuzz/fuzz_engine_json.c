@@ -22,11 +22,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
-    char *s = malloc(size > 0 ? size : 1);
+    char *s = fuzz_copy(data, size);
     if (s == NULL)
         return 0;
-    if (size > 0)
-        memcpy(s, data, size);
     kvt_zsub_engine_t e, pattern;
     memset(&pattern, 0x5a, sizeof(pattern));
     memcpy(&e, &pattern, sizeof(e));

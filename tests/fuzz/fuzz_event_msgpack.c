@@ -141,11 +141,9 @@ static void pack_batch(const kvt_evbatch_t *b, msgpack_sbuffer *sb)
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
-    uint8_t *s = malloc(size > 0 ? size : 1);
+    uint8_t *s = fuzz_copy(data, size);
     if (s == NULL)
         return 0;
-    if (size > 0)
-        memcpy(s, data, size);
 
     kvt_evbatch_t b[2], pattern;
     kvt_status_t st[2];
