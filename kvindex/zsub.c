@@ -35,11 +35,27 @@ typedef struct zs_held {
 } zs_held_t;
 
 typedef struct zs_engine zs_engine_t;
+typedef struct zs_stream zs_stream_t;
 
-typedef struct zs_stream {
+/*
+ * A SUB socket: one stream's own, or shared by the engines that dial into one
+ * bound endpoint (llm-d's layout: every engine connects to the indexer's port
+ * and names itself in the topic). A shared socket's messages go to the stream
+ * whose topic starts the message's topic; topics there may not prefix one another.
+ */
+typedef struct zs_sock {
+    void *sock;
+    char want[KVT_ZSUB_MAX_ENDPOINT + 1]; /* the endpoint as asked: later binds match it */
+    char addr[KVT_ZSUB_MAX_ENDPOINT + 1]; /* as connected or bound */
+    bool bound;
+    zs_stream_t **streams; /* those reading it */
+    size_t n, cap;
+} zs_sock_t;
+
+struct zs_stream {
     zs_engine_t *eng;
     uint32_t rank;
-    void *sub;
+    zs_sock_t *sub;
     void *dealer; /* NULL until a replay is needed; closed after a failed one */
     char endpoint[KVT_ZSUB_MAX_ENDPOINT + 1];
     char replay_endpoint[KVT_ZSUB_MAX_ENDPOINT + 1]; /* "": none */
@@ -55,7 +71,7 @@ typedef struct zs_stream {
     size_t held_head, held_n, held_cap;
     uint64_t log_ns, log_quiet; /* rate limit of this stream's warnings */
     kvt_zsub_counters_t c;
-} zs_stream_t;
+};
 
 struct zs_engine {
     kvt_zsub_engine_t spec;
@@ -78,8 +94,12 @@ struct kvt_zsub {
     void *ctx;
     zs_engine_t **eng;
     size_t neng, eng_cap;
-    zmq_pollitem_t *items; /* scratch for kvt_zsub_poll() */
-    zs_stream_t **item_stream;
+    zs_sock_t **socks; /* every SUB */
+    size_t nsocks, socks_cap;
+    uint64_t unmatched, unmatched_log_ns; /* shared-socket messages no stream's topic starts */
+    zmq_pollitem_t *items;                /* scratch for kvt_zsub_poll() */
+    zs_stream_t **item_stream;            /* the DEALER's stream, or NULL */
+    zs_sock_t **item_sock;                /* the SUB, or NULL */
     size_t items_cap;
 };
 
@@ -330,13 +350,36 @@ static void zs_held_clear(zs_stream_t *s)
     s->held_head = s->held_n = 0;
 }
 
-static void zs_engine_free(zs_engine_t *e)
+/* Takes @s off its SUB; the last stream closes it, others keep it without @s's topic. */
+static void zs_sock_detach(kvt_zsub_t *z, zs_stream_t *s)
+{
+    zs_sock_t *k = s->sub;
+    if (k == NULL)
+        return;
+    s->sub = NULL;
+    for (size_t i = 0; i < k->n; i++)
+        if (k->streams[i] == s)
+            k->streams[i] = k->streams[--k->n];
+    if (k->n > 0) {
+        const char *t = s->eng->spec.topic;
+        zmq_setsockopt(k->sock, ZMQ_UNSUBSCRIBE, t, strlen(t));
+        return;
+    }
+    zs_close(&k->sock);
+    for (size_t i = 0; i < z->nsocks; i++)
+        if (z->socks[i] == k)
+            z->socks[i] = z->socks[--z->nsocks];
+    free(k->streams);
+    free(k);
+}
+
+static void zs_engine_free(kvt_zsub_t *z, zs_engine_t *e)
 {
     if (e == NULL)
         return;
     for (uint32_t r = 0; e->streams != NULL && r < e->spec.dp_size; r++) {
         zs_stream_t *s = &e->streams[r];
-        zs_close(&s->sub);
+        zs_sock_detach(z, s);
         zs_close(&s->dealer);
         zs_held_clear(s);
         free(s->held);
@@ -363,42 +406,107 @@ void kvt_zsub_destroy(kvt_zsub_t *z)
     if (z == NULL)
         return;
     for (size_t i = 0; i < z->neng; i++)
-        zs_engine_free(z->eng[i]);
+        zs_engine_free(z, z->eng[i]);
     zs_pub_free(z->pub);
     free(z->eng);
+    free(z->socks);
     free(z->items);
     free(z->item_stream);
+    free(z->item_sock);
     zmq_ctx_term(z->ctx);
     free(z);
 }
 
-/* Opens @s's SUB: options, the topic, then bind or connect. */
+/* Whether topics @a and @b could both start one message's topic. */
+static bool zs_topics_clash(const char *a, const char *b)
+{
+    size_t la = strlen(a), lb = strlen(b);
+    return strncmp(a, b, la < lb ? la : lb) == 0;
+}
+
+static bool zs_sock_add_stream(zs_sock_t *k, zs_stream_t *s)
+{
+    if (k->n == k->cap) {
+        size_t ncap = k->cap ? 2 * k->cap : 4;
+        zs_stream_t **n = realloc(k->streams, ncap * sizeof(*n));
+        if (n == NULL)
+            return false;
+        k->streams = n;
+        k->cap = ncap;
+    }
+    k->streams[k->n++] = s;
+    s->sub = k;
+    return true;
+}
+
+/*
+ * Gives @s a SUB on s->endpoint: joins the socket already bound on that exact
+ * endpoint (engines dial in; topics tell them apart), or opens one (options,
+ * the topic, then bind or connect). s->endpoint becomes the address in use.
+ */
 static kvt_status_t zs_open_sub(kvt_zsub_t *z, zs_stream_t *s, bool bind, char *err, size_t errlen)
 {
-    const kvt_zsub_engine_t *e = &s->eng->spec;
-    s->sub = zmq_socket(z->ctx, ZMQ_SUB);
-    if (s->sub == NULL) {
+    const char *topic = s->eng->spec.topic;
+    for (size_t i = 0; bind && i < z->nsocks; i++) {
+        zs_sock_t *k = z->socks[i];
+        if (!k->bound || strcmp(k->want, s->endpoint) != 0 || strstr(k->want, ":*") != NULL)
+            continue;
+        for (size_t j = 0; j < k->n; j++)
+            if (topic[0] == '\0' || zs_topics_clash(topic, k->streams[j]->eng->spec.topic)) {
+                snprintf(err, errlen,
+                         "%s is shared with engine '%s': engines dialing into one port need "
+                         "topics that do not start one another (as kv@<pod>@<model>)",
+                         s->endpoint, k->streams[j]->eng->spec.pod);
+                return KVT_ERR_INVAL;
+            }
+        if (!zs_sock_add_stream(k, s))
+            return KVT_ERR_NO_MEM;
+        zmq_setsockopt(k->sock, ZMQ_SUBSCRIBE, topic, strlen(topic));
+        memcpy(s->endpoint, k->addr, sizeof(s->endpoint));
+        return KVT_OK;
+    }
+    if (z->nsocks == z->socks_cap) {
+        size_t ncap = z->socks_cap ? 2 * z->socks_cap : 8;
+        zs_sock_t **n = realloc(z->socks, ncap * sizeof(*n));
+        if (n == NULL)
+            return KVT_ERR_NO_MEM;
+        z->socks = n;
+        z->socks_cap = ncap;
+    }
+    zs_sock_t *k = calloc(1, sizeof(*k));
+    if (k == NULL)
+        return KVT_ERR_NO_MEM;
+    memcpy(k->want, s->endpoint, sizeof(k->want));
+    k->bound = bind;
+    k->sock = zmq_socket(z->ctx, ZMQ_SUB);
+    if (k->sock == NULL || !zs_sock_add_stream(k, s)) {
         snprintf(err, errlen, "zmq_socket: %s", zmq_strerror(errno));
+        if (k->sock != NULL)
+            zmq_close(k->sock);
+        free(k);
         return KVT_ERR_IO;
     }
+    z->socks[z->nsocks++] = k;
     int zero = 0, hwm = 100000;
     int64_t maxmsg = z->cfg.max_msg_bytes > INT64_MAX ? -1 : (int64_t)z->cfg.max_msg_bytes;
-    zmq_setsockopt(s->sub, ZMQ_LINGER, &zero, sizeof(zero));
-    zmq_setsockopt(s->sub, ZMQ_RCVHWM, &hwm, sizeof(hwm));
-    zmq_setsockopt(s->sub, ZMQ_MAXMSGSIZE, &maxmsg, sizeof(maxmsg));
-    zmq_setsockopt(s->sub, ZMQ_SUBSCRIBE, e->topic, strlen(e->topic));
-    int rc = bind ? zmq_bind(s->sub, s->endpoint) : zmq_connect(s->sub, s->endpoint);
+    zmq_setsockopt(k->sock, ZMQ_LINGER, &zero, sizeof(zero));
+    zmq_setsockopt(k->sock, ZMQ_RCVHWM, &hwm, sizeof(hwm));
+    zmq_setsockopt(k->sock, ZMQ_MAXMSGSIZE, &maxmsg, sizeof(maxmsg));
+    zmq_setsockopt(k->sock, ZMQ_SUBSCRIBE, topic, strlen(topic));
+    int rc = bind ? zmq_bind(k->sock, s->endpoint) : zmq_connect(k->sock, s->endpoint);
     if (rc != 0) {
-        snprintf(err, errlen, "%s %s: %s", bind ? "bind" : "connect", s->endpoint,
-                 zmq_strerror(errno));
-        return errno == EINVAL || errno == EPROTONOSUPPORT ? KVT_ERR_INVAL : KVT_ERR_IO;
+        int e = errno;
+        snprintf(err, errlen, "%s %s: %s", bind ? "bind" : "connect", s->endpoint, zmq_strerror(e));
+        zs_sock_detach(z, s);
+        return e == EINVAL || e == EPROTONOSUPPORT ? KVT_ERR_INVAL : KVT_ERR_IO;
     }
     if (bind) {
         /* "tcp://127.0.0.1:*" picks a port: report the one bound */
         size_t n = sizeof(s->endpoint);
-        zmq_getsockopt(s->sub, ZMQ_LAST_ENDPOINT, s->endpoint, &n);
+        zmq_getsockopt(k->sock, ZMQ_LAST_ENDPOINT, s->endpoint, &n);
         s->endpoint[sizeof(s->endpoint) - 1] = '\0';
     }
+    memcpy(k->addr, s->endpoint, sizeof(k->addr));
     return KVT_OK;
 }
 
@@ -454,7 +562,7 @@ kvt_status_t kvt_zsub_add(kvt_zsub_t *z, const kvt_zsub_engine_t *spec, char *er
         st = zs_open_sub(z, s, bind, err, errlen);
     }
     if (st != KVT_OK) {
-        zs_engine_free(e);
+        zs_engine_free(z, e);
         return st;
     }
     z->eng[z->neng++] = e;
@@ -470,7 +578,7 @@ bool kvt_zsub_remove(kvt_zsub_t *z, const char *pod)
     for (size_t i = 0; i < z->neng; i++) {
         if (strcmp(z->eng[i]->spec.pod, pod) != 0)
             continue;
-        zs_engine_free(z->eng[i]);
+        zs_engine_free(z, z->eng[i]);
         z->eng[i] = z->eng[--z->neng];
         kvt_log_info("engine %s: unsubscribed", pod);
         return true;
@@ -806,23 +914,58 @@ static void zs_on_replay(kvt_zsub_t *z, zs_stream_t *s, zmq_msg_t *f, int n, boo
     s->last_seq = seq;
 }
 
-/* Reads up to ZS_BUDGET messages from @sock of @s (the SUB, or the DEALER when @replay). */
-static void zs_read(kvt_zsub_t *z, zs_stream_t *s, bool replay)
+/* Reads up to ZS_BUDGET replies from @s's DEALER. */
+static void zs_read_replay(kvt_zsub_t *z, zs_stream_t *s)
 {
     zmq_msg_t f[4];
-    for (int k = 0; k < ZS_BUDGET; k++) {
-        void *sock = replay ? s->dealer : s->sub;
-        if (sock == NULL)
-            return; /* the dealer was closed by a failed replay */
+    for (int k = 0; k < ZS_BUDGET && s->dealer != NULL; k++) {
         bool extra;
-        int n = zs_recv(sock, f, 4, &extra);
+        int n = zs_recv(s->dealer, f, 4, &extra);
+        if (n < 0)
+            return;
+        zs_on_replay(z, s, f, n, extra, zs_now_ns());
+        for (int i = 0; i < n; i++)
+            zmq_msg_close(&f[i]); /* a failed replay closed the dealer, not these */
+    }
+}
+
+/* The stream of shared SUB @k whose topic starts the message's topic @t, or NULL. */
+static zs_stream_t *zs_route(const zs_sock_t *k, zmq_msg_t *t)
+{
+    const char *p = zmq_msg_data(t);
+    size_t n = zmq_msg_size(t);
+    for (size_t i = 0; i < k->n; i++) {
+        const char *topic = k->streams[i]->eng->spec.topic;
+        size_t tl = strlen(topic);
+        if (tl <= n && memcmp(p, topic, tl) == 0)
+            return k->streams[i];
+    }
+    return NULL;
+}
+
+/* Reads up to ZS_BUDGET live messages from SUB @k, each to its stream. */
+static void zs_read_live(kvt_zsub_t *z, zs_sock_t *k)
+{
+    zmq_msg_t f[4];
+    for (int j = 0; j < ZS_BUDGET; j++) {
+        bool extra;
+        int n = zs_recv(k->sock, f, 4, &extra);
         if (n < 0)
             return;
         uint64_t now = zs_now_ns();
-        if (replay)
-            zs_on_replay(z, s, f, n, extra, now);
-        else
+        zs_stream_t *s = k->n == 1 ? k->streams[0] : zs_route(k, &f[0]);
+        if (s != NULL) {
             zs_on_live(z, s, f, n, extra, now);
+        } else {
+            /* ZMQ filters by every topic subscribed here, so only a race with an
+             * unsubscribe lands here; counted, logged once a minute */
+            z->unmatched++;
+            if (z->unmatched_log_ns == 0 || now - z->unmatched_log_ns >= ZS_LOG_EVERY_NS) {
+                kvt_log_warn("%s: a message whose topic no engine has (%llu so far)", k->addr,
+                             (unsigned long long)z->unmatched);
+                z->unmatched_log_ns = now;
+            }
+        }
         for (int i = 0; i < n; i++)
             zmq_msg_close(&f[i]);
     }
@@ -1032,9 +1175,9 @@ static void zs_pub_serve(zs_pub_t *p)
 
 int kvt_zsub_poll(kvt_zsub_t *z, int fd, long timeout_ms)
 {
-    size_t need = 2;
+    size_t need = 2 + z->nsocks;
     for (size_t i = 0; i < z->neng; i++)
-        need += 2u * z->eng[i]->spec.dp_size;
+        need += z->eng[i]->spec.dp_size;
     if (need > z->items_cap) {
         zmq_pollitem_t *it = realloc(z->items, need * sizeof(*it));
         if (it != NULL)
@@ -1042,7 +1185,10 @@ int kvt_zsub_poll(kvt_zsub_t *z, int fd, long timeout_ms)
         zs_stream_t **is = realloc(z->item_stream, need * sizeof(*is));
         if (is != NULL)
             z->item_stream = is;
-        if (it == NULL || is == NULL)
+        zs_sock_t **ik = realloc(z->item_sock, need * sizeof(*ik));
+        if (ik != NULL)
+            z->item_sock = ik;
+        if (it == NULL || is == NULL || ik == NULL)
             return KVT_ERR_NO_MEM;
         z->items_cap = need;
     }
@@ -1050,19 +1196,25 @@ int kvt_zsub_poll(kvt_zsub_t *z, int fd, long timeout_ms)
     size_t n = 0;
     if (fd >= 0) {
         z->items[n] = (zmq_pollitem_t){NULL, fd, ZMQ_POLLIN, 0};
-        z->item_stream[n++] = NULL;
+        z->item_stream[n] = NULL;
+        z->item_sock[n++] = NULL;
     }
     if (z->pub != NULL && z->pub->router != NULL) {
         z->items[n] = (zmq_pollitem_t){z->pub->router, 0, ZMQ_POLLIN, 0};
-        z->item_stream[n++] = NULL;
+        z->item_stream[n] = NULL;
+        z->item_sock[n++] = NULL;
+    }
+    for (size_t i = 0; i < z->nsocks; i++) {
+        z->items[n] = (zmq_pollitem_t){z->socks[i]->sock, 0, ZMQ_POLLIN, 0};
+        z->item_stream[n] = NULL;
+        z->item_sock[n++] = z->socks[i];
     }
     for (size_t i = 0; i < z->neng; i++) {
         for (uint32_t r = 0; r < z->eng[i]->spec.dp_size; r++) {
             zs_stream_t *s = &z->eng[i]->streams[r];
-            z->items[n] = (zmq_pollitem_t){s->sub, 0, ZMQ_POLLIN, 0};
-            z->item_stream[n++] = s;
             if (s->state == ZS_REPLAYING && s->dealer != NULL) {
                 z->items[n] = (zmq_pollitem_t){s->dealer, 0, ZMQ_POLLIN, 0};
+                z->item_sock[n] = NULL;
                 z->item_stream[n++] = s;
                 long left = (long)((s->replay_deadline_ns > now ? s->replay_deadline_ns - now : 0) /
                                    1000000u) +
@@ -1079,13 +1231,14 @@ int kvt_zsub_poll(kvt_zsub_t *z, int fd, long timeout_ms)
     for (size_t i = 0; i < n; i++) {
         if (!(z->items[i].revents & ZMQ_POLLIN))
             continue;
-        zs_stream_t *s = z->item_stream[i];
-        if (s == NULL && z->items[i].socket == NULL)
+        if (z->item_sock[i] != NULL)
+            zs_read_live(z, z->item_sock[i]);
+        else if (z->item_stream[i] != NULL)
+            zs_read_replay(z, z->item_stream[i]);
+        else if (z->items[i].socket == NULL)
             fd_ready = 1;
-        else if (s == NULL)
-            zs_pub_serve(z->pub);
         else
-            zs_read(z, s, z->items[i].socket != s->sub);
+            zs_pub_serve(z->pub);
     }
     now = zs_now_ns();
     for (size_t i = 0; i < z->neng; i++)

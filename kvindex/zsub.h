@@ -41,7 +41,8 @@ typedef struct kvt_zsub_engine {
     char topic[KVT_ZSUB_MAX_ENDPOINT + 1];           /* subscription prefix; "": all */
     kvt_ev_format_t format;
     uint32_t dp_size; /* ranks 0..dp_size-1, 1..KVT_ZSUB_MAX_RANKS */
-    bool bind;        /* bind the SUB and let engines dial in (also when the host is "*") */
+    bool bind;        /* bind the SUB and let engines dial in (also when the host is "*"); engines
+                         given the same bound endpoint share it, told apart by their topics */
 } kvt_zsub_engine_t;
 
 typedef struct kvt_zsub_config {
@@ -93,8 +94,11 @@ kvt_status_t kvt_zsub_create(kvt_idx_t *idx, const kvt_zsub_config_t *cfg, kvt_z
 void kvt_zsub_destroy(kvt_zsub_t *z);
 
 /*
- * Subscribes to engine @e: opens and connects (or binds) its streams.
- * Returns KVT_OK, KVT_ERR_INVAL (a bad field: @err says which),
+ * Subscribes to engine @e: opens and connects (or binds) its streams. A
+ * bind on an endpoint another engine bound (the same text, a fixed port)
+ * shares that socket: every engine on it needs a topic that no other's
+ * starts, and each message goes to the engine whose topic starts its topic.
+ * Returns KVT_OK, KVT_ERR_INVAL (a bad field, a clashing topic: @err says which),
  * KVT_ERR_EXISTS (the pod is already subscribed), KVT_ERR_LIMIT (too many
  * streams), KVT_ERR_IO (ZMQ refused the endpoint, e.g. an address in use)
  * or KVT_ERR_NO_MEM. On error nothing is left open.

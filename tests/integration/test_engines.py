@@ -230,6 +230,45 @@ class TestIngest(Base):
         self.settle("dial", pub)
         self.assertEqual(self.matched(t)[("dial", 0)][0], 2)
 
+    def test_engines_dial_into_one_bound_port(self):
+        # llm-d's layout: every engine connects to the indexer's one port, named by its topic
+        port = free_port_pair()
+        ep = "tcp://127.0.0.1:%d" % port
+        pubs = {}
+        for pod in ("A", "B"):
+            pubs[pod] = self.publisher(endpoint=ep, bind=False, topic=b"kv@%s@m" % pod.encode())
+            s, a = self.d.http("POST", "/v1/engines", {
+                "pod": pod, "model": "m", "endpoint": ep, "bind": True,
+                "topic": "kv@%s@m" % pod, "replay_endpoint": pubs[pod].replay_endpoint})
+            self.assertEqual((s, a.get("endpoints")), (200, [ep]), a)
+        for topic in ("kv@A", "", "kv@B@m@x"):
+            s, a = self.d.http("POST", "/v1/engines", {"pod": "C", "model": "m", "endpoint": ep,
+                                                       "bind": True, "topic": topic})
+            self.assertEqual(s, 400, (topic, a))
+            self.assertIn("do not start one another", a["error"])
+        for pod in ("A", "B"):
+            self.sync(pod, pubs[pod])
+        ta, tb, ta2 = tokens(40, 2), tokens(41, 2), tokens(42, 2)
+        pubs["A"].publish(kv.encode_batch([kv.stored([1, 2], ta, BS)]))
+        pubs["A"].publish(kv.encode_batch([kv.stored([3, 4], ta2, BS)]), send=False)
+        pubs["B"].publish(kv.encode_batch([kv.stored([1, 2], tb, BS)]))
+        pubs["A"].publish(kv.encode_batch([kv.removed([1])]))
+        for pod in ("A", "B"):
+            self.settle(pod, pubs[pod])
+        self.assertNotIn(("A", 0), self.matched(ta))
+        self.assertEqual(self.matched(ta2)[("A", 0)][0], 2, "A's gap replayed from A")
+        self.assertEqual(self.matched(tb)[("B", 0)][0], 2)
+        sa, sb = self.stream("A"), self.stream("B")
+        self.assertEqual((sa["gaps"], sa["replays"], sa["state_drops"]), (1, 1, 0), sa)
+        self.assertEqual((sb["gaps"], sb["replays"], sb["state_drops"]), (0, 0, 0), sb)
+        # A leaves: B keeps the port, A's messages are no longer applied
+        self.assertEqual(self.d.http("DELETE", "/v1/engines/A")[0], 200)
+        pubs["A"].publish(kv.encode_batch([kv.stored([5, 6], ta, BS)]))
+        pubs["B"].publish(kv.encode_batch([kv.stored([5, 6], ta, BS)]))
+        self.settle("B", pubs["B"])
+        self.assertEqual(set(self.matched(ta)), {("B", 0)})
+        self.assertEqual(self.stream("B")["gaps"], 0)
+
     def test_engine_flag_and_topic(self):
         pub = self.publisher(topic=b"kv@flag@m")
         other = fx.Daemon(BIN, "--engine", json.dumps(
