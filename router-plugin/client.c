@@ -887,6 +887,13 @@ kvt_status_t kvt_client_report_events(kvt_client_t *c, const char *json, size_t 
     return cl_json_call(c, KVT_PROTO_OP_EVENTS, json, len, false, answer_p);
 }
 
+kvt_status_t kvt_client_add_engine(kvt_client_t *c, const char *json, size_t len, char **answer_p)
+{
+    if (json == NULL)
+        return c != NULL ? cl_fail(c, KVT_ERR_INVAL, "engine add: NULL body") : KVT_ERR_INVAL;
+    return cl_json_call(c, KVT_PROTO_OP_ENGINE_ADD, json, len, false, answer_p);
+}
+
 kvt_status_t kvt_client_stats(kvt_client_t *c, char **json_p)
 {
     if (json_p == NULL)

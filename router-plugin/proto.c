@@ -68,6 +68,7 @@ bool kvt_proto_op_known(uint8_t op)
     case KVT_PROTO_OP_QUERY:
     case KVT_PROTO_OP_EVENTS:
     case KVT_PROTO_OP_ENGINE_DROP:
+    case KVT_PROTO_OP_ENGINE_ADD:
     case KVT_PROTO_OP_STATS: return true;
     }
     return false;
@@ -81,6 +82,7 @@ const char *kvt_proto_op_name(uint8_t op)
     case KVT_PROTO_OP_QUERY: return "QUERY";
     case KVT_PROTO_OP_EVENTS: return "EVENTS";
     case KVT_PROTO_OP_ENGINE_DROP: return "ENGINE_DROP";
+    case KVT_PROTO_OP_ENGINE_ADD: return "ENGINE_ADD";
     case KVT_PROTO_OP_STATS: return "STATS";
     }
     return "UNKNOWN";

@@ -138,6 +138,14 @@ kvt_status_t kvt_client_stats(kvt_client_t *c, char **json_p);
 /* Round trip with an empty body. */
 kvt_status_t kvt_client_ping(kvt_client_t *c);
 
+/*
+ * Subscribes the server to an engine's KV-event stream: @json[0..@len) is the
+ * body of POST /v1/engines ({"pod","model","endpoint",...}, docs/api.md).
+ * *@answer_p (when not NULL) receives the JSON answer as for report_events.
+ * KVT_ERR_EXISTS when the pod is already subscribed.
+ */
+kvt_status_t kvt_client_add_engine(kvt_client_t *c, const char *json, size_t len, char **answer_p);
+
 /* Unsubscribes engine @pod and drops what it held (DELETE /v1/engines/{pod}).
  * *@answer_p (when not NULL) receives the JSON answer as for report_events. */
 kvt_status_t kvt_client_drop_engine(kvt_client_t *c, const char *pod, char **answer_p);

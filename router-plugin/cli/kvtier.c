@@ -689,7 +689,12 @@ static int kvt_cli_print_answer(const char *cmd, const char *json)
     return kvt_cli_finish(cmd);
 }
 
-static int kvt_cli_events_main(int argc, char **argv)
+typedef kvt_status_t (*kvt_cli_json_call_t)(kvt_client_t *c, const char *json, size_t len,
+                                            char **answer_p);
+
+/* `kvtier CMD FILE`: sends a JSON file ('-': stdin) with @call and prints the answer. */
+static int kvt_cli_json_file_main(const char *cmd, const char *what, int argc, char **argv,
+                                  void (*usage)(FILE *), kvt_cli_json_call_t call)
 {
     const char *val[KVT_COPT_COUNT] = {NULL};
     const char *pos[1] = {NULL};
@@ -699,31 +704,103 @@ static int kvt_cli_events_main(int argc, char **argv)
     size_t len = 0;
     kvt_client_t *c = NULL;
 
-    int rc = kvt_cli_opts("events", argc, argv, kvt_cli_conn_opts, val, pos, 1, &npos,
-                          kvt_cli_events_usage);
+    int rc = kvt_cli_opts(cmd, argc, argv, kvt_cli_conn_opts, val, pos, 1, &npos, usage);
     if (rc != 0)
         return rc == 1 ? KVT_CLI_EXIT_OK : rc;
     if (npos != 1)
-        return kvt_cli_fail("events: give the JSON events file ('-' for stdin)");
-    if (kvt_cli_read_file(pos[0], "events file", &text, &len, err, sizeof(err)) != 0)
-        return kvt_cli_fail("events: %s", err);
+        return kvt_cli_fail("%s: give the JSON %s ('-' for stdin)", cmd, what);
+    if (kvt_cli_read_file(pos[0], what, &text, &len, err, sizeof(err)) != 0)
+        return kvt_cli_fail("%s: %s", cmd, err);
     if (len == 0) {
         free(text);
-        return kvt_cli_fail("events: events file '%s' is empty", pos[0]);
+        return kvt_cli_fail("%s: %s '%s' is empty", cmd, what, pos[0]);
     }
-    rc = kvt_cli_connect("events", val[KVT_COPT_ADDR], val[KVT_COPT_TIMEOUT], val[KVT_COPT_TOKEN],
-                         &c);
+    rc = kvt_cli_connect(cmd, val[KVT_COPT_ADDR], val[KVT_COPT_TIMEOUT], val[KVT_COPT_TOKEN], &c);
     if (rc == KVT_CLI_EXIT_OK) {
-        kvt_status_t st = kvt_client_report_events(c, text, len, &answer);
+        kvt_status_t st = call(c, text, len, &answer);
         if (st == KVT_ERR_TOO_BIG)
-            rc = (kvt_cli_fail("events: %s", kvt_client_last_error(c)), KVT_CLI_EXIT_USAGE);
+            rc = (kvt_cli_fail("%s: %s", cmd, kvt_client_last_error(c)), KVT_CLI_EXIT_USAGE);
         else if (st != KVT_OK)
-            rc = kvt_cli_call_failed("events", c, st);
+            rc = kvt_cli_call_failed(cmd, c, st);
         else
-            rc = kvt_cli_print_answer("events", answer);
+            rc = kvt_cli_print_answer(cmd, answer);
     }
     free(answer);
     free(text);
+    kvt_client_destroy(c);
+    return rc;
+}
+
+static int kvt_cli_events_main(int argc, char **argv)
+{
+    return kvt_cli_json_file_main("events", "events file", argc, argv, kvt_cli_events_usage,
+                                  kvt_client_report_events);
+}
+
+static void kvt_cli_subscribe_usage(FILE *out)
+{
+    fprintf(out,
+            "usage: kvtier subscribe [--addr A] [--timeout MS] [--auth-token T] FILE\n"
+            "\n"
+            "Subscribes a running kvtierd to an engine's KV-event stream, as\n"
+            "POST /v1/engines does: FILE ('-' reads stdin) holds\n"
+            "{\"pod\",\"model\",\"endpoint\",\"replay_endpoint\"?,\"topic\"?,\"format\"?,\n"
+            "\"dp_size\"?,\"bind\"?} (docs/api.md); prints the server's JSON answer.\n"
+            "\n"
+            "  --addr A        RPC address (default $KVTIER_ADDR, else %s)\n"
+            "  --timeout MS    connect and call timeout in milliseconds (default 1000)\n"
+            "  --auth-token T  token for HELLO (default $KVTIER_TOKEN)\n"
+            "\n"
+            "Exit codes: 0 ok, 1 server or connection error (also a refused engine),\n"
+            "2 bad usage or unreadable file.\n",
+            KVT_CLIENT_DEFAULT_ADDR);
+}
+
+static int kvt_cli_subscribe_main(int argc, char **argv)
+{
+    return kvt_cli_json_file_main("subscribe", "engine file", argc, argv, kvt_cli_subscribe_usage,
+                                  kvt_client_add_engine);
+}
+
+static void kvt_cli_unsubscribe_usage(FILE *out)
+{
+    fprintf(out,
+            "usage: kvtier unsubscribe [--addr A] [--timeout MS] [--auth-token T] POD\n"
+            "\n"
+            "Unsubscribes a running kvtierd from engine POD and drops everything it held,\n"
+            "as DELETE /v1/engines/POD does; prints the server's JSON answer.\n"
+            "\n"
+            "  --addr A        RPC address (default $KVTIER_ADDR, else %s)\n"
+            "  --timeout MS    connect and call timeout in milliseconds (default 1000)\n"
+            "  --auth-token T  token for HELLO (default $KVTIER_TOKEN)\n"
+            "\n"
+            "Exit codes: 0 ok, 1 server or connection error (also an unknown pod),\n"
+            "2 bad usage.\n",
+            KVT_CLIENT_DEFAULT_ADDR);
+}
+
+static int kvt_cli_unsubscribe_main(int argc, char **argv)
+{
+    const char *val[KVT_COPT_COUNT] = {NULL};
+    const char *pos[1] = {NULL};
+    int npos = 0;
+    char *answer = NULL;
+    kvt_client_t *c = NULL;
+
+    int rc = kvt_cli_opts("unsubscribe", argc, argv, kvt_cli_conn_opts, val, pos, 1, &npos,
+                          kvt_cli_unsubscribe_usage);
+    if (rc != 0)
+        return rc == 1 ? KVT_CLI_EXIT_OK : rc;
+    if (npos != 1)
+        return kvt_cli_fail("unsubscribe: give the pod");
+    rc = kvt_cli_connect("unsubscribe", val[KVT_COPT_ADDR], val[KVT_COPT_TIMEOUT],
+                         val[KVT_COPT_TOKEN], &c);
+    if (rc == KVT_CLI_EXIT_OK) {
+        kvt_status_t st = kvt_client_drop_engine(c, pos[0], &answer);
+        rc = st != KVT_OK ? kvt_cli_call_failed("unsubscribe", c, st)
+                          : kvt_cli_print_answer("unsubscribe", answer);
+    }
+    free(answer);
     kvt_client_destroy(c);
     return rc;
 }
@@ -792,6 +869,10 @@ static const kvt_cli_cmd_t kvt_cli_cmds[] = {
      kvt_cli_query_usage},
     {"events", "send a JSON events file to a running kvtierd", kvt_cli_events_main,
      kvt_cli_events_usage},
+    {"subscribe", "subscribe a running kvtierd to an engine's KV-event stream",
+     kvt_cli_subscribe_main, kvt_cli_subscribe_usage},
+    {"unsubscribe", "unsubscribe a running kvtierd from an engine, dropping what it held",
+     kvt_cli_unsubscribe_main, kvt_cli_unsubscribe_usage},
     {"stats", "print a running kvtierd's statistics (JSON)", kvt_cli_stats_main,
      kvt_cli_stats_usage},
     {"ping", "check that a kvtierd answers", kvt_cli_ping_main, kvt_cli_ping_usage},

@@ -1241,6 +1241,27 @@ static void test_io_timeout(daemon_t *d1)
     kvt_client_destroy(c);
 }
 
+/* ---- add_engine ----------------------------------------------------------------------------- */
+
+static void test_add_engine(kvt_client_t *c)
+{
+    g_phase = "add_engine";
+    static const char spec[] = "{\"pod\":\"Z\",\"model\":\"m\",\"endpoint\":\"tcp://127.0.0.1:1\"}";
+    char *ans = NULL;
+    CHECK_OK(c, kvt_client_add_engine(c, spec, strlen(spec), &ans));
+    CHECK(ans != NULL && strstr(ans, "\"endpoints\":[\"tcp://127.0.0.1:1\"]") != NULL,
+          "add answer %s", ans ? ans : "(null)");
+    kvt_client_free(ans);
+    kvt_status_t st = kvt_client_add_engine(c, spec, strlen(spec), NULL);
+    CHECK(st == KVT_ERR_EXISTS && strstr(kvt_client_last_error(c), "already subscribed"),
+          "second add: status %d: %s", st, kvt_client_last_error(c));
+    st = kvt_client_add_engine(c, "{\"pod\":1}", 9, NULL);
+    CHECK(st == KVT_ERR_INVAL && strstr(kvt_client_last_error(c), "'pod'"),
+          "bad add: status %d: %s", st, kvt_client_last_error(c));
+    CHECK(kvt_client_add_engine(c, NULL, 0, NULL) == KVT_ERR_INVAL, "NULL body");
+    CHECK_OK(c, kvt_client_drop_engine(c, "Z", NULL));
+}
+
 /* ---- drop_engine ---------------------------------------------------------------------------- */
 
 static void test_drop(kvt_client_t *c)
@@ -1260,7 +1281,8 @@ static void test_drop(kvt_client_t *c)
     kvt_status_t st = kvt_client_drop_engine(c, "B", NULL);
     CHECK(st == KVT_ERR_NOT_FOUND, "second drop: status %d: %s", st, kvt_client_last_error(c));
     char *json = wait_stat(c, "index", "entries", 7);
-    CHECK(json_num(json, "index", "pods") == 2 && json_num(json, "events", "engines_dropped") == 1,
+    /* two drops: engine Z of test_add_engine, then B */
+    CHECK(json_num(json, "index", "pods") == 2 && json_num(json, "events", "engines_dropped") == 2,
           "stats after drop: %s", json);
     kvt_client_free(json);
     CHECK_OK(c, kvt_client_drop_engine(c, "A", NULL)); /* no answer wanted */
@@ -1554,6 +1576,7 @@ int main(int argc, char **argv)
     test_fanout(d2, d3, c1, w2, w3);
     test_io_timeout(d1);
     test_auth(d2, w2);
+    test_add_engine(c1);
     test_drop(c1);
     daemon_t *d3b = test_reconnect(d3, w3);
     test_timeouts();

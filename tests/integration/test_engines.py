@@ -584,6 +584,42 @@ class TestApi(Base):
         self.assertIn("already subscribed", a["error"])
         self.assertEqual(len(self.d.stats()["streams"]), 1)
 
+    def test_cli_subscribe_and_unsubscribe(self):
+        cli = os.path.join(os.path.dirname(BIN), "kvtier")
+        addr = ["--addr", "127.0.0.1:%d" % self.d.rpc_port]
+        pub = self.publisher()
+        spec = json.dumps({"pod": "cli", "model": "m", "endpoint": pub.endpoint,
+                           "replay_endpoint": pub.replay_endpoint})
+
+        def run(*args, stdin=None):
+            return subprocess.run([cli, *args], input=stdin, capture_output=True, text=True,
+                                  timeout=20)
+        p = run("subscribe", *addr, "-", stdin=spec)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        self.assertEqual(json.loads(p.stdout)["endpoints"], [pub.endpoint])
+        p = run("subscribe", *addr, "-", stdin=spec)
+        self.assertEqual(p.returncode, 1, p.stdout)
+        self.assertIn("already subscribed", p.stderr)
+        p = run("subscribe", *addr, "-", stdin='{"pod":"x"}')
+        self.assertEqual(p.returncode, 1, p.stdout)
+        self.assertIn("'model'", p.stderr)
+        self.assertEqual(run("subscribe", *addr).returncode, 2)
+        self.sync("cli", pub)
+        t = tokens(50, 1)
+        pub.publish(kv.encode_batch([kv.stored([1], t, BS)]))
+        self.settle("cli", pub)
+        p = run("stats", *addr)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        self.assertEqual([s["pod"] for s in json.loads(p.stdout)["streams"]], ["cli"])
+        p = run("unsubscribe", *addr, "cli")
+        self.assertEqual(p.returncode, 0, p.stderr)
+        self.assertEqual((json.loads(p.stdout)["unsubscribed"], json.loads(p.stdout)["entries"]),
+                         (True, 1))
+        p = run("unsubscribe", *addr, "cli")
+        self.assertEqual(p.returncode, 1)
+        self.assertIn("unknown pod", p.stderr)
+        self.assertEqual(self.d.stats()["streams"], [])
+
     def test_bad_engine_flag_stops_the_start(self):
         for flag, msg in [('{"pod":"a"}', "field 'model' is missing"), ("nope", "--engine 1"),
                           ('{"pod":"a","model":"m","endpoint":"tcp://*:1","bind":true}',

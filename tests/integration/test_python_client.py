@@ -255,6 +255,24 @@ class TestClient(Base):
         engines = {(e["pod"], e["dp_rank"]): e["entries"] for e in st["engines"]}
         self.assertEqual(engines, {("A", 0): 4, ("B", 1): 2, ("C", 0): 3, ("D", 0): 8, ("E", 0): 2})
 
+    def test_add_engine(self):
+        c = self.client()
+        spec = {"pod": "E", "model": "m", "endpoint": "tcp://127.0.0.1:1",
+                "replay_endpoint": "tcp://127.0.0.1:2"}
+        ans = c.add_engine(spec)
+        self.assertEqual(ans, {"pod": "E", "dp_size": 1, "endpoints": ["tcp://127.0.0.1:1"]})
+        st = self.d.stats()
+        self.assertEqual([(s["pod"], s["state"]) for s in st["streams"]], [("E", "waiting")])
+        with self.assertRaises(kvtier.Error) as e:
+            c.add_engine(json.dumps(spec))
+        self.assertIn("already subscribed", str(e.exception))
+        with self.assertRaises(kvtier.Error) as e:
+            c.add_engine(b'{"pod":"F"}')
+        self.assertIn("'model'", str(e.exception))
+        with self.assertRaises(TypeError):
+            c.add_engine(["not", "a", "dict"])
+        self.assertEqual(c.drop_engine("E")["unsubscribed"], True)
+
     def test_drop_engine(self):
         c = self.client()
         for pod in ("A", "A2"):

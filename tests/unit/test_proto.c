@@ -160,9 +160,9 @@ static void test_hdr_roundtrip(void **state)
     assert_int_equal(out.body_len, in.body_len);
 
     /* Every opcode and every legal flag combination. */
-    static const uint8_t ops[] = {KVT_PROTO_OP_HELLO,       KVT_PROTO_OP_PING,
-                                  KVT_PROTO_OP_QUERY,       KVT_PROTO_OP_EVENTS,
-                                  KVT_PROTO_OP_ENGINE_DROP, KVT_PROTO_OP_STATS};
+    static const uint8_t ops[] = {
+        KVT_PROTO_OP_HELLO,       KVT_PROTO_OP_PING,       KVT_PROTO_OP_QUERY, KVT_PROTO_OP_EVENTS,
+        KVT_PROTO_OP_ENGINE_DROP, KVT_PROTO_OP_ENGINE_ADD, KVT_PROTO_OP_STATS};
     static const uint16_t flags[] = {0, KVT_PROTO_F_RESPONSE,
                                      KVT_PROTO_F_RESPONSE | KVT_PROTO_F_ERROR};
     for (size_t i = 0; i < sizeof(ops); i++) {

@@ -55,6 +55,17 @@ _STATUS = {
 }
 
 
+def _json_body(value, what):
+    """A request body: a dict as compact JSON, or JSON text given as str/bytes."""
+    if isinstance(value, dict):
+        return json.dumps(value, separators=(",", ":")).encode("utf-8")
+    if isinstance(value, str):
+        return value.encode("utf-8")
+    if isinstance(value, (bytes, bytearray)):
+        return bytes(value)
+    raise TypeError("%s must be a dict or a JSON str/bytes" % what)
+
+
 class Error(Exception):
     """A failed call. .status is the kvt_status_t (negative int), .message the text."""
 
@@ -165,6 +176,8 @@ def _declare(lib):
         "kvt_client_stats": (st, [c_client, P(ctypes.c_void_p)]),
         "kvt_client_ping": (st, [c_client]),
         "kvt_client_drop_engine": (st, [c_client, ctypes.c_char_p, P(ctypes.c_void_p)]),
+        "kvt_client_add_engine": (st, [c_client, ctypes.c_char_p, ctypes.c_size_t,
+                                       P(ctypes.c_void_p)]),
         "kvt_client_hash_tokens": (ctypes.c_size_t, [P(ctypes.c_uint32), ctypes.c_size_t,
                                                      ctypes.c_uint32, P(ctypes.c_uint64)]),
         "kvt_client_free": (None, [ctypes.c_void_p]),
@@ -236,7 +249,7 @@ class Client:
     """One connection to one kvtierd ("host:port", "[v6]:port" or "unix:/path").
 
     timeout: seconds, for connecting and for each call. token: the auth token
-    sent in HELLO (needed for report_events/drop_engine on servers that have
+    sent in HELLO (needed for report_events/add_engine/drop_engine on servers that have
     one). lazy: do not connect before the first call. The connection is
     re-established on the next call after it breaks.
     """
@@ -347,14 +360,7 @@ class Client:
     def report_events(self, events):
         """Sends events (a dict, or its JSON as str/bytes) as POST /v1/events does;
         returns the server's answer as a dict."""
-        if isinstance(events, dict):
-            body = json.dumps(events, separators=(",", ":")).encode("utf-8")
-        elif isinstance(events, str):
-            body = events.encode("utf-8")
-        elif isinstance(events, (bytes, bytearray)):
-            body = bytes(events)
-        else:
-            raise TypeError("events must be a dict or a JSON str/bytes")
+        body = _json_body(events, "events")
         out = ctypes.c_void_p()
         with self._lock:
             c = self._handle()
@@ -380,6 +386,18 @@ class Client:
             st = self._lib.kvt_client_ping(c)
             if st != 0:
                 self._raise(st)
+
+    def add_engine(self, spec):
+        """Subscribes the server to an engine's KV-event stream, as POST /v1/engines
+        does (spec: a dict, or its JSON as str/bytes); returns the answer as a dict."""
+        body = _json_body(spec, "spec")
+        out = ctypes.c_void_p()
+        with self._lock:
+            c = self._handle()
+            st = self._lib.kvt_client_add_engine(c, body, len(body), ctypes.byref(out))
+            if st != 0:
+                self._raise(st)
+        return json.loads(self._take_string(out))
 
     def drop_engine(self, pod):
         """Unsubscribes engine pod and drops what it held; returns the answer as a dict."""
