@@ -737,6 +737,12 @@ static int kvt_cli_events_main(int argc, char **argv)
                                   kvt_client_report_events);
 }
 
+/* The connection options of the commands that talk to kvtierd (a %s for the default address). */
+#define KVT_CLI_CONN_HELP                                                                          \
+    "  --addr A        RPC address (default $KVTIER_ADDR, else %s)\n"                              \
+    "  --timeout MS    connect and call timeout in milliseconds (default 1000)\n"                  \
+    "  --auth-token T  token for HELLO (default $KVTIER_TOKEN)\n"
+
 static void kvt_cli_subscribe_usage(FILE *out)
 {
     fprintf(out,
@@ -746,11 +752,7 @@ static void kvt_cli_subscribe_usage(FILE *out)
             "POST /v1/engines does: FILE ('-' reads stdin) holds\n"
             "{\"pod\",\"model\",\"endpoint\",\"replay_endpoint\"?,\"topic\"?,\"format\"?,\n"
             "\"dp_size\"?,\"bind\"?} (docs/api.md); prints the server's JSON answer.\n"
-            "\n"
-            "  --addr A        RPC address (default $KVTIER_ADDR, else %s)\n"
-            "  --timeout MS    connect and call timeout in milliseconds (default 1000)\n"
-            "  --auth-token T  token for HELLO (default $KVTIER_TOKEN)\n"
-            "\n"
+            "\n" KVT_CLI_CONN_HELP "\n"
             "Exit codes: 0 ok, 1 server or connection error (also a refused engine),\n"
             "2 bad usage or unreadable file.\n",
             KVT_CLIENT_DEFAULT_ADDR);
@@ -769,11 +771,7 @@ static void kvt_cli_unsubscribe_usage(FILE *out)
             "\n"
             "Unsubscribes a running kvtierd from engine POD and drops everything it held,\n"
             "as DELETE /v1/engines/POD does; prints the server's JSON answer.\n"
-            "\n"
-            "  --addr A        RPC address (default $KVTIER_ADDR, else %s)\n"
-            "  --timeout MS    connect and call timeout in milliseconds (default 1000)\n"
-            "  --auth-token T  token for HELLO (default $KVTIER_TOKEN)\n"
-            "\n"
+            "\n" KVT_CLI_CONN_HELP "\n"
             "Exit codes: 0 ok, 1 server or connection error (also an unknown pod),\n"
             "2 bad usage.\n",
             KVT_CLIENT_DEFAULT_ADDR);
