@@ -75,6 +75,15 @@ int kvt_bench_daemon_start(const char *kvtierd, const char *const *args, kvt_ben
 /* Stops it with SIGTERM, reaps it and removes its dir. A zeroed @d is fine. */
 void kvt_bench_daemon_stop(kvt_bench_daemon_t *d);
 
+/* xorshift64: the benches' deterministic workload generator (*@x must not be 0). */
+static inline uint64_t kvt_bench_rand(uint64_t *x)
+{
+    *x ^= *x << 13;
+    *x ^= *x >> 7;
+    *x ^= *x << 17;
+    return *x;
+}
+
 /* Sorts @v[0..n) ascending in place. */
 void kvt_bench_sort_u64(uint64_t *v, size_t n);
 

@@ -33,6 +33,8 @@
 #include <zmq.h>
 
 #include "bench/bench.h"
+#include "common/bytes.h"
+#include "common/clock.h"
 #include "kvindex/event.h"
 #include "kvindex/index.h"
 
@@ -48,13 +50,6 @@ typedef struct be_opts {
     bool map_form;
     bool bytes_hash;
 } be_opts_t;
-
-static uint64_t be_now_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
 
 static void be_usage(FILE *out)
 {
@@ -154,14 +149,6 @@ typedef struct be_gen {
     uint32_t tok[BE_TOKENS];
 } be_gen_t;
 
-static uint64_t be_rand(uint64_t *x)
-{
-    *x ^= *x << 13;
-    *x ^= *x >> 7;
-    *x ^= *x << 17;
-    return *x;
-}
-
 static uint64_t be_ehash(uint64_t req, uint32_t b)
 {
     return req * 64 + b + 1;
@@ -219,7 +206,7 @@ static uint32_t be_event(be_gen_t *g, msgpack_packer *p)
         for (uint32_t t = 0; t < BE_TOKENS; t++) {
             if (t == 256)
                 x = 0x12345678ull + g->req * 0x9e3779b97f4a7c15ull;
-            g->tok[t] = (uint32_t)(be_rand(&x) % 128000u);
+            g->tok[t] = (uint32_t)(kvt_bench_rand(&x) % 128000u);
         }
     }
     uint32_t b0 = g->req_block;
@@ -317,8 +304,7 @@ static void be_free(be_payloads_t *pl)
 static int be_send(void *pub, uint64_t seq, const void *data, size_t len)
 {
     uint8_t s[8];
-    for (int i = 0; i < 8; i++)
-        s[i] = (uint8_t)(seq >> (56 - 8 * i));
+    kvt_store_be64(s, seq);
     if (zmq_send(pub, "", 0, ZMQ_SNDMORE) < 0 || zmq_send(pub, s, 8, ZMQ_SNDMORE) < 0 ||
         zmq_send(pub, data, len, 0) < 0)
         return -1;
@@ -438,7 +424,7 @@ static double be_inproc(const be_payloads_t *pl, uint64_t *blocks_p)
         return -1;
     kvt_ev_counters_t c = {0};
     char err[256];
-    uint64_t t0 = be_now_ns();
+    uint64_t t0 = kvt_clock_ns();
     for (size_t i = 0; i < pl->n; i++) {
         kvt_evbatch_t b;
         if (kvt_ev_msgpack_decode(pl->data[i], pl->len[i], KVT_EV_FMT_VLLM, "bench", "bench", 0,
@@ -450,7 +436,7 @@ static double be_inproc(const be_payloads_t *pl, uint64_t *blocks_p)
         }
         kvt_evbatch_cleanup(&b);
     }
-    double s = (double)(be_now_ns() - t0) / 1e9;
+    double s = (double)(kvt_clock_ns() - t0) / 1e9;
     *blocks_p = c.blocks;
     kvt_idx_destroy(idx);
     return s;
@@ -518,8 +504,8 @@ int kvt_bench_events_main(int argc, char **argv)
         fprintf(stderr, "kvtier-bench: could not subscribe kvtierd to '%s'\n", ep);
         goto out;
     }
-    uint64_t deadline = be_now_ns() + 20000000000ull;
-    while ((be_stream(d.http, &last, &blocks, &bad) != 0 || last < 0) && be_now_ns() < deadline)
+    uint64_t deadline = kvt_clock_ns() + 20000000000ull;
+    while ((be_stream(d.http, &last, &blocks, &bad) != 0 || last < 0) && kvt_clock_ns() < deadline)
         usleep(2000);
     if (last < 0) {
         fprintf(stderr, "kvtier-bench: kvtierd did not join the stream\n");
@@ -527,15 +513,15 @@ int kvt_bench_events_main(int argc, char **argv)
     }
     double cpu0 = be_thread_cpu(d.pid, "kvt-writer"), io0 = be_thread_cpu(d.pid, "ZMQbg/IO");
     uint64_t blocks0 = blocks;
-    uint64_t t0 = be_now_ns();
+    uint64_t t0 = kvt_clock_ns();
     if (write(ctl[1], "g", 1) != 1)
         goto out;
     /* the joining empty batches took seqs 0..last (and maybe a few more): wait for ours */
     uint64_t done_at = 0;
     deadline = t0 + 600000000000ull;
-    while (be_now_ns() < deadline) {
+    while (kvt_clock_ns() < deadline) {
         if (be_stream(d.http, &last, &blocks, &bad) == 0 && blocks - blocks0 >= pl.blocks) {
-            done_at = be_now_ns();
+            done_at = kvt_clock_ns();
             break;
         }
         usleep(1000);

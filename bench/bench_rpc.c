@@ -36,6 +36,7 @@
 #include <unistd.h>
 
 #include "bench/bench.h"
+#include "common/clock.h"
 #include "kvindex/hash.h"
 #include "kvindex/index.h"
 #include "kvindex/score.h"
@@ -47,13 +48,6 @@ typedef struct br_opts {
     uint32_t conns, depth, batch, http_conns, pods, prompts, tokens, workers;
     bool redis;
 } br_opts_t;
-
-static uint64_t br_now_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
 
 static void br_usage(FILE *out)
 {
@@ -175,14 +169,6 @@ static int br_rpc_capture(uint16_t port, uint8_t **reqs, const size_t *reqlen, u
 
 /* ---- workload ------------------------------------------------------------------------------ */
 
-static uint64_t br_rand(uint64_t *x)
-{
-    *x ^= *x << 13;
-    *x ^= *x >> 7;
-    *x ^= *x << 17;
-    return *x;
-}
-
 /* Prompt @i: a shared 256-token system prefix, then tokens of its own. */
 static void br_prompt(uint32_t i, uint32_t n, uint32_t *out)
 {
@@ -190,7 +176,7 @@ static void br_prompt(uint32_t i, uint32_t n, uint32_t *out)
     for (uint32_t t = 0; t < n; t++) {
         if (t == 256)
             x = 0x12345678ull + i * 0x9e3779b97f4a7c15ull;
-        out[t] = (uint32_t)(br_rand(&x) % 128000u);
+        out[t] = (uint32_t)(kvt_bench_rand(&x) % 128000u);
     }
 }
 
@@ -354,11 +340,11 @@ static double br_inproc(const br_opts_t *o, uint8_t *const *reqs, const size_t *
     }
     const uint32_t reps = 10000;
     for (int pass = 0; pass < 9; pass++) {
-        uint64_t t0 = br_now_ns();
+        uint64_t t0 = kvt_clock_ns();
         for (uint32_t r = 0; r < reps; r++)
             if (br_inproc_one(&c, reqs[r % o->prompts], reqlen[r % o->prompts], r) != 0)
                 goto out;
-        double us = (double)(br_now_ns() - t0) / 1e3 / reps;
+        double us = (double)(kvt_clock_ns() - t0) / 1e3 / reps;
         if (best < 0 || us < best)
             best = us;
     }
@@ -422,7 +408,7 @@ static int br_rpc_run(const br_opts_t *o, uint16_t port, uint8_t **reqs, size_t 
         struct epoll_event ev = {.events = EPOLLIN, .data.u32 = i};
         epoll_ctl(ep, EPOLL_CTL_ADD, c[i].fd, &ev);
     }
-    uint64_t t0 = br_now_ns(), end = t0 + (uint64_t)(o->seconds * 1e9);
+    uint64_t t0 = kvt_clock_ns(), end = t0 + (uint64_t)(o->seconds * 1e9);
     uint64_t next_id = 1, scheduled = 0;
     double interval = rate > 0 ? 1e9 / rate : 0;
     uint32_t rr = 0;
@@ -433,13 +419,13 @@ static int br_rpc_run(const br_opts_t *o, uint16_t port, uint8_t **reqs, size_t 
                 size_t q = next_id % o->prompts;
                 uint8_t *f = reqs[q];
                 memcpy(f + 8, &next_id, 8); /* req_id: little-endian host */
-                c[i].sent_at[next_id % slots] = br_now_ns();
+                c[i].sent_at[next_id % slots] = kvt_clock_ns();
                 if (kvt_bench_write_all(c[i].fd, f, reqlen[q]) != 0)
                     return -1;
                 c[i].inflight++;
             }
     for (;;) {
-        uint64_t now = br_now_ns();
+        uint64_t now = kvt_clock_ns();
         if (now >= end)
             break;
         if (rate > 0) {
@@ -473,7 +459,7 @@ static int br_rpc_run(const br_opts_t *o, uint16_t port, uint8_t **reqs, size_t 
         int n;
         if (rate > 0) {
             /* sleep until the next send is due (no busy poll: the daemon shares the cores) */
-            uint64_t due = t0 + (uint64_t)(scheduled * interval), now2 = br_now_ns();
+            uint64_t due = t0 + (uint64_t)(scheduled * interval), now2 = kvt_clock_ns();
             uint64_t wait = due > now2 ? due - now2 : 0;
             struct timespec ts = {(time_t)(wait / 1000000000u), (long)(wait % 1000000000u)};
             n = epoll_pwait2(ep, evs, 64, &ts, NULL);
@@ -492,7 +478,7 @@ static int br_rpc_run(const br_opts_t *o, uint16_t port, uint8_t **reqs, size_t 
                 kvt_proto_hdr_peek(k->in + off, &h);
                 if (k->inlen - off < KVT_PROTO_HDR_SIZE + h.body_len)
                     break;
-                uint64_t t = br_now_ns();
+                uint64_t t = kvt_clock_ns();
                 if (h.flags & KVT_PROTO_F_ERROR)
                     res->errors++;
                 res->done++;
@@ -523,7 +509,7 @@ static int br_rpc_run(const br_opts_t *o, uint16_t port, uint8_t **reqs, size_t 
             }
         }
     }
-    double secs = (double)(br_now_ns() - t0) / 1e9;
+    double secs = (double)(kvt_clock_ns() - t0) / 1e9;
     for (uint32_t i = 0; i < nc; i++) {
         close(c[i].fd);
         free(c[i].in);
@@ -558,8 +544,8 @@ static double br_http_run(const br_opts_t *o, uint16_t port, char **reqs, size_t
         if (kvt_bench_write_all(c[i].fd, reqs[q], reqlen[q]) != 0)
             return -1;
     }
-    uint64_t t0 = br_now_ns(), end = t0 + (uint64_t)(o->seconds * 1e9);
-    while (br_now_ns() < end) {
+    uint64_t t0 = kvt_clock_ns(), end = t0 + (uint64_t)(o->seconds * 1e9);
+    while (kvt_clock_ns() < end) {
         struct epoll_event evs[64];
         int n = epoll_wait(ep, evs, 64, 100);
         for (int e = 0; e < n; e++) {
@@ -588,7 +574,7 @@ static double br_http_run(const br_opts_t *o, uint16_t port, char **reqs, size_t
                 return -1;
         }
     }
-    double secs = (double)(br_now_ns() - t0) / 1e9;
+    double secs = (double)(kvt_clock_ns() - t0) / 1e9;
     for (uint32_t i = 0; i < nc; i++) {
         close(c[i].fd);
         free(c[i].in);

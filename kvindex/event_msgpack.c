@@ -15,6 +15,8 @@
  */
 #include "kvindex/event.h"
 
+#include "common/bytes.h"
+
 #include <msgpack.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -24,19 +26,24 @@
 
 /* ---- 1. the raw bytes --------------------------------------------------------------------- */
 
-static uint64_t mp_be(const uint8_t *p, size_t n)
-{
-    uint64_t v = 0;
-    for (size_t i = 0; i < n; i++)
-        v = v << 8 | p[i];
-    return v;
-}
+/*
+ * Bytes of a value that starts with byte c and has a fixed size (ints,
+ * floats, nil, booleans, fixext); 0 for the others. Token ids are most of a
+ * batch, so mp_check() skips these in a tight loop.
+ */
+static const uint8_t mp_fixed[256] = {
+    [0x00 ... 0x7f] = 1, [0xc0] = 1,  [0xc2 ... 0xc3] = 1, [0xca] = 5,          [0xcb] = 9,
+    [0xcc] = 2,          [0xcd] = 3,  [0xce] = 5,          [0xcf] = 9,          [0xd0] = 2,
+    [0xd1] = 3,          [0xd2] = 5,  [0xd3] = 9,          [0xd4] = 3,          [0xd5] = 4,
+    [0xd6] = 6,          [0xd7] = 10, [0xd8] = 18,         [0xe0 ... 0xff] = 1,
+};
 
 /*
  * What follows type byte @c: *len_bytes_p bytes of length (0: none), then
  * *fixed_p bytes of payload (plus the length's value times *per_len_p bytes,
  * for str, bin and ext), or *children_p values (plus the length's value times
- * *per_len_p values, for arrays and maps). Returns false for 0xc1 (reserved).
+ * *per_len_p values, for arrays and maps). Fixed-size types come from
+ * mp_fixed. Returns false for 0xc1 (reserved).
  */
 static bool mp_shape(uint8_t c, unsigned *len_bytes_p, uint64_t *fixed_p, unsigned *per_len_p,
                      bool *container_p, uint64_t *children_p)
@@ -46,8 +53,10 @@ static bool mp_shape(uint8_t c, unsigned *len_bytes_p, uint64_t *fixed_p, unsign
     *per_len_p = 0;
     *container_p = false;
     *children_p = 0;
-    if (c <= 0x7f || c >= 0xe0 || c == 0xc0 || c == 0xc2 || c == 0xc3)
-        return true; /* fixints, nil, booleans */
+    if (mp_fixed[c] != 0) {
+        *fixed_p = mp_fixed[c] - 1u;
+        return true;
+    }
     if (c <= 0x8f) {
         *container_p = true;
         *children_p = 2u * (c & 0x0fu);
@@ -64,7 +73,6 @@ static bool mp_shape(uint8_t c, unsigned *len_bytes_p, uint64_t *fixed_p, unsign
     }
     static const unsigned pow2[4] = {1, 2, 4, 8};
     switch (c) {
-    case 0xc1: return false;
     case 0xc4:
     case 0xc5:
     case 0xc6: /* bin 8/16/32 */
@@ -78,8 +86,6 @@ static bool mp_shape(uint8_t c, unsigned *len_bytes_p, uint64_t *fixed_p, unsign
         *per_len_p = 1;
         *fixed_p = 1;
         return true;
-    case 0xca: *fixed_p = 4; return true;
-    case 0xcb: *fixed_p = 8; return true;
     case 0xd9:
     case 0xda:
     case 0xdb: /* str 8/16/32 */
@@ -98,27 +104,9 @@ static bool mp_shape(uint8_t c, unsigned *len_bytes_p, uint64_t *fixed_p, unsign
         *per_len_p = 2;
         *container_p = true;
         return true;
-    default: break;
+    default: return false; /* 0xc1, the one byte msgpack never uses */
     }
-    if (c >= 0xcc && c <= 0xd3) {
-        *fixed_p = pow2[(c - 0xcc) & 3u]; /* uint 8..64, int 8..64 */
-        return true;
-    }
-    *fixed_p = 1u + (1u << (c - 0xd4)); /* fixext 1..16: the type byte, then the data */
-    return true;
 }
-
-/*
- * Bytes of a value that starts with byte c and has a fixed size (ints,
- * floats, nil, booleans, fixext); 0 for the others. Token ids are most of a
- * batch, so mp_check() skips these in a tight loop.
- */
-static const uint8_t mp_fixed[256] = {
-    [0x00 ... 0x7f] = 1, [0xc0] = 1,  [0xc2 ... 0xc3] = 1, [0xca] = 5,          [0xcb] = 9,
-    [0xcc] = 2,          [0xcd] = 3,  [0xce] = 5,          [0xcf] = 9,          [0xd0] = 2,
-    [0xd1] = 3,          [0xd2] = 5,  [0xd3] = 9,          [0xd4] = 3,          [0xd5] = 4,
-    [0xd6] = 6,          [0xd7] = 10, [0xd8] = 18,         [0xe0 ... 0xff] = 1,
-};
 
 /* Containers nested deeper than this are refused (msgpack-c's own stack holds 32). */
 #define MP_MAX_DEPTH 24
@@ -170,7 +158,7 @@ static kvt_status_t mp_check(const uint8_t *buf, size_t len, const char **why_p,
                 *why_p = "truncated";
                 return KVT_ERR_PARSE;
             }
-            n = mp_be(buf + off, len_bytes);
+            n = kvt_load_be(buf + off, len_bytes);
             off += len_bytes;
         }
         if (container) {
@@ -486,7 +474,7 @@ static kvt_status_t mp_hash(mp_dec_t *d, const msgpack_object *o, const char *fi
                            d->idx, field, n);
         const uint8_t *p = (const uint8_t *)o->via.bin.ptr;
         size_t take = n < 8 ? n : 8;
-        *h_p = mp_be(d->fmt == KVT_EV_FMT_SGLANG ? p : p + n - take, take);
+        *h_p = kvt_load_be(d->fmt == KVT_EV_FMT_SGLANG ? p : p + n - take, take);
         return KVT_OK;
     }
     default:

@@ -18,6 +18,8 @@
 #include <time.h>
 #include <zmq.h>
 
+#include "common/bytes.h"
+#include "common/clock.h"
 #include "common/json.h"
 #include "common/log.h"
 
@@ -48,6 +50,8 @@ typedef struct zs_sock {
     char want[KVT_ZSUB_MAX_ENDPOINT + 1]; /* the endpoint as asked: later binds match it */
     char addr[KVT_ZSUB_MAX_ENDPOINT + 1]; /* as connected or bound */
     bool bound;
+    void *mon;       /* PAIR reading the SUB's disconnect events (connecting SUBs only), or NULL */
+    uint64_t log_ns; /* rate limit of its warnings */
     zs_stream_t **streams; /* those reading it */
     size_t n, cap;
 } zs_sock_t;
@@ -102,13 +106,6 @@ struct kvt_zsub {
     zs_sock_t **item_sock;                /* the SUB, or NULL */
     size_t items_cap;
 };
-
-static uint64_t zs_now_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
 
 void kvt_zsub_config_default(kvt_zsub_config_t *cfg)
 {
@@ -176,6 +173,11 @@ static kvt_status_t zs_check_endpoint(const char *what, const char *ep, uint32_t
     if (dp_size > 1 && port + dp_size - 1 > 65535)
         return zs_fail(err, errlen, "%s: port %u + %u ranks passes 65535", what, port, dp_size);
     return KVT_OK;
+}
+
+bool kvt_zsub_engine_binds(const kvt_zsub_engine_t *e)
+{
+    return e->bind || strncmp(e->endpoint, "tcp://*:", 8) == 0;
 }
 
 kvt_status_t kvt_zsub_engine_check(const kvt_zsub_engine_t *e, char *err, size_t errlen)
@@ -365,6 +367,10 @@ static void zs_sock_detach(kvt_zsub_t *z, zs_stream_t *s)
         zmq_setsockopt(k->sock, ZMQ_UNSUBSCRIBE, t, strlen(t));
         return;
     }
+    if (k->mon != NULL) {
+        zmq_socket_monitor(k->sock, NULL, 0);
+        zs_close(&k->mon);
+    }
     zs_close(&k->sock);
     for (size_t i = 0; i < z->nsocks; i++)
         if (z->socks[i] == k)
@@ -424,19 +430,84 @@ static bool zs_topics_clash(const char *a, const char *b)
     return strncmp(a, b, la < lb ? la : lb) == 0;
 }
 
+/*
+ * Room for one more element in the pointer array at @arr_p (a T ** holding @n of
+ * *@cap_p): doubles it when full. The array is read and written through memcpy,
+ * so any pointer-to-pointer type can use it.
+ */
+static bool zs_reserve(void *arr_p, size_t n, size_t *cap_p)
+{
+    if (n < *cap_p)
+        return true;
+    size_t ncap = *cap_p ? 2 * *cap_p : 8;
+    void *arr;
+    memcpy(&arr, arr_p, sizeof(arr));
+    arr = realloc(arr, ncap * sizeof(void *));
+    if (arr == NULL)
+        return false;
+    memcpy(arr_p, &arr, sizeof(arr));
+    *cap_p = ncap;
+    return true;
+}
+
 static bool zs_sock_add_stream(zs_sock_t *k, zs_stream_t *s)
 {
-    if (k->n == k->cap) {
-        size_t ncap = k->cap ? 2 * k->cap : 4;
-        zs_stream_t **n = realloc(k->streams, ncap * sizeof(*n));
-        if (n == NULL)
-            return false;
-        k->streams = n;
-        k->cap = ncap;
-    }
+    if (!zs_reserve(&k->streams, k->n, &k->cap))
+        return false;
     k->streams[k->n++] = s;
     s->sub = k;
     return true;
+}
+
+static int zs_recv(void *sock, zmq_msg_t *f, int cap, bool *more_frames_p);
+
+/*
+ * A connecting SUB is watched for disconnects: libzmq reconnects after a network
+ * error, but not after a protocol error such as a message over ZMQ_MAXMSGSIZE,
+ * and the stream would go silent for good. On each disconnect zs_read_monitor()
+ * disconnects and connects the endpoint again (one connection either way).
+ * Without a monitor the SUB still works; only that recovery is missing.
+ */
+static void zs_watch(kvt_zsub_t *z, zs_sock_t *k)
+{
+    char name[64];
+    snprintf(name, sizeof(name), "inproc://kvt-zsub-mon-%p", (void *)k);
+    if (zmq_socket_monitor(k->sock, name, ZMQ_EVENT_DISCONNECTED) != 0)
+        return;
+    k->mon = zmq_socket(z->ctx, ZMQ_PAIR);
+    if (k->mon != NULL && zmq_connect(k->mon, name) != 0)
+        zs_close(&k->mon);
+    if (k->mon == NULL) {
+        zmq_socket_monitor(k->sock, NULL, 0);
+        kvt_log_warn("%s: no disconnect monitor (%s)", k->addr, zmq_strerror(errno));
+    }
+}
+
+/* Disconnect events of SUB @k: connect again (see zs_watch()). */
+static void zs_read_monitor(zs_sock_t *k)
+{
+    zmq_msg_t f[4];
+    bool extra, any = false;
+    int n;
+    while ((n = zs_recv(k->mon, f, 4, &extra)) >= 0) {
+        for (int i = 0; i < n; i++)
+            zmq_msg_close(&f[i]);
+        any = true;
+    }
+    if (!any)
+        return;
+    zmq_disconnect(k->sock, k->addr); /* ENOENT when libzmq already gave up on it */
+    if (zmq_connect(k->sock, k->addr) != 0) {
+        kvt_log_error("%s: reconnect failed: %s", k->addr, zmq_strerror(errno));
+        return;
+    }
+    uint64_t now = kvt_clock_ns();
+    if (k->log_ns == 0 || now - k->log_ns >= ZS_LOG_EVERY_NS) {
+        kvt_log_warn("%s: the connection dropped (a message over --event-max-message, or the "
+                     "engine went away); connecting again",
+                     k->addr);
+        k->log_ns = now;
+    }
 }
 
 /*
@@ -465,14 +536,8 @@ static kvt_status_t zs_open_sub(kvt_zsub_t *z, zs_stream_t *s, bool bind, char *
         memcpy(s->endpoint, k->addr, sizeof(s->endpoint));
         return KVT_OK;
     }
-    if (z->nsocks == z->socks_cap) {
-        size_t ncap = z->socks_cap ? 2 * z->socks_cap : 8;
-        zs_sock_t **n = realloc(z->socks, ncap * sizeof(*n));
-        if (n == NULL)
-            return KVT_ERR_NO_MEM;
-        z->socks = n;
-        z->socks_cap = ncap;
-    }
+    if (!zs_reserve(&z->socks, z->nsocks, &z->socks_cap))
+        return KVT_ERR_NO_MEM;
     zs_sock_t *k = calloc(1, sizeof(*k));
     if (k == NULL)
         return KVT_ERR_NO_MEM;
@@ -507,6 +572,8 @@ static kvt_status_t zs_open_sub(kvt_zsub_t *z, zs_stream_t *s, bool bind, char *
         s->endpoint[sizeof(s->endpoint) - 1] = '\0';
     }
     memcpy(k->addr, s->endpoint, sizeof(k->addr));
+    if (!bind)
+        zs_watch(z, k);
     return KVT_OK;
 }
 
@@ -533,14 +600,8 @@ kvt_status_t kvt_zsub_add(kvt_zsub_t *z, const kvt_zsub_engine_t *spec, char *er
         snprintf(err, errlen, "too many streams (%zu open)", streams);
         return KVT_ERR_LIMIT;
     }
-    if (z->neng == z->eng_cap) {
-        size_t ncap = z->eng_cap ? 2 * z->eng_cap : 8;
-        zs_engine_t **n = realloc(z->eng, ncap * sizeof(*n));
-        if (n == NULL)
-            return KVT_ERR_NO_MEM;
-        z->eng = n;
-        z->eng_cap = ncap;
-    }
+    if (!zs_reserve(&z->eng, z->neng, &z->eng_cap))
+        return KVT_ERR_NO_MEM;
     zs_engine_t *e = calloc(1, sizeof(*e));
     if (e == NULL)
         return KVT_ERR_NO_MEM;
@@ -550,7 +611,7 @@ kvt_status_t kvt_zsub_add(kvt_zsub_t *z, const kvt_zsub_engine_t *spec, char *er
         free(e);
         return KVT_ERR_NO_MEM;
     }
-    bool bind = spec->bind || strncmp(spec->endpoint, "tcp://*:", 8) == 0;
+    bool bind = kvt_zsub_engine_binds(spec);
     for (uint32_t r = 0; r < spec->dp_size && st == KVT_OK; r++) {
         zs_stream_t *s = &e->streams[r];
         s->eng = e;
@@ -584,11 +645,6 @@ bool kvt_zsub_remove(kvt_zsub_t *z, const char *pod)
         return true;
     }
     return false;
-}
-
-size_t kvt_zsub_engines(const kvt_zsub_t *z)
-{
-    return z->neng;
 }
 
 size_t kvt_zsub_streams(const kvt_zsub_t *z, kvt_zsub_stream_info_t *out, size_t cap)
@@ -727,8 +783,7 @@ static bool zs_replay_start(kvt_zsub_t *z, zs_stream_t *s, uint64_t target, uint
     }
     uint8_t start[8];
     uint64_t from = s->last_seq + 1;
-    for (int i = 0; i < 8; i++)
-        start[i] = (uint8_t)(from >> (56 - 8 * i));
+    kvt_store_be64(start, from);
     if (zmq_send(s->dealer, "", 0, ZMQ_SNDMORE | ZMQ_DONTWAIT) != 0 ||
         zmq_send(s->dealer, start, 8, ZMQ_DONTWAIT) != 8) {
         zs_close(&s->dealer);
@@ -796,6 +851,8 @@ static void zs_replay_fail(kvt_zsub_t *z, zs_stream_t *s, uint64_t now, const ch
     s->c.replay_failures++;
     zs_close(&s->dealer); /* late replies of this replay go nowhere */
     s->backoff_ms = s->backoff_ms ? s->backoff_ms * 2 : z->cfg.backoff_min_ms;
+    if (s->backoff_ms == 0)
+        s->backoff_ms = 1; /* zs_on_live() relies on no replay starting at once */
     if (s->backoff_ms > z->cfg.backoff_max_ms)
         s->backoff_ms = z->cfg.backoff_max_ms;
     s->backoff_until_ns = now + s->backoff_ms * 1000000ull;
@@ -839,11 +896,7 @@ static bool zs_seq(zmq_msg_t *m, uint64_t *seq_p)
 {
     if (zmq_msg_size(m) != 8)
         return false;
-    const uint8_t *p = zmq_msg_data(m);
-    uint64_t v = 0;
-    for (int i = 0; i < 8; i++)
-        v = v << 8 | p[i];
-    *seq_p = v;
+    *seq_p = kvt_load_be(zmq_msg_data(m), 8);
     return true;
 }
 
@@ -860,14 +913,11 @@ static void zs_on_live(kvt_zsub_t *z, zs_stream_t *s, zmq_msg_t *f, int n, bool 
     const void *data = zmq_msg_data(&f[2]);
     size_t len = zmq_msg_size(&f[2]);
     if (s->state == ZS_REPLAYING) {
-        if (s->held_n >= z->cfg.max_held || !zs_held_push(s, false, seq, data, len)) {
-            zs_replay_fail(z, s, now, "too many live batches held");
-            if (s->state != ZS_REPLAYING)
-                zs_live(z, s, seq, data, len, now); /* no longer held: applied now */
-            else if (!zs_held_push(s, false, seq, data, len))
-                zs_warn(s, now, "out of memory: batch %llu lost", (unsigned long long)seq);
-        }
-        return;
+        if (s->held_n < z->cfg.max_held && zs_held_push(s, false, seq, data, len))
+            return;
+        /* the held batches are applied; this one follows below (a failed replay backs
+         * off, so none starts again meanwhile) */
+        zs_replay_fail(z, s, now, "too many live batches held");
     }
     if (!zs_live(z, s, seq, data, len, now) && !zs_held_push(s, true, seq, data, len)) {
         zs_replay_fail(z, s, now, "out of memory");
@@ -923,7 +973,7 @@ static void zs_read_replay(kvt_zsub_t *z, zs_stream_t *s)
         int n = zs_recv(s->dealer, f, 4, &extra);
         if (n < 0)
             return;
-        zs_on_replay(z, s, f, n, extra, zs_now_ns());
+        zs_on_replay(z, s, f, n, extra, kvt_clock_ns());
         for (int i = 0; i < n; i++)
             zmq_msg_close(&f[i]); /* a failed replay closed the dealer, not these */
     }
@@ -952,7 +1002,7 @@ static void zs_read_live(kvt_zsub_t *z, zs_sock_t *k)
         int n = zs_recv(k->sock, f, 4, &extra);
         if (n < 0)
             return;
-        uint64_t now = zs_now_ns();
+        uint64_t now = kvt_clock_ns();
         zs_stream_t *s = k->n == 1 ? k->streams[0] : zs_route(k, &f[0]);
         if (s != NULL) {
             zs_on_live(z, s, f, n, extra, now);
@@ -972,12 +1022,6 @@ static void zs_read_live(kvt_zsub_t *z, zs_sock_t *k)
 }
 
 /* ---- the publisher --------------------------------------------------------------------------- */
-
-static void zs_be64(uint8_t out[8], uint64_t v)
-{
-    for (int i = 0; i < 8; i++)
-        out[i] = (uint8_t)(v >> (56 - 8 * i));
-}
 
 kvt_status_t kvt_zsub_publish_open(kvt_zsub_t *z, const char *endpoint, const char *replay_endpoint,
                                    uint32_t buffer_steps, char *err, size_t errlen)
@@ -1045,10 +1089,8 @@ static void zs_encode(zs_pub_t *p, const kvt_evbatch_t *b)
     msgpack_packer pk;
     msgpack_sbuffer_clear(&p->sb);
     msgpack_packer_init(&pk, &p->sb, msgpack_sbuffer_write);
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
     msgpack_pack_array(&pk, 3);
-    msgpack_pack_double(&pk, (double)ts.tv_sec + (double)ts.tv_nsec / 1e9);
+    msgpack_pack_double(&pk, kvt_clock_wall());
     msgpack_pack_array(&pk, (uint32_t)b->nev);
     for (size_t i = 0; i < b->nev; i++) {
         const kvt_event_t *e = &b->ev[i];
@@ -1115,7 +1157,7 @@ kvt_status_t kvt_zsub_publish(kvt_zsub_t *z, const kvt_evbatch_t *b)
     char topic[2 * KVT_IDX_MAX_NAME + 8];
     int tl = snprintf(topic, sizeof(topic), "kv@%s@%s", b->pod, b->model ? b->model : "");
     uint8_t s8[8];
-    zs_be64(s8, seq);
+    kvt_store_be64(s8, seq);
     if (zmq_send(p->pub, topic, (size_t)tl, ZMQ_SNDMORE | ZMQ_DONTWAIT) < 0 ||
         zmq_send(p->pub, s8, 8, ZMQ_SNDMORE | ZMQ_DONTWAIT) < 0 ||
         zmq_send(p->pub, copy, p->sb.size, ZMQ_DONTWAIT) < 0) {
@@ -1155,14 +1197,14 @@ static void zs_pub_serve(zs_pub_t *p)
                 const zs_held_t *h = &p->ring[(p->head + i) % p->cap];
                 if (h->seq < start)
                     continue;
-                zs_be64(s8, h->seq);
+                kvt_store_be64(s8, h->seq);
                 ok = zmq_send(p->router, id, idlen, ZMQ_SNDMORE | ZMQ_DONTWAIT) >= 0 &&
                      zmq_send(p->router, "", 0, ZMQ_SNDMORE | ZMQ_DONTWAIT) >= 0 &&
                      zmq_send(p->router, s8, 8, ZMQ_SNDMORE | ZMQ_DONTWAIT) >= 0 &&
                      zmq_send(p->router, h->data, h->len, ZMQ_DONTWAIT) >= 0;
                 p->info.replayed += ok;
             }
-            zs_be64(s8, ZS_END_SEQ);
+            kvt_store_be64(s8, ZS_END_SEQ);
             if (ok && zmq_send(p->router, id, idlen, ZMQ_SNDMORE | ZMQ_DONTWAIT) >= 0 &&
                 zmq_send(p->router, "", 0, ZMQ_SNDMORE | ZMQ_DONTWAIT) >= 0 &&
                 zmq_send(p->router, s8, 8, ZMQ_SNDMORE | ZMQ_DONTWAIT) >= 0)
@@ -1175,7 +1217,7 @@ static void zs_pub_serve(zs_pub_t *p)
 
 int kvt_zsub_poll(kvt_zsub_t *z, int fd, long timeout_ms)
 {
-    size_t need = 2 + z->nsocks;
+    size_t need = 2 + 2 * z->nsocks;
     for (size_t i = 0; i < z->neng; i++)
         need += z->eng[i]->spec.dp_size;
     if (need > z->items_cap) {
@@ -1192,7 +1234,7 @@ int kvt_zsub_poll(kvt_zsub_t *z, int fd, long timeout_ms)
             return KVT_ERR_NO_MEM;
         z->items_cap = need;
     }
-    uint64_t now = zs_now_ns();
+    uint64_t now = kvt_clock_ns();
     size_t n = 0;
     if (fd >= 0) {
         z->items[n] = (zmq_pollitem_t){NULL, fd, ZMQ_POLLIN, 0};
@@ -1208,6 +1250,11 @@ int kvt_zsub_poll(kvt_zsub_t *z, int fd, long timeout_ms)
         z->items[n] = (zmq_pollitem_t){z->socks[i]->sock, 0, ZMQ_POLLIN, 0};
         z->item_stream[n] = NULL;
         z->item_sock[n++] = z->socks[i];
+        if (z->socks[i]->mon != NULL) {
+            z->items[n] = (zmq_pollitem_t){z->socks[i]->mon, 0, ZMQ_POLLIN, 0};
+            z->item_stream[n] = NULL;
+            z->item_sock[n++] = z->socks[i];
+        }
     }
     for (size_t i = 0; i < z->neng; i++) {
         for (uint32_t r = 0; r < z->eng[i]->spec.dp_size; r++) {
@@ -1231,7 +1278,9 @@ int kvt_zsub_poll(kvt_zsub_t *z, int fd, long timeout_ms)
     for (size_t i = 0; i < n; i++) {
         if (!(z->items[i].revents & ZMQ_POLLIN))
             continue;
-        if (z->item_sock[i] != NULL)
+        if (z->item_sock[i] != NULL && z->items[i].socket == z->item_sock[i]->mon)
+            zs_read_monitor(z->item_sock[i]);
+        else if (z->item_sock[i] != NULL)
             zs_read_live(z, z->item_sock[i]);
         else if (z->item_stream[i] != NULL)
             zs_read_replay(z, z->item_stream[i]);
@@ -1240,7 +1289,7 @@ int kvt_zsub_poll(kvt_zsub_t *z, int fd, long timeout_ms)
         else
             zs_pub_serve(z->pub);
     }
-    now = zs_now_ns();
+    now = kvt_clock_ns();
     for (size_t i = 0; i < z->neng; i++)
         for (uint32_t r = 0; r < z->eng[i]->spec.dp_size; r++) {
             zs_stream_t *s = &z->eng[i]->streams[r];

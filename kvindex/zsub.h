@@ -120,8 +120,8 @@ int kvt_zsub_poll(kvt_zsub_t *z, int fd, long timeout_ms);
 /* Streams (all engines, rank order) into @out[0..cap); returns how many exist. */
 size_t kvt_zsub_streams(const kvt_zsub_t *z, kvt_zsub_stream_info_t *out, size_t cap);
 
-/* Number of engines subscribed. */
-size_t kvt_zsub_engines(const kvt_zsub_t *z);
+/* Whether @e binds its SUB (engines dial in): "bind", or a tcp endpoint on host "*". */
+bool kvt_zsub_engine_binds(const kvt_zsub_engine_t *e);
 
 /*
  * The publisher: kvtierd's own changes as a vLLM KV-event stream, so that

@@ -64,6 +64,8 @@ static const kvt_cfg_opt_t opts[] = {
      &kvt_cfg_string_list, O(engines), 0},
     {"replay-timeout", "2s", "a replay of missed event batches must end within this",
      &kvt_cfg_duration, O(replay_timeout_ms), 0},
+    {"replay-hold", "10000", "live event batches held per stream while a replay runs; more fail it",
+     &kvt_cfg_u32, O(replay_hold), 0},
     {"event-max-message", "64MiB", "largest engine event message (ZMQ); larger ones are dropped",
      &kvt_cfg_size, O(event_max_message), 0},
     {"publish", "", "publish kvtierd's own KV events (vLLM format) on this ZMQ endpoint",

@@ -486,8 +486,7 @@ static void job_drop(kvt_srv_t *srv, srv_job_t *job)
 static kvt_status_t srv_engine_add(kvt_srv_t *srv, const kvt_zsub_engine_t *e, char *err,
                                    size_t errlen)
 {
-    bool bind = e->bind || strncmp(e->endpoint, "tcp://*:", 8) == 0;
-    if (bind && !srv_zmq_local(e->endpoint) && !srv->cfg.allow_remote) {
+    if (kvt_zsub_engine_binds(e) && !srv_zmq_local(e->endpoint) && !srv->cfg.allow_remote) {
         snprintf(err, errlen, "binding %s needs kvtierd --allow-remote", e->endpoint);
         return KVT_ERR_INVAL;
     }
@@ -813,10 +812,9 @@ static kvt_status_t srv_engines_start(kvt_srv_t *srv, const kvt_srv_config_t *cf
     kvt_zsub_config_default(&zc);
     zc.default_block_size = cfg->block_size;
     zc.max_items = cfg->max_event_items;
-    if (cfg->event_max_message != 0)
-        zc.max_msg_bytes = cfg->event_max_message;
-    if (cfg->replay_timeout_ms != 0)
-        zc.replay_timeout_ms = cfg->replay_timeout_ms;
+    zc.max_msg_bytes = cfg->event_max_message;
+    zc.replay_timeout_ms = cfg->replay_timeout_ms;
+    zc.max_held = cfg->replay_hold;
     kvt_status_t st = kvt_zsub_create(srv->idx, &zc, &srv->zsub);
     if (st == KVT_OK && srv->cfg.publish[0] != '\0') {
         char err[320];
@@ -828,8 +826,7 @@ static kvt_status_t srv_engines_start(kvt_srv_t *srv, const kvt_srv_config_t *cf
             return KVT_ERR_INVAL;
         }
         st = kvt_zsub_publish_open(srv->zsub, srv->cfg.publish, srv->cfg.publish_replay,
-                                   srv->cfg.publish_buffer ? srv->cfg.publish_buffer : 10000, err,
-                                   sizeof(err));
+                                   srv->cfg.publish_buffer, err, sizeof(err));
         if (st != KVT_OK) {
             kvt_log_error("--publish: %s", err);
             return KVT_ERR_INVAL;
@@ -881,8 +878,11 @@ kvt_status_t kvt_srv_create(const kvt_srv_config_t *cfg, kvt_srv_t **srv_p)
         !srv->cfg.auth_token_file || !srv->cfg.publish || !srv->cfg.publish_replay)
         goto err;
     if (srv->cfg.block_size == 0 || srv->cfg.writer_queue == 0 || srv->cfg.max_connections == 0 ||
-        srv->cfg.rpc_max_frame > (64u << 20) || srv->cfg.rpc_max_frame < 1024) {
-        kvt_log_error("bad limits: block-size, writer-queue and max-connections must be > 0, "
+        srv->cfg.rpc_max_frame > (64u << 20) || srv->cfg.rpc_max_frame < 1024 ||
+        srv->cfg.replay_timeout_ms == 0 || srv->cfg.replay_hold == 0 ||
+        srv->cfg.event_max_message == 0 || srv->cfg.publish_buffer == 0) {
+        kvt_log_error("bad limits: block-size, writer-queue, max-connections, replay-timeout, "
+                      "replay-hold, event-max-message and publish-buffer must be > 0, "
                       "rpc-max-frame in 1KiB..64MiB");
         st = KVT_ERR_INVAL;
         goto err;

@@ -37,6 +37,7 @@ typedef struct kvt_srv_config {
     kvt_log_level_t log_level;   /* applied by main.c */
     kvt_cfg_list_t engines;      /* POST /v1/engines bodies subscribed at start; borrowed */
     uint64_t replay_timeout_ms;  /* a replay of missed event batches must end within this */
+    uint32_t replay_hold;        /* live batches held per stream during a replay */
     uint64_t event_max_message;  /* largest ZMQ event message, bytes */
     char *publish;               /* ZMQ PUB endpoint for kvtierd's own events; "": off */
     char *publish_replay;        /* its ROUTER replay endpoint; "": none */

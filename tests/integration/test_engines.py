@@ -339,6 +339,38 @@ class TestHealth(Base):
         s = self.stream("r")
         self.assertEqual((s["restarts"], s["state_drops"], s["last_seq"]), (1, 1, 0), s)
 
+    def test_engine_process_restart_on_the_same_port(self):
+        # a new process binds the same port: the SUB reconnects once, nothing arrives twice
+        port = free_port_pair()
+        ep = "tcp://127.0.0.1:%d" % port
+        first = self.publisher(endpoint=ep, replay=False)
+        self.add_engine("p", first)
+        self.sync("p", first)
+        old = self.store_chain(first, 26)
+        for _ in range(50):  # a seq the new process will not reach before the SUB reconnects
+            first.publish(kv.encode_batch([]))
+        self.settle("p", first)
+        first.close()
+
+        def rebind():  # libzmq releases the port shortly after close
+            try:
+                return self.publisher(endpoint=ep, replay=False)
+            except zmq.ZMQError:
+                return None
+        second = wait_for(rebind, what="the port to be free again")
+
+        def dropped():  # a seq back to 0, or ahead when the first batches went by unseen
+            second.publish(kv.encode_batch([]))
+            return self.stream("p")["state_drops"] >= 1
+        wait_for(dropped, what="the stream to see the new process")
+        new = [self.store_chain(second, 27 + i) for i in range(3)]
+        s = self.settle("p", second)
+        # a batch delivered twice would read as one more restart
+        self.assertEqual((s["restarts"] + s["gaps"], s["state_drops"]), (1, 1), s)
+        self.assertNotIn(("p", 0), self.matched(old))
+        for t in new:
+            self.assertEqual(self.matched(t)[("p", 0)][0], 2)
+
     def test_gap_beyond_replay_buffer_drops_state(self):
         pub = self.publisher(buffer_steps=2)
         self.add_engine("b", pub)
@@ -430,6 +462,56 @@ class TestHealth(Base):
         self.assertIn("skipped", log)
         # logged once per stream per minute, not once per bad message
         self.assertEqual(log.count("engine x rank 0:"), 1, log)
+
+
+class TestLimits(Base):
+    flags = ("--stats-period", "20ms", "--replay-timeout", "10s", "--replay-hold", "2",
+             "--event-max-message", "4KiB")
+
+    def test_too_many_batches_held_fails_the_replay(self):
+        pub = self.publisher(replay=False)
+        mute = self.ctx.socket(zmq.ROUTER)  # a replay endpoint that never answers
+        mute.setsockopt(zmq.LINGER, 0)
+        mute.bind("tcp://127.0.0.1:*")
+        try:
+            self.add_engine("h", pub, replay_endpoint=mute.getsockopt(zmq.LAST_ENDPOINT).decode())
+            self.sync("h", pub)
+            old = tokens(60, 2)
+            pub.publish(kv.encode_batch([kv.stored([1, 2], old, BS)]))
+            pub.publish(kv.encode_batch([kv.stored([3, 4], tokens(61, 2), BS)]), send=False)
+            new = [tokens(62 + i, 1) for i in range(3)]
+            for i, t in enumerate(new):  # the first starts the replay; the third overflows
+                pub.publish(kv.encode_batch([kv.stored([10 + i], t, BS)]))
+            s = self.settle("h", pub)  # long before the 10 s timeout
+            self.assertEqual((s["gaps"], s["replays"], s["replay_failures"], s["state_drops"]),
+                             (1, 1, 1, 1), s)
+            self.assertNotIn(("h", 0), self.matched(old))
+            for t in new:  # held and then applied, in order
+                self.assertEqual(self.matched(t)[("h", 0)][0], 1)
+            self.assertIn("too many live batches held", self.d.read_log())
+        finally:
+            mute.close(0)
+
+    def test_oversized_message_is_a_gap(self):
+        pub = self.publisher(replay=False)
+        self.add_engine("big", pub)
+        self.sync("big", pub)
+        old = tokens(70, 2)
+        pub.publish(kv.encode_batch([kv.stored([1, 2], old, BS)]))
+        self.settle("big", pub)
+        n = 1024 // BS  # 1024 tokens: well over 4 KiB of msgpack
+        pub.publish(kv.encode_batch([kv.stored(list(range(100, 100 + n)), tokens(71, n), BS)]))
+        big_seq = pub.seq - 1
+        t = tokens(72, 1)
+
+        def past_it():  # ZMQ dropped the peer; the SUB reconnects and sees the gap
+            pub.publish(kv.encode_batch([kv.stored([9], t, BS)]))
+            s = self.stream("big")
+            return s if s["last_seq"] > big_seq else None
+        s = wait_for(past_it, what="the stream to pass the oversized batch")
+        self.assertEqual((s["gaps"], s["state_drops"], s["undecodable"]), (1, 1, 0), s)
+        self.assertNotIn(("big", 0), self.matched(old))
+        self.assertEqual(self.matched(t)[("big", 0)][0], 1)
 
 
 class TestPublish(Base):
@@ -544,6 +626,16 @@ class TestPublish(Base):
                             "--publish", "tcp://*:0"], capture_output=True, text=True, timeout=20)
         self.assertEqual(p.returncode, 1, p.stderr)
         self.assertIn("needs --allow-remote", p.stderr)
+        for flags, msg in [(["--allow-remote", "--publish", "http://x:1"],
+                            "--publish: publish endpoint"),
+                           (["--publish", "tcp://127.0.0.1:*", "--publish-buffer", "0"],
+                            "publish-buffer must be > 0"),
+                           (["--replay-hold", "0"], "replay-hold")]:
+            p = subprocess.run([BIN, "--http-listen", "127.0.0.1:0", "--rpc-listen",
+                                "127.0.0.1:0", "--data-dir", os.path.join(self.d.dir.name, "x"),
+                                *flags], capture_output=True, text=True, timeout=20)
+            self.assertEqual(p.returncode, 1, (flags, p.stderr))
+            self.assertIn(msg, p.stderr)
         s, a = self.d.http("POST", "/v1/engines", {"pod": "w", "model": "m",
                                                    "endpoint": "tcp://*:5557"})
         self.assertEqual(s, 400, a)
