@@ -100,6 +100,13 @@ class Base(unittest.TestCase):
         self.pubs.append(p)
         return p
 
+    def mute_replay(self):
+        """A replay endpoint that never answers: (its ROUTER, its address). Close it."""
+        mute = self.ctx.socket(zmq.ROUTER)
+        mute.setsockopt(zmq.LINGER, 0)
+        mute.bind("tcp://127.0.0.1:*")
+        return mute, mute.getsockopt(zmq.LAST_ENDPOINT).decode()
+
     def add_engine(self, pod, pub, expect=200, **extra):
         body = {"pod": pod, "model": "m", "endpoint": pub.endpoint}
         if pub.replay_endpoint:
@@ -415,11 +422,9 @@ class TestHealth(Base):
 
     def test_replay_timeout_drops_state_and_backs_off(self):
         pub = self.publisher(replay=False)
-        mute = self.ctx.socket(zmq.ROUTER)  # a replay endpoint that never answers
-        mute.setsockopt(zmq.LINGER, 0)
-        mute.bind("tcp://127.0.0.1:*")
+        mute, mute_ep = self.mute_replay()
         try:
-            self.add_engine("t", pub, replay_endpoint=mute.getsockopt(zmq.LAST_ENDPOINT).decode())
+            self.add_engine("t", pub, replay_endpoint=mute_ep)
             self.sync("t", pub)
             old = self.store_chain(pub, 11)
             self.store_chain(pub, 12, send=False)
@@ -470,11 +475,9 @@ class TestLimits(Base):
 
     def test_too_many_batches_held_fails_the_replay(self):
         pub = self.publisher(replay=False)
-        mute = self.ctx.socket(zmq.ROUTER)  # a replay endpoint that never answers
-        mute.setsockopt(zmq.LINGER, 0)
-        mute.bind("tcp://127.0.0.1:*")
+        mute, mute_ep = self.mute_replay()
         try:
-            self.add_engine("h", pub, replay_endpoint=mute.getsockopt(zmq.LAST_ENDPOINT).decode())
+            self.add_engine("h", pub, replay_endpoint=mute_ep)
             self.sync("h", pub)
             old = tokens(60, 2)
             pub.publish(kv.encode_batch([kv.stored([1, 2], old, BS)]))
