@@ -99,11 +99,14 @@ static kvt_status_t ev_stored(kvt_idx_t *idx, const kvt_evbatch_t *b, const kvt_
         else
             c->orphans++; /* the chain is recomputed from the tokens alone */
     }
+    /* a chain that starts here carries the request's cache salt in its first block */
+    uint64_t first_seed =
+        parent == NULL ? kvt_hash_salt_seed(e->cache_salt, e->cache_salt_len) : KVT_HASH_SEED;
     uint64_t keys[EV_CHUNK];
     for (uint32_t i = 0; i < e->nhashes && st == KVT_OK; i += EV_CHUNK) {
         uint32_t n = e->nhashes - i < EV_CHUNK ? e->nhashes - i : EV_CHUNK;
-        kvt_hash_seq(e->tokens + (size_t)i * bs, (size_t)n * bs, bs, KVT_HASH_SEED, parent, NULL,
-                     keys);
+        kvt_hash_seq_salted(e->tokens + (size_t)i * bs, (size_t)n * bs, bs,
+                            i == 0 ? first_seed : KVT_HASH_SEED, parent, NULL, keys);
         st = kvt_idx_store(idx, ns, pod, e->tier, parent, keys, e->hashes + i, n);
         parent_key = keys[n - 1]; /* the next chunk continues this chain */
         parent = &parent_key;

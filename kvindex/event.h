@@ -33,6 +33,10 @@ typedef struct kvt_event {
     const uint32_t *tokens; /* NULL when ntokens is 0 */
     uint32_t block_size;    /* "block_size"; 0 when absent */
     const char *lora_name;  /* NUL-terminated; NULL: the batch's LoRA */
+    /* The request's cache salt (vLLM extra_keys, SGLang metadata, or "cache_salt"): it seeds the
+     * chain's first block (kvindex/hash.h) when this event starts a chain. NULL: none. */
+    const char *cache_salt;
+    uint32_t cache_salt_len; /* 1..KVT_IDX_MAX_NAME bytes when cache_salt is set */
 } kvt_event_t;
 
 /* A batch of events from one pod (engine, DP rank) for one model. */

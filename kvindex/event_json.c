@@ -41,10 +41,11 @@ enum {
     KVT_EVJ_F_MEDIUM = 1u << 5,
     KVT_EVJ_F_LORA = 1u << 6,
     KVT_EVJ_F_IGNORED = 1u << 7, /* known vLLM fields kvtier does not use: skipped, not counted */
+    KVT_EVJ_F_SALT = 1u << 8,
 };
 #define KVT_EVJ_STORED_FIELDS                                                                      \
     (KVT_EVJ_F_HASHES | KVT_EVJ_F_PARENT | KVT_EVJ_F_TOKENS | KVT_EVJ_F_BLOCK_SIZE |               \
-     KVT_EVJ_F_MEDIUM | KVT_EVJ_F_LORA)
+     KVT_EVJ_F_MEDIUM | KVT_EVJ_F_LORA | KVT_EVJ_F_SALT)
 #define KVT_EVJ_REMOVED_FIELDS (KVT_EVJ_F_HASHES | KVT_EVJ_F_MEDIUM)
 
 /* Event type as decoded: 0 not seen yet, -1 unknown, else kvt_ev_type_t. */
@@ -252,6 +253,7 @@ static unsigned kvt_evj_field(const char *key, size_t klen)
         {"block_size", KVT_EVJ_F_BLOCK_SIZE},
         {"medium", KVT_EVJ_F_MEDIUM},
         {"lora_name", KVT_EVJ_F_LORA},
+        {"cache_salt", KVT_EVJ_F_SALT},
         {"lora_id", KVT_EVJ_F_IGNORED},
         {"extra_keys", KVT_EVJ_F_IGNORED},
         {"group_idx", KVT_EVJ_F_IGNORED},
@@ -517,6 +519,19 @@ static kvt_status_t kvt_evj_event(kvt_evj_t *d, int given, kvt_event_t *ev, int 
                 ev->lora_name = NULL;
             else if ((st = kvt_evj_name(d, "lora_name", true, true, &ev->lora_name)) != KVT_OK)
                 return st;
+            break;
+        }
+        case KVT_EVJ_F_SALT: {
+            bool null;
+            const char *salt = NULL;
+            if ((st = kvt_evj_opt_null(d, "cache_salt", &null)) != KVT_OK)
+                return st;
+            if (!null && (st = kvt_evj_name(d, "cache_salt", true, true, &salt)) != KVT_OK)
+                return st;
+            if (salt != NULL && salt[0] != '\0') { /* "" is no salt, as in vLLM */
+                ev->cache_salt = salt;
+                ev->cache_salt_len = (uint32_t)strlen(salt);
+            }
             break;
         }
         default: return kvt_evj_ev_fail(d, KVT_ERR_INTERNAL, "unhandled field '%s'", key);

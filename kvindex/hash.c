@@ -15,6 +15,8 @@
  */
 #include "kvindex/hash.h"
 
+#include <stdbool.h>
+
 #define XXH_INLINE_ALL
 #include <xxhash.h>
 
@@ -215,4 +217,59 @@ size_t kvt_hash_seq_le(const void *le_tokens, size_t ntokens, uint32_t block_siz
     }
     return nblocks;
 #endif
+}
+
+uint64_t kvt_hash_salt_seed(const void *salt, size_t len)
+{
+    return len == 0 ? KVT_HASH_SEED : XXH3_64bits_withSeed(salt, len, KVT_HASH_SEED);
+}
+
+/*
+ * The first block with its own seed, then the rest as a chain continuing it:
+ * the unsalted path (most calls) is kvt_hash_seq_any() unchanged. @le: the
+ * tokens are little-endian bytes (RPC frames) rather than host-order u32s.
+ */
+static size_t kvt_hash_seq_first(const void *tokens, size_t ntokens, uint32_t block_size,
+                                 uint64_t first_seed, const uint64_t *parent, uint64_t *local_out,
+                                 uint64_t *seq_out, bool le)
+{
+    if (block_size == 0 || ntokens < block_size)
+        return 0;
+    if (first_seed == KVT_HASH_SEED)
+        return le ? kvt_hash_seq_le(tokens, ntokens, block_size, KVT_HASH_SEED, parent, local_out,
+                                    seq_out)
+                  : kvt_hash_seq_any(tokens, ntokens, block_size, KVT_HASH_SEED, parent,
+                                     local_out, seq_out);
+#if KVT_HASH_LE
+    uint64_t local = kvt_hash_block_inl(tokens, block_size, first_seed);
+#else
+    uint64_t local = le ? XXH3_64bits_withSeed(tokens, (size_t)block_size * 4, first_seed)
+                        : kvt_hash_block_be(tokens, block_size, first_seed);
+#endif
+    uint64_t seq = parent != NULL ? kvt_hash_chain_inl(*parent, local, KVT_HASH_SEED) : local;
+    seq_out[0] = seq;
+    if (local_out != NULL)
+        local_out[0] = local;
+    const unsigned char *rest = (const unsigned char *)tokens + (size_t)block_size * 4;
+    size_t more = le ? kvt_hash_seq_le(rest, ntokens - block_size, block_size, KVT_HASH_SEED,
+                                       &seq, local_out ? local_out + 1 : NULL, seq_out + 1)
+                     : kvt_hash_seq_any(rest, ntokens - block_size, block_size, KVT_HASH_SEED,
+                                        &seq, local_out ? local_out + 1 : NULL, seq_out + 1);
+    return 1 + more;
+}
+
+size_t kvt_hash_seq_salted(const uint32_t *tokens, size_t ntokens, uint32_t block_size,
+                           uint64_t first_seed, const uint64_t *parent, uint64_t *local_out,
+                           uint64_t *seq_out)
+{
+    return kvt_hash_seq_first(tokens, ntokens, block_size, first_seed, parent, local_out, seq_out,
+                              false);
+}
+
+size_t kvt_hash_seq_salted_le(const void *le_tokens, size_t ntokens, uint32_t block_size,
+                              uint64_t first_seed, const uint64_t *parent, uint64_t *local_out,
+                              uint64_t *seq_out)
+{
+    return kvt_hash_seq_first(le_tokens, ntokens, block_size, first_seed, parent, local_out,
+                              seq_out, true);
 }

@@ -47,4 +47,33 @@ size_t kvt_hash_seq(const uint32_t *tokens, size_t ntokens, uint32_t block_size,
 size_t kvt_hash_seq_le(const void *le_tokens, size_t ntokens, uint32_t block_size, uint64_t seed,
                        const uint64_t *parent, uint64_t *local_out, uint64_t *seq_out);
 
+/*
+ * Cache salt (vLLM's and SGLang's per-request `cache_salt`, tenant isolation).
+ * A salt enters the key through the first block of a chain: its local hash is
+ * seeded with kvt_hash_salt_seed(salt) instead of KVT_HASH_SEED, so every seq
+ * key of a salted prompt differs from the unsalted prompt's and from any other
+ * salt's; blocks after the first, and the chain step, use KVT_HASH_SEED.
+ *
+ *   salt_seed = XXH3_64bits_withSeed(salt bytes, 1337)
+ *   local_0   = XXH3_64bits_withSeed(tokens[0 .. B) as u32 LE, salt_seed)
+ *
+ * The empty salt is no salt: kvt_hash_salt_seed() returns KVT_HASH_SEED.
+ */
+uint64_t kvt_hash_salt_seed(const void *salt, size_t len);
+
+/*
+ * kvt_hash_seq() with seed KVT_HASH_SEED, except that the first block's local
+ * hash is seeded with @first_seed (kvt_hash_salt_seed(); KVT_HASH_SEED gives
+ * exactly kvt_hash_seq()). Meant for a chain's first block: with @parent not
+ * NULL the salt is already in the parent's key, and callers pass KVT_HASH_SEED.
+ */
+size_t kvt_hash_seq_salted(const uint32_t *tokens, size_t ntokens, uint32_t block_size,
+                           uint64_t first_seed, const uint64_t *parent, uint64_t *local_out,
+                           uint64_t *seq_out);
+
+/* kvt_hash_seq_salted() over little-endian u32 bytes at any alignment (RPC frames). */
+size_t kvt_hash_seq_salted_le(const void *le_tokens, size_t ntokens, uint32_t block_size,
+                              uint64_t first_seed, const uint64_t *parent, uint64_t *local_out,
+                              uint64_t *seq_out);
+
 #endif
