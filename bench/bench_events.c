@@ -422,6 +422,11 @@ static double be_inproc(const be_payloads_t *pl, uint64_t *blocks_p)
     kvt_idx_config_t cfg = {0};
     if (kvt_idx_create(&cfg, &idx) != KVT_OK)
         return -1;
+    kvt_ev_ctx_t *ctx; /* what kvtierd's writer applies with (its default removed-map size) */
+    if (kvt_ev_ctx_create((size_t)8 << 20, &ctx) != KVT_OK) {
+        kvt_idx_destroy(idx);
+        return -1;
+    }
     kvt_ev_counters_t c = {0};
     char err[256];
     uint64_t t0 = kvt_clock_ns();
@@ -429,8 +434,9 @@ static double be_inproc(const be_payloads_t *pl, uint64_t *blocks_p)
         kvt_evbatch_t b;
         if (kvt_ev_msgpack_decode(pl->data[i], pl->len[i], KVT_EV_FMT_VLLM, "bench", "bench", 0,
                                   (size_t)1 << 30, &b, err, sizeof(err)) != KVT_OK ||
-            kvt_ev_apply(idx, &b, BE_BS, &c, err, sizeof(err)) != KVT_OK) {
+            kvt_ev_apply(idx, ctx, &b, BE_BS, 0, &c, err, sizeof(err)) != KVT_OK) {
             fprintf(stderr, "kvtier-bench: in-process batch %zu: %s\n", i, err);
+            kvt_ev_ctx_destroy(ctx);
             kvt_idx_destroy(idx);
             return -1;
         }
@@ -438,6 +444,7 @@ static double be_inproc(const be_payloads_t *pl, uint64_t *blocks_p)
     }
     double s = (double)(kvt_clock_ns() - t0) / 1e9;
     *blocks_p = c.blocks;
+    kvt_ev_ctx_destroy(ctx);
     kvt_idx_destroy(idx);
     return s;
 }

@@ -1,12 +1,51 @@
 /*
  * kvindex/event.c: applies a decoded batch of engine events to the index
- * (writer thread). Decoders live in event_json.c (and the msgpack codec).
+ * (writer thread). Decoders live in event_json.c and event_msgpack.c; the
+ * memory that outlives a batch (groups, removed mappings) in event_ctx.c.
  */
 #include <stdio.h>
 #include <string.h>
+#include <strings.h>
 
 #include "kvindex/event.h"
+#include "kvindex/event_int.h"
 #include "kvindex/hash.h"
+
+unsigned kvt_ev_medium_tier(const char *name, size_t len)
+{
+    static const struct {
+        const char *name;
+        unsigned tier;
+    } mediums[] = {
+        {"GPU", KVT_TIER_GPU},       {"CPU", KVT_TIER_CPU},      {"CPU_PINNED", KVT_TIER_CPU},
+        {"DISK", KVT_TIER_DISK},     {"NVME", KVT_TIER_DISK},    {"STORAGE", KVT_TIER_DISK},
+        {"EXTERNAL", KVT_TIER_DISK},
+    };
+    for (size_t i = 0; i < sizeof(mediums) / sizeof(mediums[0]); i++)
+        if (strlen(mediums[i].name) == len && strncasecmp(name, mediums[i].name, len) == 0)
+            return mediums[i].tier;
+    return 0;
+}
+
+uint8_t kvt_ev_group_kind(const char *name, size_t len)
+{
+    static const struct {
+        const char *name;
+        uint8_t kind;
+    } kinds[] = {
+        {"full_attention", KVT_EV_GROUP_FULL},
+        {"mla_attention", KVT_EV_GROUP_FULL},
+        {"sink_full_attention", KVT_EV_GROUP_FULL},
+        {"sliding_window", KVT_EV_GROUP_OTHER},
+        {"sliding_window_mla", KVT_EV_GROUP_OTHER},
+        {"chunked_local_attention", KVT_EV_GROUP_OTHER},
+        {"mamba", KVT_EV_GROUP_OTHER},
+    };
+    for (size_t i = 0; i < sizeof(kinds) / sizeof(kinds[0]); i++)
+        if (strlen(kinds[i].name) == len && strncasecmp(name, kinds[i].name, len) == 0)
+            return kinds[i].kind;
+    return KVT_EV_GROUP_ANY;
+}
 
 static const char *ev_lora(const kvt_evbatch_t *b, const kvt_event_t *e)
 {
@@ -42,31 +81,37 @@ static kvt_status_t ev_ns(kvt_idx_t *idx, const kvt_evbatch_t *b, const char *lo
     return st;
 }
 
-/* Refuses the batch before anything changes; see kvt_ev_apply(). */
-static kvt_status_t ev_check(kvt_idx_t *idx, const kvt_evbatch_t *b, uint32_t def,
-                             ev_ns_cache_t *cache, char *err, size_t errlen)
+/* Whether event @e is one whose keys are computed from its tokens (and so checked first). */
+static bool ev_hashes_tokens(const kvt_event_t *e)
 {
-    for (size_t i = 0; i < b->nev; i++) {
-        const kvt_event_t *e = &b->ev[i];
-        if (e->type != KVT_EV_STORED || e->ntokens == 0)
-            continue;
-        uint32_t bs = ev_block_size(e, def);
-        if (b->model == NULL || b->model[0] == '\0') {
-            snprintf(err, errlen, "events[%zu]: BlockStored with token_ids needs \"model\"", i);
-            return KVT_ERR_INVAL;
-        }
-        if (bs == 0 || (uint64_t)bs * e->nhashes != e->ntokens) {
-            snprintf(err, errlen, "events[%zu]: %u token_ids do not fill %u blocks of %u", i,
-                     e->ntokens, e->nhashes, bs);
-            return KVT_ERR_INVAL;
-        }
-        uint32_t ns;
-        if (ev_ns(idx, b, ev_lora(b, e), 0, cache, &ns) == KVT_OK &&
-            kvt_idx_ns_block_size(idx, ns) != bs) {
-            snprintf(err, errlen, "events[%zu]: block_size %u, but model '%s' uses %u", i, bs,
-                     b->model, kvt_idx_ns_block_size(idx, ns));
-            return KVT_ERR_INVAL;
-        }
+    return e->type == KVT_EV_STORED && e->ntokens > 0 && e->skip == KVT_EV_SKIP_NONE &&
+           e->group_kind != KVT_EV_GROUP_OTHER;
+}
+
+/*
+ * Checks stored event @i (with tokens) against its namespace: a model is
+ * named and the block size is the namespace's. KVT_ERR_INVAL with a reason.
+ */
+static kvt_status_t ev_check_one(kvt_idx_t *idx, const kvt_evbatch_t *b, size_t i, uint32_t def,
+                                 ev_ns_cache_t *cache, char *err, size_t errlen)
+{
+    const kvt_event_t *e = &b->ev[i];
+    uint32_t bs = ev_block_size(e, def);
+    if (b->model == NULL || b->model[0] == '\0') {
+        snprintf(err, errlen, "events[%zu]: BlockStored with token_ids needs \"model\"", i);
+        return KVT_ERR_INVAL;
+    }
+    if (bs == 0 || (uint64_t)bs * e->nhashes != e->ntokens) {
+        snprintf(err, errlen, "events[%zu]: %u token_ids do not fill %u blocks of %u", i,
+                 e->ntokens, e->nhashes, bs);
+        return KVT_ERR_INVAL;
+    }
+    uint32_t ns;
+    if (ev_ns(idx, b, ev_lora(b, e), 0, cache, &ns) == KVT_OK &&
+        kvt_idx_ns_block_size(idx, ns) != bs) {
+        snprintf(err, errlen, "events[%zu]: block_size %u, but model '%s' uses %u", i, bs,
+                 b->model, kvt_idx_ns_block_size(idx, ns));
+        return KVT_ERR_INVAL;
     }
     return KVT_OK;
 }
@@ -74,18 +119,36 @@ static kvt_status_t ev_check(kvt_idx_t *idx, const kvt_evbatch_t *b, uint32_t de
 /* Keys are hashed and stored this many blocks at a time (on the stack: no malloc per batch). */
 #define EV_CHUNK 128u
 
-static kvt_status_t ev_stored(kvt_idx_t *idx, const kvt_evbatch_t *b, const kvt_event_t *e,
-                              uint32_t pod, uint32_t def, ev_ns_cache_t *cache,
-                              kvt_ev_counters_t *c)
+/*
+ * Keys of blocks @from .. @from + @n of @e, chained from *@parent (NULL: the
+ * chain starts at @from, with the event's cache salt). Blocks with extra keys
+ * mix their extra seed into the local hash (kvt_event_t.extra_seeds).
+ */
+static void ev_keys(const kvt_event_t *e, uint32_t bs, uint32_t from, uint32_t n,
+                    const uint64_t *parent, uint64_t *keys)
 {
-    if (e->ntokens == 0) {
-        /* a placeholder (vLLM CPU offload): only hashes the pod already knows */
-        size_t unresolved = 0;
-        kvt_status_t st =
-            kvt_idx_store_by_ehash(idx, pod, e->tier, e->hashes, e->nhashes, &unresolved);
-        c->unresolved += unresolved;
-        return st;
+    const uint32_t *tok = e->tokens + (size_t)from * bs;
+    uint64_t first = parent == NULL && from == 0 ? kvt_hash_salt_seed(e->cache_salt,
+                                                                      e->cache_salt_len)
+                                                 : KVT_HASH_SEED;
+    if (e->extra_seeds == NULL) {
+        kvt_hash_seq_salted(tok, (size_t)n * bs, bs, first, parent, NULL, keys);
+        return;
     }
+    for (uint32_t j = 0; j < n; j++) {
+        uint64_t seed = (j == 0 ? first : KVT_HASH_SEED) ^ e->extra_seeds[from + j];
+        uint64_t local = kvt_hash_block(tok + (size_t)j * bs, bs, seed);
+        const uint64_t *prev = j > 0 ? &keys[j - 1] : parent;
+        keys[j] = prev != NULL ? kvt_hash_chain(*prev, local, KVT_HASH_SEED) : local;
+    }
+}
+
+static kvt_status_t ev_stored(kvt_idx_t *idx, kvt_ev_ctx_t *ctx, const kvt_evbatch_t *b,
+                              const kvt_event_t *e, uint32_t pod, uint32_t def,
+                              ev_ns_cache_t *cache, kvt_ev_counters_t *c)
+{
+    if (e->ntokens == 0)
+        return ev_ctx_placeholder(ctx, idx, pod, e, c); /* vLLM CPU offload: hashes only */
     uint32_t bs = ev_block_size(e, def);
     uint32_t ns;
     kvt_status_t st = ev_ns(idx, b, ev_lora(b, e), bs, cache, &ns);
@@ -99,52 +162,117 @@ static kvt_status_t ev_stored(kvt_idx_t *idx, const kvt_evbatch_t *b, const kvt_
         else
             c->orphans++; /* the chain is recomputed from the tokens alone */
     }
-    /* a chain that starts here carries the request's cache salt in its first block */
-    uint64_t first_seed =
-        parent == NULL ? kvt_hash_salt_seed(e->cache_salt, e->cache_salt_len) : KVT_HASH_SEED;
+    kvt_idx_stats_t before, after;
+    kvt_idx_stats(idx, &before);
     uint64_t keys[EV_CHUNK];
     for (uint32_t i = 0; i < e->nhashes && st == KVT_OK; i += EV_CHUNK) {
         uint32_t n = e->nhashes - i < EV_CHUNK ? e->nhashes - i : EV_CHUNK;
-        kvt_hash_seq_salted(e->tokens + (size_t)i * bs, (size_t)n * bs, bs,
-                            i == 0 ? first_seed : KVT_HASH_SEED, parent, NULL, keys);
+        ev_keys(e, bs, i, n, parent, keys);
         st = kvt_idx_store(idx, ns, pod, e->tier, parent, keys, e->hashes + i, n);
         parent_key = keys[n - 1]; /* the next chunk continues this chain */
         parent = &parent_key;
     }
+    kvt_idx_stats(idx, &after);
+    c->dropped += after.dropped - before.dropped;
     return st;
 }
 
-kvt_status_t kvt_ev_apply(kvt_idx_t *idx, const kvt_evbatch_t *b, uint32_t default_block_size,
-                          kvt_ev_counters_t *c, char *err, size_t errlen)
+/*
+ * Whether event @e of @pod belongs to a KV cache group kvtier indexes. A
+ * match means the full-attention group holds the block (as llm-d and Dynamo
+ * index it): stores of other groups are skipped and their group remembered
+ * (a BlockRemoved names only its group_idx), so evicting a block from a
+ * sliding-window group leaves it matched while full attention still holds it.
+ */
+static bool ev_group_indexed(kvt_ev_ctx_t *ctx, uint32_t pod, const kvt_event_t *e)
 {
+    if (e->group < 0 || e->type == KVT_EV_CLEARED)
+        return true;
+    if (e->type == KVT_EV_STORED && e->group_kind != KVT_EV_GROUP_ANY) {
+        ev_ctx_group_learn(ctx, pod, e->group, e->group_kind == KVT_EV_GROUP_OTHER);
+        return e->group_kind == KVT_EV_GROUP_FULL;
+    }
+    return !ev_ctx_group_other(ctx, pod, e->group); /* unknown groups: applied, a miss at worst */
+}
+
+/* Drops what @pod's engine reported: a bad removal or a failed apply left it unknown. */
+static void ev_state_drop(kvt_idx_t *idx, kvt_ev_ctx_t *ctx, uint32_t pod, kvt_ev_counters_t *c)
+{
+    kvt_idx_pod_clear(idx, pod, KVT_EV_ENGINE_TIERS);
+    ev_ctx_forget_removed(ctx, pod);
+    c->state_drops++;
+}
+
+bool kvt_ev_drop_state(kvt_idx_t *idx, kvt_ev_ctx_t *ctx, const char *pod, uint32_t dp_rank)
+{
+    uint32_t id;
+    if (kvt_idx_pod_find(idx, pod, dp_rank, &id) != KVT_OK)
+        return false;
+    kvt_idx_pod_clear(idx, id, KVT_EV_ENGINE_TIERS);
+    ev_ctx_forget_removed(ctx, id);
+    return true;
+}
+
+kvt_status_t kvt_ev_apply(kvt_idx_t *idx, kvt_ev_ctx_t *ctx, const kvt_evbatch_t *b,
+                          uint32_t default_block_size, unsigned flags, kvt_ev_counters_t *c,
+                          char *err, size_t errlen)
+{
+    const bool strict = (flags & KVT_EV_STRICT) != 0;
     if (errlen > 0)
         err[0] = '\0';
     ev_ns_cache_t cache = {false, NULL, 0};
-    kvt_status_t st = ev_check(idx, b, default_block_size, &cache, err, errlen);
-    if (st != KVT_OK)
-        return st;
+    kvt_status_t st;
+    for (size_t i = 0; strict && i < b->nev; i++)
+        if (ev_hashes_tokens(&b->ev[i]) &&
+            (st = ev_check_one(idx, b, i, default_block_size, &cache, err, errlen)) != KVT_OK)
+            return st; /* the whole batch is refused before anything changes */
     uint32_t pod;
     st = kvt_idx_pod_get(idx, b->pod, b->dp_rank, &pod);
     if (st != KVT_OK) {
         snprintf(err, errlen, "pod '%s': %s", b->pod, kvt_status_str(st));
         return st;
     }
+    if ((st = ev_ctx_pod(ctx, pod)) != KVT_OK)
+        return st;
     for (size_t i = 0; i < b->nev && st == KVT_OK; i++) {
         const kvt_event_t *e = &b->ev[i];
-        size_t unresolved = 0;
+        if (e->type == KVT_EV_BAD) {
+            c->bad++;
+            if (e->may_remove)
+                ev_state_drop(idx, ctx, pod, c);
+            continue;
+        }
+        if (e->skip != KVT_EV_SKIP_NONE) {
+            if (e->skip == KVT_EV_SKIP_MEDIUM)
+                c->unknown_medium++;
+            else
+                c->remote++;
+            continue;
+        }
+        if (!ev_group_indexed(ctx, pod, e)) {
+            c->other_groups++;
+            continue;
+        }
+        if (!strict && ev_hashes_tokens(e) &&
+            ev_check_one(idx, b, i, default_block_size, &cache, err, errlen) != KVT_OK) {
+            c->bad++; /* a store: skipping it loses a hit at worst */
+            continue;
+        }
         switch (e->type) {
-        case KVT_EV_STORED: st = ev_stored(idx, b, e, pod, default_block_size, &cache, c); break;
-        case KVT_EV_REMOVED:
-            st = kvt_idx_remove(idx, pod, e->tier, e->hashes, e->nhashes, &unresolved);
-            c->unresolved += unresolved;
+        case KVT_EV_STORED:
+            st = ev_stored(idx, ctx, b, e, pod, default_block_size, &cache, c);
             break;
+        case KVT_EV_REMOVED: st = ev_ctx_remove(ctx, idx, pod, e, c); break;
         case KVT_EV_CLEARED: st = kvt_idx_pod_clear(idx, pod, KVT_TIER_GPU); break;
+        default: break;
         }
         if (st == KVT_OK) {
             c->events++;
             c->blocks += e->nhashes;
         } else {
             snprintf(err, errlen, "events[%zu]: %s", i, kvt_status_str(st));
+            if (!strict)
+                ev_state_drop(idx, ctx, pod, c); /* what follows may have held removals */
         }
     }
     return st;

@@ -31,6 +31,9 @@
 
 #include "common/json.h"
 
+#define XXH_INLINE_ALL
+#include <xxhash.h>
+
 /* Fields of an event (bits), and which each type consumes. */
 enum {
     KVT_EVJ_F_TYPE = 1u << 0,
@@ -42,11 +45,17 @@ enum {
     KVT_EVJ_F_LORA = 1u << 6,
     KVT_EVJ_F_IGNORED = 1u << 7, /* known vLLM fields kvtier does not use: skipped, not counted */
     KVT_EVJ_F_SALT = 1u << 8,
+    KVT_EVJ_F_EXTRA = 1u << 9,
+    KVT_EVJ_F_GROUP = 1u << 10,
+    KVT_EVJ_F_KIND = 1u << 11,
+    KVT_EVJ_F_LOCALITY = 1u << 12,
 };
 #define KVT_EVJ_STORED_FIELDS                                                                      \
     (KVT_EVJ_F_HASHES | KVT_EVJ_F_PARENT | KVT_EVJ_F_TOKENS | KVT_EVJ_F_BLOCK_SIZE |               \
-     KVT_EVJ_F_MEDIUM | KVT_EVJ_F_LORA | KVT_EVJ_F_SALT)
-#define KVT_EVJ_REMOVED_FIELDS (KVT_EVJ_F_HASHES | KVT_EVJ_F_MEDIUM)
+     KVT_EVJ_F_MEDIUM | KVT_EVJ_F_LORA | KVT_EVJ_F_SALT | KVT_EVJ_F_EXTRA | KVT_EVJ_F_GROUP |      \
+     KVT_EVJ_F_KIND | KVT_EVJ_F_LOCALITY)
+#define KVT_EVJ_REMOVED_FIELDS                                                                     \
+    (KVT_EVJ_F_HASHES | KVT_EVJ_F_MEDIUM | KVT_EVJ_F_GROUP | KVT_EVJ_F_LOCALITY)
 
 /* Event type as decoded: 0 not seen yet, -1 unknown, else kvt_ev_type_t. */
 #define KVT_EVJ_T_UNSEEN 0
@@ -254,11 +263,14 @@ static unsigned kvt_evj_field(const char *key, size_t klen)
         {"medium", KVT_EVJ_F_MEDIUM},
         {"lora_name", KVT_EVJ_F_LORA},
         {"cache_salt", KVT_EVJ_F_SALT},
+        {"extra_keys", KVT_EVJ_F_EXTRA},
+        {"group_idx", KVT_EVJ_F_GROUP},
+        {"kv_cache_spec_kind", KVT_EVJ_F_KIND},
+        {"locality", KVT_EVJ_F_LOCALITY},
         {"lora_id", KVT_EVJ_F_IGNORED},
-        {"extra_keys", KVT_EVJ_F_IGNORED},
-        {"group_idx", KVT_EVJ_F_IGNORED},
-        {"kv_cache_spec_kind", KVT_EVJ_F_IGNORED},
         {"kv_cache_spec_sliding_window", KVT_EVJ_F_IGNORED},
+        {"ownership", KVT_EVJ_F_IGNORED},
+        {"event_version", KVT_EVJ_F_IGNORED},
     };
     for (size_t i = 0; i < sizeof(fields) / sizeof(fields[0]); i++)
         if (kvt_evj_key_is(key, klen, fields[i].name))
@@ -321,17 +333,21 @@ static kvt_status_t kvt_evj_opt_null(kvt_evj_t *d, const char *field, bool *null
     return KVT_OK;
 }
 
-static kvt_status_t kvt_evj_medium(kvt_evj_t *d, unsigned *tier_p)
+/*
+ * "medium": null is GPU; otherwise a name kvt_ev_medium_tier() maps. Another
+ * name is not an error: the event is kept, marked skipped, with the name (at
+ * most KVT_EV_MEDIUM_NAME_MAX bytes of it) for counting.
+ */
+static kvt_status_t kvt_evj_medium(kvt_evj_t *d, kvt_event_t *ev)
 {
-    char name[16];
+    char name[KVT_EV_MEDIUM_NAME_MAX + 1];
     size_t n;
 
     bool null;
+    ev->tier = KVT_TIER_GPU;
     kvt_status_t st = kvt_evj_opt_null(d, "medium", &null);
-    if (st != KVT_OK || null) {
-        *tier_p = KVT_TIER_GPU;
+    if (st != KVT_OK || null)
         return st;
-    }
     kvt_json_type_t t = kvt_json_peek(&d->j);
     if (t != KVT_JSON_STRING) {
         if (kvt_json_status(&d->j) != KVT_OK)
@@ -342,23 +358,184 @@ static kvt_status_t kvt_evj_medium(kvt_evj_t *d, unsigned *tier_p)
     if (kvt_json_string(&d->j, name, sizeof(name), &n) != KVT_OK) {
         if (kvt_json_status(&d->j) != KVT_ERR_TOO_BIG)
             return kvt_evj_ev_json_fail(d, "medium");
-        d->j = save; /* report the name's own errors before its length */
+        d->j = save; /* a name this long is no medium kvtier knows: skip it, keep its start */
         if (kvt_json_skip(&d->j) != KVT_OK)
             return kvt_evj_ev_json_fail(d, "medium");
-        return kvt_evj_ev_fail(d, KVT_ERR_INVAL, "unknown medium (%zu bytes long)",
-                               kvt_json_offset(&d->j) - kvt_json_offset(&save));
-    }
-    if (n == 3 && strcasecmp(name, "GPU") == 0) {
-        *tier_p = KVT_TIER_GPU;
-    } else if (n == 3 && strcasecmp(name, "CPU") == 0) {
-        *tier_p = KVT_TIER_CPU;
-    } else if (n == 4 && (strcasecmp(name, "DISK") == 0 || strcasecmp(name, "NVME") == 0)) {
-        *tier_p = KVT_TIER_DISK;
+        n = 0;
     } else {
-        char shown[48];
-        kvt_evj_printable(name, n, shown, sizeof(shown));
+        ev->tier = kvt_ev_medium_tier(name, n);
+        if (ev->tier != 0)
+            return KVT_OK;
+    }
+    ev->tier = 0;
+    ev->skip = KVT_EV_SKIP_MEDIUM;
+    if (n == 0) {
+        memcpy(name, "?", 2);
+        n = 1;
+    }
+    char *dst = d->arena + d->bump;
+    if (d->bump_end - d->bump < n)
+        return kvt_evj_fail(d, KVT_ERR_INTERNAL, "event arena exhausted");
+    memcpy(dst, name, n);
+    d->bump += n;
+    ev->medium = dst;
+    ev->medium_len = (uint32_t)n;
+    return KVT_OK;
+}
+
+/* "locality": null or a string; "REMOTE" (any case) marks the event skipped. */
+static kvt_status_t kvt_evj_locality(kvt_evj_t *d, kvt_event_t *ev)
+{
+    char name[8];
+    size_t n;
+    bool null;
+    kvt_status_t st = kvt_evj_opt_null(d, "locality", &null);
+    if (st != KVT_OK || null)
+        return st;
+    if (kvt_json_peek(&d->j) != KVT_JSON_STRING) {
+        if (kvt_json_status(&d->j) != KVT_OK)
+            return kvt_evj_ev_json_fail(d, "locality");
+        return kvt_evj_ev_fail(d, KVT_ERR_INVAL, "field 'locality' must be a string or null");
+    }
+    const kvt_json_t save = d->j;
+    if (kvt_json_string(&d->j, name, sizeof(name), &n) != KVT_OK) {
+        if (kvt_json_status(&d->j) != KVT_ERR_TOO_BIG)
+            return kvt_evj_ev_json_fail(d, "locality");
+        d->j = save; /* longer than "REMOTE": some other locality */
+        return kvt_json_skip(&d->j) == KVT_OK ? KVT_OK : kvt_evj_ev_json_fail(d, "locality");
+    }
+    if (n == 6 && strncasecmp(name, "REMOTE", 6) == 0 && ev->skip == KVT_EV_SKIP_NONE)
+        ev->skip = KVT_EV_SKIP_REMOTE;
+    return KVT_OK;
+}
+
+/* "kv_cache_spec_kind": null or a string, classified by kvt_ev_group_kind(). */
+static kvt_status_t kvt_evj_kind(kvt_evj_t *d, kvt_event_t *ev)
+{
+    char name[40];
+    size_t n;
+    bool null;
+    kvt_status_t st = kvt_evj_opt_null(d, "kv_cache_spec_kind", &null);
+    if (st != KVT_OK || null)
+        return st;
+    if (kvt_json_peek(&d->j) != KVT_JSON_STRING) {
+        if (kvt_json_status(&d->j) != KVT_OK)
+            return kvt_evj_ev_json_fail(d, "kv_cache_spec_kind");
         return kvt_evj_ev_fail(d, KVT_ERR_INVAL,
-                               "unknown medium '%s' (want GPU, CPU, DISK or NVME)", shown);
+                               "field 'kv_cache_spec_kind' must be a string or null");
+    }
+    const kvt_json_t save = d->j;
+    if (kvt_json_string(&d->j, name, sizeof(name), &n) != KVT_OK) {
+        if (kvt_json_status(&d->j) != KVT_ERR_TOO_BIG)
+            return kvt_evj_ev_json_fail(d, "kv_cache_spec_kind");
+        d->j = save; /* longer than any kind kvtier knows */
+        return kvt_json_skip(&d->j) == KVT_OK ? KVT_OK
+                                              : kvt_evj_ev_json_fail(d, "kv_cache_spec_kind");
+    }
+    ev->group_kind = kvt_ev_group_kind(name, n);
+    return KVT_OK;
+}
+
+/*
+ * vLLM's "extra_keys" (one entry per block: null or an array of the block's
+ * extra hash keys), read once the whole event is known (its lora_name and
+ * parent may follow it) from the text span [@from, @to) of the body: the
+ * LoRA name leading an entry is skipped, a lone string left on a chain's
+ * first block is the cache salt (unless "cache_salt" gave one), anything
+ * else becomes the block's extra seed (a hash of the values' text).
+ */
+static kvt_status_t kvt_evj_extras(kvt_evj_t *d, size_t from, size_t to, kvt_event_t *ev)
+{
+    kvt_json_t x;
+    kvt_json_init(&x, d->j.s + from, to - from);
+    if (kvt_json_peek(&x) != KVT_JSON_ARRAY)
+        return kvt_evj_ev_fail(d, KVT_ERR_INVAL, "field 'extra_keys' must be an array or null");
+    if ((size_t)ev->nhashes * 8 > d->bump_end - d->bump) /* 8 bytes per block: < 5x its text */
+        return kvt_evj_fail(d, KVT_ERR_INTERNAL, "event arena exhausted");
+    kvt_evj_align(d, 8);
+    uint64_t *seeds = (uint64_t *)(void *)(d->arena + d->bump);
+    bool any = false;
+    uint32_t nblk = 0;
+    int r;
+    kvt_json_array_begin(&x);
+    while ((r = kvt_json_array_next(&x)) == 1) {
+        if (nblk == ev->nhashes)
+            return kvt_evj_ev_fail(d, KVT_ERR_INVAL, "extra_keys has more entries than blocks");
+        uint64_t seed = 0;
+        if (kvt_json_peek(&x) == KVT_JSON_NULL) {
+            kvt_json_null(&x);
+        } else if (kvt_json_peek(&x) != KVT_JSON_ARRAY) {
+            return kvt_evj_ev_fail(d, KVT_ERR_INVAL, "extra_keys[%u] must be an array or null",
+                                   nblk);
+        } else {
+            kvt_json_array_begin(&x);
+            XXH3_state_t h;
+            XXH3_INITSTATE(&h);
+            XXH3_64bits_reset_withSeed(&h, KVT_EV_EXTRA_SEED);
+            uint32_t nkey = 0, nkept = 0;
+            const char *lone = NULL;
+            size_t lone_len = 0;
+            while ((r = kvt_json_array_next(&x)) == 1) {
+                size_t a = kvt_json_offset(&x);
+                const kvt_json_t save = x;
+                char buf[KVT_IDX_MAX_NAME + 1];
+                size_t n = 0;
+                if (kvt_json_peek(&x) == KVT_JSON_STRING &&
+                    kvt_json_string(&x, buf, sizeof(buf), &n) == KVT_OK) {
+                    bool lora = nkey == 0 && ev->lora_name != NULL &&
+                                strlen(ev->lora_name) == n && memcmp(ev->lora_name, buf, n) == 0;
+                    nkey++;
+                    if (lora)
+                        continue;
+                    lone = x.s + a; /* its raw text: a salt is decoded again below */
+                    lone_len = n;
+                    XXH3_64bits_update(&h, buf, n);
+                    nkept++;
+                    continue;
+                }
+                if (kvt_json_status(&x) == KVT_ERR_TOO_BIG)
+                    x = save; /* a string over 255 bytes: hashed as raw text */
+                if (kvt_json_status(&x) != KVT_OK || kvt_json_skip(&x) != KVT_OK)
+                    break;
+                XXH3_64bits_update(&h, x.s + a, kvt_json_offset(&x) - a);
+                nkey++;
+                nkept += 2; /* never a salt */
+            }
+            if (r < 0 || kvt_json_status(&x) != KVT_OK)
+                return kvt_evj_ev_fail(d, KVT_ERR_INVAL, "extra_keys[%u]: %s", nblk,
+                                       kvt_json_error(&x));
+            if (nkept == 1 && nblk == 0 && !ev->has_parent && lone != NULL) {
+                if (ev->cache_salt == NULL) {
+                    /* decode the salt again into the arena (it fit in buf) */
+                    kvt_json_t sx;
+                    kvt_json_init(&sx, lone, (size_t)(d->j.s + to - lone));
+                    char *dst = d->arena + d->bump;
+                    size_t n;
+                    if (lone_len + 1 > d->bump_end - d->bump ||
+                        kvt_json_string(&sx, dst, lone_len + 1, &n) != KVT_OK)
+                        return kvt_evj_fail(d, KVT_ERR_INTERNAL, "event arena exhausted");
+                    d->bump += n + 1;
+                    kvt_evj_align(d, 8); /* block 0: no seed written yet */
+                    seeds = (uint64_t *)(void *)(d->arena + d->bump);
+                    ev->cache_salt = dst;
+                    ev->cache_salt_len = (uint32_t)n;
+                }
+            } else if (nkept > 0) {
+                seed = XXH3_64bits_digest(&h);
+                seed = seed != 0 ? seed : 1;
+                any = true;
+            }
+        }
+        seeds[nblk++] = seed;
+    }
+    if (r < 0 || kvt_json_end(&x) != KVT_OK)
+        return kvt_evj_ev_fail(d, KVT_ERR_INVAL, "extra_keys: %s", kvt_json_error(&x));
+    if (nblk != ev->nhashes)
+        return kvt_evj_ev_fail(d, KVT_ERR_INVAL, "extra_keys has %u entries for %u block_hashes",
+                               nblk, ev->nhashes);
+    if (any) {
+        ev->extra_seeds = seeds;
+        d->bump += (size_t)nblk * 8;
     }
     return KVT_OK;
 }
@@ -411,9 +588,11 @@ static kvt_status_t kvt_evj_event(kvt_evj_t *d, int given, kvt_event_t *ev, int 
     int r;
     kvt_status_t st;
 
+    size_t extra_from = 0, extra_to = 0; /* the text of "extra_keys", read at the end */
     *type_p = type;
     memset(ev, 0, sizeof(*ev));
     ev->tier = KVT_TIER_GPU;
+    ev->group = -1;
     kvt_json_object_begin(&d->j);
     while ((r = kvt_json_object_next(&d->j, &key, &klen)) == 1) {
         unsigned f = kvt_evj_field(key, klen);
@@ -507,10 +686,42 @@ static kvt_status_t kvt_evj_event(kvt_evj_t *d, int given, kvt_event_t *ev, int 
             break;
         }
         case KVT_EVJ_F_MEDIUM:
-            st = kvt_evj_medium(d, &ev->tier);
+            st = kvt_evj_medium(d, ev);
             if (st != KVT_OK)
                 return st;
             break;
+        case KVT_EVJ_F_LOCALITY:
+            if ((st = kvt_evj_locality(d, ev)) != KVT_OK)
+                return st;
+            break;
+        case KVT_EVJ_F_KIND:
+            if ((st = kvt_evj_kind(d, ev)) != KVT_OK)
+                return st;
+            break;
+        case KVT_EVJ_F_GROUP: {
+            bool null;
+            uint32_t g;
+            if ((st = kvt_evj_opt_null(d, "group_idx", &null)) != KVT_OK)
+                return st;
+            if (!null) {
+                if (kvt_json_u32(&d->j, &g) != KVT_OK)
+                    return kvt_evj_ev_json_fail(d, "group_idx");
+                ev->group = g;
+            }
+            break;
+        }
+        case KVT_EVJ_F_EXTRA: {
+            bool null;
+            if ((st = kvt_evj_opt_null(d, "extra_keys", &null)) != KVT_OK)
+                return st;
+            if (!null) {
+                extra_from = kvt_json_offset(&d->j);
+                if (kvt_json_skip(&d->j) != KVT_OK)
+                    return kvt_evj_ev_json_fail(d, "extra_keys");
+                extra_to = kvt_json_offset(&d->j);
+            }
+            break;
+        }
         case KVT_EVJ_F_LORA: {
             bool null;
             if ((st = kvt_evj_opt_null(d, "lora_name", &null)) != KVT_OK)
@@ -550,17 +761,30 @@ static kvt_status_t kvt_evj_event(kvt_evj_t *d, int given, kvt_event_t *ev, int 
         kvt_event_t clean;
         memset(&clean, 0, sizeof(clean));
         clean.tier = KVT_TIER_GPU;
+        clean.group = -1;
         if (!(extra & KVT_EVJ_F_HASHES)) {
             clean.nhashes = ev->nhashes;
             clean.hashes = ev->hashes;
         }
-        if (!(extra & KVT_EVJ_F_MEDIUM))
+        if (!(extra & KVT_EVJ_F_MEDIUM)) {
             clean.tier = ev->tier;
+            clean.medium = ev->medium;
+            clean.medium_len = ev->medium_len;
+            if (ev->skip == KVT_EV_SKIP_MEDIUM)
+                clean.skip = KVT_EV_SKIP_MEDIUM;
+        }
+        if (!(extra & KVT_EVJ_F_LOCALITY) && ev->skip == KVT_EV_SKIP_REMOTE)
+            clean.skip = KVT_EV_SKIP_REMOTE;
+        if (!(extra & KVT_EVJ_F_GROUP))
+            clean.group = ev->group;
         /* A type without them (BlockRemoved, AllBlocksCleared) keeps nothing else. */
         *ev = clean;
     }
     st = kvt_evj_finish(d, type, seen & ~extra, ev);
     if (st != KVT_OK)
+        return st;
+    if (type == KVT_EV_STORED && extra_to > extra_from && ev->skip == KVT_EV_SKIP_NONE &&
+        (st = kvt_evj_extras(d, extra_from, extra_to, ev)) != KVT_OK)
         return st;
     d->unknown += unknown;
     *consumed_p = true;
@@ -731,6 +955,9 @@ static kvt_status_t kvt_evj_top(kvt_evj_t *d, kvt_evbatch_t *out)
             st = kvt_json_u32(&d->j, &out->dp_rank) == KVT_OK
                      ? KVT_OK
                      : kvt_evj_json_fail(d, "field 'dp_rank'");
+            if (st == KVT_OK && out->dp_rank > KVT_EV_MAX_DP_RANK)
+                st = kvt_evj_fail(d, KVT_ERR_INVAL, "field 'dp_rank': want 0..%u",
+                                  KVT_EV_MAX_DP_RANK);
             break;
         default: st = kvt_evj_events(d); break;
         }

@@ -12,6 +12,10 @@
  *     which object holds which field) and the arena is sized exactly.
  *  3. One malloc holds the events and their arrays; values are converted
  *     with their type checks.
+ * A value that fails a check in steps 2 or 3 spoils only its own event,
+ * which becomes KVT_EV_BAD: engines' batches mix many requests' events, and
+ * one bad event must not cost the others. Only a payload that is not a
+ * batch at all (or over the item limit) fails as a whole.
  */
 #include "kvindex/event.h"
 
@@ -23,6 +27,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+
+#define XXH_INLINE_ALL
+#include <xxhash.h>
 
 /* ---- 1. the raw bytes --------------------------------------------------------------------- */
 
@@ -194,53 +201,76 @@ static kvt_status_t mp_check(const uint8_t *buf, size_t len, const char **why_p,
 
 /* ---- 2. classify ---------------------------------------------------------------------------- */
 
-/* Fields kvtier reads. MPF_IGNORED: known to vLLM, not used here; MPF_UNKNOWN: counted. */
+/* Fields kvtier reads. MPF_IGNORED: known to the engines, not used here; MPF_UNKNOWN: counted. */
 enum {
     MPF_HASHES,
     MPF_PARENT,
     MPF_TOKENS,
     MPF_BLOCK_SIZE,
+    MPF_LORA_ID,
     MPF_MEDIUM,
     MPF_LORA,
+    MPF_EXTRA,
+    MPF_GROUP,
+    MPF_KIND,
+    MPF_LOCALITY,
+    MPF_META,
     MPF_N,
     MPF_IGNORED = MPF_N,
     MPF_UNKNOWN,
 };
 
 static const char *const mpf_name[MPF_N] = {
-    "block_hashes", "parent_block_hash", "token_ids", "block_size", "medium", "lora_name"};
+    "block_hashes", "parent_block_hash", "token_ids",          "block_size",
+    "lora_id",      "medium",            "lora_name",          "extra_keys",
+    "group_idx",    "kv_cache_spec_kind", "locality",          "metadata"};
 
-/*
- * Every field vLLM declares, in BlockStored's positional order, and what it
- * is in a BlockStored and in a BlockRemoved.
- */
+/* BlockStored's positional slots after the type tag (vLLM's order; SGLang's differs at slot 6). */
+static const uint8_t mp_stored_pos[] = {
+    MPF_HASHES, MPF_PARENT, MPF_TOKENS, MPF_BLOCK_SIZE, MPF_LORA_ID, MPF_MEDIUM,  MPF_LORA,
+    MPF_EXTRA,  MPF_GROUP,  MPF_KIND,   MPF_IGNORED /* kv_cache_spec_sliding_window */,
+    MPF_LOCALITY, MPF_IGNORED /* ownership */};
+/* BlockRemoved's. */
+static const uint8_t mp_removed_pos[] = {MPF_HASHES, MPF_MEDIUM, MPF_GROUP, MPF_LOCALITY,
+                                         MPF_IGNORED /* ownership */};
+
+/* Map keys, and what they are in a BlockStored and in a BlockRemoved. */
 static const struct {
     const char *name;
     uint8_t stored, removed;
-} mp_fields[] = {
+} mp_keys[] = {
     {"block_hashes", MPF_HASHES, MPF_HASHES},
     {"parent_block_hash", MPF_PARENT, MPF_UNKNOWN},
     {"token_ids", MPF_TOKENS, MPF_UNKNOWN},
     {"block_size", MPF_BLOCK_SIZE, MPF_UNKNOWN},
-    {"lora_id", MPF_IGNORED, MPF_UNKNOWN},
+    {"lora_id", MPF_LORA_ID, MPF_UNKNOWN},
     {"medium", MPF_MEDIUM, MPF_MEDIUM},
     {"lora_name", MPF_LORA, MPF_UNKNOWN},
-    {"extra_keys", MPF_IGNORED, MPF_UNKNOWN},
-    {"group_idx", MPF_IGNORED, MPF_IGNORED},
-    {"kv_cache_spec_kind", MPF_IGNORED, MPF_UNKNOWN},
+    {"extra_keys", MPF_EXTRA, MPF_UNKNOWN},
+    {"group_idx", MPF_GROUP, MPF_GROUP},
+    {"kv_cache_spec_kind", MPF_KIND, MPF_UNKNOWN},
     {"kv_cache_spec_sliding_window", MPF_IGNORED, MPF_UNKNOWN},
+    {"locality", MPF_LOCALITY, MPF_LOCALITY},
+    {"ownership", MPF_IGNORED, MPF_IGNORED},
+    {"event_version", MPF_IGNORED, MPF_IGNORED},
+    {"metadata", MPF_META, MPF_UNKNOWN},
 };
-#define MP_NFIELDS (sizeof(mp_fields) / sizeof(mp_fields[0]))
+#define MP_NKEYS (sizeof(mp_keys) / sizeof(mp_keys[0]))
 
-/* BlockRemoved's positional order. */
-static const uint8_t mp_removed_pos[] = {MPF_HASHES, MPF_MEDIUM, MPF_IGNORED /* group_idx */};
-
-/* An event as classified: its type and the objects of its fields (NULL: absent or nil). */
+/*
+ * An event as classified: its type and the objects of its fields (NULL:
+ * absent or nil), or why it is bad. What the convert step needs from the
+ * extra keys and the metadata is worked out here, so the arena can be sized.
+ */
 typedef struct mp_ev {
-    kvt_ev_type_t type;
-    uint32_t idx; /* in the batch's events, for messages */
+    kvt_ev_type_t type; /* KVT_EV_BAD when it did not decode */
+    uint32_t idx;       /* in the batch's events, for messages */
     unsigned tier;
+    uint8_t skip;
+    bool may_remove;
     const msgpack_object *f[MPF_N];
+    const msgpack_object *salt; /* str: the cache salt (metadata, or the first block's extra keys) */
+    bool extras;                /* some block has extra keys besides the LoRA name and the salt */
 } mp_ev_t;
 
 typedef struct mp_dec {
@@ -268,6 +298,32 @@ mp_fail(mp_dec_t *d, kvt_status_t st, const char *fmt, ...)
     return st;
 }
 
+/*
+ * Marks event @e bad: it is skipped, and the batch decodes on. The first
+ * reason is kept in d->err (the caller logs it). Returns KVT_OK, so the
+ * event's own checks can `return mp_bad(...)`.
+ */
+#if defined(__GNUC__)
+__attribute__((format(printf, 3, 4)))
+#endif
+static kvt_status_t
+mp_bad(mp_dec_t *d, mp_ev_t *e, const char *fmt, ...)
+{
+    e->may_remove = e->type != KVT_EV_STORED; /* unknown, removed or cleared */
+    e->type = KVT_EV_BAD;
+    e->skip = KVT_EV_SKIP_NONE;
+    if (d->err == NULL || d->errlen == 0 || d->err[0] != '\0')
+        return KVT_OK;
+    int n = snprintf(d->err, d->errlen, "events[%u]: ", e->idx);
+    if (n >= 0 && (size_t)n < d->errlen) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(d->err + n, d->errlen - (size_t)n, fmt, ap);
+        va_end(ap);
+    }
+    return KVT_OK;
+}
+
 static bool mp_str_is(const msgpack_object *o, const char *s)
 {
     size_t n = strlen(s);
@@ -292,19 +348,25 @@ static unsigned mp_map_field(kvt_ev_type_t t, const msgpack_object *key)
 {
     if (t == KVT_EV_CLEARED)
         return MPF_UNKNOWN;
-    for (size_t i = 0; i < MP_NFIELDS; i++)
-        if (mp_str_is(key, mp_fields[i].name))
-            return t == KVT_EV_STORED ? mp_fields[i].stored : mp_fields[i].removed;
+    for (size_t i = 0; i < MP_NKEYS; i++)
+        if (mp_str_is(key, mp_keys[i].name))
+            return t == KVT_EV_STORED ? mp_keys[i].stored : mp_keys[i].removed;
     return MPF_UNKNOWN;
 }
 
-/* Field at position @i (after the type name) of an array event of type @t. */
-static unsigned mp_pos_field(kvt_ev_type_t t, uint32_t i)
+/* Field of slot @i (after the type tag) of an array event of type @t holding @v. */
+static unsigned mp_pos_field(const mp_dec_t *d, kvt_ev_type_t t, uint32_t i,
+                             const msgpack_object *v)
 {
-    if (t == KVT_EV_STORED && i < MP_NFIELDS)
-        return mp_fields[i].stored;
-    if (t == KVT_EV_REMOVED && i < sizeof(mp_removed_pos))
-        return mp_removed_pos[i];
+    bool map = v->type == MSGPACK_OBJECT_MAP;
+    if (t == KVT_EV_STORED) {
+        /* SGLang's BlockStoredWithMetadata: the metadata map follows the fields it has */
+        if (d->fmt == KVT_EV_FMT_SGLANG && map && (i == 6 || i >= sizeof(mp_stored_pos)))
+            return MPF_META;
+        return i < sizeof(mp_stored_pos) ? mp_stored_pos[i] : MPF_UNKNOWN;
+    }
+    if (t == KVT_EV_REMOVED)
+        return i < sizeof(mp_removed_pos) ? mp_removed_pos[i] : MPF_UNKNOWN;
     return MPF_UNKNOWN;
 }
 
@@ -315,57 +377,26 @@ static void mp_set(mp_ev_t *e, unsigned f, const msgpack_object *v)
         e->f[f] = v->type == MSGPACK_OBJECT_NIL ? NULL : v;
 }
 
-/*
- * "medium": absent is GPU; "GPU", "CPU", "DISK" or "NVME" in any case. Sets
- * *known_p to false for another name (the event is skipped). A medium that
- * is not a string is an error.
- */
-static kvt_status_t mp_medium(mp_dec_t *d, const msgpack_object *o, unsigned *tier_p, bool *known_p)
+/* Reads the type and the fields of event @o into *@e; a malformed event is marked bad. */
+static kvt_status_t mp_fields(mp_dec_t *d, const msgpack_object *o, mp_ev_t *e)
 {
-    *known_p = true;
-    *tier_p = KVT_TIER_GPU;
-    if (o == NULL)
-        return KVT_OK;
-    if (o->type != MSGPACK_OBJECT_STR)
-        return mp_fail(d, KVT_ERR_INVAL, "events[%zu].medium: want a string or nil", d->idx);
-    const char *s = o->via.str.ptr;
-    uint32_t n = o->via.str.size;
-    if (n == 3 && strncasecmp(s, "GPU", 3) == 0)
-        *tier_p = KVT_TIER_GPU;
-    else if (n == 3 && strncasecmp(s, "CPU", 3) == 0)
-        *tier_p = KVT_TIER_CPU;
-    else if (n == 4 && (strncasecmp(s, "DISK", 4) == 0 || strncasecmp(s, "NVME", 4) == 0))
-        *tier_p = KVT_TIER_DISK;
-    else
-        *known_p = false;
-    return KVT_OK;
-}
-
-/*
- * Classifies event @o into *@e. Sets *keep_p to false for an event that is
- * skipped (unknown type or medium); it is counted.
- */
-static kvt_status_t mp_classify(mp_dec_t *d, const msgpack_object *o, mp_ev_t *e, bool *keep_p)
-{
-    memset(e, 0, sizeof(*e));
-    e->idx = (uint32_t)d->idx;
-    *keep_p = false;
     bool hashes_seen = false;
     if (o->type == MSGPACK_OBJECT_ARRAY) {
         const msgpack_object_array *a = &o->via.array;
         if (a->size == 0 || a->ptr[0].type != MSGPACK_OBJECT_STR)
-            return mp_fail(d, KVT_ERR_INVAL,
-                           "events[%zu]: an array event must start with its type name", d->idx);
+            return mp_bad(d, e, "an array event must start with its type name");
         e->type = mp_type(&a->ptr[0]);
-        if (e->type == 0) {
-            d->unknown++;
-            return KVT_OK;
-        }
+        if (e->type == 0)
+            return KVT_OK; /* counted by the caller */
         for (uint32_t i = 1; i < a->size; i++) {
-            unsigned f = mp_pos_field(e->type, i - 1);
+            unsigned f = mp_pos_field(d, e->type, i - 1, &a->ptr[i]);
             if (f == MPF_UNKNOWN) {
-                d->unknown += a->size - i; /* fields of a newer engine */
-                break;
+                d->unknown++; /* a field of a newer engine */
+                continue;
+            }
+            if (f == MPF_META && e->f[MPF_META] != NULL) {
+                d->unknown++;
+                continue;
             }
             mp_set(e, f, &a->ptr[i]);
             hashes_seen |= f == MPF_HASHES;
@@ -377,18 +408,16 @@ static kvt_status_t mp_classify(mp_dec_t *d, const msgpack_object *o, mp_ev_t *e
             if (!mp_str_is(&m->ptr[i].key, "type"))
                 continue;
             if (type != NULL)
-                return mp_fail(d, KVT_ERR_INVAL, "events[%zu]: field 'type' given twice", d->idx);
+                return mp_bad(d, e, "field 'type' given twice");
             type = &m->ptr[i].val;
         }
         if (type == NULL)
-            return mp_fail(d, KVT_ERR_INVAL, "events[%zu]: missing field 'type'", d->idx);
+            return mp_bad(d, e, "missing field 'type'");
         if (type->type != MSGPACK_OBJECT_STR)
-            return mp_fail(d, KVT_ERR_INVAL, "events[%zu].type: want a string", d->idx);
+            return mp_bad(d, e, "field 'type': want a string");
         e->type = mp_type(type);
-        if (e->type == 0) {
-            d->unknown++;
+        if (e->type == 0)
             return KVT_OK;
-        }
         unsigned seen = 0;
         for (uint32_t i = 0; i < m->size; i++) {
             const msgpack_object *k = &m->ptr[i].key;
@@ -401,193 +430,472 @@ static kvt_status_t mp_classify(mp_dec_t *d, const msgpack_object *o, mp_ev_t *e
             }
             if (f < MPF_N) {
                 if (seen & (1u << f))
-                    return mp_fail(d, KVT_ERR_INVAL, "events[%zu]: field '%s' given twice", d->idx,
-                                   mpf_name[f]);
+                    return mp_bad(d, e, "field '%s' given twice", mpf_name[f]);
                 seen |= 1u << f;
             }
             mp_set(e, f, &m->ptr[i].val);
             hashes_seen |= f == MPF_HASHES;
         }
     } else {
-        return mp_fail(d, KVT_ERR_INVAL, "events[%zu]: want an array or a map", d->idx);
+        return mp_bad(d, e, "want an array or a map");
     }
     if (e->type != KVT_EV_CLEARED && !hashes_seen)
-        return mp_fail(d, KVT_ERR_INVAL, "events[%zu]: missing field 'block_hashes'", d->idx);
-    bool known;
-    kvt_status_t st = mp_medium(d, e->f[MPF_MEDIUM], &e->tier, &known);
-    if (st != KVT_OK)
-        return st;
-    if (!known) {
-        d->unknown++; /* a tier kvtier does not model */
-        return KVT_OK;
-    }
-    *keep_p = true;
+        return mp_bad(d, e, "missing field 'block_hashes'");
     return KVT_OK;
 }
 
-/* Elements of array field @f of @e (0 when absent); an error when it is not an array. */
-static kvt_status_t mp_array_len(mp_dec_t *d, const mp_ev_t *e, unsigned f, uint32_t *n_p)
+/* A str of 1..@max bytes without NUL, or NULL (with *bad_p set for anything else but nil). */
+static bool mp_is_name(const msgpack_object *o, uint32_t max)
+{
+    return o->type == MSGPACK_OBJECT_STR && o->via.str.size >= 1 && o->via.str.size <= max &&
+           memchr(o->via.str.ptr, '\0', o->via.str.size) == NULL;
+}
+
+/* Whether @o is the LoRA the event names (its lora_name, or lora_id in older vLLM). */
+static bool mp_is_lora(const mp_ev_t *e, const msgpack_object *o)
+{
+    const msgpack_object *ln = e->f[MPF_LORA], *li = e->f[MPF_LORA_ID];
+    if (ln != NULL && ln->type == MSGPACK_OBJECT_STR && o->type == MSGPACK_OBJECT_STR)
+        return o->via.str.size == ln->via.str.size &&
+               memcmp(o->via.str.ptr, ln->via.str.ptr, ln->via.str.size) == 0;
+    if (li != NULL && li->type == MSGPACK_OBJECT_POSITIVE_INTEGER &&
+        o->type == MSGPACK_OBJECT_POSITIVE_INTEGER)
+        return o->via.u64 == li->via.u64;
+    return false;
+}
+
+/*
+ * vLLM's extra_keys: one entry per block, nil or an array of the block's
+ * extra hash keys in vLLM's order: the LoRA name (lora_id in older
+ * versions), multimodal keys, the cache salt (the request's first block
+ * only), prompt-embedding hashes. Finds the salt (a lone string left on a
+ * chain's first block) and whether any block has other keys.
+ */
+static kvt_status_t mp_extras(mp_dec_t *d, mp_ev_t *e, uint32_t nhashes)
+{
+    const msgpack_object *x = e->f[MPF_EXTRA];
+    if (x == NULL)
+        return KVT_OK;
+    if (x->type != MSGPACK_OBJECT_ARRAY)
+        return mp_bad(d, e, "extra_keys: want an array or nil");
+    if (x->via.array.size != nhashes)
+        return mp_bad(d, e, "extra_keys has %u entries for %u block_hashes", x->via.array.size,
+                      nhashes);
+    for (uint32_t i = 0; i < x->via.array.size; i++) {
+        const msgpack_object *k = &x->via.array.ptr[i];
+        if (k->type == MSGPACK_OBJECT_NIL)
+            continue;
+        if (k->type != MSGPACK_OBJECT_ARRAY)
+            return mp_bad(d, e, "extra_keys[%u]: want an array or nil", i);
+        uint32_t from = k->via.array.size > 0 && mp_is_lora(e, &k->via.array.ptr[0]) ? 1 : 0;
+        uint32_t left = k->via.array.size - from;
+        if (left == 0)
+            continue;
+        const msgpack_object *only = &k->via.array.ptr[from];
+        if (i == 0 && e->f[MPF_PARENT] == NULL && left == 1 && only->type == MSGPACK_OBJECT_STR &&
+            only->via.str.size > 0) {
+            if (e->salt == NULL)
+                e->salt = only;
+            continue;
+        }
+        e->extras = true;
+    }
+    return KVT_OK;
+}
+
+/* The metadata map of SGLang's BlockStoredWithMetadata: {"cache_salt": str}. */
+static kvt_status_t mp_meta(mp_dec_t *d, mp_ev_t *e)
+{
+    const msgpack_object *m = e->f[MPF_META];
+    if (m == NULL)
+        return KVT_OK;
+    if (m->type != MSGPACK_OBJECT_MAP)
+        return mp_bad(d, e, "metadata: want a map or nil");
+    for (uint32_t i = 0; i < m->via.map.size; i++) {
+        if (!mp_str_is(&m->via.map.ptr[i].key, "cache_salt"))
+            continue; /* other metadata: nothing kvtier keys on */
+        const msgpack_object *v = &m->via.map.ptr[i].val;
+        if (v->type == MSGPACK_OBJECT_NIL || (v->type == MSGPACK_OBJECT_STR && v->via.str.size == 0))
+            continue;
+        if (v->type != MSGPACK_OBJECT_STR)
+            return mp_bad(d, e, "metadata.cache_salt: want a string");
+        e->salt = v; /* the typed field wins over extra_keys */
+    }
+    return KVT_OK;
+}
+
+/*
+ * Classifies event @o into *@e: its type, fields, tier, skip reason. A
+ * malformed event is marked bad; one of an unknown type gets type 0.
+ */
+static kvt_status_t mp_classify(mp_dec_t *d, const msgpack_object *o, mp_ev_t *e)
+{
+    memset(e, 0, sizeof(*e));
+    e->idx = (uint32_t)d->idx;
+    e->tier = KVT_TIER_GPU;
+    kvt_status_t st = mp_fields(d, o, e);
+    if (st != KVT_OK || e->type == KVT_EV_BAD || e->type == 0 || e->type == KVT_EV_CLEARED)
+        return st;
+    const msgpack_object *md = e->f[MPF_MEDIUM];
+    if (md != NULL) {
+        if (md->type != MSGPACK_OBJECT_STR)
+            return mp_bad(d, e, "medium: want a string or nil");
+        e->tier = kvt_ev_medium_tier(md->via.str.ptr, md->via.str.size);
+        if (e->tier == 0)
+            e->skip = KVT_EV_SKIP_MEDIUM;
+    }
+    const msgpack_object *lo = e->f[MPF_LOCALITY];
+    if (lo != NULL) {
+        if (lo->type != MSGPACK_OBJECT_STR)
+            return mp_bad(d, e, "locality: want a string or nil");
+        if (lo->via.str.size == 6 && strncasecmp(lo->via.str.ptr, "REMOTE", 6) == 0 &&
+            e->skip == KVT_EV_SKIP_NONE)
+            e->skip = KVT_EV_SKIP_REMOTE;
+    }
+    const msgpack_object *g = e->f[MPF_GROUP];
+    if (g != NULL && (g->type != MSGPACK_OBJECT_POSITIVE_INTEGER || g->via.u64 > INT64_MAX))
+        return mp_bad(d, e, "group_idx: want a non-negative integer or nil");
+    const msgpack_object *k = e->f[MPF_KIND];
+    if (k != NULL && k->type != MSGPACK_OBJECT_STR)
+        return mp_bad(d, e, "kv_cache_spec_kind: want a string or nil");
+    if (e->type != KVT_EV_STORED || e->skip != KVT_EV_SKIP_NONE)
+        return KVT_OK;
+    const msgpack_object *h = e->f[MPF_HASHES];
+    if (h->type != MSGPACK_OBJECT_ARRAY)
+        return mp_bad(d, e, "block_hashes: want an array");
+    const msgpack_object *l = e->f[MPF_LORA];
+    if (l != NULL && !mp_is_name(l, KVT_IDX_MAX_NAME))
+        return mp_bad(d, e, "lora_name: want a string of 1..%u bytes without NUL, or nil",
+                      KVT_IDX_MAX_NAME);
+    if ((st = mp_meta(d, e)) != KVT_OK || e->type == KVT_EV_BAD)
+        return st;
+    return mp_extras(d, e, h->via.array.size);
+}
+
+/* Elements of array field @f of @e (0 when absent); a non-array makes the event bad. */
+static bool mp_array_len(mp_dec_t *d, mp_ev_t *e, unsigned f, uint32_t *n_p)
 {
     const msgpack_object *o = e->f[f];
     *n_p = 0;
     if (o == NULL)
-        return KVT_OK;
-    if (o->type != MSGPACK_OBJECT_ARRAY)
-        return mp_fail(d, KVT_ERR_INVAL, "events[%zu].%s: want an array", d->idx, mpf_name[f]);
+        return true;
+    if (o->type != MSGPACK_OBJECT_ARRAY) {
+        mp_bad(d, e, "%s: want an array", mpf_name[f]);
+        return false;
+    }
     *n_p = o->via.array.size;
-    return KVT_OK;
+    return true;
+}
+
+static size_t mp_round8(size_t n)
+{
+    return (n + 7) & ~(size_t)7;
 }
 
 /* Arena bytes that event @e needs beyond its slot; checks the item limit. */
-static kvt_status_t mp_size(mp_dec_t *d, const mp_ev_t *e, size_t *bytes_p)
+static kvt_status_t mp_size(mp_dec_t *d, mp_ev_t *e, size_t *bytes_p)
 {
-    uint32_t nh, nt;
-    kvt_status_t st = mp_array_len(d, e, MPF_HASHES, &nh);
-    if (st == KVT_OK)
-        st = mp_array_len(d, e, MPF_TOKENS, &nt);
-    if (st != KVT_OK)
-        return st;
+    *bytes_p = 0;
+    if (e->skip == KVT_EV_SKIP_MEDIUM) {
+        *bytes_p = KVT_EV_MEDIUM_NAME_MAX; /* the name, for counting */
+        return KVT_OK;
+    }
+    if (e->type == KVT_EV_BAD || e->type == KVT_EV_CLEARED || e->skip != KVT_EV_SKIP_NONE)
+        return KVT_OK;
+    uint32_t nh, nt = 0;
+    if (!mp_array_len(d, e, MPF_HASHES, &nh) ||
+        (e->type == KVT_EV_STORED && !mp_array_len(d, e, MPF_TOKENS, &nt)))
+        return KVT_OK;
     if ((size_t)nh + nt > d->max_items - d->items)
         return mp_fail(d, KVT_ERR_TOO_BIG, "events[%zu]: more than %zu hashes and tokens in all",
                        d->idx, d->max_items);
     d->items += (size_t)nh + nt;
-    size_t b = (size_t)nh * 8 + (((size_t)nt * 4 + 7) & ~(size_t)7);
+    size_t b = (size_t)nh * 8 + mp_round8((size_t)nt * 4);
     const msgpack_object *l = e->f[MPF_LORA];
-    if (l != NULL && l->type == MSGPACK_OBJECT_STR)
-        b += ((size_t)l->via.str.size + 8) & ~(size_t)7;
+    if (e->type == KVT_EV_STORED && l != NULL)
+        b += mp_round8((size_t)l->via.str.size + 1);
+    if (e->salt != NULL)
+        b += mp_round8((size_t)e->salt->via.str.size + 1);
+    if (e->extras)
+        b += (size_t)nh * 8;
     *bytes_p = b;
     return KVT_OK;
 }
 
 /* ---- 3. convert ----------------------------------------------------------------------------- */
 
-/* A block hash as an id: see kvt_ev_format_t. */
-static kvt_status_t mp_hash(mp_dec_t *d, const msgpack_object *o, const char *field, uint64_t *h_p)
+/* A block hash as an id: see kvt_ev_format_t. False when @o is not a hash. */
+static bool mp_hash(const mp_dec_t *d, const msgpack_object *o, uint64_t *h_p)
 {
     switch (o->type) {
-    case MSGPACK_OBJECT_POSITIVE_INTEGER: *h_p = o->via.u64; return KVT_OK;
-    case MSGPACK_OBJECT_NEGATIVE_INTEGER: *h_p = (uint64_t)o->via.i64; return KVT_OK;
+    case MSGPACK_OBJECT_POSITIVE_INTEGER: *h_p = o->via.u64; return true;
+    case MSGPACK_OBJECT_NEGATIVE_INTEGER: *h_p = (uint64_t)o->via.i64; return true;
     case MSGPACK_OBJECT_BIN: {
         uint32_t n = o->via.bin.size;
         if (n == 0 || n > 64)
-            return mp_fail(d, KVT_ERR_INVAL, "events[%zu].%s: a %u-byte hash (want 1..64 bytes)",
-                           d->idx, field, n);
+            return false;
         const uint8_t *p = (const uint8_t *)o->via.bin.ptr;
         size_t take = n < 8 ? n : 8;
         *h_p = kvt_load_be(d->fmt == KVT_EV_FMT_SGLANG ? p : p + n - take, take);
-        return KVT_OK;
+        return true;
     }
-    default:
-        return mp_fail(d, KVT_ERR_INVAL, "events[%zu].%s: want an integer or bytes", d->idx, field);
+    default: return false;
     }
 }
 
-static kvt_status_t mp_u32(mp_dec_t *d, const msgpack_object *o, const char *field, uint32_t *v_p)
+static bool mp_u32(const msgpack_object *o, uint32_t *v_p)
 {
     if (o->type != MSGPACK_OBJECT_POSITIVE_INTEGER || o->via.u64 > UINT32_MAX)
-        return mp_fail(d, KVT_ERR_INVAL, "events[%zu].%s: want an integer in 0..4294967295", d->idx,
-                       field);
+        return false;
     *v_p = (uint32_t)o->via.u64;
-    return KVT_OK;
+    return true;
 }
 
-/* Fills @ev from @e; its arrays and name go at *@bump (advanced). */
-static kvt_status_t mp_convert(mp_dec_t *d, const mp_ev_t *e, kvt_event_t *ev, char **bump)
+/*
+ * Feeds msgpack value @o to @s by structure (types, lengths, bytes): the same
+ * value gives the same seed however it was packed (int widths, str8/str16).
+ */
+static void mp_feed(XXH3_state_t *s, const msgpack_object *o)
+{
+    uint8_t t = (uint8_t)o->type;
+    XXH3_64bits_update(s, &t, 1);
+    switch (o->type) {
+    case MSGPACK_OBJECT_BOOLEAN: XXH3_64bits_update(s, &o->via.boolean, 1); break;
+    case MSGPACK_OBJECT_POSITIVE_INTEGER: XXH3_64bits_update(s, &o->via.u64, 8); break;
+    case MSGPACK_OBJECT_NEGATIVE_INTEGER: XXH3_64bits_update(s, &o->via.i64, 8); break;
+    case MSGPACK_OBJECT_FLOAT32:
+    case MSGPACK_OBJECT_FLOAT64: XXH3_64bits_update(s, &o->via.f64, 8); break;
+    case MSGPACK_OBJECT_STR:
+    case MSGPACK_OBJECT_BIN:
+        XXH3_64bits_update(s, &o->via.str.size, 4);
+        XXH3_64bits_update(s, o->via.str.ptr, o->via.str.size);
+        break;
+    case MSGPACK_OBJECT_EXT:
+        XXH3_64bits_update(s, &o->via.ext.type, 1);
+        XXH3_64bits_update(s, &o->via.ext.size, 4);
+        XXH3_64bits_update(s, o->via.ext.ptr, o->via.ext.size);
+        break;
+    case MSGPACK_OBJECT_ARRAY:
+        XXH3_64bits_update(s, &o->via.array.size, 4);
+        for (uint32_t i = 0; i < o->via.array.size; i++)
+            mp_feed(s, &o->via.array.ptr[i]); /* depth is bounded by mp_check() */
+        break;
+    case MSGPACK_OBJECT_MAP:
+        XXH3_64bits_update(s, &o->via.map.size, 4);
+        for (uint32_t i = 0; i < o->via.map.size; i++) {
+            mp_feed(s, &o->via.map.ptr[i].key);
+            mp_feed(s, &o->via.map.ptr[i].val);
+        }
+        break;
+    default: break;
+    }
+}
+
+/* The extra seed of block entry @k (an array of its extra keys from @from on); never 0. */
+static uint64_t mp_extra_seed(const msgpack_object *k, uint32_t from)
+{
+    XXH3_state_t s;
+    XXH3_INITSTATE(&s);
+    XXH3_64bits_reset_withSeed(&s, KVT_EV_EXTRA_SEED);
+    for (uint32_t i = from; i < k->via.array.size; i++)
+        mp_feed(&s, &k->via.array.ptr[i]);
+    uint64_t v = XXH3_64bits_digest(&s);
+    return v != 0 ? v : 1;
+}
+
+/* Copies str @o into *@bump as a NUL-terminated string; returns it. */
+static const char *mp_copy_str(const msgpack_object *o, char **bump)
+{
+    char *s = *bump;
+    memcpy(s, o->via.str.ptr, o->via.str.size);
+    s[o->via.str.size] = '\0';
+    *bump += mp_round8((size_t)o->via.str.size + 1);
+    return s;
+}
+
+/* The common fields of @e in @ev. */
+static void mp_convert_head(const mp_ev_t *e, kvt_event_t *ev)
 {
     memset(ev, 0, sizeof(*ev));
     ev->type = e->type;
-    ev->tier = e->tier;
-    kvt_status_t st;
-    if (e->f[MPF_HASHES] != NULL) {
-        const msgpack_object_array *a = &e->f[MPF_HASHES]->via.array;
-        uint64_t *h = (uint64_t *)(void *)*bump;
-        for (uint32_t i = 0; i < a->size; i++)
-            if ((st = mp_hash(d, &a->ptr[i], "block_hashes", &h[i])) != KVT_OK)
-                return st;
-        ev->nhashes = a->size;
-        ev->hashes = a->size ? h : NULL;
-        *bump += (size_t)a->size * 8;
+    ev->tier = e->skip == KVT_EV_SKIP_MEDIUM ? 0 : e->tier;
+    ev->skip = e->skip;
+    ev->may_remove = e->may_remove;
+    ev->group = e->f[MPF_GROUP] != NULL ? (int64_t)e->f[MPF_GROUP]->via.u64 : -1;
+    const msgpack_object *k = e->f[MPF_KIND];
+    ev->group_kind = k != NULL ? kvt_ev_group_kind(k->via.str.ptr, k->via.str.size)
+                               : KVT_EV_GROUP_ANY;
+}
+
+/* Fills @ev from @e; its arrays and names go at *@bump (advanced). A bad value makes it bad. */
+static void mp_convert(mp_dec_t *d, mp_ev_t *e, kvt_event_t *ev, char **bump)
+{
+    mp_convert_head(e, ev);
+    if (e->skip == KVT_EV_SKIP_MEDIUM) {
+        const msgpack_object *m = e->f[MPF_MEDIUM];
+        uint32_t n = m->via.str.size < KVT_EV_MEDIUM_NAME_MAX ? m->via.str.size
+                                                              : KVT_EV_MEDIUM_NAME_MAX;
+        memcpy(*bump, m->via.str.ptr, n);
+        ev->medium = *bump;
+        ev->medium_len = n;
+        *bump += KVT_EV_MEDIUM_NAME_MAX;
+        return;
     }
+    if (e->type == KVT_EV_BAD || e->type == KVT_EV_CLEARED || e->skip != KVT_EV_SKIP_NONE)
+        return;
+    const msgpack_object_array *a = &e->f[MPF_HASHES]->via.array;
+    uint64_t *h = (uint64_t *)(void *)*bump;
+    for (uint32_t i = 0; i < a->size; i++)
+        if (!mp_hash(d, &a->ptr[i], &h[i])) {
+            mp_bad(d, e, "block_hashes[%u]: want an integer or 1..64 bytes", i);
+            goto bad;
+        }
+    ev->nhashes = a->size;
+    ev->hashes = a->size ? h : NULL;
+    *bump += (size_t)a->size * 8;
     if (e->type != KVT_EV_STORED)
-        return KVT_OK;
-    if (ev->nhashes == 0)
-        return mp_fail(d, KVT_ERR_INVAL, "events[%zu]: block_hashes is empty", d->idx);
+        return;
+    if (ev->nhashes == 0) {
+        mp_bad(d, e, "block_hashes is empty");
+        goto bad;
+    }
     if (e->f[MPF_PARENT] != NULL) {
-        if ((st = mp_hash(d, e->f[MPF_PARENT], "parent_block_hash", &ev->parent)) != KVT_OK)
-            return st;
+        if (!mp_hash(d, e->f[MPF_PARENT], &ev->parent)) {
+            mp_bad(d, e, "parent_block_hash: want an integer or 1..64 bytes");
+            goto bad;
+        }
         ev->has_parent = true;
     }
     if (e->f[MPF_TOKENS] != NULL) {
-        const msgpack_object_array *a = &e->f[MPF_TOKENS]->via.array;
-        uint32_t *t = (uint32_t *)(void *)*bump;
-        for (uint32_t i = 0; i < a->size; i++)
-            if ((st = mp_u32(d, &a->ptr[i], "token_ids", &t[i])) != KVT_OK)
-                return st;
-        ev->ntokens = a->size;
-        ev->tokens = a->size ? t : NULL;
-        *bump += ((size_t)a->size * 4 + 7) & ~(size_t)7;
+        const msgpack_object_array *t = &e->f[MPF_TOKENS]->via.array;
+        uint32_t *tok = (uint32_t *)(void *)*bump;
+        for (uint32_t i = 0; i < t->size; i++)
+            if (!mp_u32(&t->ptr[i], &tok[i])) {
+                mp_bad(d, e, "token_ids[%u]: want an integer in 0..4294967295", i);
+                goto bad;
+            }
+        ev->ntokens = t->size;
+        ev->tokens = t->size ? tok : NULL;
+        *bump += mp_round8((size_t)t->size * 4);
     }
     bool has_bs = e->f[MPF_BLOCK_SIZE] != NULL;
-    if (has_bs && (st = mp_u32(d, e->f[MPF_BLOCK_SIZE], "block_size", &ev->block_size)) != KVT_OK)
-        return st;
-    if (e->f[MPF_LORA] != NULL) {
-        const msgpack_object *l = e->f[MPF_LORA];
-        if (l->type != MSGPACK_OBJECT_STR)
-            return mp_fail(d, KVT_ERR_INVAL, "events[%zu].lora_name: want a string or nil", d->idx);
-        if (l->via.str.size > KVT_IDX_MAX_NAME)
-            return mp_fail(d, KVT_ERR_TOO_BIG, "events[%zu].lora_name: over %d bytes", d->idx,
-                           KVT_IDX_MAX_NAME);
-        if (memchr(l->via.str.ptr, '\0', l->via.str.size) != NULL)
-            return mp_fail(d, KVT_ERR_INVAL, "events[%zu].lora_name: contains a NUL character",
-                           d->idx);
-        memcpy(*bump, l->via.str.ptr, l->via.str.size);
-        (*bump)[l->via.str.size] = '\0';
-        ev->lora_name = *bump;
-        *bump += ((size_t)l->via.str.size + 8) & ~(size_t)7;
+    if (has_bs && !mp_u32(e->f[MPF_BLOCK_SIZE], &ev->block_size)) {
+        mp_bad(d, e, "block_size: want an integer in 0..4294967295");
+        goto bad;
+    }
+    if (e->f[MPF_LORA] != NULL)
+        ev->lora_name = mp_copy_str(e->f[MPF_LORA], bump);
+    if (e->salt != NULL) {
+        ev->cache_salt_len = e->salt->via.str.size;
+        ev->cache_salt = mp_copy_str(e->salt, bump);
+    }
+    if (e->extras) {
+        uint64_t *x = (uint64_t *)(void *)*bump;
+        const msgpack_object_array *xa = &e->f[MPF_EXTRA]->via.array;
+        for (uint32_t i = 0; i < xa->size; i++) {
+            const msgpack_object *k = &xa->ptr[i];
+            x[i] = 0;
+            if (k->type != MSGPACK_OBJECT_ARRAY)
+                continue;
+            uint32_t from = k->via.array.size > 0 && mp_is_lora(e, &k->via.array.ptr[0]) ? 1 : 0;
+            bool salt_only = i == 0 && e->f[MPF_PARENT] == NULL && k->via.array.size == from + 1 &&
+                             k->via.array.ptr[from].type == MSGPACK_OBJECT_STR &&
+                             k->via.array.ptr[from].via.str.size > 0;
+            if (k->via.array.size > from && !salt_only)
+                x[i] = mp_extra_seed(k, from);
+        }
+        ev->extra_seeds = x;
+        *bump += (size_t)xa->size * 8;
     }
     if (ev->ntokens == 0)
-        return KVT_OK; /* a placeholder: resolved through the pod's engine hashes */
+        return; /* a placeholder: resolved through the pod's engine hashes */
     if (has_bs) {
-        if ((uint64_t)ev->block_size * ev->nhashes != ev->ntokens)
-            return mp_fail(d, KVT_ERR_INVAL,
-                           "events[%zu]: token_ids has %u entries, want block_size %u x %u "
-                           "block_hashes",
-                           d->idx, ev->ntokens, ev->block_size, ev->nhashes);
+        if ((uint64_t)ev->block_size * ev->nhashes != ev->ntokens) {
+            mp_bad(d, e, "token_ids has %u entries, want block_size %u x %u block_hashes",
+                   ev->ntokens, ev->block_size, ev->nhashes);
+            goto bad;
+        }
     } else {
-        if (ev->ntokens % ev->nhashes != 0)
-            return mp_fail(d, KVT_ERR_INVAL,
-                           "events[%zu]: token_ids has %u entries, not a multiple of the %u "
-                           "block_hashes",
-                           d->idx, ev->ntokens, ev->nhashes);
+        if (ev->ntokens % ev->nhashes != 0) {
+            mp_bad(d, e, "token_ids has %u entries, not a multiple of the %u block_hashes",
+                   ev->ntokens, ev->nhashes);
+            goto bad;
+        }
         ev->block_size = ev->ntokens / ev->nhashes;
     }
-    return KVT_OK;
+    return;
+bad:
+    mp_convert_head(e, ev); /* the arena space it took stays unused */
 }
 
 /* ---- the batch ------------------------------------------------------------------------------ */
 
-/* Reads [ts, events, dp_rank?] from @root. */
+static bool mp_is_number(const msgpack_object *o)
+{
+    return o->type == MSGPACK_OBJECT_FLOAT64 || o->type == MSGPACK_OBJECT_FLOAT32 ||
+           o->type == MSGPACK_OBJECT_POSITIVE_INTEGER ||
+           o->type == MSGPACK_OBJECT_NEGATIVE_INTEGER;
+}
+
+/* A batch's dp_rank: nil (keep @dp_rank_p) or an integer in u32. */
+static kvt_status_t mp_rank(mp_dec_t *d, const msgpack_object *o, uint32_t *dp_rank_p)
+{
+    if (o == NULL || o->type == MSGPACK_OBJECT_NIL)
+        return KVT_OK;
+    if (o->type != MSGPACK_OBJECT_POSITIVE_INTEGER || o->via.u64 > UINT32_MAX)
+        return mp_fail(d, KVT_ERR_INVAL, "batch dp_rank: want an integer in 0..4294967295");
+    *dp_rank_p = (uint32_t)o->via.u64;
+    return KVT_OK;
+}
+
+/*
+ * Reads the batch @root: [ts, events, dp_rank?] (array_like: vLLM <= 0.25 and
+ * SGLang), or {"ts", "events", "data_parallel_rank"?} (vLLM's EventBatch
+ * without array_like; SGLang's rank is "attn_dp_rank").
+ */
 static kvt_status_t mp_batch(mp_dec_t *d, const msgpack_object *root,
                              const msgpack_object_array **events_p, uint32_t *dp_rank_p)
 {
-    if (root->type != MSGPACK_OBJECT_ARRAY || root->via.array.size < 2)
-        return mp_fail(d, KVT_ERR_INVAL, "a batch is an array [ts, events, dp_rank?]");
-    const msgpack_object *f = root->via.array.ptr;
-    if (f[0].type != MSGPACK_OBJECT_FLOAT64 && f[0].type != MSGPACK_OBJECT_FLOAT32 &&
-        f[0].type != MSGPACK_OBJECT_POSITIVE_INTEGER &&
-        f[0].type != MSGPACK_OBJECT_NEGATIVE_INTEGER)
-        return mp_fail(d, KVT_ERR_INVAL, "batch ts: want a number");
-    if (f[1].type != MSGPACK_OBJECT_ARRAY)
-        return mp_fail(d, KVT_ERR_INVAL, "batch events: want an array");
-    *events_p = &f[1].via.array;
-    if (root->via.array.size >= 3 && f[2].type != MSGPACK_OBJECT_NIL) {
-        if (f[2].type != MSGPACK_OBJECT_POSITIVE_INTEGER || f[2].via.u64 > UINT32_MAX)
-            return mp_fail(d, KVT_ERR_INVAL, "batch dp_rank: want an integer in 0..4294967295");
-        *dp_rank_p = (uint32_t)f[2].via.u64;
+    const msgpack_object *ts = NULL, *events = NULL, *rank = NULL;
+    if (root->type == MSGPACK_OBJECT_ARRAY) {
+        const msgpack_object_array *a = &root->via.array;
+        if (a->size < 2)
+            return mp_fail(d, KVT_ERR_INVAL, "a batch array is [ts, events, dp_rank?]");
+        ts = &a->ptr[0];
+        events = &a->ptr[1];
+        rank = a->size >= 3 ? &a->ptr[2] : NULL;
+        if (a->size > 3)
+            d->unknown += a->size - 3;
+    } else if (root->type == MSGPACK_OBJECT_MAP) {
+        const msgpack_object_map *m = &root->via.map;
+        for (uint32_t i = 0; i < m->size; i++) {
+            const msgpack_object *k = &m->ptr[i].key, *v = &m->ptr[i].val;
+            const msgpack_object **slot = mp_str_is(k, "ts")                   ? &ts
+                                          : mp_str_is(k, "events")             ? &events
+                                          : mp_str_is(k, "data_parallel_rank") ? &rank
+                                          : mp_str_is(k, "attn_dp_rank")       ? &rank
+                                                                               : NULL;
+            if (slot == NULL) {
+                d->unknown++;
+                continue;
+            }
+            if (*slot != NULL)
+                return mp_fail(d, KVT_ERR_INVAL, "batch field '%.*s' given twice",
+                               (int)k->via.str.size, k->via.str.ptr);
+            *slot = v;
+        }
+        if (ts == NULL || events == NULL)
+            return mp_fail(d, KVT_ERR_INVAL, "a batch map needs \"ts\" and \"events\"");
+    } else {
+        return mp_fail(d, KVT_ERR_INVAL,
+                       "a batch is an array [ts, events, dp_rank?] or a map {ts, events, ...}");
     }
-    if (root->via.array.size > 3)
-        d->unknown += root->via.array.size - 3;
-    return KVT_OK;
+    if (!mp_is_number(ts))
+        return mp_fail(d, KVT_ERR_INVAL, "batch ts: want a number");
+    if (events->type != MSGPACK_OBJECT_ARRAY)
+        return mp_fail(d, KVT_ERR_INVAL, "batch events: want an array");
+    *events_p = &events->via.array;
+    return mp_rank(d, rank, dp_rank_p);
 }
 
 kvt_status_t kvt_ev_msgpack_decode(const void *payload, size_t len, kvt_ev_format_t fmt,
@@ -635,12 +943,13 @@ kvt_status_t kvt_ev_msgpack_decode(const void *payload, size_t len, kvt_ev_forma
     }
     size_t nkeep = 0, bytes = 0;
     for (uint32_t i = 0; i < events->size; i++) {
-        bool keep;
         d.idx = i;
-        if ((st = mp_classify(&d, &events->ptr[i], &cls[nkeep], &keep)) != KVT_OK)
+        if ((st = mp_classify(&d, &events->ptr[i], &cls[nkeep])) != KVT_OK)
             goto out;
-        if (!keep)
+        if (cls[nkeep].type == 0) {
+            d.unknown++; /* a type kvtier does not know */
             continue;
+        }
         size_t eb = 0;
         if ((st = mp_size(&d, &cls[nkeep], &eb)) != KVT_OK)
             goto out;
@@ -657,8 +966,7 @@ kvt_status_t kvt_ev_msgpack_decode(const void *payload, size_t len, kvt_ev_forma
     char *bump = arena + ev_bytes;
     for (size_t i = 0; i < nkeep; i++) {
         d.idx = cls[i].idx;
-        if ((st = mp_convert(&d, &cls[i], &ev[i], &bump)) != KVT_OK)
-            goto out;
+        mp_convert(&d, &cls[i], &ev[i], &bump);
     }
     *b = (kvt_evbatch_t){.pod = pod,
                          .dp_rank = rank,

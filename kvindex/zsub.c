@@ -30,6 +30,19 @@ static const char *const zs_state_name[] = {"waiting", "live", "replaying"};
 #define ZS_BUDGET 256         /* messages per socket per poll round */
 #define ZS_LOG_EVERY_NS 60000000000ull
 
+/* Kinds of stream warnings, each rate-limited on its own. */
+enum {
+    ZW_FRAME,       /* a message not shaped [topic, seq, payload] */
+    ZW_UNDECODABLE, /* a payload that is not a batch */
+    ZW_BAD_EVENT,   /* an event that does not decode or apply */
+    ZW_MEDIUM,      /* events on a medium kvtier does not model */
+    ZW_APPLY,       /* the index refused a batch (memory, limits) */
+    ZW_GAP,         /* missed batches */
+    ZW_RESTART,     /* seq went back */
+    ZW_REPLAY,      /* a replay failed */
+    ZW_KINDS
+};
+
 typedef struct zs_held {
     uint64_t seq;
     size_t len;
@@ -73,7 +86,7 @@ struct zs_stream {
     uint64_t backoff_ms, backoff_until_ns;
     zs_held_t *held; /* FIFO: [head, head + n) of cap */
     size_t held_head, held_n, held_cap;
-    uint64_t log_ns, log_quiet; /* rate limit of this stream's warnings */
+    uint64_t log_ns[ZW_KINDS], log_quiet[ZW_KINDS]; /* rate limit of warnings, per kind */
     kvt_zsub_counters_t c;
 };
 
@@ -673,13 +686,13 @@ size_t kvt_zsub_streams(const kvt_zsub_t *z, kvt_zsub_stream_info_t *out, size_t
 /* ---- stream health --------------------------------------------------------------------------- */
 
 #if defined(__GNUC__)
-__attribute__((format(printf, 3, 4)))
+__attribute__((format(printf, 4, 5)))
 #endif
 static void
-zs_warn(zs_stream_t *s, uint64_t now, const char *fmt, ...)
+zs_warn(zs_stream_t *s, int kind, uint64_t now, const char *fmt, ...)
 {
-    if (s->log_ns != 0 && now - s->log_ns < ZS_LOG_EVERY_NS) {
-        s->log_quiet++;
+    if (s->log_ns[kind] != 0 && now - s->log_ns[kind] < ZS_LOG_EVERY_NS) {
+        s->log_quiet[kind]++;
         return;
     }
     char msg[320];
@@ -687,16 +700,59 @@ zs_warn(zs_stream_t *s, uint64_t now, const char *fmt, ...)
     va_start(ap, fmt);
     vsnprintf(msg, sizeof(msg), fmt, ap);
     va_end(ap);
-    if (s->log_quiet > 0)
-        kvt_log_warn("engine %s rank %u: %s (%llu more warnings in the last minute)",
-                     s->eng->spec.pod, s->rank, msg, (unsigned long long)s->log_quiet);
+    if (s->log_quiet[kind] > 0)
+        kvt_log_warn("engine %s rank %u: %s (%llu more like it in the last minute)",
+                     s->eng->spec.pod, s->rank, msg, (unsigned long long)s->log_quiet[kind]);
     else
         kvt_log_warn("engine %s rank %u: %s", s->eng->spec.pod, s->rank, msg);
-    s->log_ns = now;
-    s->log_quiet = 0;
+    s->log_ns[kind] = now;
+    s->log_quiet[kind] = 0;
 }
 
-/* Decodes and applies one batch of @s. Failures are counted and logged, never fatal. */
+/* Drops what the engine reported for this rank: the stream can no longer vouch for it. */
+static void zs_drop_state(kvt_zsub_t *z, zs_stream_t *s)
+{
+    s->c.state_drops++;
+    kvt_ev_drop_state(z->idx, z->cfg.ev_ctx, s->eng->spec.pod, s->rank);
+}
+
+/* Counts @b's events on unknown mediums by name; returns how many there were. */
+static uint64_t zs_count_mediums(zs_stream_t *s, const kvt_evbatch_t *b, const char **name_p,
+                                 uint32_t *len_p)
+{
+    uint64_t n = 0;
+    for (size_t i = 0; i < b->nev; i++) {
+        const kvt_event_t *e = &b->ev[i];
+        if (e->type == KVT_EV_BAD || e->skip != KVT_EV_SKIP_MEDIUM)
+            continue;
+        n++;
+        *name_p = e->medium;
+        *len_p = e->medium_len;
+        kvt_zsub_medium_t *m = NULL;
+        for (int k = 0; k < KVT_ZSUB_MEDIUM_NAMES && m == NULL; k++) {
+            kvt_zsub_medium_t *c = &s->c.mediums[k];
+            if (c->name[0] == '\0') {
+                memcpy(c->name, e->medium, e->medium_len);
+                c->name[e->medium_len] = '\0';
+                m = c;
+            } else if (strlen(c->name) == e->medium_len &&
+                       memcmp(c->name, e->medium, e->medium_len) == 0) {
+                m = c;
+            }
+        }
+        if (m != NULL)
+            m->events++;
+        else
+            s->c.mediums_other++;
+    }
+    return n;
+}
+
+/*
+ * Decodes and applies one batch of @s, event by event (kvt_ev_apply() without
+ * KVT_EV_STRICT). A payload that is no batch at all may have held removals:
+ * the rank's state is dropped. Failures are counted and logged, never fatal.
+ */
 static void zs_apply(kvt_zsub_t *z, zs_stream_t *s, uint64_t seq, const void *data, size_t len,
                      uint64_t now)
 {
@@ -707,28 +763,40 @@ static void zs_apply(kvt_zsub_t *z, zs_stream_t *s, uint64_t seq, const void *da
                                             z->cfg.max_items, &b, err, sizeof(err));
     if (st != KVT_OK) {
         s->c.undecodable++;
-        zs_warn(s, now, "batch seq %llu skipped: %s", (unsigned long long)seq, err);
+        zs_warn(s, ZW_UNDECODABLE, now, "batch seq %llu is not a batch (%s): dropping its state",
+                (unsigned long long)seq, err);
+        zs_drop_state(z, s);
         return;
     }
+    uint64_t bad = s->c.ev.bad, drops = s->c.ev.state_drops;
+    char decode_err[256];
+    memcpy(decode_err, err, sizeof(err));
     b.dp_rank = s->rank; /* the stream names the rank */
-    st = kvt_ev_apply(z->idx, &b, z->cfg.default_block_size, &s->c.ev, err, sizeof(err));
+    st = kvt_ev_apply(z->idx, z->cfg.ev_ctx, &b, z->cfg.default_block_size, 0, &s->c.ev, err,
+                      sizeof(err));
     s->c.ignored += b.unknown;
+    const char *medium = NULL;
+    uint32_t mlen = 0;
+    uint64_t nmed = zs_count_mediums(s, &b, &medium, &mlen);
     kvt_evbatch_cleanup(&b);
+    if (nmed > 0)
+        zs_warn(s, ZW_MEDIUM, now,
+                "batch seq %llu: %llu events on medium '%.*s' (or another kvtier does not "
+                "model) skipped",
+                (unsigned long long)seq, (unsigned long long)nmed, (int)mlen, medium);
+    if (s->c.ev.bad != bad)
+        zs_warn(s, ZW_BAD_EVENT, now, "batch seq %llu: %llu events skipped (%s)%s",
+                (unsigned long long)seq, (unsigned long long)(s->c.ev.bad - bad),
+                decode_err[0] ? decode_err : err,
+                s->c.ev.state_drops != drops ? "; one may have been a removal: state dropped"
+                                             : "");
     if (st != KVT_OK) {
         s->c.undecodable++;
-        zs_warn(s, now, "batch seq %llu not applied: %s", (unsigned long long)seq, err);
-        return;
+        zs_warn(s, ZW_APPLY, now, "batch seq %llu not applied whole: %s: dropping its state",
+                (unsigned long long)seq, err);
+        return; /* kvt_ev_apply() dropped the state */
     }
     s->c.batches++;
-}
-
-/* Drops what the engine reported for this rank: its GPU and CPU tiers (both die with it). */
-static void zs_drop_state(kvt_zsub_t *z, zs_stream_t *s)
-{
-    uint32_t pod;
-    s->c.state_drops++;
-    if (kvt_idx_pod_find(z->idx, s->eng->spec.pod, s->rank, &pod) == KVT_OK)
-        kvt_idx_pod_clear(z->idx, pod, KVT_TIER_GPU | KVT_TIER_CPU);
 }
 
 static bool zs_held_push(zs_stream_t *s, bool front, uint64_t seq, const void *data, size_t len)
@@ -813,12 +881,12 @@ static bool zs_live(kvt_zsub_t *z, zs_stream_t *s, uint64_t seq, const void *dat
         if (s->replay_endpoint[0] != '\0' && now >= s->backoff_until_ns &&
             zs_replay_start(z, s, seq - 1, now))
             return false;
-        zs_warn(s, now, "missed batches %llu..%llu and cannot replay them: dropping its state",
+        zs_warn(s, ZW_GAP, now, "missed batches %llu..%llu and cannot replay them: dropping its state",
                 (unsigned long long)s->last_seq + 1, (unsigned long long)seq - 1);
         zs_drop_state(z, s);
     } else if (s->have_seq && seq <= s->last_seq) {
         s->c.restarts++;
-        zs_warn(s, now, "seq went back from %llu to %llu: the engine restarted, dropping its state",
+        zs_warn(s, ZW_RESTART, now, "seq went back from %llu to %llu: the engine restarted, dropping its state",
                 (unsigned long long)s->last_seq, (unsigned long long)seq);
         zs_drop_state(z, s);
     }
@@ -856,7 +924,7 @@ static void zs_replay_fail(kvt_zsub_t *z, zs_stream_t *s, uint64_t now, const ch
     if (s->backoff_ms > z->cfg.backoff_max_ms)
         s->backoff_ms = z->cfg.backoff_max_ms;
     s->backoff_until_ns = now + s->backoff_ms * 1000000ull;
-    zs_warn(s, now, "replay from %llu failed (%s): dropping its state, next replay in %llu ms",
+    zs_warn(s, ZW_REPLAY, now, "replay from %llu failed (%s): dropping its state, next replay in %llu ms",
             (unsigned long long)s->last_seq + 1, why, (unsigned long long)s->backoff_ms);
     zs_drop_state(z, s);
     s->have_seq = false; /* the held batches start the stream over */
@@ -906,7 +974,7 @@ static void zs_on_live(kvt_zsub_t *z, zs_stream_t *s, zmq_msg_t *f, int n, bool 
     uint64_t seq;
     if (n != 3 || extra || !zs_seq(&f[1], &seq)) {
         s->c.bad_frames++;
-        zs_warn(s, now, "message of %d frames skipped (want [topic, seq(8 bytes), payload])",
+        zs_warn(s, ZW_FRAME, now, "message of %d frames skipped (want [topic, seq(8 bytes), payload])",
                 extra ? n + 1 : n);
         return;
     }

@@ -9,12 +9,18 @@
  *  - a gap: the missing batches are asked from the replay endpoint; live
  *    batches that arrive meanwhile are held, then applied in order;
  *  - seq <= last: the engine restarted: the pod's engine-reported state
- *    (GPU and CPU tiers of that rank) is dropped, and the stream starts over;
+ *    (its GPU, CPU and DISK tiers on that rank) is dropped, and the stream
+ *    starts over;
  *  - a gap that replay cannot fill (no replay endpoint, the buffer no longer
  *    holds it, a timeout, too many held batches) drops that state too, rather
  *    than serve hits that may be stale; failed replays back off (doubling).
- * A message that is not [topic, seq, payload] or a payload that does not
- * decode is counted, logged once per stream per minute, and skipped.
+ * Decoding is per event (kvindex/event.h): an event that does not decode
+ * is skipped, and when it was (or may have been) a removal or a clear the
+ * rank's state is dropped as for an unfilled gap. A payload that is not a
+ * batch at all drops that state too (it may have held removals). A message
+ * that is not [topic, seq, payload] is counted and skipped. Warnings are
+ * rate-limited per stream and per kind (one line a minute each), so one
+ * noisy kind never hides another.
  *
  * Single-threaded: every call runs on the index writer's thread.
  */
@@ -53,24 +59,38 @@ typedef struct kvt_zsub_config {
     uint64_t backoff_min_ms;     /* after a failed replay, gaps drop state this long */
     uint64_t backoff_max_ms;     /* doubling up to this */
     uint32_t max_held;           /* live batches held during a replay */
+    kvt_ev_ctx_t *ev_ctx;        /* the writer's event context (groups, removed hashes); may
+                                    be NULL; borrowed, must outlive the subscriber set */
 } kvt_zsub_config_t;
 
 /* Sets @cfg to the defaults (block size 16, 4 Mi items, 64 MiB, 2 s, 1 s..60 s, 10000). */
 void kvt_zsub_config_default(kvt_zsub_config_t *cfg);
 
+/* Mediums kvtier does not model, counted by name per stream (the rest in `other`). */
+#define KVT_ZSUB_MEDIUM_NAMES 4
+
+typedef struct kvt_zsub_medium {
+    char name[KVT_EV_MEDIUM_NAME_MAX + 1]; /* "" for an unused entry */
+    uint64_t events;
+} kvt_zsub_medium_t;
+
 /* What a stream did; counters only grow. */
 typedef struct kvt_zsub_counters {
-    kvt_ev_counters_t ev; /* events and blocks applied, unresolved hashes, orphans */
+    kvt_ev_counters_t ev; /* applied, unresolved, orphans; bad events, state drops they caused,
+                             remote, other groups, unknown mediums, recovered placeholders */
     uint64_t batches;     /* applied (live and replayed) */
     uint64_t ignored;     /* unknown events and fields skipped */
-    uint64_t undecodable; /* payloads that failed to decode or apply: skipped */
+    uint64_t undecodable; /* payloads that were not a batch: skipped, the state dropped */
+    kvt_zsub_medium_t mediums[KVT_ZSUB_MEDIUM_NAMES]; /* events on unknown mediums, by name */
+    uint64_t mediums_other; /* ... on further names */
     uint64_t bad_frames;  /* messages not shaped [topic, seq(8), payload] */
     uint64_t gaps;        /* times a seq was missed */
     uint64_t replays;     /* replay requests sent */
     uint64_t replayed;    /* batches applied from replays */
     uint64_t replay_failures;
     uint64_t restarts;    /* seq went backwards */
-    uint64_t state_drops; /* engine state dropped (restart or unfilled gap) */
+    uint64_t state_drops; /* engine state dropped (restart, unfilled gap, undecodable batch;
+                             bad removal events count in ev.state_drops) */
 } kvt_zsub_counters_t;
 
 /* One stream as kvt_zsub_streams() reports it. */

@@ -424,7 +424,8 @@ static void job_events(kvt_srv_t *srv, srv_job_t *job)
     kvt_evbatch_t *b = &job->batch;
     kvt_ev_counters_t before = srv->st_ev;
     char err[256];
-    job->st = kvt_ev_apply(srv->idx, b, srv->cfg.block_size, &srv->st_ev, err, sizeof(err));
+    job->st = kvt_ev_apply(srv->idx, srv->ev_ctx, b, srv->cfg.block_size, KVT_EV_STRICT,
+                           &srv->st_ev, err, sizeof(err));
     reg_maybe_publish(srv);
     if (job->st != KVT_OK) {
         srv->st_rejected += job->st == KVT_ERR_INVAL;
@@ -443,8 +444,14 @@ static void job_events(kvt_srv_t *srv, srv_job_t *job)
     kvt_jbuf_u64(o, srv->st_ev.unresolved - before.unresolved);
     kvt_jbuf_cstr(o, ",\"orphans\":");
     kvt_jbuf_u64(o, srv->st_ev.orphans - before.orphans);
+    kvt_jbuf_cstr(o, ",\"dropped\":");
+    kvt_jbuf_u64(o, srv->st_ev.dropped - before.dropped);
+    kvt_jbuf_cstr(o, ",\"recovered\":");
+    kvt_jbuf_u64(o, srv->st_ev.recovered - before.recovered);
     kvt_jbuf_cstr(o, ",\"ignored\":");
-    kvt_jbuf_u64(o, b->unknown);
+    kvt_jbuf_u64(o, b->unknown + (srv->st_ev.remote - before.remote) +
+                        (srv->st_ev.other_groups - before.other_groups) +
+                        (srv->st_ev.unknown_medium - before.unknown_medium));
     kvt_jbuf_cstr(o, "}");
 }
 
@@ -457,6 +464,7 @@ static void job_drop(kvt_srv_t *srv, srv_job_t *job)
         if (n == NULL || strcmp(n, job->pod) != 0)
             continue;
         entries += kvt_idx_pod_entries(srv->idx, id);
+        kvt_ev_ctx_pod_reset(srv->ev_ctx, id); /* the id may go to another pod */
         if (kvt_idx_pod_drop(srv->idx, id) == KVT_OK)
             ranks++;
     }
@@ -815,6 +823,7 @@ static kvt_status_t srv_engines_start(kvt_srv_t *srv, const kvt_srv_config_t *cf
     zc.max_msg_bytes = cfg->event_max_message;
     zc.replay_timeout_ms = cfg->replay_timeout_ms;
     zc.max_held = cfg->replay_hold;
+    zc.ev_ctx = srv->ev_ctx;
     kvt_status_t st = kvt_zsub_create(srv->idx, &zc, &srv->zsub);
     if (st == KVT_OK && srv->cfg.publish[0] != '\0') {
         char err[320];
@@ -903,6 +912,8 @@ kvt_status_t kvt_srv_create(const kvt_srv_config_t *cfg, kvt_srv_t **srv_p)
     if ((st = kvt_idx_create(&icfg, &srv->idx)) != KVT_OK)
         goto err;
     if ((st = kvt_ebr_init(&srv->ebr, (uint32_t)srv->nworkers + 4)) != KVT_OK)
+        goto err;
+    if ((st = kvt_ev_ctx_create(cfg->removed_map_bytes, &srv->ev_ctx)) != KVT_OK)
         goto err;
     if ((st = srv_engines_start(srv, cfg)) != KVT_OK)
         goto err;
@@ -1068,6 +1079,7 @@ void kvt_srv_destroy(kvt_srv_t *srv)
     if (srv->ebr.slots != NULL)
         kvt_ebr_cleanup(&srv->ebr);
     kvt_zsub_destroy(srv->zsub);
+    kvt_ev_ctx_destroy(srv->ev_ctx);
     if (srv->q_efd >= 0)
         close(srv->q_efd);
     kvt_idx_destroy(srv->idx);

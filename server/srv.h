@@ -42,6 +42,7 @@ typedef struct kvt_srv_config {
     char *publish;               /* ZMQ PUB endpoint for kvtierd's own events; "": off */
     char *publish_replay;        /* its ROUTER replay endpoint; "": none */
     uint32_t publish_buffer;     /* batches kept for replay */
+    uint64_t removed_map_bytes;  /* engine-hash -> key mappings of removed blocks, bytes */
 } kvt_srv_config_t;
 
 typedef struct kvt_srv kvt_srv_t;

@@ -188,7 +188,8 @@ struct kvt_srv {
 
     /* writer */
     pthread_t writer;
-    kvt_zsub_t *zsub; /* engines' event streams, polled by the writer */
+    kvt_zsub_t *zsub;       /* engines' event streams, polled by the writer */
+    kvt_ev_ctx_t *ev_ctx;   /* what applying events remembers across batches (writer) */
     int q_efd;        /* eventfd: srv_submit() wakes the writer's poll */
     pthread_mutex_t q_mu;
     srv_job_t *q_head, *q_tail;

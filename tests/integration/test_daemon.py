@@ -303,8 +303,10 @@ class TestBadInput(Base):
             ("POST", "/v1/events", '{"pod":5,"model":"m","events":[]}', 400),
             ("POST", "/v1/events", '{"pod":"A","model":"m","events":{}}', 400),
             ("POST", "/v1/events", '{"pod":"","model":"m","events":[]}', 400),
-            ("POST", "/v1/events", '{"pod":"A","model":"m","events":[{"type":"BlockRemoved",'
-                                   '"block_hashes":[1],"medium":"TAPE"}]}', 400),
+            ("POST", "/v1/events", '{"pod":"A","model":"m","events":[{"type":"BlockStored",'
+                                   '"block_hashes":[5],"token_ids":[1,2,3,4],"block_size":4,'
+                                   '"extra_keys":[null,null]}]}', 400),  # one entry per block
+            ("POST", "/v1/events", '{"pod":"A","model":"m","dp_rank":256,"events":[]}', 400),
             ("POST", "/v1/events", '{"pod":"A","model":"m","events":[{"type":"BlockStored",'
                                    '"block_hashes":[18446744073709551616],"token_ids":[]}]}', 400),
             ("POST", "/v1/events", '{"pod":"A","model":"m","events":[]} trailing', 400),

@@ -309,7 +309,7 @@ class TestClient(Base):
             {"pod": 5, "model": "m", "events": []},
             {"pod": "A", "model": "m", "events": {}},
             {"pod": "", "model": "m", "events": []},
-            batch("A", [{"type": "BlockRemoved", "block_hashes": [1], "medium": "TAPE"}]),
+            batch("A", [dict(stored([5], TOK[:4]), extra_keys=[None, None])]),  # one per block
             '{"pod":"A","model":"m","events":[{"type":"BlockStored",'
             '"block_hashes":[18446744073709551616],"token_ids":[]}]}',
             '{"pod":"A","model":"m","events":[]} trailing',

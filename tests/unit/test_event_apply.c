@@ -53,7 +53,7 @@ static kvt_status_t apply(fix_t *f, const char *pod, kvt_event_t *ev, size_t n,
 {
     kvt_evbatch_t b = {.pod = pod, .model = "m", .ev = ev, .nev = n};
     char err[200];
-    return kvt_ev_apply(f->idx, &b, 4, c, err, sizeof(err));
+    return kvt_ev_apply(f->idx, NULL, &b, 4, KVT_EV_STRICT, c, err, sizeof(err));
 }
 
 /* matched blocks of @pod for the fixture's tokens (first @ntok), -1 if absent; tiers split out */
@@ -142,7 +142,7 @@ static void test_bad_batches_change_nothing(void **state)
     /* tokens but no model */
     kvt_evbatch_t b = {.pod = "NEW2", .model = "", .ev = &ok, .nev = 1};
     char err[200];
-    assert_int_equal(kvt_ev_apply(f->idx, &b, 4, &c, err, sizeof(err)), KVT_ERR_INVAL);
+    assert_int_equal(kvt_ev_apply(f->idx, NULL, &b, 4, KVT_EV_STRICT, &c, err, sizeof(err)), KVT_ERR_INVAL);
     assert_non_null(strstr(err, "model"));
     /* token count that does not fill the blocks */
     kvt_event_t odd = stored(h, 2, f->tok, 4);
@@ -211,13 +211,13 @@ static void test_lora_namespaces_in_one_batch(void **state)
     kvt_ev_counters_t before = c;
     char err[200];
     kvt_evbatch_t bb = {.pod = "p", .model = "m", .ev = bad, .nev = 2};
-    assert_int_equal(kvt_ev_apply(f->idx, &bb, 4, &c, err, sizeof(err)), KVT_ERR_INVAL);
+    assert_int_equal(kvt_ev_apply(f->idx, NULL, &bb, 4, KVT_EV_STRICT, &c, err, sizeof(err)), KVT_ERR_INVAL);
     assert_non_null(strstr(err, "block_size 8, but model 'm' uses 4"));
     assert_memory_equal(&c, &before, sizeof(c));
     /* a namespace the batch creates: the check happens as it is applied (the first stays) */
     kvt_event_t mixed[2] = {stored(h1, 2, f->tok, 4), stored(h3, 1, f->tok, 8)};
     kvt_evbatch_t mb = {.pod = "p", .model = "m2", .ev = mixed, .nev = 2};
-    assert_int_equal(kvt_ev_apply(f->idx, &mb, 4, &c, err, sizeof(err)), KVT_ERR_INVAL);
+    assert_int_equal(kvt_ev_apply(f->idx, NULL, &mb, 4, KVT_EV_STRICT, &c, err, sizeof(err)), KVT_ERR_INVAL);
     assert_non_null(strstr(err, "events[1]"));
     assert_int_equal(c.events, before.events + 1);
 }
@@ -236,7 +236,7 @@ static void test_long_event(void **state)
     kvt_event_t e = stored(h, NB, tok, 2);
     kvt_evbatch_t b = {.pod = "L", .model = "long", .ev = &e, .nev = 1};
     char err[200];
-    assert_int_equal(kvt_ev_apply(f->idx, &b, 2, &c, err, sizeof(err)), KVT_OK);
+    assert_int_equal(kvt_ev_apply(f->idx, NULL, &b, 2, KVT_EV_STRICT, &c, err, sizeof(err)), KVT_OK);
     uint32_t ns, p;
     assert_int_equal(kvt_idx_ns_get(f->idx, "long", NULL, 0, &ns), KVT_OK);
     assert_int_equal(kvt_idx_pod_find(f->idx, "L", 0, &p), KVT_OK);
