@@ -143,10 +143,12 @@ static void ev_keys(const kvt_event_t *e, uint32_t bs, uint32_t from, uint32_t n
     }
 }
 
+/* A BlockStored; *@dropped_p: its blocks the index had no room for. */
 static kvt_status_t ev_stored(kvt_idx_t *idx, kvt_ev_ctx_t *ctx, const kvt_evbatch_t *b,
                               const kvt_event_t *e, uint32_t pod, uint32_t def,
-                              ev_ns_cache_t *cache, kvt_ev_counters_t *c)
+                              ev_ns_cache_t *cache, kvt_ev_counters_t *c, uint64_t *dropped_p)
 {
+    *dropped_p = 0;
     if (e->ntokens == 0)
         return ev_ctx_placeholder(ctx, idx, pod, e, c); /* vLLM CPU offload: hashes only */
     uint32_t bs = ev_block_size(e, def);
@@ -173,7 +175,8 @@ static kvt_status_t ev_stored(kvt_idx_t *idx, kvt_ev_ctx_t *ctx, const kvt_evbat
         parent = &parent_key;
     }
     kvt_idx_stats(idx, &after);
-    c->dropped += after.dropped - before.dropped;
+    *dropped_p = after.dropped - before.dropped;
+    c->dropped += *dropped_p;
     return st;
 }
 
@@ -258,17 +261,18 @@ kvt_status_t kvt_ev_apply(kvt_idx_t *idx, kvt_ev_ctx_t *ctx, const kvt_evbatch_t
             c->bad++; /* a store: skipping it loses a hit at worst */
             continue;
         }
+        uint64_t dropped = 0;
         switch (e->type) {
         case KVT_EV_STORED:
-            st = ev_stored(idx, ctx, b, e, pod, default_block_size, &cache, c);
+            st = ev_stored(idx, ctx, b, e, pod, default_block_size, &cache, c, &dropped);
             break;
         case KVT_EV_REMOVED: st = ev_ctx_remove(ctx, idx, pod, e, c); break;
         case KVT_EV_CLEARED: st = kvt_idx_pod_clear(idx, pod, KVT_TIER_GPU); break;
         default: break;
         }
         if (st == KVT_OK) {
-            c->events++;
-            c->blocks += e->nhashes;
+            c->events += dropped == 0; /* one the index had no room for is not applied */
+            c->blocks += e->nhashes - dropped;
         } else {
             snprintf(err, errlen, "events[%zu]: %s", i, kvt_status_str(st));
             if (!strict)

@@ -195,8 +195,8 @@ kvt_status_t kvt_ev_msgpack_decode(const void *payload, size_t len, kvt_ev_forma
 
 /* What kvt_ev_apply() did; counters are added to, never reset. */
 typedef struct kvt_ev_counters {
-    uint64_t events;       /* events applied */
-    uint64_t blocks;       /* block hashes in applied events */
+    uint64_t events;       /* events applied whole */
+    uint64_t blocks;       /* block hashes applied */
     uint64_t unresolved;   /* hashes the pod did not know (removals, placeholder stores) */
     uint64_t orphans;      /* BlockStored whose parent the pod did not know: chained from block 0 */
     uint64_t dropped;      /* blocks not stored: the index budget was full and nothing evictable */
@@ -220,7 +220,8 @@ typedef struct kvt_ev_counters {
 typedef struct kvt_ev_ctx kvt_ev_ctx_t;
 
 typedef struct kvt_ev_ctx_stats {
-    uint64_t removed_entries; /* mappings held */
+    uint64_t removed_capacity; /* mappings the budget holds (0 until the first is kept) */
+    uint64_t removed_entries;  /* mappings held */
     uint64_t removed_bytes;   /* their table's bytes (<= the budget) */
     uint64_t removed_hits;    /* placeholder hashes resolved through them, ever */
     uint64_t removed_evicted; /* mappings pushed out by newer ones, ever */

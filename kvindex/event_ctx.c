@@ -115,6 +115,7 @@ void kvt_ev_ctx_stats(const kvt_ev_ctx_t *ctx, kvt_ev_ctx_stats_t *st)
     memset(st, 0, sizeof(*st));
     if (ctx == NULL)
         return;
+    st->removed_capacity = ctx->cap;
     st->removed_entries = ctx->n;
     st->removed_bytes =
         ctx->ring ? (uint64_t)ctx->cap * sizeof(rm_ent_t) + (uint64_t)(ctx->mask + 1) * 4 : 0;

@@ -1,4 +1,9 @@
-/* kvindex/event: applying neutral event batches to a real index. */
+/*
+ * kvindex/event: applying neutral event batches to a real index: chains,
+ * placeholders, removals, clears; the strict (HTTP) and lenient (stream)
+ * modes; KV cache groups; skipped and bad events; cache salts and extra
+ * keys; blocks the budget had no room for.
+ */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -14,6 +19,7 @@
 typedef struct fix {
     kvt_idx_t *idx;
     kvt_idx_reader_t *rd;
+    kvt_ev_ctx_t *ctx;
     uint32_t tok[64];
 } fix_t;
 
@@ -21,7 +27,8 @@ static int setup(void **state)
 {
     static fix_t f;
     memset(&f, 0, sizeof(f));
-    if (kvt_idx_create(NULL, &f.idx) != KVT_OK || kvt_idx_reader_create(f.idx, &f.rd) != KVT_OK)
+    if (kvt_idx_create(NULL, &f.idx) != KVT_OK || kvt_idx_reader_create(f.idx, &f.rd) != KVT_OK ||
+        kvt_ev_ctx_create(1 << 20, &f.ctx) != KVT_OK)
         return -1;
     for (uint32_t i = 0; i < 64; i++)
         f.tok[i] = 1000 + i * 7;
@@ -34,6 +41,7 @@ static int teardown(void **state)
     fix_t *f = *state;
     kvt_idx_reader_destroy(f->rd);
     kvt_idx_destroy(f->idx);
+    kvt_ev_ctx_destroy(f->ctx);
     return 0;
 }
 
@@ -54,6 +62,15 @@ static kvt_status_t apply(fix_t *f, const char *pod, kvt_event_t *ev, size_t n,
     kvt_evbatch_t b = {.pod = pod, .model = "m", .ev = ev, .nev = n};
     char err[200];
     return kvt_ev_apply(f->idx, NULL, &b, 4, KVT_EV_STRICT, c, err, sizeof(err));
+}
+
+/* As an engine stream applies: lenient, with the fixture's context. */
+static kvt_status_t apply_stream(fix_t *f, const char *pod, kvt_event_t *ev, size_t n,
+                                 kvt_ev_counters_t *c)
+{
+    kvt_evbatch_t b = {.pod = pod, .model = "m", .ev = ev, .nev = n};
+    char err[200];
+    return kvt_ev_apply(f->idx, f->ctx, &b, 4, 0, c, err, sizeof(err));
 }
 
 /* matched blocks of @pod for the fixture's tokens (first @ntok), -1 if absent; tiers split out */
@@ -142,7 +159,8 @@ static void test_bad_batches_change_nothing(void **state)
     /* tokens but no model */
     kvt_evbatch_t b = {.pod = "NEW2", .model = "", .ev = &ok, .nev = 1};
     char err[200];
-    assert_int_equal(kvt_ev_apply(f->idx, NULL, &b, 4, KVT_EV_STRICT, &c, err, sizeof(err)), KVT_ERR_INVAL);
+    assert_int_equal(kvt_ev_apply(f->idx, NULL, &b, 4, KVT_EV_STRICT, &c, err, sizeof(err)),
+                     KVT_ERR_INVAL);
     assert_non_null(strstr(err, "model"));
     /* token count that does not fill the blocks */
     kvt_event_t odd = stored(h, 2, f->tok, 4);
@@ -211,13 +229,15 @@ static void test_lora_namespaces_in_one_batch(void **state)
     kvt_ev_counters_t before = c;
     char err[200];
     kvt_evbatch_t bb = {.pod = "p", .model = "m", .ev = bad, .nev = 2};
-    assert_int_equal(kvt_ev_apply(f->idx, NULL, &bb, 4, KVT_EV_STRICT, &c, err, sizeof(err)), KVT_ERR_INVAL);
+    assert_int_equal(kvt_ev_apply(f->idx, NULL, &bb, 4, KVT_EV_STRICT, &c, err, sizeof(err)),
+                     KVT_ERR_INVAL);
     assert_non_null(strstr(err, "block_size 8, but model 'm' uses 4"));
     assert_memory_equal(&c, &before, sizeof(c));
     /* a namespace the batch creates: the check happens as it is applied (the first stays) */
     kvt_event_t mixed[2] = {stored(h1, 2, f->tok, 4), stored(h3, 1, f->tok, 8)};
     kvt_evbatch_t mb = {.pod = "p", .model = "m2", .ev = mixed, .nev = 2};
-    assert_int_equal(kvt_ev_apply(f->idx, NULL, &mb, 4, KVT_EV_STRICT, &c, err, sizeof(err)), KVT_ERR_INVAL);
+    assert_int_equal(kvt_ev_apply(f->idx, NULL, &mb, 4, KVT_EV_STRICT, &c, err, sizeof(err)),
+                     KVT_ERR_INVAL);
     assert_non_null(strstr(err, "events[1]"));
     assert_int_equal(c.events, before.events + 1);
 }
@@ -236,7 +256,8 @@ static void test_long_event(void **state)
     kvt_event_t e = stored(h, NB, tok, 2);
     kvt_evbatch_t b = {.pod = "L", .model = "long", .ev = &e, .nev = 1};
     char err[200];
-    assert_int_equal(kvt_ev_apply(f->idx, NULL, &b, 2, KVT_EV_STRICT, &c, err, sizeof(err)), KVT_OK);
+    assert_int_equal(kvt_ev_apply(f->idx, NULL, &b, 2, KVT_EV_STRICT, &c, err, sizeof(err)),
+                     KVT_OK);
     uint32_t ns, p;
     assert_int_equal(kvt_idx_ns_get(f->idx, "long", NULL, 0, &ns), KVT_OK);
     assert_int_equal(kvt_idx_pod_find(f->idx, "L", 0, &p), KVT_OK);
@@ -251,6 +272,250 @@ static void test_long_event(void **state)
     assert_true(k == keys[NB - 1]);
 }
 
+/*
+ * Hybrid models: only full-attention groups are indexed. A block a sliding
+ * window group evicts stays matched while full attention holds it; the full
+ * group's own removal removes it.
+ */
+static void test_kv_cache_groups(void **state)
+{
+    fix_t *f = *state;
+    kvt_ev_counters_t c = {0};
+    uint64_t h[] = {101, 102};
+    kvt_event_t full = stored(h, 2, f->tok, 4), swa = stored(h, 2, f->tok, 4);
+    full.group = 0;
+    full.group_kind = KVT_EV_GROUP_FULL;
+    swa.group = 1;
+    swa.group_kind = KVT_EV_GROUP_OTHER;
+    kvt_event_t both[2] = {full, swa};
+    assert_int_equal(apply_stream(f, "H", both, 2, &c), KVT_OK);
+    assert_int_equal(c.other_groups, 1);
+    assert_int_equal(matched(f, "H", 8, NULL, NULL), 2);
+    /* the sliding window group evicts block 102: a removal naming only group 1 */
+    uint64_t hr[] = {102};
+    kvt_event_t rm = {
+        .type = KVT_EV_REMOVED, .tier = KVT_TIER_GPU, .nhashes = 1, .hashes = hr, .group = 1};
+    assert_int_equal(apply_stream(f, "H", &rm, 1, &c), KVT_OK);
+    assert_int_equal(c.other_groups, 2);
+    assert_int_equal(matched(f, "H", 8, NULL, NULL), 2);
+    /* a removal without group_idx, or of the full group, removes it */
+    rm.group = 0;
+    assert_int_equal(apply_stream(f, "H", &rm, 1, &c), KVT_OK);
+    assert_int_equal(matched(f, "H", 8, NULL, NULL), 1);
+    /* stores with no kind: a group known as sliding window stays unindexed, others are */
+    uint64_t h2[] = {201};
+    kvt_event_t k1 = stored(h2, 1, f->tok + 32, 4), k3 = stored(h2, 1, f->tok + 32, 4);
+    k1.group = 1;
+    k3.group = 3;
+    uint64_t before = c.other_groups;
+    assert_int_equal(apply_stream(f, "H", &k1, 1, &c), KVT_OK);
+    assert_int_equal(c.other_groups, before + 1);
+    assert_int_equal(apply_stream(f, "H", &k3, 1, &c), KVT_OK);
+    assert_int_equal(c.other_groups, before + 1);
+    /* a group learned as full again (a group index reused after a restart) is indexed */
+    swa.group_kind = KVT_EV_GROUP_FULL;
+    assert_int_equal(apply_stream(f, "H", &swa, 1, &c), KVT_OK);
+    rm.group = 1;
+    hr[0] = 101;
+    assert_int_equal(apply_stream(f, "H", &rm, 1, &c), KVT_OK);
+    assert_int_equal(matched(f, "H", 8, NULL, NULL), 0);
+    /* pod reset forgets the groups */
+    uint32_t p;
+    assert_int_equal(kvt_idx_pod_find(f->idx, "H", 0, &p), KVT_OK);
+    swa.group_kind = KVT_EV_GROUP_OTHER;
+    assert_int_equal(apply_stream(f, "H", &swa, 1, &c), KVT_OK);
+    kvt_ev_ctx_pod_reset(f->ctx, p);
+    before = c.other_groups;
+    assert_int_equal(apply_stream(f, "H", &k1, 1, &c), KVT_OK); /* group 1, no kind: unknown */
+    assert_int_equal(c.other_groups, before);
+    /* without a context a store of another kind is still skipped; removals all apply */
+    kvt_evbatch_t b = {.pod = "H2", .model = "m", .ev = &swa, .nev = 1};
+    char err[200];
+    before = c.other_groups;
+    assert_int_equal(kvt_ev_apply(f->idx, NULL, &b, 4, 0, &c, err, sizeof(err)), KVT_OK);
+    assert_int_equal(c.other_groups, before + 1);
+    assert_int_equal(matched(f, "H2", 8, NULL, NULL), 0);
+}
+
+/*
+ * A bad event that may have been a removal drops the pod's engine-reported
+ * state where it stood: events before it are lost with the state, events
+ * after it apply. A bad store is skipped alone.
+ */
+static void test_bad_events_and_skips(void **state)
+{
+    fix_t *f = *state;
+    kvt_ev_counters_t c = {0};
+    uint64_t h1[] = {1, 2}, h2[] = {3, 4};
+    kvt_event_t ev[4] = {stored(h1, 2, f->tok, 4),
+                         {.type = KVT_EV_BAD, .may_remove = false},
+                         stored(h2, 2, f->tok + 16, 4),
+                         {.type = KVT_EV_BAD}};
+    assert_int_equal(apply_stream(f, "B", ev, 3, &c), KVT_OK);
+    assert_int_equal(c.bad, 1);
+    assert_int_equal(c.state_drops, 0);
+    assert_int_equal(matched(f, "B", 8, NULL, NULL), 2);
+    /* CPU, DISK and speculative entries go too: the engine reported them */
+    kvt_event_t cpu = stored(h2, 2, NULL, 0);
+    cpu.tier = KVT_TIER_DISK;
+    assert_int_equal(apply_stream(f, "B", &cpu, 1, &c), KVT_OK);
+    ev[3].may_remove = true;
+    kvt_event_t order[3] = {ev[3], stored(h2, 2, f->tok + 16, 4), ev[0]};
+    order[0].may_remove = true;
+    assert_int_equal(apply_stream(f, "B", order, 1, &c), KVT_OK);
+    assert_int_equal(c.state_drops, 1);
+    assert_int_equal(matched(f, "B", 8, NULL, NULL), 0);
+    uint32_t p;
+    assert_int_equal(kvt_idx_pod_find(f->idx, "B", 0, &p), KVT_OK);
+    assert_int_equal(kvt_idx_pod_entries(f->idx, p), 0);
+    /* the drop happens where the bad event stands: what follows it applies */
+    kvt_event_t after[2] = {order[0], stored(h1, 2, f->tok, 4)};
+    assert_int_equal(apply_stream(f, "B", after, 2, &c), KVT_OK);
+    assert_int_equal(matched(f, "B", 8, NULL, NULL), 2);
+    /* REMOTE and unknown mediums are skipped and counted, nothing else */
+    kvt_event_t remote = stored(h2, 2, f->tok, 4), tape = stored(h2, 2, f->tok, 4);
+    remote.skip = KVT_EV_SKIP_REMOTE;
+    tape.skip = KVT_EV_SKIP_MEDIUM;
+    tape.tier = 0;
+    kvt_event_t skips[2] = {remote, tape};
+    kvt_idx_stats_t s0, s1;
+    kvt_idx_stats(f->idx, &s0);
+    assert_int_equal(apply_stream(f, "B", skips, 2, &c), KVT_OK);
+    kvt_idx_stats(f->idx, &s1);
+    assert_true(c.remote == 1 && c.unknown_medium == 1);
+    assert_int_equal(s1.entries, s0.entries);
+    /* strict mode (HTTP) refuses a bad block size whole; the stream skips that store alone */
+    kvt_event_t mixed[2] = {stored(h2, 2, f->tok + 16, 4), stored(h1, 1, f->tok, 8)};
+    kvt_ev_counters_t before = c;
+    assert_int_equal(apply(f, "S", mixed, 2, &c), KVT_ERR_INVAL);
+    assert_memory_equal(&c, &before, sizeof(c));
+    assert_int_equal(apply_stream(f, "S", mixed, 2, &c), KVT_OK);
+    assert_int_equal(c.bad, before.bad + 1);
+    assert_int_equal(c.events, before.events + 1);
+    assert_int_equal(matched(f, "S", 8, NULL, NULL), 0); /* the prefix of tok+16: not tok's */
+}
+
+/* Keys of @ntok tokens of the fixture from block 0 with cache salt @salt ("" none). */
+static size_t salted_keys(fix_t *f, size_t ntok, const char *salt, uint64_t *keys)
+{
+    return kvt_hash_seq_salted(f->tok, ntok, 4, kvt_hash_salt_seed(salt, strlen(salt)), NULL, NULL,
+                               keys);
+}
+
+static uint32_t matched_keys(fix_t *f, const char *pod, const uint64_t *keys, size_t n)
+{
+    uint32_t ns, p;
+    if (kvt_idx_ns_get(f->idx, "m", NULL, 0, &ns) != KVT_OK ||
+        kvt_idx_pod_find(f->idx, pod, 0, &p) != KVT_OK)
+        return 0;
+    const kvt_idx_match_t *res;
+    size_t nres;
+    assert_int_equal(kvt_idx_query(f->rd, ns, keys, n, NULL, 0, &res, &nres), KVT_OK);
+    for (size_t i = 0; i < nres; i++)
+        if (res[i].pod == p)
+            return res[i].matched;
+    return 0;
+}
+
+/* A salted prefix matches only queries with the same salt, and extends through parents. */
+static void test_cache_salt_and_extra_keys(void **state)
+{
+    fix_t *f = *state;
+    kvt_ev_counters_t c = {0};
+    uint64_t h[] = {31, 32}, h2[] = {33};
+    kvt_event_t e = stored(h, 2, f->tok, 4);
+    e.cache_salt = "tenant-a";
+    e.cache_salt_len = 8;
+    assert_int_equal(apply_stream(f, "T", &e, 1, &c), KVT_OK);
+    /* continued through the parent: the salt is already in the chain */
+    kvt_event_t e2 = stored(h2, 1, f->tok + 8, 4);
+    e2.has_parent = true;
+    e2.parent = 32;
+    assert_int_equal(apply_stream(f, "T", &e2, 1, &c), KVT_OK);
+    uint64_t k_a[3], k_none[3], k_b[3];
+    salted_keys(f, 12, "tenant-a", k_a);
+    salted_keys(f, 12, "", k_none);
+    salted_keys(f, 12, "tenant-b", k_b);
+    assert_int_equal(matched_keys(f, "T", k_a, 3), 3);
+    assert_int_equal(matched_keys(f, "T", k_none, 3), 0);
+    assert_int_equal(matched_keys(f, "T", k_b, 3), 0);
+    /* and the other way: an unsalted prefix never matches a salted query */
+    kvt_event_t u = stored(h, 2, f->tok, 4);
+    assert_int_equal(apply_stream(f, "U", &u, 1, &c), KVT_OK);
+    assert_int_equal(matched_keys(f, "U", k_none, 3), 2);
+    assert_int_equal(matched_keys(f, "U", k_a, 3), 0);
+    /* an orphan (unknown parent) with a salt starts a salted chain at its first block */
+    kvt_event_t o = stored(h, 2, f->tok, 4);
+    o.has_parent = true;
+    o.parent = 12345;
+    o.cache_salt = "tenant-a";
+    o.cache_salt_len = 8;
+    assert_int_equal(apply_stream(f, "O", &o, 1, &c), KVT_OK);
+    assert_int_equal(matched_keys(f, "O", k_a, 3), 2);
+    /* a block with other extra keys (multimodal): no token query matches it or its children */
+    uint64_t seeds[2] = {0, 0xabcdefull};
+    kvt_event_t m = stored(h, 2, f->tok, 4);
+    m.extra_seeds = seeds;
+    kvt_event_t m2 = stored(h2, 1, f->tok + 8, 4);
+    m2.has_parent = true;
+    m2.parent = 32;
+    kvt_event_t mm[2] = {m, m2};
+    assert_int_equal(apply_stream(f, "M", mm, 2, &c), KVT_OK);
+    assert_int_equal(matched_keys(f, "M", k_none, 3), 1); /* block 0 had no extra key */
+    uint32_t ns, p;
+    uint64_t key1, key2;
+    assert_int_equal(kvt_idx_ns_get(f->idx, "m", NULL, 0, &ns), KVT_OK);
+    assert_int_equal(kvt_idx_pod_find(f->idx, "M", 0, &p), KVT_OK);
+    assert_int_equal(kvt_idx_pod_key(f->idx, p, ns, 32, &key1), KVT_OK);
+    assert_int_equal(kvt_idx_pod_key(f->idx, p, ns, 33, &key2), KVT_OK);
+    uint64_t l1 = kvt_hash_block(f->tok + 4, 4, KVT_HASH_SEED ^ 0xabcdefull);
+    assert_true(key1 == kvt_hash_chain(k_none[0], l1, KVT_HASH_SEED));
+    assert_true(key2 ==
+                kvt_hash_chain(key1, kvt_hash_block(f->tok + 8, 4, KVT_HASH_SEED), KVT_HASH_SEED));
+}
+
+/*
+ * A store the budget has no room for says so: its blocks that did not fit are
+ * counted as dropped (and in the index's stats), and the event is not applied.
+ */
+static void test_dropped_blocks(void **state)
+{
+    (void)state;
+    enum { NB = 6000 }; /* more than one chunk of nodes (4096) */
+    static uint32_t tok[4 * NB];
+    static uint64_t h[NB];
+    for (uint32_t i = 0; i < NB; i++)
+        h[i] = 900 + i;
+    for (uint32_t i = 0; i < 4 * NB; i++)
+        tok[i] = i;
+    kvt_event_t one = stored(h, 1, tok, 4), many = stored(h + 1, NB - 1, tok + 4, 4);
+    many.has_parent = true;
+    many.parent = h[0];
+    kvt_evbatch_t b1 = {.pod = "D", .model = "m", .ev = &one, .nev = 1};
+    kvt_evbatch_t b2 = {.pod = "D", .model = "m", .ev = &many, .nev = 1};
+    char err[200];
+    /* what one block costs with the pod and namespace registered, unbounded */
+    kvt_idx_t *idx;
+    assert_int_equal(kvt_idx_create(NULL, &idx), KVT_OK);
+    kvt_ev_counters_t c = {0};
+    assert_int_equal(kvt_ev_apply(idx, NULL, &b1, 4, KVT_EV_STRICT, &c, err, sizeof(err)), KVT_OK);
+    kvt_idx_stats_t s;
+    kvt_idx_stats(idx, &s);
+    kvt_idx_destroy(idx);
+    /* a budget with room for that and a few KiB more: the long chain cannot fit */
+    kvt_idx_config_t cfg = {.budget_bytes = s.bytes + 4096};
+    assert_int_equal(kvt_idx_create(&cfg, &idx), KVT_OK);
+    memset(&c, 0, sizeof(c));
+    assert_int_equal(kvt_ev_apply(idx, NULL, &b1, 4, KVT_EV_STRICT, &c, err, sizeof(err)), KVT_OK);
+    assert_true(c.events == 1 && c.dropped == 0);
+    assert_int_equal(kvt_ev_apply(idx, NULL, &b2, 4, KVT_EV_STRICT, &c, err, sizeof(err)), KVT_OK);
+    kvt_idx_stats(idx, &s);
+    assert_true(c.dropped > 0 && c.dropped == s.dropped);
+    assert_int_equal(c.events, 1); /* the long store is not counted as applied */
+    assert_int_equal(c.blocks + c.dropped, NB);
+    kvt_idx_destroy(idx);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -258,6 +523,10 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_bad_batches_change_nothing, setup, teardown),
         cmocka_unit_test_setup_teardown(test_pod_key, setup, teardown),
         cmocka_unit_test_setup_teardown(test_long_event, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_kv_cache_groups, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_bad_events_and_skips, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_cache_salt_and_extra_keys, setup, teardown),
+        cmocka_unit_test(test_dropped_blocks),
         cmocka_unit_test_setup_teardown(test_lora_namespaces_in_one_batch, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

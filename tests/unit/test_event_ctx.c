@@ -1,0 +1,177 @@
+/*
+ * kvindex/event_ctx: the removed-block mappings (a FIFO ring with an
+ * open-addressing index) against a naive list, through random puts, gets and
+ * pod resets; their sizing from the byte budget; and their use by
+ * kvt_ev_apply(): a CPU placeholder right after the GPU removal resolves.
+ * KVT_EVC_SEED=<n> replays a random run.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cmocka.h>
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "kvindex/event.h"
+#include "kvindex/hash.h"
+
+static uint64_t rnd(uint64_t *s)
+{
+    *s ^= *s << 13;
+    *s ^= *s >> 7;
+    *s ^= *s << 17;
+    return *s;
+}
+
+/* The reference: entries in insertion order, the oldest first out. */
+typedef struct ref_ent {
+    uint32_t pod, epoch, ns;
+    uint64_t ehash, key, parent;
+    bool has_parent;
+} ref_ent_t;
+
+typedef struct ref {
+    ref_ent_t *e;
+    size_t n, cap;
+    uint32_t epoch[16];
+    uint64_t evicted;
+} ref_t;
+
+static ref_ent_t *ref_find(ref_t *r, uint32_t pod, uint64_t ehash)
+{
+    for (size_t i = 0; i < r->n; i++)
+        if (r->e[i].pod == pod && r->e[i].ehash == ehash)
+            return &r->e[i];
+    return NULL;
+}
+
+static void ref_put(ref_t *r, uint32_t pod, uint64_t ehash, uint32_t ns, uint64_t key,
+                    const uint64_t *parent)
+{
+    ref_ent_t v = {pod, r->epoch[pod], ns, ehash, key, parent ? *parent : 0, parent != NULL};
+    ref_ent_t *old = ref_find(r, pod, ehash);
+    if (old != NULL) {
+        *old = v; /* replaced where it stands */
+        return;
+    }
+    if (r->n == r->cap) {
+        memmove(r->e, r->e + 1, (r->n - 1) * sizeof(*r->e));
+        r->n--;
+        r->evicted++;
+    }
+    r->e[r->n++] = v;
+}
+
+static void test_random_against_reference(void **state)
+{
+    (void)state;
+    const char *env = getenv("KVT_EVC_SEED");
+    uint64_t seed = env ? strtoull(env, NULL, 10) : (uint64_t)time(NULL);
+    uint64_t s = seed | 1;
+    for (int round = 0; round < 20; round++) {
+        size_t budget = 256 + (size_t)(rnd(&s) % 8192);
+        kvt_ev_ctx_t *ctx;
+        assert_int_equal(kvt_ev_ctx_create(budget, &ctx), KVT_OK);
+        kvt_ev_ctx_stats_t st;
+        kvt_ev_ctx_stats(ctx, &st);
+        assert_int_equal(st.removed_capacity, 0); /* nothing allocated before the first put */
+        ref_t r = {0};
+        uint64_t pod_mask = 1 + rnd(&s) % 15, hash_mask = 1 + rnd(&s) % 255;
+        for (int op = 0; op < 5000; op++) {
+            uint32_t pod = (uint32_t)(rnd(&s) & pod_mask) % 16;
+            uint64_t h = (rnd(&s) & hash_mask) * 0x9e3779b97f4a7c15ull; /* collide at random */
+            uint64_t k = rnd(&s), pk = rnd(&s);
+            switch (rnd(&s) % 8) {
+            case 0:
+                kvt_ev_ctx_pod_reset(ctx, pod);
+                r.epoch[pod]++;
+                break;
+            case 1:
+            case 2:
+            case 3: {
+                bool hp = rnd(&s) % 2;
+                kvt_ev_ctx_removed_put(ctx, pod, h, (uint32_t)(k % 7), k, hp ? &pk : NULL);
+                if (r.e == NULL) {
+                    kvt_ev_ctx_stats(ctx, &st);
+                    r.cap = st.removed_capacity;
+                    assert_true(r.cap >= 1);
+                    /* the largest power-of-two table that fits: more than half the budget */
+                    assert_true(st.removed_bytes <= budget && st.removed_bytes > budget / 2);
+                    assert_int_equal(st.removed_bytes, r.cap * KVT_EV_REMOVED_ENTRY_BYTES);
+                    r.e = calloc(r.cap, sizeof(*r.e));
+                    assert_non_null(r.e);
+                }
+                ref_put(&r, pod, h, (uint32_t)(k % 7), k, hp ? &pk : NULL);
+                break;
+            }
+            default: {
+                uint32_t ns = 99;
+                uint64_t key = 0, parent = 0;
+                bool has_parent = false;
+                bool got = kvt_ev_ctx_removed_get(ctx, pod, h, &ns, &key, &has_parent, &parent);
+                ref_ent_t *e = r.e ? ref_find(&r, pod, h) : NULL;
+                bool want = e != NULL && e->epoch == r.epoch[pod];
+                if (got != want)
+                    fail_msg("seed %llu round %d op %d: get(%u, %llx) %d, want %d",
+                             (unsigned long long)seed, round, op, pod, (unsigned long long)h, got,
+                             want);
+                if (got)
+                    assert_true(ns == e->ns && key == e->key && has_parent == e->has_parent &&
+                                (!has_parent || parent == e->parent));
+                break;
+            }
+            }
+            kvt_ev_ctx_stats(ctx, &st);
+            assert_int_equal(st.removed_entries, r.n);
+            assert_int_equal(st.removed_evicted, r.evicted);
+        }
+        free(r.e);
+        kvt_ev_ctx_destroy(ctx);
+    }
+}
+
+static void test_budgets(void **state)
+{
+    (void)state;
+    kvt_ev_ctx_t *ctx;
+    kvt_ev_ctx_stats_t st;
+    /* no budget: nothing is kept */
+    assert_int_equal(kvt_ev_ctx_create(0, &ctx), KVT_OK);
+    uint64_t k = 5;
+    kvt_ev_ctx_removed_put(ctx, 0, 1, 0, k, NULL);
+    uint32_t ns;
+    uint64_t key, parent;
+    bool hp;
+    assert_false(kvt_ev_ctx_removed_get(ctx, 0, 1, &ns, &key, &hp, &parent));
+    kvt_ev_ctx_stats(ctx, &st);
+    assert_true(st.removed_capacity == 0 && st.removed_bytes == 0);
+    kvt_ev_ctx_destroy(ctx);
+    /* the default 8 MiB: about 8 MiB / 48 bytes mappings, within the budget */
+    assert_int_equal(kvt_ev_ctx_create((size_t)8 << 20, &ctx), KVT_OK);
+    kvt_ev_ctx_removed_put(ctx, 3, 7, 1, k, &k);
+    kvt_ev_ctx_stats(ctx, &st);
+    assert_true(st.removed_bytes <= (8u << 20) && st.removed_capacity >= (8u << 20) / 96);
+    assert_true(kvt_ev_ctx_removed_get(ctx, 3, 7, &ns, &key, &hp, &parent));
+    assert_true(ns == 1 && key == 5 && hp && parent == 5);
+    assert_false(kvt_ev_ctx_removed_get(ctx, 2, 7, &ns, &key, &hp, &parent));
+    kvt_ev_ctx_pod_reset(ctx, 3);
+    assert_false(kvt_ev_ctx_removed_get(ctx, 3, 7, &ns, &key, &hp, &parent));
+    kvt_ev_ctx_destroy(ctx);
+    kvt_ev_ctx_destroy(NULL);
+    kvt_ev_ctx_stats(NULL, &st);
+    assert_int_equal(st.removed_entries, 0);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_budgets),
+        cmocka_unit_test(test_random_against_reference),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
