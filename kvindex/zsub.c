@@ -34,7 +34,8 @@ static const char *const zs_state_name[] = {"waiting", "live", "replaying"};
 enum {
     ZW_FRAME,       /* a message not shaped [topic, seq, payload] */
     ZW_UNDECODABLE, /* a payload that is not a batch */
-    ZW_BAD_EVENT,   /* an event that does not decode or apply */
+    ZW_BAD_EVENT,   /* a store that does not decode or apply: skipped */
+    ZW_BAD_REMOVAL, /* an event that may have been a removal does not decode: state dropped */
     ZW_MEDIUM,      /* events on a medium kvtier does not model */
     ZW_APPLY,       /* the index refused a batch (memory, limits) */
     ZW_GAP,         /* missed batches */
@@ -785,9 +786,9 @@ static void zs_apply(kvt_zsub_t *z, zs_stream_t *s, uint64_t seq, const void *da
                 "model) skipped",
                 (unsigned long long)seq, (unsigned long long)nmed, (int)mlen, medium);
     if (s->c.ev.bad != bad)
-        zs_warn(s, ZW_BAD_EVENT, now, "batch seq %llu: %llu events skipped (%s)%s",
-                (unsigned long long)seq, (unsigned long long)(s->c.ev.bad - bad),
-                decode_err[0] ? decode_err : err,
+        zs_warn(s, s->c.ev.state_drops != drops ? ZW_BAD_REMOVAL : ZW_BAD_EVENT, now,
+                "batch seq %llu: %llu events skipped (%s)%s", (unsigned long long)seq,
+                (unsigned long long)(s->c.ev.bad - bad), decode_err[0] ? decode_err : err,
                 s->c.ev.state_drops != drops ? "; one may have been a removal: state dropped"
                                              : "");
     if (st != KVT_OK) {
@@ -1151,7 +1152,44 @@ err_io:
 
 static const char *const zs_medium[] = {"GPU", "CPU", "DISK"};
 
-/* @b as a positional vLLM batch [ts, events, dp_rank] into p->sb. */
+/* Whether event @e is republished: what kvtier could not read or does not model is not. */
+static bool zs_publishes(const kvt_event_t *e)
+{
+    return e->type != KVT_EV_BAD && e->skip == KVT_EV_SKIP_NONE;
+}
+
+/* kv_cache_spec_kind names for KVT_EV_GROUP_* (ANY: nil). */
+static const char *const zs_kind[] = {NULL, "full_attention", "sliding_window"};
+
+/*
+ * Event @e's extra_keys as vLLM would send them: the first block's cache salt
+ * where the chain starts, and each block's extra seed (an opaque key that
+ * seeds the block again downstream); nil where a block has none.
+ */
+static void zs_encode_extra_keys(msgpack_packer *pk, const kvt_event_t *e)
+{
+    bool salt = e->cache_salt != NULL && !e->has_parent;
+    msgpack_pack_array(pk, e->nhashes);
+    for (uint32_t k = 0; k < e->nhashes; k++) {
+        bool s = k == 0 && salt;
+        bool x = e->extra_seeds != NULL && e->extra_seeds[k] != 0;
+        if (!s && !x) {
+            msgpack_pack_nil(pk);
+            continue;
+        }
+        msgpack_pack_array(pk, (uint32_t)s + (uint32_t)x);
+        if (s)
+            msgpack_pack_str_with_body(pk, e->cache_salt, e->cache_salt_len);
+        if (x)
+            msgpack_pack_uint64(pk, e->extra_seeds[k]);
+    }
+}
+
+/*
+ * @b as a positional vLLM batch [ts, events, dp_rank] into p->sb. Stores run
+ * to lora_name, and on to extra_keys, group_idx and kv_cache_spec_kind when
+ * they carry any; removals to group_idx when they have one.
+ */
 static void zs_encode(zs_pub_t *p, const kvt_evbatch_t *b)
 {
     msgpack_packer pk;
@@ -1159,9 +1197,14 @@ static void zs_encode(zs_pub_t *p, const kvt_evbatch_t *b)
     msgpack_packer_init(&pk, &p->sb, msgpack_sbuffer_write);
     msgpack_pack_array(&pk, 3);
     msgpack_pack_double(&pk, kvt_clock_wall());
-    msgpack_pack_array(&pk, (uint32_t)b->nev);
+    uint32_t n = 0;
+    for (size_t i = 0; i < b->nev; i++)
+        n += zs_publishes(&b->ev[i]);
+    msgpack_pack_array(&pk, n);
     for (size_t i = 0; i < b->nev; i++) {
         const kvt_event_t *e = &b->ev[i];
+        if (!zs_publishes(e))
+            continue;
         const char *medium = zs_medium[e->tier == KVT_TIER_CPU    ? 1
                                        : e->tier == KVT_TIER_DISK ? 2
                                                                   : 0];
@@ -1171,8 +1214,10 @@ static void zs_encode(zs_pub_t *p, const kvt_evbatch_t *b)
             continue;
         }
         bool stored = e->type == KVT_EV_STORED;
+        bool group = e->group >= 0;
+        bool extras = stored && ((e->cache_salt != NULL && !e->has_parent) || e->extra_seeds);
         const char *lora = e->lora_name != NULL ? e->lora_name : b->lora;
-        msgpack_pack_array(&pk, stored ? 8 : 3);
+        msgpack_pack_array(&pk, stored ? (group ? 11 : extras ? 9 : 8) : (group ? 4 : 3));
         if (stored)
             msgpack_pack_str_with_body(&pk, "BlockStored", 11);
         else
@@ -1182,6 +1227,8 @@ static void zs_encode(zs_pub_t *p, const kvt_evbatch_t *b)
             msgpack_pack_uint64(&pk, e->hashes[k]);
         if (!stored) {
             msgpack_pack_str_with_body(&pk, medium, strlen(medium));
+            if (group)
+                msgpack_pack_uint64(&pk, (uint64_t)e->group);
             continue;
         }
         if (e->has_parent)
@@ -1196,6 +1243,20 @@ static void zs_encode(zs_pub_t *p, const kvt_evbatch_t *b)
         msgpack_pack_str_with_body(&pk, medium, strlen(medium));
         if (lora != NULL)
             msgpack_pack_str_with_body(&pk, lora, strlen(lora));
+        else
+            msgpack_pack_nil(&pk);
+        if (!group && !extras)
+            continue;
+        if (extras)
+            zs_encode_extra_keys(&pk, e);
+        else
+            msgpack_pack_nil(&pk);
+        if (!group)
+            continue;
+        msgpack_pack_uint64(&pk, (uint64_t)e->group);
+        const char *kind = zs_kind[e->group_kind < 3 ? e->group_kind : 0];
+        if (kind != NULL)
+            msgpack_pack_str_with_body(&pk, kind, strlen(kind));
         else
             msgpack_pack_nil(&pk);
     }

@@ -144,6 +144,21 @@ class Base(unittest.TestCase):
                 for p in ans["pods"]}
 
 
+def seq_keys(toks, salt=""):
+    """The block keys of @toks (DESIGN.md's hashing standard), the first block's local hash
+    seeded with XXH3(salt, 1337) when a cache salt is given (docs/api.md)."""
+    import xxhash
+    first = xxhash.xxh3_64_intdigest(salt.encode(), seed=1337) if salt else 1337
+    keys, prev = [], None
+    for i in range(len(toks) // BS):
+        blk = struct.pack("<%dI" % BS, *toks[i * BS:(i + 1) * BS])
+        local = xxhash.xxh3_64_intdigest(blk, seed=first if i == 0 else 1337)
+        prev = local if prev is None else xxhash.xxh3_64_intdigest(
+            struct.pack("<QQ", prev, local), seed=1337)
+        keys.append(prev)
+    return keys
+
+
 class TestIngest(Base):
     def check_forms(self, pod, layout, form, hash_form, engine="vllm", fmt=None):
         pub = self.publisher(layout=layout)
@@ -472,6 +487,136 @@ class TestHealth(Base):
         self.assertEqual(log.count("engine x rank 0:"), 3, log)
 
 
+class TestForms(Base):
+    """Every form the engines emit, through real ZMQ: batch maps, SGLang's layout with its
+    metadata map and mediums, vLLM's extra_keys, hybrid models' groups, locality, and
+    batches with one bad event."""
+
+    def by_keys(self, keys, model="m"):
+        s, ans = self.d.http("POST", "/v1/query", {"model": model, "block_hashes": keys})
+        self.assertEqual(s, 200, ans)
+        return {(p["pod"], p["dp_rank"]): (p["matched_blocks"], p["gpu"], p["cpu"], p["disk"])
+                for p in ans["pods"]}
+
+    def test_batch_map_form(self):
+        pub = self.publisher()
+        self.add_engine("bm", pub)
+        self.sync("bm", pub, batch="map")
+        t1, t2 = tokens(70, 2), tokens(71, 3)
+        pub.publish(kv.encode_batch([kv.stored([1, 2], t1, BS)], form="map", batch="map",
+                                    dp_rank=0))
+        pub.publish(kv.encode_batch([kv.stored([3, 4, 5], t2, BS)], form="array", batch="map"))
+        self.settle("bm", pub)
+        self.assertEqual(self.matched(t1)[("bm", 0)][0], 2)
+        self.assertEqual(self.matched(t2)[("bm", 0)][0], 3)
+        s = self.stream("bm")
+        self.assertEqual((s["undecodable"], s["state_drops"]), (0, 0), s)
+
+    def test_sglang_metadata_salt_and_mediums(self):
+        pub = self.publisher(layout=4)
+        self.add_engine("sg", pub, format="sglang")
+        enc = dict(engine="sglang", hash_form="int")
+        self.sync("sg", pub, **enc)
+        t = tokens(80, 4)
+        h = [-5, -6, 7, 8]
+        pub.publish(kv.encode_batch([kv.stored(h[:2], t[:32], BS, cache_salt="tenant-a"),
+                                     kv.stored(h[2:], t[32:], BS, parent=h[1],
+                                               cache_salt="tenant-a")], **enc))
+        pub.publish(kv.encode_batch([kv.stored(h[:1], [], 0, medium="CPU_PINNED"),
+                                     kv.stored(h[1:2], [], 0, medium="EXTERNAL"),
+                                     kv.stored(h[2:3], [], 0, medium="DISK"),
+                                     kv.stored(h[3:], [], 0, medium="HBM9")], **enc))
+        self.settle("sg", pub)
+        salted = seq_keys(t, "tenant-a")
+        self.assertEqual(self.by_keys(salted)[("sg", 0)], (4, 4, 0, 0))
+        # a salted prefix never matches an unsalted query, nor another tenant's
+        self.assertNotIn(("sg", 0), self.matched(t))
+        self.assertNotIn(("sg", 0), self.by_keys(seq_keys(t, "tenant-b")))
+        pub.publish(kv.encode_batch([kv.removed(h, medium="GPU")], **enc))
+        self.settle("sg", pub)
+        # CPU_PINNED -> CPU; EXTERNAL and DISK -> DISK; HBM9 is no medium kvtier models
+        self.assertEqual(self.by_keys(salted)[("sg", 0)], (3, 0, 1, 2))
+        s = self.stream("sg")
+        self.assertEqual((s["undecodable"], s["state_drops"], s["unresolved"]), (0, 0, 0), s)
+
+    def test_vllm_extra_keys_salt(self):
+        pub = self.publisher()
+        self.add_engine("vs", pub)
+        self.sync("vs", pub)
+        t = tokens(90, 3)
+        pub.publish(kv.encode_batch([kv.stored([1, 2, 3], t, BS, cache_salt="s1")], form="map",
+                                    hash_form="bytes32"))
+        pub.publish(kv.encode_batch([kv.stored([4, 5], t[:32], BS, cache_salt="s1",
+                                               lora_name="ad")], form="array"))
+        self.settle("vs", pub)
+        self.assertEqual(self.by_keys(seq_keys(t, "s1"))[("vs", 0)][0], 3)
+        self.assertNotIn(("vs", 0), self.matched(t))
+        self.assertEqual(self.by_keys(seq_keys(t, "s1"), model="m")[("vs", 0)][0], 3)
+        s, ans = self.d.http("POST", "/v1/query", {"model": "m", "lora_name": "ad",
+                                                   "block_hashes": seq_keys(t, "s1")})
+        self.assertEqual([(p["pod"], p["matched_blocks"]) for p in ans["pods"]], [("vs", 2)])
+
+    def test_hybrid_model_groups(self):
+        pub = self.publisher()
+        self.add_engine("hy", pub)
+        self.sync("hy", pub)
+        t = tokens(100, 3)
+        h = [11, 12, 13]
+        full = dict(group_idx=0, kv_cache_spec_kind="full_attention")
+        swa = dict(group_idx=1, kv_cache_spec_kind="sliding_window",
+                   kv_cache_spec_sliding_window=1024)
+        pub.publish(kv.encode_batch([kv.stored(h, t, BS, **full), kv.stored(h, t, BS, **swa)]))
+        # the sliding window moves on: group 1 evicts the first blocks; full attention keeps them
+        pub.publish(kv.encode_batch([kv.removed(h[:2], group_idx=1)], form="map"))
+        self.settle("hy", pub)
+        self.assertEqual(self.matched(t)[("hy", 0)][0], 3)
+        pub.publish(kv.encode_batch([kv.removed(h[1:2], group_idx=0)]))
+        self.settle("hy", pub)
+        self.assertEqual(self.matched(t)[("hy", 0)][0], 1)
+
+    def test_remote_blocks_are_not_local(self):
+        pub = self.publisher()
+        self.add_engine("rm", pub)
+        self.sync("rm", pub)
+        t = tokens(110, 2)
+        pub.publish(kv.encode_batch([kv.stored([1, 2], t, BS, locality="REMOTE")], form="map"))
+        pub.publish(kv.encode_batch([kv.stored([1, 2], t, BS, locality="REMOTE")]))
+        self.settle("rm", pub)
+        self.assertNotIn(("rm", 0), self.matched(t))
+        pub.publish(kv.encode_batch([kv.stored([1, 2], t, BS, locality="LOCAL")]))
+        self.settle("rm", pub)
+        self.assertEqual(self.matched(t)[("rm", 0)][0], 2)
+
+    def test_one_bad_event_never_drops_its_batch(self):
+        pub = self.publisher()
+        self.add_engine("be", pub)
+        self.sync("be", pub)
+        ta, tb, tc = tokens(120, 2), tokens(121, 2), tokens(122, 2)
+        pub.publish(kv.encode_batch([kv.stored([1, 2], ta, BS)]))
+        self.settle("be", pub)
+        # a bad store (SGLang's EAGLE token pairs) is skipped alone
+        pairs = [[x, x + 1] for x in tb]
+        pub.publish(msgpack.packb([0.0, [["BlockStored", [3, 4], None, pairs, BS],
+                                         kv.encode_event(kv.stored([5, 6], tc, BS))]]))
+        self.settle("be", pub)
+        self.assertEqual(self.matched(ta)[("be", 0)][0], 2)
+        self.assertEqual(self.matched(tc)[("be", 0)][0], 2)
+        self.assertNotIn(("be", 0), self.matched(tb))
+        self.assertEqual(self.stream("be")["state_drops"], 0)
+        # an event whose type cannot be read may have been a removal: the state before it is
+        # dropped, what follows it in the batch applies
+        pub.publish(msgpack.packb([0.0, [kv.encode_event(kv.stored([7, 8], tb, BS)), None,
+                                         kv.encode_event(kv.stored([9, 10], tc, BS))]]))
+        self.settle("be", pub)
+        self.assertNotIn(("be", 0), self.matched(ta))
+        self.assertNotIn(("be", 0), self.matched(tb))
+        self.assertEqual(self.matched(tc)[("be", 0)][0], 2)
+        s = self.stream("be")
+        self.assertEqual((s["undecodable"], s["batches"] >= 3), (0, True), s)
+        log = self.d.read_log()
+        self.assertIn("may have been a removal: state dropped", log)
+
+
 class TestLimits(Base):
     flags = ("--stats-period", "20ms", "--replay-timeout", "10s", "--replay-hold", "2",
              "--event-max-message", "4KiB")
@@ -558,6 +703,29 @@ class TestPublish(Base):
                 s, ans = b.http("POST", "/v1/query", {"model": "m", "token_ids": t})
                 return {p["pod"]: (p["matched_blocks"], p["gpu"], p["cpu"]) for p in ans["pods"]}
             wait_for(lambda: b_matched().get("A") == (3, 3, 0), what="A's events in B")
+            # a salted prefix stays salted downstream; a group kvtier does not index, an unknown
+            # medium and a REMOTE store are not republished
+            ts_ = tokens(31, 2)
+            self.post(self.d, [dict(fx.stored([601, 602], ts_, bs=BS), cache_salt="t-1"),
+                               dict(fx.stored([603], ts_[:BS], bs=BS), group_idx=1,
+                                    kv_cache_spec_kind="sliding_window"),
+                               dict(fx.stored([604], ts_[:BS], bs=BS), medium="HBM9"),
+                               dict(fx.stored([605], ts_[:BS], bs=BS), locality="REMOTE")],
+                      pod="S")
+            s, a = b.http("POST", "/v1/engines", {"pod": "S", "model": "m",
+                                                  "endpoint": pubinfo["endpoint"],
+                                                  "topic": "kv@S@m"})
+            self.assertEqual(s, 200, a)
+
+            def salted_in_b():
+                self.post(self.d, [dict(fx.stored([601, 602], ts_, bs=BS), cache_salt="t-1")],
+                          pod="S")
+                s, ans = b.http("POST", "/v1/query", {"model": "m",
+                                                      "block_hashes": seq_keys(ts_, "t-1")})
+                return [p for p in ans["pods"] if p["pod"] == "S" and p["matched_blocks"] == 2]
+            wait_for(salted_in_b, what="S's salted blocks in B")
+            s, ans = b.http("POST", "/v1/query", {"model": "m", "token_ids": ts_})
+            self.assertEqual([p["pod"] for p in ans["pods"]], [])
             st = stream_b()
             self.assertEqual((st["gaps"], st["undecodable"], st["restarts"]), (0, 0, 0), st)
         finally:
@@ -625,6 +793,37 @@ class TestPublish(Base):
         samples, _ = fx.parse_prometheus(self.d.http("GET", "/metrics")[1])
         self.assertEqual(samples[("kvtier_publish_replays_total", ())], 2)
         self.assertEqual(samples[("kvtier_publish_batches_total", ())], st["batches"])
+
+    def test_salt_groups_and_skips_as_published(self):
+        pubinfo = self.d.stats()["publisher"]
+        sub = self.ctx.socket(zmq.SUB)
+        sub.setsockopt(zmq.LINGER, 0)
+        sub.setsockopt(zmq.SUBSCRIBE, b"")
+        sub.connect(pubinfo["endpoint"])
+        try:
+            def got_one():
+                self.post(self.d, [])
+                return sub.poll(50) and sub.recv_multipart()
+            wait_for(got_one, what="a live message")
+            while sub.poll(100):
+                sub.recv_multipart()
+            t = tokens(33, 2)
+            self.post(self.d, [dict(fx.stored([1, 2], t, bs=BS), cache_salt="t-1"),
+                               dict(fx.stored([3], t[:BS], bs=BS, parent=2), cache_salt="t-1"),
+                               dict(fx.stored([4], t[:BS], bs=BS), group_idx=1,
+                                    kv_cache_spec_kind="sliding_window"),
+                               dict(fx.stored([5], t[:BS], bs=BS), medium="HBM9"),
+                               dict(fx.stored([6], t[:BS], bs=BS), locality="REMOTE"),
+                               {"type": "BlockRemoved", "block_hashes": [4], "group_idx": 1}])
+            _, _, payload = sub.recv_multipart()
+            self.assertEqual(msgpack.unpackb(payload)[1], [
+                ["BlockStored", [1, 2], None, t, BS, None, "GPU", None, [["t-1"], None]],
+                ["BlockStored", [3], 2, t[:BS], BS, None, "GPU", None],  # the chain has the salt
+                ["BlockStored", [4], None, t[:BS], BS, None, "GPU", None, None, 1,
+                 "sliding_window"],
+                ["BlockRemoved", [4], "GPU", 1]])
+        finally:
+            sub.close(0)
 
     def test_remote_binds_need_allow_remote(self):
         p = subprocess.run([BIN, "--http-listen", "127.0.0.1:0", "--rpc-listen", "127.0.0.1:0",

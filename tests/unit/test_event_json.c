@@ -250,10 +250,10 @@ static void test_mediums(void **state)
     static const struct {
         const char *name;
         unsigned tier;
-    } engines[] = {{"GPU", KVT_TIER_GPU},         {"CPU", KVT_TIER_CPU},
-                   {"CPU_PINNED", KVT_TIER_CPU},  {"STORAGE", KVT_TIER_DISK},
-                   {"DISK", KVT_TIER_DISK},       {"EXTERNAL", KVT_TIER_DISK},
-                   {"cpu_pinned", KVT_TIER_CPU},  {"NVME", KVT_TIER_DISK}};
+    } engines[] = {{"GPU", KVT_TIER_GPU},        {"CPU", KVT_TIER_CPU},
+                   {"CPU_PINNED", KVT_TIER_CPU}, {"STORAGE", KVT_TIER_DISK},
+                   {"DISK", KVT_TIER_DISK},      {"EXTERNAL", KVT_TIER_DISK},
+                   {"cpu_pinned", KVT_TIER_CPU}, {"NVME", KVT_TIER_DISK}};
     for (size_t i = 0; i < sizeof(engines) / sizeof(engines[0]); i++)
         assert_int_equal(kvt_ev_medium_tier(engines[i].name, strlen(engines[i].name)),
                          engines[i].tier);
@@ -959,12 +959,87 @@ static void test_nulls_read_as_absent(void **state)
                KVT_ERR_PARSE, "events[0].token_ids:");
 }
 
+/* vLLM's fields past lora_name: extra_keys, group_idx, kv_cache_spec_kind, locality. */
+static void test_salt_groups_locality(void **state)
+{
+    (void)state;
+    kvt_evbatch_t b;
+#define ST                                                                                         \
+    "{\"type\":\"BlockStored\",\"block_hashes\":[1,2],\"token_ids\":[1,2,3,4],\"block_size\":2"
+    /* "cache_salt" given directly; "" and null are no salt */
+    decode_ok(HDR ST ",\"cache_salt\":\"tenant-a\"}" FTR, &b);
+    assert_true(b.ev[0].cache_salt_len == 8 && strcmp(b.ev[0].cache_salt, "tenant-a") == 0);
+    kvt_evbatch_cleanup(&b);
+    decode_ok(HDR ST ",\"cache_salt\":\"\"}," ST ",\"cache_salt\":null}" FTR, &b);
+    assert_true(b.ev[0].cache_salt == NULL && b.ev[1].cache_salt == NULL);
+    kvt_evbatch_cleanup(&b);
+    /* vLLM's extra_keys: the first block's lone string, after the LoRA name, is the salt */
+    decode_ok(HDR ST ",\"extra_keys\":[[\"s1\"],null]}," ST
+                     ",\"extra_keys\":[[\"ad\",\"s2\"],null],\"lora_name\":\"ad\"}," ST
+                     ",\"lora_name\":\"ad\",\"extra_keys\":[[\"ad\"],null]}" FTR,
+              &b);
+    assert_string_equal(b.ev[0].cache_salt, "s1");
+    assert_string_equal(b.ev[1].cache_salt, "s2");
+    assert_null(b.ev[2].cache_salt);
+    for (int i = 0; i < 3; i++)
+        assert_null(b.ev[i].extra_seeds);
+    kvt_evbatch_cleanup(&b);
+    /* "cache_salt" wins; after a parent a lone string is another key; others seed blocks */
+    decode_ok(HDR ST ",\"cache_salt\":\"x\",\"extra_keys\":[[\"y\"],null]}," ST
+                     ",\"parent_block_hash\":7,\"extra_keys\":[[\"mm\"],null]}," ST
+                     ",\"extra_keys\":[null,[[\"img\",0],\"s\"]]}," ST
+                     ",\"extra_keys\":[null, [ [\"img\",0] , \"s\" ] ]}" FTR,
+              &b);
+    assert_string_equal(b.ev[0].cache_salt, "x");
+    assert_null(b.ev[0].extra_seeds);
+    assert_null(b.ev[1].cache_salt);
+    assert_true(b.ev[1].extra_seeds != NULL && b.ev[1].extra_seeds[0] != 0 &&
+                b.ev[1].extra_seeds[1] == 0);
+    assert_true(b.ev[2].extra_seeds != NULL && b.ev[2].extra_seeds[0] == 0 &&
+                b.ev[2].extra_seeds[1] != 0);
+    assert_non_null(b.ev[3].extra_seeds);
+    kvt_evbatch_cleanup(&b);
+    /* groups, kinds, locality; a removal's too */
+    decode_ok(HDR ST ",\"group_idx\":2,\"kv_cache_spec_kind\":\"sliding_window\"},"
+                     "{\"type\":\"BlockRemoved\",\"block_hashes\":[1],\"group_idx\":1,"
+                     "\"locality\":\"REMOTE\"}," ST ",\"locality\":\"LOCAL\",\"group_idx\":null,"
+                     "\"kv_cache_spec_kind\":\"a_kind_name_longer_than_forty_bytes_is_any\"}"
+                     ",{\"type\":\"AllBlocksCleared\",\"group_idx\":0}" FTR,
+              &b);
+    assert_true(b.ev[0].group == 2 && b.ev[0].group_kind == KVT_EV_GROUP_OTHER);
+    assert_true(b.ev[1].group == 1 && b.ev[1].skip == KVT_EV_SKIP_REMOTE);
+    assert_true(b.ev[2].group == -1 && b.ev[2].skip == KVT_EV_SKIP_NONE &&
+                b.ev[2].group_kind == KVT_EV_GROUP_ANY);
+    assert_int_equal(b.unknown, 1); /* group_idx means nothing to a clear */
+    kvt_evbatch_cleanup(&b);
+    /* wrong shapes are errors (the HTTP API refuses the request) */
+    decode_err(HDR ST ",\"extra_keys\":[null]}" FTR, KVT_ERR_INVAL,
+               "extra_keys has 1 entries for 2 block_hashes");
+    decode_err(HDR ST ",\"extra_keys\":[null,null,null]}" FTR, KVT_ERR_INVAL,
+               "extra_keys has more entries than blocks");
+    decode_err(HDR ST ",\"extra_keys\":[1,null]}" FTR, KVT_ERR_INVAL,
+               "extra_keys[0] must be an array or null");
+    decode_err(HDR ST ",\"extra_keys\":{}}" FTR, KVT_ERR_INVAL, "must be an array or null");
+    decode_err(HDR ST ",\"group_idx\":-1}" FTR, KVT_ERR_INVAL, "group_idx");
+    decode_err(HDR ST ",\"locality\":1}" FTR, KVT_ERR_INVAL, "'locality' must be a string");
+    decode_err(HDR ST ",\"kv_cache_spec_kind\":[]}" FTR, KVT_ERR_INVAL,
+               "'kv_cache_spec_kind' must be a string");
+    decode_err(HDR ST ",\"cache_salt\":5}" FTR, KVT_ERR_INVAL, "'cache_salt' must be a string");
+    decode_err("{\"pod\":\"p\",\"model\":\"m\",\"dp_rank\":256,\"events\":[]}", KVT_ERR_INVAL,
+               "field 'dp_rank': want 0..255");
+    decode_ok("{\"pod\":\"p\",\"model\":\"m\",\"dp_rank\":255,\"events\":[]}", &b);
+    assert_int_equal(b.dp_rank, 255);
+    kvt_evbatch_cleanup(&b);
+#undef ST
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_block_stored_full),
         cmocka_unit_test(test_block_stored_minimal),
         cmocka_unit_test(test_mediums),
+        cmocka_unit_test(test_salt_groups_locality),
         cmocka_unit_test(test_removed_and_cleared),
         cmocka_unit_test(test_unknown_counting),
         cmocka_unit_test(test_event_errors),
