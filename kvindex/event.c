@@ -5,47 +5,10 @@
  */
 #include <stdio.h>
 #include <string.h>
-#include <strings.h>
 
 #include "kvindex/event.h"
 #include "kvindex/event_int.h"
 #include "kvindex/hash.h"
-
-unsigned kvt_ev_medium_tier(const char *name, size_t len)
-{
-    static const struct {
-        const char *name;
-        unsigned tier;
-    } mediums[] = {
-        {"GPU", KVT_TIER_GPU},       {"CPU", KVT_TIER_CPU},      {"CPU_PINNED", KVT_TIER_CPU},
-        {"DISK", KVT_TIER_DISK},     {"NVME", KVT_TIER_DISK},    {"STORAGE", KVT_TIER_DISK},
-        {"EXTERNAL", KVT_TIER_DISK},
-    };
-    for (size_t i = 0; i < sizeof(mediums) / sizeof(mediums[0]); i++)
-        if (strlen(mediums[i].name) == len && strncasecmp(name, mediums[i].name, len) == 0)
-            return mediums[i].tier;
-    return 0;
-}
-
-uint8_t kvt_ev_group_kind(const char *name, size_t len)
-{
-    static const struct {
-        const char *name;
-        uint8_t kind;
-    } kinds[] = {
-        {"full_attention", KVT_EV_GROUP_FULL},
-        {"mla_attention", KVT_EV_GROUP_FULL},
-        {"sink_full_attention", KVT_EV_GROUP_FULL},
-        {"sliding_window", KVT_EV_GROUP_OTHER},
-        {"sliding_window_mla", KVT_EV_GROUP_OTHER},
-        {"chunked_local_attention", KVT_EV_GROUP_OTHER},
-        {"mamba", KVT_EV_GROUP_OTHER},
-    };
-    for (size_t i = 0; i < sizeof(kinds) / sizeof(kinds[0]); i++)
-        if (strlen(kinds[i].name) == len && strncasecmp(name, kinds[i].name, len) == 0)
-            return kinds[i].kind;
-    return KVT_EV_GROUP_ANY;
-}
 
 static const char *ev_lora(const kvt_evbatch_t *b, const kvt_event_t *e)
 {

@@ -49,7 +49,8 @@ enum {
 /* One event. Pointers point into the batch's arena. */
 typedef struct kvt_event {
     kvt_ev_type_t type;
-    unsigned tier;          /* KVT_TIER_* from "medium" (absent or null: GPU); 0 when skipped */
+    unsigned tier;          /* KVT_TIER_* from "medium" (absent or null: GPU); 0 for an event
+                               skipped for its medium, and for KVT_EV_BAD */
     uint32_t nhashes;       /* engine block hashes (stored or removed) */
     const uint64_t *hashes; /* NULL when nhashes is 0 */
     bool has_parent;        /* "parent_block_hash" present and not null */
@@ -60,7 +61,7 @@ typedef struct kvt_event {
     const char *lora_name;  /* NUL-terminated; NULL: the batch's LoRA */
     /* The request's cache salt (vLLM extra_keys, SGLang metadata, or "cache_salt"): it seeds the
      * chain's first block (kvindex/hash.h) when this event starts a chain. NULL: none. */
-    const char *cache_salt;
+    const char *cache_salt;  /* NUL-terminated, no NUL inside (such a string is no salt) */
     uint32_t cache_salt_len; /* >= 1 when cache_salt is set */
     /*
      * Per block: a seed standing for the block's other extra keys (multimodal

@@ -475,6 +475,7 @@ static kvt_status_t kvt_evj_extras(kvt_evj_t *d, size_t from, size_t to, kvt_eve
             uint32_t nkey = 0, nkept = 0;
             const char *lone = NULL;
             size_t lone_len = 0;
+            bool lone_nul = false;
             while ((r = kvt_json_array_next(&x)) == 1) {
                 size_t a = kvt_json_offset(&x);
                 const kvt_json_t save = x;
@@ -489,6 +490,7 @@ static kvt_status_t kvt_evj_extras(kvt_evj_t *d, size_t from, size_t to, kvt_eve
                         continue;
                     lone = x.s + a; /* its raw text: a salt is decoded again below */
                     lone_len = n;
+                    lone_nul = memchr(buf, '\0', n) != NULL; /* no salt, then: another key */
                     XXH3_64bits_update(&h, buf, n);
                     nkept++;
                     continue;
@@ -504,7 +506,8 @@ static kvt_status_t kvt_evj_extras(kvt_evj_t *d, size_t from, size_t to, kvt_eve
             if (r < 0 || kvt_json_status(&x) != KVT_OK)
                 return kvt_evj_ev_fail(d, KVT_ERR_INVAL, "extra_keys[%u]: %s", nblk,
                                        kvt_json_error(&x));
-            if (nkept == 1 && nblk == 0 && !ev->has_parent && lone != NULL) {
+            if (nkept == 1 && nblk == 0 && !ev->has_parent && lone != NULL && !lone_nul &&
+                lone_len > 0) {
                 if (ev->cache_salt == NULL) {
                     /* decode the salt again into the arena (it fit in buf) */
                     kvt_json_t sx;
@@ -888,13 +891,6 @@ static kvt_status_t kvt_evj_events(kvt_evj_t *d)
 
 /* ---- the batch ------------------------------------------------------------------------ */
 
-void kvt_evbatch_cleanup(kvt_evbatch_t *b)
-{
-    if (b == NULL)
-        return;
-    free(b->arena);
-    memset(b, 0, sizeof(*b));
-}
 
 /* Top-level fields (bits), to catch duplicates and missing ones. */
 enum {

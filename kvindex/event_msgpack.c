@@ -441,6 +441,9 @@ static kvt_status_t mp_fields(mp_dec_t *d, const msgpack_object *o, mp_ev_t *e)
     }
     if (e->type != KVT_EV_CLEARED && !hashes_seen)
         return mp_bad(d, e, "missing field 'block_hashes'");
+    if (e->type != KVT_EV_CLEARED &&
+        (e->f[MPF_HASHES] == NULL || e->f[MPF_HASHES]->type != MSGPACK_OBJECT_ARRAY))
+        return mp_bad(d, e, "block_hashes: want an array");
     return KVT_OK;
 }
 
@@ -448,6 +451,13 @@ static kvt_status_t mp_fields(mp_dec_t *d, const msgpack_object *o, mp_ev_t *e)
 static bool mp_is_name(const msgpack_object *o, uint32_t max)
 {
     return o->type == MSGPACK_OBJECT_STR && o->via.str.size >= 1 && o->via.str.size <= max &&
+           memchr(o->via.str.ptr, '\0', o->via.str.size) == NULL;
+}
+
+/* Whether @o can be a cache salt: a non-empty string without NUL. */
+static bool mp_is_salt(const msgpack_object *o)
+{
+    return o->type == MSGPACK_OBJECT_STR && o->via.str.size > 0 &&
            memchr(o->via.str.ptr, '\0', o->via.str.size) == NULL;
 }
 
@@ -492,8 +502,7 @@ static kvt_status_t mp_extras(mp_dec_t *d, mp_ev_t *e, uint32_t nhashes)
         if (left == 0)
             continue;
         const msgpack_object *only = &k->via.array.ptr[from];
-        if (i == 0 && e->f[MPF_PARENT] == NULL && left == 1 && only->type == MSGPACK_OBJECT_STR &&
-            only->via.str.size > 0) {
+        if (i == 0 && e->f[MPF_PARENT] == NULL && left == 1 && mp_is_salt(only)) {
             if (e->salt == NULL)
                 e->salt = only;
             continue;
@@ -517,8 +526,8 @@ static kvt_status_t mp_meta(mp_dec_t *d, mp_ev_t *e)
         const msgpack_object *v = &m->via.map.ptr[i].val;
         if (v->type == MSGPACK_OBJECT_NIL || (v->type == MSGPACK_OBJECT_STR && v->via.str.size == 0))
             continue;
-        if (v->type != MSGPACK_OBJECT_STR)
-            return mp_bad(d, e, "metadata.cache_salt: want a string");
+        if (!mp_is_salt(v))
+            return mp_bad(d, e, "metadata.cache_salt: want a string without NUL");
         e->salt = v; /* the typed field wins over extra_keys */
     }
     return KVT_OK;
@@ -561,8 +570,6 @@ static kvt_status_t mp_classify(mp_dec_t *d, const msgpack_object *o, mp_ev_t *e
     if (e->type != KVT_EV_STORED || e->skip != KVT_EV_SKIP_NONE)
         return KVT_OK;
     const msgpack_object *h = e->f[MPF_HASHES];
-    if (h->type != MSGPACK_OBJECT_ARRAY)
-        return mp_bad(d, e, "block_hashes: want an array");
     const msgpack_object *l = e->f[MPF_LORA];
     if (l != NULL && !mp_is_name(l, KVT_IDX_MAX_NAME))
         return mp_bad(d, e, "lora_name: want a string of 1..%u bytes without NUL, or nil",
@@ -718,6 +725,11 @@ static void mp_convert_head(const mp_ev_t *e, kvt_event_t *ev)
 {
     memset(ev, 0, sizeof(*ev));
     ev->type = e->type;
+    if (e->type == KVT_EV_BAD) { /* nothing of it is trusted */
+        ev->may_remove = e->may_remove;
+        ev->group = -1;
+        return;
+    }
     ev->tier = e->skip == KVT_EV_SKIP_MEDIUM ? 0 : e->tier;
     ev->skip = e->skip;
     ev->may_remove = e->may_remove;
@@ -735,7 +747,10 @@ static void mp_convert(mp_dec_t *d, mp_ev_t *e, kvt_event_t *ev, char **bump)
         const msgpack_object *m = e->f[MPF_MEDIUM];
         uint32_t n = m->via.str.size < KVT_EV_MEDIUM_NAME_MAX ? m->via.str.size
                                                               : KVT_EV_MEDIUM_NAME_MAX;
-        memcpy(*bump, m->via.str.ptr, n);
+        if (n > 0)
+            memcpy(*bump, m->via.str.ptr, n);
+        else
+            (*bump)[n++] = '?'; /* an empty name, counted as "?" (as the JSON decoder does) */
         ev->medium = *bump;
         ev->medium_len = n;
         *bump += KVT_EV_MEDIUM_NAME_MAX;
@@ -799,8 +814,7 @@ static void mp_convert(mp_dec_t *d, mp_ev_t *e, kvt_event_t *ev, char **bump)
                 continue;
             uint32_t from = k->via.array.size > 0 && mp_is_lora(e, &k->via.array.ptr[0]) ? 1 : 0;
             bool salt_only = i == 0 && e->f[MPF_PARENT] == NULL && k->via.array.size == from + 1 &&
-                             k->via.array.ptr[from].type == MSGPACK_OBJECT_STR &&
-                             k->via.array.ptr[from].via.str.size > 0;
+                             mp_is_salt(&k->via.array.ptr[from]);
             if (k->via.array.size > from && !salt_only)
                 x[i] = mp_extra_seed(k, from);
         }

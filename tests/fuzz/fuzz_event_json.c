@@ -70,7 +70,14 @@ static size_t check_batch(const kvt_evbatch_t *b, size_t len)
         CHECK(inside(b, b->ev, b->nev * sizeof(kvt_event_t)));
     for (size_t i = 0; i < b->nev; i++) {
         const kvt_event_t *e = &b->ev[i];
-        CHECK(one_tier(e->tier));
+        CHECK(one_tier(e->tier) || (e->tier == 0 && e->skip == KVT_EV_SKIP_MEDIUM));
+        if (e->medium != NULL)
+            CHECK(inside(b, e->medium, e->medium_len));
+        if (e->cache_salt != NULL)
+            CHECK(inside(b, e->cache_salt, e->cache_salt_len + 1));
+        if (e->extra_seeds != NULL)
+            CHECK(inside(b, e->extra_seeds, e->nhashes * 8u) &&
+                  (uintptr_t)e->extra_seeds % 8 == 0);
         CHECK((e->hashes == NULL) == (e->nhashes == 0));
         CHECK((e->tokens == NULL) == (e->ntokens == 0));
         if (e->nhashes > 0)
@@ -103,6 +110,14 @@ static void check_same(const kvt_evbatch_t *a, const kvt_evbatch_t *b)
     for (size_t i = 0; i < a->nev; i++) {
         const kvt_event_t *x = &a->ev[i], *y = &b->ev[i];
         CHECK(x->type == y->type && x->tier == y->tier && x->nhashes == y->nhashes);
+        CHECK(x->skip == y->skip && x->group == y->group && x->group_kind == y->group_kind);
+        CHECK(x->medium_len == y->medium_len &&
+              (x->medium == NULL || memcmp(x->medium, y->medium, x->medium_len) == 0));
+        CHECK(x->cache_salt_len == y->cache_salt_len &&
+              (x->cache_salt == NULL || strcmp(x->cache_salt, y->cache_salt) == 0));
+        CHECK((x->extra_seeds == NULL) == (y->extra_seeds == NULL));
+        for (uint32_t k = 0; x->extra_seeds != NULL && k < x->nhashes; k++)
+            CHECK((x->extra_seeds[k] == 0) == (y->extra_seeds[k] == 0));
         CHECK(x->ntokens == y->ntokens && x->block_size == y->block_size);
         CHECK(x->has_parent == y->has_parent && x->parent == y->parent);
         CHECK(same_name(x->lora_name, y->lora_name));
@@ -135,10 +150,21 @@ static void write_batch(const kvt_evbatch_t *b, kvt_jbuf_t *j)
                 kvt_jbuf_u64(j, e->hashes[k]);
             }
             kvt_jbuf_cstr(j, "],\"medium\":");
-            kvt_jbuf_cstr(j, e->tier == KVT_TIER_CPU    ? "\"CPU\""
-                             : e->tier == KVT_TIER_DISK ? "\"DISK\""
-                                                        : "\"GPU\"");
+            if (e->skip == KVT_EV_SKIP_MEDIUM)
+                kvt_jbuf_str(j, e->medium, e->medium_len);
+            else
+                kvt_jbuf_cstr(j, e->tier == KVT_TIER_CPU    ? "\"CPU\""
+                                 : e->tier == KVT_TIER_DISK ? "\"DISK\""
+                                                            : "\"GPU\"");
+            if (e->skip == KVT_EV_SKIP_REMOTE)
+                kvt_jbuf_cstr(j, ",\"locality\":\"REMOTE\"");
+            if (e->group >= 0)
+                kvt_jbuf_printf(j, ",\"group_idx\":%lld", (long long)e->group);
         }
+        if (e->type == KVT_EV_STORED && e->group_kind != KVT_EV_GROUP_ANY)
+            kvt_jbuf_cstr(j, e->group_kind == KVT_EV_GROUP_FULL
+                                 ? ",\"kv_cache_spec_kind\":\"full_attention\""
+                                 : ",\"kv_cache_spec_kind\":\"mamba\"");
         if (e->type == KVT_EV_STORED) {
             if (e->has_parent) {
                 kvt_jbuf_cstr(j, ",\"parent_block_hash\":");
@@ -154,6 +180,25 @@ static void write_batch(const kvt_evbatch_t *b, kvt_jbuf_t *j)
             if (e->lora_name != NULL) {
                 kvt_jbuf_cstr(j, ",\"lora_name\":");
                 kvt_jbuf_str(j, e->lora_name, strlen(e->lora_name));
+            }
+            if (e->cache_salt != NULL) {
+                kvt_jbuf_cstr(j, ",\"cache_salt\":");
+                kvt_jbuf_str(j, e->cache_salt, e->cache_salt_len);
+            }
+            if (e->extra_seeds != NULL) {
+                kvt_jbuf_cstr(j, ",\"extra_keys\":[");
+                for (uint32_t k = 0; k < e->nhashes; k++) {
+                    if (k > 0)
+                        kvt_jbuf_cstr(j, ",");
+                    if (e->extra_seeds[k] == 0) {
+                        kvt_jbuf_cstr(j, "null");
+                    } else { /* an opaque number key: never taken for a salt */
+                        kvt_jbuf_cstr(j, "[");
+                        kvt_jbuf_u64(j, e->extra_seeds[k]);
+                        kvt_jbuf_cstr(j, "]");
+                    }
+                }
+                kvt_jbuf_cstr(j, "]");
             }
         }
         kvt_jbuf_cstr(j, "}");

@@ -567,6 +567,10 @@ static void test_bad_events(void **state)
     /* stores: skipping one loses a hit at worst */
     BAD(false, "events[0]: missing field 'block_hashes'", "a d a a s", 2, 0.0, 1, 1, "BlockStored");
     BAD(false, "events[0]: block_hashes is empty", "a d a a s a", 2, 0.0, 1, 2, "BlockStored", 0);
+    BAD(false, "events[0]: block_hashes: want an array", "a d a a s n", 2, 0.0, 1, 2,
+        "BlockStored");
+    BAD(true, "events[0]: block_hashes: want an array", "a d a m s s s n", 2, 0.0, 1, 2, "type",
+        "BlockRemoved", "block_hashes");
     BAD(false, "parent_block_hash: want an integer or 1..64 bytes", "a d a a s a u s", 2, 0.0, 1,
         3, "BlockStored", 1, (uint64_t)1, "x");
     BAD(false, "events[0]: token_ids: want an array", "a d a a s a u n u", 2, 0.0, 1, 4,
