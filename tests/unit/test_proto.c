@@ -1576,6 +1576,14 @@ static const uint8_t doc_error[] = {
     0x90, 0x01, 0x17, 0x00, 0x71, 0x75, 0x65, 0x72, 0x79, 0x3a, 0x20, 0x65, 0x6d, 0x70,
     0x74, 0x79, 0x20, 0x6d, 0x6f, 0x64, 0x65, 0x6c, 0x20, 0x6e, 0x61, 0x6d, 0x65};
 
+static const uint8_t doc_salted[] = {
+    0x4b, 0x56, 0x54, 0x31, 0x01, 0x10, 0x00, 0x00, 0x02, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00,
+    0x00, 0x3f, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x05, 0x00, 0x6c, 0x6c, 0x61, 0x6d,
+    0x61, 0x00, 0x00, 0x02, 0x00, 0x00, 0x00, 0x08, 0x00, 0x74, 0x65, 0x6e, 0x61, 0x6e, 0x74,
+    0x2d, 0x61, 0x08, 0x00, 0x00, 0x00, 0x01, 0x00, 0x00, 0x00, 0x02, 0x00, 0x00, 0x00, 0x03,
+    0x00, 0x00, 0x00, 0x04, 0x00, 0x00, 0x00, 0x05, 0x00, 0x00, 0x00, 0x06, 0x00, 0x00, 0x00,
+    0x07, 0x00, 0x00, 0x00, 0x08, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00};
+
 /*
  * Reads the hex dumps of the "Worked example" section of docs/protocol.md
  * (lines "OFFS  xx xx ...  comment" inside ``` blocks) into @out, one frame per
@@ -1664,6 +1672,19 @@ static void test_doc_example(void **state)
     assert_int_equal(kvt_proto_query_decode(empty_model, sizeof(empty_model), 10, &dq, &why),
                      KVT_ERR_INVAL);
     assert_string_equal(why, msg);
+
+    /* The salted query (kind 2), and it decodes back to the salt and the tokens. */
+    kvt_proto_wr_reset(&w);
+    kvt_proto_query_req_t sq = {
+        S("llama"), S(""), KVT_PROTO_Q_TOKENS_SALTED, 8, toks, NULL, 0, NULL, S("tenant-a")};
+    assert_int_equal(kvt_proto_query_req_encode(&w, 2, &sq), KVT_OK);
+    assert_int_equal(w.len, sizeof(doc_salted));
+    assert_memory_equal(w.buf, doc_salted, sizeof(doc_salted));
+    assert_int_equal(kvt_proto_query_decode(doc_salted + KVT_PROTO_HDR_SIZE,
+                                            sizeof(doc_salted) - KVT_PROTO_HDR_SIZE, 8, &dq, &why),
+                     KVT_OK);
+    assert_true(str_eq(dq.salt, "tenant-a", 8));
+    assert_int_equal(kvt_proto_query_token(&dq, 7), 8);
     kvt_proto_wr_cleanup(&w);
 
     /* The document itself, when the source tree is known (ctest sets KVT_SOURCE_DIR). */
@@ -1672,14 +1693,14 @@ static void test_doc_example(void **state)
         return;
     char path[1024];
     snprintf(path, sizeof(path), "%s/docs/protocol.md", src);
-    uint8_t frames[4][128];
-    size_t lens[4];
-    int n = read_doc_frames(path, frames, lens, 4);
-    assert_int_equal(n, 4);
-    const uint8_t *want[4] = {doc_hello, doc_query, doc_answer, doc_error};
-    const size_t wlen[4] = {sizeof(doc_hello), sizeof(doc_query), sizeof(doc_answer),
-                            sizeof(doc_error)};
-    for (int i = 0; i < 4; i++) {
+    uint8_t frames[5][128];
+    size_t lens[5];
+    int n = read_doc_frames(path, frames, lens, 5);
+    assert_int_equal(n, 5);
+    const uint8_t *want[5] = {doc_hello, doc_query, doc_answer, doc_error, doc_salted};
+    const size_t wlen[5] = {sizeof(doc_hello), sizeof(doc_query), sizeof(doc_answer),
+                            sizeof(doc_error), sizeof(doc_salted)};
+    for (int i = 0; i < 5; i++) {
         assert_int_equal(lens[i], wlen[i]);
         assert_memory_equal(frames[i], want[i], wlen[i]);
     }
