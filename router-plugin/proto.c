@@ -506,6 +506,26 @@ bool kvt_proto_query_kind_tokens(uint8_t kind)
     return kind == KVT_PROTO_Q_TOKENS || kind == KVT_PROTO_Q_TOKENS_SALTED;
 }
 
+/*
+ * Reads one str field of a QUERY request into *@s. False, with @bad_why (a
+ * malformed str) or @empty_why (an empty one, when @empty_why is not NULL)
+ * in *@why_p, when it is refused.
+ */
+static bool query_str(kvt_proto_rd_t *r, kvt_proto_str_t *s, const char *bad_why,
+                      const char *empty_why, const char **why_p)
+{
+    *s = kvt_proto_rd_str(r);
+    if (r->bad) {
+        set_why(why_p, bad_why);
+        return false;
+    }
+    if (s->len == 0 && empty_why != NULL) {
+        set_why(why_p, empty_why);
+        return false;
+    }
+    return true;
+}
+
 kvt_status_t kvt_proto_query_decode(const uint8_t *body, size_t len, uint32_t max_items,
                                     kvt_proto_query_t *q_p, const char **why_p)
 {
@@ -513,20 +533,11 @@ kvt_status_t kvt_proto_query_decode(const uint8_t *body, size_t len, uint32_t ma
     kvt_proto_query_t q;
 
     kvt_proto_rd_init(&r, body, len);
-    q.model = kvt_proto_rd_str(&r);
-    if (r.bad) {
-        set_why(why_p, "query: bad model string (truncated, too long or NUL byte)");
+    if (!query_str(&r, &q.model, "query: bad model string (truncated, too long or NUL byte)",
+                   "query: empty model name", why_p) ||
+        !query_str(&r, &q.lora, "query: bad lora string (truncated, too long or NUL byte)", NULL,
+                   why_p))
         return KVT_ERR_INVAL;
-    }
-    if (q.model.len == 0) {
-        set_why(why_p, "query: empty model name");
-        return KVT_ERR_INVAL;
-    }
-    q.lora = kvt_proto_rd_str(&r);
-    if (r.bad) {
-        set_why(why_p, "query: bad lora string (truncated, too long or NUL byte)");
-        return KVT_ERR_INVAL;
-    }
     q.kind = kvt_proto_rd_u8(&r);
     const uint8_t *pad = kvt_proto_rd_raw(&r, 3);
     if (r.bad) {
@@ -542,18 +553,11 @@ kvt_status_t kvt_proto_query_decode(const uint8_t *body, size_t len, uint32_t ma
         return KVT_ERR_INVAL;
     }
     q.salt = (kvt_proto_str_t){NULL, 0};
-    if (q.kind == KVT_PROTO_Q_TOKENS_SALTED) {
-        q.salt = kvt_proto_rd_str(&r);
-        if (r.bad) {
-            set_why(why_p, "query: bad cache salt string (truncated, too long or NUL byte)");
-            return KVT_ERR_INVAL;
-        }
-        /* one encoding per request: no salt is kind 0, never kind 2 with "" */
-        if (q.salt.len == 0) {
-            set_why(why_p, "query: empty cache salt under kind 2 (no salt is kind 0)");
-            return KVT_ERR_INVAL;
-        }
-    }
+    /* one encoding per request: no salt is kind 0, never kind 2 with "" */
+    if (q.kind == KVT_PROTO_Q_TOKENS_SALTED &&
+        !query_str(&r, &q.salt, "query: bad cache salt string (truncated, too long or NUL byte)",
+                   "query: empty cache salt under kind 2 (no salt is kind 0)", why_p))
+        return KVT_ERR_INVAL;
     q.n = kvt_proto_rd_u32(&r);
     if (r.bad) {
         set_why(why_p, "query: body ends inside kind, pad or count");
@@ -576,15 +580,10 @@ kvt_status_t kvt_proto_query_decode(const uint8_t *body, size_t len, uint32_t ma
     }
     q.pods = r.p;
     for (uint32_t i = 0; i < q.npods; i++) {
-        kvt_proto_str_t pod = kvt_proto_rd_str(&r);
-        if (r.bad) {
-            set_why(why_p, "query: bad pod name (truncated, too long or NUL byte)");
+        kvt_proto_str_t pod;
+        if (!query_str(&r, &pod, "query: bad pod name (truncated, too long or NUL byte)",
+                       "query: empty pod name", why_p))
             return KVT_ERR_INVAL;
-        }
-        if (pod.len == 0) {
-            set_why(why_p, "query: empty pod name");
-            return KVT_ERR_INVAL;
-        }
     }
     q.pods_len = (size_t)(r.p - q.pods);
     if (!kvt_proto_rd_done(&r)) {

@@ -923,21 +923,12 @@ static void test_query_salted(void **state)
     kvt_proto_str_t pods[] = {S("pod-a")};
     kvt_proto_query_req_t req = {
         S("llama"), S("ad1"), KVT_PROTO_Q_TOKENS_SALTED, 3, toks, NULL, 1, pods, S("tenant-a")};
+    /* The bytes against a reference: test_doc_example (fixed) and test_random_roundtrips. */
     assert_int_equal(kvt_proto_query_req_encode(&w, 21, &req), KVT_OK);
     const uint8_t *body = frame_body(&w, 0, KVT_PROTO_OP_QUERY, 0, 21, &len);
+    assert_int_equal(len, 7 + 5 + 4 + 10 + 4 + 3 * 4 + 4 + 7);
+    assert_memory_equal(body + 16, "\x08\x00tenant-a", 10); /* right after pad, before n */
     ref_t *ref = calloc(1, sizeof(*ref));
-    ref_str(ref, "llama", 5);
-    ref_str(ref, "ad1", 3);
-    ref_u8(ref, 2);
-    ref_le(ref, 0, 3);
-    ref_str(ref, "tenant-a", 8); /* right after pad, before n */
-    ref_le(ref, 3, 4);
-    for (int i = 0; i < 3; i++)
-        ref_le(ref, toks[i], 4);
-    ref_le(ref, 1, 4);
-    ref_str(ref, "pod-a", 5);
-    assert_int_equal(len, ref->n);
-    assert_memory_equal(body, ref->b, ref->n);
 
     kvt_proto_query_t q;
     assert_int_equal(kvt_proto_query_decode(body, len, 3, &q, NULL), KVT_OK);
