@@ -664,7 +664,10 @@ class TestCacheSalt(Base):
         """Every malformed salt is refused with a clear reason (HTTP 400, RPC error answer,
         ValueError/TypeError, CLI exit 2) and nothing changes."""
         self.setup_salted()
-        before = self.d.stats()["index"]
+        # 12 entries: S 4, T 3, U 3, N 1, E 1 (stats refresh every --stats-period)
+        before = self.wait_stats(lambda st: st["index"]["entries"] == 12)["index"]
+        answers = {salt: self.http_query(token_ids=TOK, cache_salt=salt)
+                   for salt in (None, SALT_A, SALT_U)}
         c = self.client()
         keys = kvtier.hash_tokens(TOK, 4, cache_salt=SALT_A)
         bad_http = [
@@ -728,7 +731,10 @@ class TestCacheSalt(Base):
             self.assertEqual(len(p.stderr.splitlines()), 1, p.stderr)
             self.assertTrue(p.stderr.startswith("kvtier: query: "), p.stderr)
         c.ping()
-        self.assertEqual(self.d.stats()["index"], before, "a refused query changed the index")
+        for salt, want in answers.items():
+            self.assertEqual(self.http_query(token_ids=TOK, cache_salt=salt), want,
+                             "a refused query changed the index")
+        self.assertEqual(self.d.stats()["index"]["entries"], before["entries"])
 
     def test_doc_examples(self):
         """The cache-salt worked example of docs/api.md and the salted kvtier query lines of
