@@ -40,6 +40,21 @@ typedef struct cl_flight {
     kvt_status_t st;
 } cl_flight_t;
 
+/*
+ * What one query sends, as the public calls take it (all borrowed): every
+ * query variant (sync, submit, fan-out; tokens, keys, salted) goes through
+ * cl_build_query() with one of these.
+ */
+typedef struct cl_q {
+    const char *model, *lora; /* lora NULL or "": the base model */
+    const char *salt;         /* token queries: the cache salt; NULL or "": none (kind 0) */
+    uint8_t kind;             /* KVT_PROTO_Q_TOKENS or KVT_PROTO_Q_KEYS */
+    const void *vals;         /* n u32 tokens or n u64 keys */
+    size_t n;
+    const char *const *pods; /* filter; NULL/0: every pod */
+    size_t npods;
+} cl_q_t;
+
 struct kvt_client {
     bool is_unix;
     char host[256]; /* TCP: host name or address literal (no brackets) */
@@ -106,12 +121,20 @@ const char *kvt_client_version(void)
     return KVT_VERSION;
 }
 
-size_t kvt_client_hash_tokens(const uint32_t *tokens, size_t n, uint32_t block_size,
-                              uint64_t *keys_out)
+size_t kvt_client_hash_tokens_salted(const uint32_t *tokens, size_t n, uint32_t block_size,
+                                     const char *cache_salt, uint64_t *keys_out)
 {
     if (block_size == 0 || n < block_size)
         return 0;
-    return kvt_hash_seq(tokens, n, block_size, KVT_HASH_SEED, NULL, NULL, keys_out);
+    size_t slen = cache_salt != NULL ? strlen(cache_salt) : 0;
+    return kvt_hash_seq_salted(tokens, n, block_size, kvt_hash_salt_seed(cache_salt, slen), NULL,
+                               NULL, keys_out);
+}
+
+size_t kvt_client_hash_tokens(const uint32_t *tokens, size_t n, uint32_t block_size,
+                              uint64_t *keys_out)
+{
+    return kvt_client_hash_tokens_salted(tokens, n, block_size, NULL, keys_out);
 }
 
 /* ---- options and address -------------------------------------------------------------------- */
@@ -736,54 +759,59 @@ static kvt_status_t cl_call(kvt_client_t *c, kvt_proto_wr_t *req, bool idempoten
     return st;
 }
 
-/* Builds a QUERY request frame (req_id 0, patched later) into @w. */
+/* Builds the QUERY request frame of @q into @w (the blocking calls patch req_id in later). */
 static kvt_status_t cl_build_query(kvt_client_t *c, kvt_proto_wr_t *w, uint64_t req_id,
-                                   const char *model, const char *lora, uint8_t kind,
-                                   const void *vals, size_t n, const char *const *pods,
-                                   size_t npods)
+                                   const cl_q_t *q)
 {
     kvt_proto_str_t podstr[16], *ps = podstr;
     kvt_status_t st;
 
-    if (model == NULL || model[0] == '\0')
+    if (q->model == NULL || q->model[0] == '\0')
         return cl_fail(c, KVT_ERR_INVAL, "query: empty model name");
-    if (n > 0 && vals == NULL)
+    if (q->n > 0 && q->vals == NULL)
         return cl_fail(c, KVT_ERR_INVAL, "query: NULL %s with n %zu",
-                       kind == KVT_PROTO_Q_TOKENS ? "tokens" : "keys", n);
-    if (npods > 0 && pods == NULL)
-        return cl_fail(c, KVT_ERR_INVAL, "query: NULL pods with npods %zu", npods);
-    if (n > UINT32_MAX || npods > UINT32_MAX)
+                       q->kind == KVT_PROTO_Q_TOKENS ? "tokens" : "keys", q->n);
+    if (q->npods > 0 && q->pods == NULL)
+        return cl_fail(c, KVT_ERR_INVAL, "query: NULL pods with npods %zu", q->npods);
+    if (q->n > UINT32_MAX || q->npods > UINT32_MAX)
         return cl_fail(c, KVT_ERR_TOO_BIG, "query: too many values or pods");
-    size_t mlen = strlen(model), llen = lora != NULL ? strlen(lora) : 0;
+    size_t mlen = strlen(q->model), llen = q->lora != NULL ? strlen(q->lora) : 0;
     if (mlen > KVT_PROTO_MAX_STR || llen > KVT_PROTO_MAX_STR)
         return cl_fail(c, KVT_ERR_INVAL, "query: model or lora name longer than %u bytes",
                        KVT_PROTO_MAX_STR);
-    if (npods > sizeof(podstr) / sizeof(podstr[0])) {
-        ps = malloc(npods * sizeof(*ps));
+    size_t slen = q->salt != NULL ? strlen(q->salt) : 0;
+    if (slen > KVT_PROTO_MAX_STR)
+        return cl_fail(c, KVT_ERR_INVAL, "query: cache salt longer than %u bytes",
+                       KVT_PROTO_MAX_STR);
+    /* a salted token query is kind 2; no salt stays kind 0, which every server speaks */
+    uint8_t kind = q->kind == KVT_PROTO_Q_TOKENS && slen > 0 ? KVT_PROTO_Q_TOKENS_SALTED : q->kind;
+    if (q->npods > sizeof(podstr) / sizeof(podstr[0])) {
+        ps = malloc(q->npods * sizeof(*ps));
         if (ps == NULL)
-            return cl_fail(c, KVT_ERR_NO_MEM, "out of memory for %zu pod names", npods);
+            return cl_fail(c, KVT_ERR_NO_MEM, "out of memory for %zu pod names", q->npods);
     }
-    for (size_t i = 0; i < npods; i++) {
-        size_t plen = pods[i] != NULL ? strlen(pods[i]) : 0;
+    for (size_t i = 0; i < q->npods; i++) {
+        size_t plen = q->pods[i] != NULL ? strlen(q->pods[i]) : 0;
         if (plen == 0 || plen > KVT_PROTO_MAX_STR) {
             st = cl_fail(c, KVT_ERR_INVAL, "query: pod name %zu is empty or longer than %u bytes",
                          i, KVT_PROTO_MAX_STR);
             goto out;
         }
-        ps[i].p = pods[i];
+        ps[i].p = q->pods[i];
         ps[i].len = (uint16_t)plen;
     }
-    kvt_proto_query_req_t q = {
-        .model = {model, (uint16_t)mlen},
-        .lora = {lora, (uint16_t)llen},
+    kvt_proto_query_req_t r = {
+        .model = {q->model, (uint16_t)mlen},
+        .lora = {q->lora, (uint16_t)llen},
         .kind = kind,
-        .n = (uint32_t)n,
-        .tokens = kind == KVT_PROTO_Q_TOKENS ? vals : NULL,
-        .keys = kind == KVT_PROTO_Q_KEYS ? vals : NULL,
-        .npods = (uint32_t)npods,
+        .n = (uint32_t)q->n,
+        .tokens = q->kind == KVT_PROTO_Q_TOKENS ? q->vals : NULL,
+        .keys = q->kind == KVT_PROTO_Q_KEYS ? q->vals : NULL,
+        .npods = (uint32_t)q->npods,
         .pods = ps,
+        .salt = {q->salt, (uint16_t)slen},
     };
-    st = kvt_proto_query_req_encode(w, req_id, &q);
+    st = kvt_proto_query_req_encode(w, req_id, &r);
     if (st == KVT_ERR_TOO_BIG)
         cl_fail(c, st, "query: request larger than the protocol allows");
     else if (st != KVT_OK)
@@ -794,9 +822,7 @@ out:
     return st;
 }
 
-static kvt_status_t cl_query(kvt_client_t *c, const char *model, const char *lora, uint8_t kind,
-                             const void *vals, size_t n, const char *const *pods, size_t npods,
-                             kvt_client_result_t *res_p)
+static kvt_status_t cl_query(kvt_client_t *c, const cl_q_t *q, kvt_client_result_t *res_p)
 {
     kvt_proto_wr_t req;
     cl_answer_t ans;
@@ -807,7 +833,7 @@ static kvt_status_t cl_query(kvt_client_t *c, const char *model, const char *lor
         return KVT_ERR_INVAL;
     c->err[0] = '\0';
     kvt_proto_wr_init(&req);
-    kvt_status_t st = cl_build_query(c, &req, 0, model, lora, kind, vals, n, pods, npods);
+    kvt_status_t st = cl_build_query(c, &req, 0, q);
     if (st == KVT_OK)
         st = cl_call(c, &req, true, &ans);
     if (st == KVT_OK) {
@@ -828,14 +854,24 @@ kvt_status_t kvt_client_query(kvt_client_t *c, const char *model, const char *lo
                               const uint32_t *tokens, size_t n, const char *const *pods,
                               size_t npods, kvt_client_result_t *res_p)
 {
-    return cl_query(c, model, lora, KVT_PROTO_Q_TOKENS, tokens, n, pods, npods, res_p);
+    return kvt_client_query_salted(c, model, lora, NULL, tokens, n, pods, npods, res_p);
+}
+
+kvt_status_t kvt_client_query_salted(kvt_client_t *c, const char *model, const char *lora,
+                                     const char *cache_salt, const uint32_t *tokens, size_t n,
+                                     const char *const *pods, size_t npods,
+                                     kvt_client_result_t *res_p)
+{
+    cl_q_t q = {model, lora, cache_salt, KVT_PROTO_Q_TOKENS, tokens, n, pods, npods};
+    return cl_query(c, &q, res_p);
 }
 
 kvt_status_t kvt_client_query_keys(kvt_client_t *c, const char *model, const char *lora,
                                    const uint64_t *keys, size_t n, const char *const *pods,
                                    size_t npods, kvt_client_result_t *res_p)
 {
-    return cl_query(c, model, lora, KVT_PROTO_Q_KEYS, keys, n, pods, npods, res_p);
+    cl_q_t q = {model, lora, NULL, KVT_PROTO_Q_KEYS, keys, n, pods, npods};
+    return cl_query(c, &q, res_p);
 }
 
 /* Sends @req and, when @answer_p is not NULL, returns the answer body as a
@@ -947,9 +983,8 @@ static void cl_fl_remove(kvt_client_t *c, size_t i)
     c->nfl--;
 }
 
-static kvt_status_t cl_submit(kvt_client_t *c, const char *model, const char *lora, uint8_t kind,
-                              const void *vals, size_t n, const char *const *pods, size_t npods,
-                              uint64_t limit, uint64_t *req_id_p)
+/* Queues @q on @c (connecting first, within @limit when not 0) and writes what the socket takes. */
+static kvt_status_t cl_submit(kvt_client_t *c, const cl_q_t *q, uint64_t limit, uint64_t *req_id_p)
 {
     if (c == NULL || req_id_p == NULL)
         return KVT_ERR_INVAL;
@@ -971,7 +1006,7 @@ static kvt_status_t cl_submit(kvt_client_t *c, const char *model, const char *lo
     }
     uint64_t id = c->next_id++;
     size_t off = c->out.len;
-    kvt_status_t st = cl_build_query(c, &c->out, id, model, lora, kind, vals, n, pods, npods);
+    kvt_status_t st = cl_build_query(c, &c->out, id, q);
     if (st != KVT_OK)
         return st;
     if (c->out.len - off - KVT_PROTO_HDR_SIZE > c->max_body) {
@@ -1001,14 +1036,24 @@ kvt_status_t kvt_client_query_submit(kvt_client_t *c, const char *model, const c
                                      const uint32_t *tokens, size_t n, const char *const *pods,
                                      size_t npods, uint64_t *req_id_p)
 {
-    return cl_submit(c, model, lora, KVT_PROTO_Q_TOKENS, tokens, n, pods, npods, 0, req_id_p);
+    return kvt_client_query_salted_submit(c, model, lora, NULL, tokens, n, pods, npods, req_id_p);
+}
+
+kvt_status_t kvt_client_query_salted_submit(kvt_client_t *c, const char *model, const char *lora,
+                                            const char *cache_salt, const uint32_t *tokens,
+                                            size_t n, const char *const *pods, size_t npods,
+                                            uint64_t *req_id_p)
+{
+    cl_q_t q = {model, lora, cache_salt, KVT_PROTO_Q_TOKENS, tokens, n, pods, npods};
+    return cl_submit(c, &q, 0, req_id_p);
 }
 
 kvt_status_t kvt_client_query_keys_submit(kvt_client_t *c, const char *model, const char *lora,
                                           const uint64_t *keys, size_t n, const char *const *pods,
                                           size_t npods, uint64_t *req_id_p)
 {
-    return cl_submit(c, model, lora, KVT_PROTO_Q_KEYS, keys, n, pods, npods, 0, req_id_p);
+    cl_q_t q = {model, lora, NULL, KVT_PROTO_Q_KEYS, keys, n, pods, npods};
+    return cl_submit(c, &q, 0, req_id_p);
 }
 
 /* Reports (and forgets) every failed in-flight query. */
@@ -1146,9 +1191,7 @@ static bool cl_pod_better(const kvt_client_pod_t *x, const kvt_client_pod_t *y)
     return x->score > y->score || (x->score == y->score && x->matched > y->matched);
 }
 
-static kvt_status_t cl_fanout(kvt_client_t *const *cs, size_t n, const char *model,
-                              const char *lora, uint8_t kind, const void *vals, size_t nvals,
-                              const char *const *pods, size_t npods, int timeout_ms,
+static kvt_status_t cl_fanout(kvt_client_t *const *cs, size_t n, const cl_q_t *q, int timeout_ms,
                               kvt_client_result_t *res_p)
 {
     const kvt_status_t waiting = (kvt_status_t)1;
@@ -1175,8 +1218,7 @@ static kvt_status_t cl_fanout(kvt_client_t *const *cs, size_t n, const char *mod
             slots[i].st =
                 cl_fail(cs[i], KVT_ERR_INVAL, "fan-out: %zu queries already in flight", cs[i]->nfl);
         } else {
-            slots[i].st = cl_submit(cs[i], model, lora, kind, vals, nvals, pods, npods, deadline,
-                                    &slots[i].id);
+            slots[i].st = cl_submit(cs[i], q, deadline, &slots[i].id);
             if (slots[i].st == KVT_OK)
                 slots[i].st = waiting;
         }
@@ -1286,8 +1328,18 @@ kvt_status_t kvt_client_fanout_query(kvt_client_t *const *cs, size_t n, const ch
                                      const char *const *pods, size_t npods, int timeout_ms,
                                      kvt_client_result_t *res_p)
 {
-    return cl_fanout(cs, n, model, lora, KVT_PROTO_Q_TOKENS, tokens, ntokens, pods, npods,
-                     timeout_ms, res_p);
+    return kvt_client_fanout_query_salted(cs, n, model, lora, NULL, tokens, ntokens, pods, npods,
+                                          timeout_ms, res_p);
+}
+
+kvt_status_t kvt_client_fanout_query_salted(kvt_client_t *const *cs, size_t n, const char *model,
+                                            const char *lora, const char *cache_salt,
+                                            const uint32_t *tokens, size_t ntokens,
+                                            const char *const *pods, size_t npods, int timeout_ms,
+                                            kvt_client_result_t *res_p)
+{
+    cl_q_t q = {model, lora, cache_salt, KVT_PROTO_Q_TOKENS, tokens, ntokens, pods, npods};
+    return cl_fanout(cs, n, &q, timeout_ms, res_p);
 }
 
 kvt_status_t kvt_client_fanout_query_keys(kvt_client_t *const *cs, size_t n, const char *model,
@@ -1295,6 +1347,6 @@ kvt_status_t kvt_client_fanout_query_keys(kvt_client_t *const *cs, size_t n, con
                                           const char *const *pods, size_t npods, int timeout_ms,
                                           kvt_client_result_t *res_p)
 {
-    return cl_fanout(cs, n, model, lora, KVT_PROTO_Q_KEYS, keys, nkeys, pods, npods, timeout_ms,
-                     res_p);
+    cl_q_t q = {model, lora, NULL, KVT_PROTO_Q_KEYS, keys, nkeys, pods, npods};
+    return cl_fanout(cs, n, &q, timeout_ms, res_p);
 }

@@ -501,6 +501,31 @@ kvt_status_t kvt_proto_hello_ans_decode(const uint8_t *body, size_t len, kvt_pro
 
 /* ---- QUERY request -------------------------------------------------------------------------- */
 
+bool kvt_proto_query_kind_tokens(uint8_t kind)
+{
+    return kind == KVT_PROTO_Q_TOKENS || kind == KVT_PROTO_Q_TOKENS_SALTED;
+}
+
+/*
+ * Reads one str field of a QUERY request into *@s. False, with @bad_why (a
+ * malformed str) or @empty_why (an empty one, when @empty_why is not NULL)
+ * in *@why_p, when it is refused.
+ */
+static bool query_str(kvt_proto_rd_t *r, kvt_proto_str_t *s, const char *bad_why,
+                      const char *empty_why, const char **why_p)
+{
+    *s = kvt_proto_rd_str(r);
+    if (r->bad) {
+        set_why(why_p, bad_why);
+        return false;
+    }
+    if (s->len == 0 && empty_why != NULL) {
+        set_why(why_p, empty_why);
+        return false;
+    }
+    return true;
+}
+
 kvt_status_t kvt_proto_query_decode(const uint8_t *body, size_t len, uint32_t max_items,
                                     kvt_proto_query_t *q_p, const char **why_p)
 {
@@ -508,40 +533,41 @@ kvt_status_t kvt_proto_query_decode(const uint8_t *body, size_t len, uint32_t ma
     kvt_proto_query_t q;
 
     kvt_proto_rd_init(&r, body, len);
-    q.model = kvt_proto_rd_str(&r);
-    if (r.bad) {
-        set_why(why_p, "query: bad model string (truncated, too long or NUL byte)");
+    if (!query_str(&r, &q.model, "query: bad model string (truncated, too long or NUL byte)",
+                   "query: empty model name", why_p) ||
+        !query_str(&r, &q.lora, "query: bad lora string (truncated, too long or NUL byte)", NULL,
+                   why_p))
         return KVT_ERR_INVAL;
-    }
-    if (q.model.len == 0) {
-        set_why(why_p, "query: empty model name");
-        return KVT_ERR_INVAL;
-    }
-    q.lora = kvt_proto_rd_str(&r);
-    if (r.bad) {
-        set_why(why_p, "query: bad lora string (truncated, too long or NUL byte)");
-        return KVT_ERR_INVAL;
-    }
     q.kind = kvt_proto_rd_u8(&r);
     const uint8_t *pad = kvt_proto_rd_raw(&r, 3);
-    q.n = kvt_proto_rd_u32(&r);
     if (r.bad) {
         set_why(why_p, "query: body ends inside kind, pad or count");
         return KVT_ERR_INVAL;
     }
-    if (q.kind != KVT_PROTO_Q_TOKENS && q.kind != KVT_PROTO_Q_KEYS) {
-        set_why(why_p, "query: unknown kind (0 tokens, 1 keys)");
+    if (q.kind != KVT_PROTO_Q_KEYS && !kvt_proto_query_kind_tokens(q.kind)) {
+        set_why(why_p, "query: unknown kind (0 tokens, 1 keys, 2 salted tokens)");
         return KVT_ERR_INVAL;
     }
     if (pad[0] != 0 || pad[1] != 0 || pad[2] != 0) {
         set_why(why_p, "query: pad bytes are not zero");
         return KVT_ERR_INVAL;
     }
+    q.salt = (kvt_proto_str_t){NULL, 0};
+    /* one encoding per request: no salt is kind 0, never kind 2 with "" */
+    if (q.kind == KVT_PROTO_Q_TOKENS_SALTED &&
+        !query_str(&r, &q.salt, "query: bad cache salt string (truncated, too long or NUL byte)",
+                   "query: empty cache salt under kind 2 (no salt is kind 0)", why_p))
+        return KVT_ERR_INVAL;
+    q.n = kvt_proto_rd_u32(&r);
+    if (r.bad) {
+        set_why(why_p, "query: body ends inside kind, pad or count");
+        return KVT_ERR_INVAL;
+    }
     if (q.n > max_items) {
         set_why(why_p, "query: more tokens or keys than the server accepts");
         return KVT_ERR_TOO_BIG;
     }
-    size_t width = q.kind == KVT_PROTO_Q_TOKENS ? 4 : 8;
+    size_t width = q.kind == KVT_PROTO_Q_KEYS ? 8 : 4;
     if ((size_t)q.n > kvt_proto_rd_left(&r) / width) {
         set_why(why_p, "query: body ends inside the values");
         return KVT_ERR_INVAL;
@@ -554,15 +580,10 @@ kvt_status_t kvt_proto_query_decode(const uint8_t *body, size_t len, uint32_t ma
     }
     q.pods = r.p;
     for (uint32_t i = 0; i < q.npods; i++) {
-        kvt_proto_str_t pod = kvt_proto_rd_str(&r);
-        if (r.bad) {
-            set_why(why_p, "query: bad pod name (truncated, too long or NUL byte)");
+        kvt_proto_str_t pod;
+        if (!query_str(&r, &pod, "query: bad pod name (truncated, too long or NUL byte)",
+                       "query: empty pod name", why_p))
             return KVT_ERR_INVAL;
-        }
-        if (pod.len == 0) {
-            set_why(why_p, "query: empty pod name");
-            return KVT_ERR_INVAL;
-        }
     }
     q.pods_len = (size_t)(r.p - q.pods);
     if (!kvt_proto_rd_done(&r)) {
@@ -601,11 +622,15 @@ void kvt_proto_query_values(const kvt_proto_query_t *q, void *out)
 kvt_status_t kvt_proto_query_req_encode(kvt_proto_wr_t *w, uint64_t req_id,
                                         const kvt_proto_query_req_t *q)
 {
-    if (q->kind != KVT_PROTO_Q_TOKENS && q->kind != KVT_PROTO_Q_KEYS)
+    bool by_tokens = kvt_proto_query_kind_tokens(q->kind);
+    if (q->kind != KVT_PROTO_Q_KEYS && !by_tokens)
         return KVT_ERR_INVAL;
     if (q->model.len == 0)
         return KVT_ERR_INVAL;
-    const void *vals = q->kind == KVT_PROTO_Q_TOKENS ? (const void *)q->tokens : q->keys;
+    /* kind 2 always carries a salt and the others never do: a salt is not silently dropped */
+    if ((q->kind == KVT_PROTO_Q_TOKENS_SALTED) != (q->salt.len > 0))
+        return KVT_ERR_INVAL;
+    const void *vals = by_tokens ? (const void *)q->tokens : q->keys;
     if (q->n > 0 && vals == NULL)
         return KVT_ERR_INVAL;
     if (q->npods > 0 && q->pods == NULL)
@@ -613,7 +638,7 @@ kvt_status_t kvt_proto_query_req_encode(kvt_proto_wr_t *w, uint64_t req_id,
     for (uint32_t i = 0; i < q->npods; i++)
         if (q->pods[i].len == 0)
             return KVT_ERR_INVAL;
-    size_t width = q->kind == KVT_PROTO_Q_TOKENS ? 4 : 8;
+    size_t width = by_tokens ? 4 : 8;
     if ((size_t)q->n > KVT_PROTO_MAX_BODY_LIMIT / width)
         return KVT_ERR_TOO_BIG;
 
@@ -622,11 +647,13 @@ kvt_status_t kvt_proto_query_req_encode(kvt_proto_wr_t *w, uint64_t req_id,
     kvt_proto_wr_str(w, q->lora.p, q->lora.len);
     kvt_proto_wr_u8(w, q->kind);
     kvt_proto_wr_raw(w, "\0\0\0", 3);
+    if (q->kind == KVT_PROTO_Q_TOKENS_SALTED)
+        kvt_proto_wr_str(w, q->salt.p, q->salt.len);
     kvt_proto_wr_u32(w, q->n);
     /* One reservation, then direct stores: the values are the bulk of the frame. */
     uint8_t *dst = wr_room(w, (size_t)q->n * width);
     if (dst != NULL) {
-        if (q->kind == KVT_PROTO_Q_TOKENS)
+        if (by_tokens)
             for (uint32_t i = 0; i < q->n; i++)
                 st32(dst + (size_t)i * 4, q->tokens[i]);
         else

@@ -214,24 +214,30 @@ kvt_status_t kvt_proto_hello_ans_decode(const uint8_t *body, size_t len, kvt_pro
 /* A decoded QUERY request; every pointer points into the body given to the decoder. */
 typedef struct kvt_proto_query {
     kvt_proto_str_t model, lora; /* model 1..255 bytes; lora empty: the base model */
-    uint8_t kind;                /* KVT_PROTO_Q_TOKENS or KVT_PROTO_Q_KEYS */
+    uint8_t kind;                /* KVT_PROTO_Q_TOKENS, KVT_PROTO_Q_KEYS or _TOKENS_SALTED */
     uint32_t n;                  /* number of values */
     const uint8_t *values;       /* n LE u32 tokens or n LE u64 keys, possibly unaligned */
     uint32_t npods;              /* 0: every pod */
     const uint8_t *pods;         /* npods strs, iterate with kvt_proto_rd over [pods, +pods_len) */
     size_t pods_len;
+    kvt_proto_str_t salt; /* kind TOKENS_SALTED: the cache salt, 1..255 bytes; else empty */
 } kvt_proto_query_t;
+
+/* True for the kinds whose values are u32 token ids (TOKENS, TOKENS_SALTED). */
+bool kvt_proto_query_kind_tokens(uint8_t kind);
 
 /*
  * Decodes and validates a whole QUERY request body: string sizes and bytes,
- * kind, pad bytes 0, n values present, every pod name (1..255 bytes), nothing
- * trailing. Returns KVT_OK and sets *@q_p; KVT_ERR_TOO_BIG when n > @max_items;
- * KVT_ERR_INVAL for anything else malformed. @why_p as above.
+ * kind, pad bytes 0, the cache salt of kind TOKENS_SALTED (1..255 bytes, no
+ * NUL: an empty salt is refused, as no salt is kind TOKENS), n values present,
+ * every pod name (1..255 bytes), nothing trailing. Returns KVT_OK and sets
+ * *@q_p; KVT_ERR_TOO_BIG when n > @max_items; KVT_ERR_INVAL for anything else
+ * malformed. @why_p as above.
  */
 kvt_status_t kvt_proto_query_decode(const uint8_t *body, size_t len, uint32_t max_items,
                                     kvt_proto_query_t *q_p, const char **why_p);
 
-/* Token @i (< q->n) of a KVT_PROTO_Q_TOKENS query, in host order. */
+/* Token @i (< q->n) of a token query (TOKENS or TOKENS_SALTED), in host order. */
 uint32_t kvt_proto_query_token(const kvt_proto_query_t *q, uint32_t i);
 /* Key @i (< q->n) of a KVT_PROTO_Q_KEYS query, in host order. */
 uint64_t kvt_proto_query_key(const kvt_proto_query_t *q, uint32_t i);
@@ -242,18 +248,20 @@ void kvt_proto_query_values(const kvt_proto_query_t *q, void *out);
 typedef struct kvt_proto_query_req {
     kvt_proto_str_t model;       /* 1..255 bytes */
     kvt_proto_str_t lora;        /* 0..255 bytes; empty: base model */
-    uint8_t kind;                /* KVT_PROTO_Q_TOKENS or KVT_PROTO_Q_KEYS */
+    uint8_t kind;                /* KVT_PROTO_Q_TOKENS, KVT_PROTO_Q_KEYS or _TOKENS_SALTED */
     uint32_t n;                  /* values */
-    const uint32_t *tokens;      /* kind TOKENS: n host-order token ids (NULL when n is 0) */
+    const uint32_t *tokens;      /* token kinds: n host-order token ids (NULL when n is 0) */
     const uint64_t *keys;        /* kind KEYS: n host-order sequence keys (NULL when n is 0) */
     uint32_t npods;              /* pod filter; 0: every pod */
     const kvt_proto_str_t *pods; /* npods names, 1..255 bytes each */
+    kvt_proto_str_t salt;        /* kind TOKENS_SALTED: 1..255 bytes; other kinds: empty */
 } kvt_proto_query_req_t;
 
 /*
  * Appends a QUERY request frame. Returns KVT_OK; KVT_ERR_INVAL (unknown kind,
- * empty model or pod name, NULL values with n > 0); KVT_ERR_TOO_BIG (a name
- * over 255 bytes or with a NUL byte, a body over the hard limit);
+ * empty model or pod name, NULL values with n > 0, an empty salt under kind
+ * TOKENS_SALTED or a salt under another kind); KVT_ERR_TOO_BIG (a name or
+ * salt over 255 bytes or with a NUL byte, a body over the hard limit);
  * KVT_ERR_NO_MEM. On error the writer is unchanged.
  */
 kvt_status_t kvt_proto_query_req_encode(kvt_proto_wr_t *w, uint64_t req_id,

@@ -59,11 +59,13 @@ kvt_status_t srv_query_run(kvt_srv_worker_t *w, const srv_query_t *q, srv_answer
     const uint64_t *keys = q->keys;
     size_t nb = q->n;
     if (!q->by_keys) {
+        /* a cache salt seeds the first block, as the events that stored the prefix did */
+        uint64_t first_seed = kvt_hash_salt_seed(q->salt, q->salt_len);
         nb = q->n / bs;
         if (q->le_tokens != NULL)
-            kvt_hash_seq_le(q->le_tokens, q->n, bs, KVT_HASH_SEED, NULL, NULL, w->keys);
+            kvt_hash_seq_salted_le(q->le_tokens, q->n, bs, first_seed, NULL, NULL, w->keys);
         else
-            kvt_hash_seq(q->tokens, q->n, bs, KVT_HASH_SEED, NULL, NULL, w->keys);
+            kvt_hash_seq_salted(q->tokens, q->n, bs, first_seed, NULL, NULL, w->keys);
         keys = w->keys;
     }
     *a = (srv_answer_t){bs, (uint32_t)nb, 0, NULL};
@@ -137,13 +139,51 @@ static __thread const char *filter_name[MAX_FILTER];
 static __thread size_t filter_len[MAX_FILTER];
 static __thread char filter_buf[MAX_FILTER][KVT_IDX_MAX_NAME + 1];
 
+/*
+ * The value of a query's "cache_salt": a string of 1..@cap-1 bytes without
+ * NUL into @buf (*@len_p its length), or "" / null for no salt (*@len_p 0).
+ * Anything else is KVT_ERR_INVAL with a static reason in *@why_p (the same
+ * limits as the salt of an event and of an RPC query); a broken JSON text
+ * returns the parser's status with @why_p untouched.
+ */
+static kvt_status_t query_salt_json(kvt_json_t *j, char *buf, size_t cap, size_t *len_p,
+                                    const char **why_p)
+{
+    kvt_json_type_t t = kvt_json_peek(j);
+    if (t == KVT_JSON_NULL) {
+        *len_p = 0;
+        return kvt_json_null(j);
+    }
+    if (t != KVT_JSON_STRING) {
+        if (kvt_json_status(j) != KVT_OK)
+            return kvt_json_status(j); /* the JSON itself is broken: reported as such */
+        *why_p = "\"cache_salt\" must be a string or null";
+        return KVT_ERR_INVAL;
+    }
+    size_t n = 0;
+    kvt_status_t st = kvt_json_string(j, buf, cap, &n);
+    if (st == KVT_ERR_TOO_BIG) {
+        *why_p = "\"cache_salt\" is longer than 255 bytes";
+        return KVT_ERR_INVAL;
+    }
+    if (st != KVT_OK)
+        return st;
+    if (memchr(buf, '\0', n) != NULL) {
+        *why_p = "\"cache_salt\" contains a NUL character";
+        return KVT_ERR_INVAL;
+    }
+    *len_p = n;
+    return KVT_OK;
+}
+
 kvt_status_t srv_api_query_json(kvt_srv_worker_t *w, const char *body, size_t len, kvt_jbuf_t *out,
                                 const char **why_p)
 {
     kvt_srv_t *srv = w->srv;
     static __thread char why[200];
     char model[KVT_IDX_MAX_NAME + 1] = "", lora[KVT_IDX_MAX_NAME + 1] = "";
-    size_t mlen = 0, llen = 0, n = 0, npods = 0;
+    char salt[KVT_IDX_MAX_NAME + 1] = "";
+    size_t mlen = 0, llen = 0, slen = 0, n = 0, npods = 0;
     bool have_model = false, have_tokens = false, have_keys = false;
     size_t cap = len / 2 + 1;
     if (cap > srv->cfg.max_query_tokens)
@@ -167,6 +207,13 @@ kvt_status_t srv_api_query_json(kvt_srv_worker_t *w, const char *body, size_t le
                 st = kvt_json_null(&j);
             else
                 st = kvt_json_string(&j, lora, sizeof(lora), &llen);
+        } else if (klen == 10 && memcmp(key, "cache_salt", 10) == 0) {
+            const char *swhy = NULL;
+            st = query_salt_json(&j, salt, sizeof(salt), &slen, &swhy);
+            if (swhy != NULL) {
+                *why_p = swhy;
+                return KVT_ERR_INVAL;
+            }
         } else if (klen == 9 && memcmp(key, "token_ids", 9) == 0) {
             st = kvt_json_u32_array(&j, w->tokens, cap, UINT32_MAX, &n);
             have_tokens = true;
@@ -217,8 +264,13 @@ kvt_status_t srv_api_query_json(kvt_srv_worker_t *w, const char *body, size_t le
         *why_p = "query needs exactly one of \"token_ids\" and \"block_hashes\"";
         return KVT_ERR_INVAL;
     }
-    srv_query_t q = {model,     mlen, lora,    llen,  have_keys,   n,
-                     w->tokens, NULL, w->keys, npods, filter_name, filter_len};
+    if (have_keys && slen > 0) {
+        *why_p = "\"cache_salt\" goes with \"token_ids\": \"block_hashes\" are keys that already "
+                 "carry their salt";
+        return KVT_ERR_INVAL;
+    }
+    srv_query_t q = {model, mlen,    lora,  llen,        have_keys,  n,    w->tokens,
+                     NULL,  w->keys, npods, filter_name, filter_len, salt, slen};
     srv_answer_t a;
     st = srv_query_run(w, &q, &a, why_p);
     if (st != KVT_OK)
@@ -284,7 +336,7 @@ kvt_status_t srv_api_query_rpc(kvt_srv_worker_t *w, uint64_t req_id, const uint8
         *why_p = "out of memory";
         return KVT_ERR_NO_MEM;
     }
-    bool by_keys = pq.kind == KVT_PROTO_Q_KEYS;
+    bool by_keys = pq.kind == KVT_PROTO_Q_KEYS; /* else tokens, salted when pq.salt is set */
     if (by_keys)
         kvt_proto_query_values(&pq, w->keys);
     kvt_proto_rd_t r;
@@ -295,9 +347,20 @@ kvt_status_t srv_api_query_rpc(kvt_srv_worker_t *w, uint64_t req_id, const uint8
         filter_len[i] = s.len;
     }
     /* tokens are hashed straight from the frame (little-endian u32s, as the standard hashes) */
-    srv_query_t q = {pq.model.p,  pq.model.len, pq.lora.p ? pq.lora.p : "", pq.lora.len, by_keys,
-                     pq.n,        NULL,         by_keys ? NULL : pq.values, w->keys,     pq.npods,
-                     filter_name, filter_len};
+    srv_query_t q = {pq.model.p,
+                     pq.model.len,
+                     pq.lora.p ? pq.lora.p : "",
+                     pq.lora.len,
+                     by_keys,
+                     pq.n,
+                     NULL,
+                     by_keys ? NULL : pq.values,
+                     w->keys,
+                     pq.npods,
+                     filter_name,
+                     filter_len,
+                     pq.salt.p,
+                     pq.salt.len};
     srv_answer_t a;
     st = srv_query_run(w, &q, &a, why_p);
     if (st != KVT_OK)

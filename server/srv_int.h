@@ -238,6 +238,8 @@ typedef struct srv_query {
     size_t npods;           /* pod-name filter; 0: every pod */
     const char *const *pod_names;
     const size_t *pod_name_lens;
+    const char *salt; /* !by_keys: the request's cache salt (not NUL-terminated); NULL: none */
+    size_t salt_len;  /* bytes; 0: no salt */
 } srv_query_t;
 
 typedef struct srv_answer_pod {

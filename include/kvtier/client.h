@@ -116,7 +116,22 @@ kvt_status_t kvt_client_query(kvt_client_t *c, const char *model, const char *lo
                               const uint32_t *tokens, size_t n, const char *const *pods,
                               size_t npods, kvt_client_result_t *res_p);
 
-/* kvt_client_query() with @n block sequence keys (kvindex/hash.h) instead of tokens. */
+/*
+ * kvt_client_query() for a request that carries a cache salt (vLLM's and
+ * SGLang's per-request `cache_salt`, tenant isolation): @cache_salt
+ * (NUL-terminated, at most 255 bytes; NULL or "": no salt, exactly
+ * kvt_client_query()) enters the block keys, so only prefixes stored with the
+ * same salt match (docs/api.md, "POST /v1/query"). Sent as QUERY kind 2
+ * (docs/protocol.md). KVT_ERR_INVAL for a salt over 255 bytes; otherwise as
+ * kvt_client_query().
+ */
+kvt_status_t kvt_client_query_salted(kvt_client_t *c, const char *model, const char *lora,
+                                     const char *cache_salt, const uint32_t *tokens, size_t n,
+                                     const char *const *pods, size_t npods,
+                                     kvt_client_result_t *res_p);
+
+/* kvt_client_query() with @n block sequence keys (kvindex/hash.h) instead of tokens. Keys of a
+ * salted request are those of kvt_client_hash_tokens_salted(): the salt is already in them. */
 kvt_status_t kvt_client_query_keys(kvt_client_t *c, const char *model, const char *lora,
                                    const uint64_t *keys, size_t n, const char *const *pods,
                                    size_t npods, kvt_client_result_t *res_p);
@@ -182,6 +197,11 @@ size_t kvt_client_inflight(const kvt_client_t *c);
 kvt_status_t kvt_client_query_submit(kvt_client_t *c, const char *model, const char *lora,
                                      const uint32_t *tokens, size_t n, const char *const *pods,
                                      size_t npods, uint64_t *req_id_p);
+/* kvt_client_query_submit() with a cache salt, as kvt_client_query_salted(). */
+kvt_status_t kvt_client_query_salted_submit(kvt_client_t *c, const char *model, const char *lora,
+                                            const char *cache_salt, const uint32_t *tokens,
+                                            size_t n, const char *const *pods, size_t npods,
+                                            uint64_t *req_id_p);
 kvt_status_t kvt_client_query_keys_submit(kvt_client_t *c, const char *model, const char *lora,
                                           const uint64_t *keys, size_t n, const char *const *pods,
                                           size_t npods, uint64_t *req_id_p);
@@ -216,6 +236,12 @@ kvt_status_t kvt_client_fanout_query(kvt_client_t *const *cs, size_t n, const ch
                                      const char *lora, const uint32_t *tokens, size_t ntokens,
                                      const char *const *pods, size_t npods, int timeout_ms,
                                      kvt_client_result_t *res_p);
+/* kvt_client_fanout_query() with a cache salt, as kvt_client_query_salted(). */
+kvt_status_t kvt_client_fanout_query_salted(kvt_client_t *const *cs, size_t n, const char *model,
+                                            const char *lora, const char *cache_salt,
+                                            const uint32_t *tokens, size_t ntokens,
+                                            const char *const *pods, size_t npods, int timeout_ms,
+                                            kvt_client_result_t *res_p);
 kvt_status_t kvt_client_fanout_query_keys(kvt_client_t *const *cs, size_t n, const char *model,
                                           const char *lora, const uint64_t *keys, size_t nkeys,
                                           const char *const *pods, size_t npods, int timeout_ms,
@@ -231,6 +257,18 @@ kvt_status_t kvt_client_fanout_query_keys(kvt_client_t *const *cs, size_t n, con
  */
 size_t kvt_client_hash_tokens(const uint32_t *tokens, size_t n, uint32_t block_size,
                               uint64_t *keys_out);
+
+/*
+ * kvt_client_hash_tokens() for a request with cache salt @cache_salt
+ * (NUL-terminated; NULL or "": no salt, the same keys as
+ * kvt_client_hash_tokens()): the first block's local hash is seeded with
+ * XXH3_64bits_withSeed(salt bytes, 1337) instead of 1337, everything else is
+ * the standard. These are the keys kvtierd stores for events that carry the
+ * same salt and the keys it looks up for a salted query. Any salt length is
+ * hashed; servers accept salts of 1..255 bytes.
+ */
+size_t kvt_client_hash_tokens_salted(const uint32_t *tokens, size_t n, uint32_t block_size,
+                                     const char *cache_salt, uint64_t *keys_out);
 
 /* free() for the strings the library returns (for bindings that cannot call libc's). */
 void kvt_client_free(void *p);

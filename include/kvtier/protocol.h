@@ -50,9 +50,12 @@
  *         ENGINE_DROP) on a connection that has not said HELLO with it.
  * PING    req: empty. ans: empty.
  * QUERY   req: str model, str lora (empty: base model), u8 kind
- *              (KVT_PROTO_Q_TOKENS | KVT_PROTO_Q_KEYS), u8 pad[3] (0),
- *              u32 n, then n u32 token ids or n u64 sequence keys,
- *              u32 npods, npods x str pod name (filter; 0 = every pod)
+ *              (KVT_PROTO_Q_TOKENS | KVT_PROTO_Q_KEYS |
+ *              KVT_PROTO_Q_TOKENS_SALTED), u8 pad[3] (0),
+ *              [kind SALTED only: str cache_salt, 1..255 bytes],
+ *              u32 n, then n u32 token ids (kinds TOKENS, SALTED) or n u64
+ *              sequence keys (KEYS), u32 npods, npods x str pod name
+ *              (filter; 0 = every pod)
  *         ans: u32 block_size, u32 num_blocks, u32 npods, then per pod,
  *              best first: str pod, u32 dp_rank, u32 matched_blocks,
  *              u32 gpu, u32 cpu, u32 disk, f64 score
@@ -75,7 +78,10 @@ enum kvt_proto_op {
 };
 
 /* QUERY kinds. */
-#define KVT_PROTO_Q_TOKENS 0u
-#define KVT_PROTO_Q_KEYS 1u
+#define KVT_PROTO_Q_TOKENS 0u /* u32 token ids, hashed by the server */
+#define KVT_PROTO_Q_KEYS 1u   /* u64 block sequence keys */
+/* u32 token ids with a request's cache salt (vLLM/SGLang `cache_salt`): the salt (a non-empty
+ * str) follows pad, and seeds the first block's hash (docs/api.md, "POST /v1/query"). */
+#define KVT_PROTO_Q_TOKENS_SALTED 2u
 
 #endif

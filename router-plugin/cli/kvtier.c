@@ -24,6 +24,7 @@
 #define KVT_CLI_EXIT_USAGE 2 /* malformed command line or input */
 
 #define KVT_CLI_MAX_BLOCK_SIZE 1048576u
+#define KVT_CLI_MAX_SALT 255u /* longest cache salt kvtierd accepts, bytes */
 /* Biggest tokens file read into memory: KVT_TOKENS_MAX ids of 10 digits plus separators fit. */
 #define KVT_CLI_MAX_FILE ((size_t)1 << 30)
 
@@ -141,30 +142,52 @@ static void kvt_cli_print_array(FILE *out, const uint64_t *v, size_t n)
 static void kvt_cli_hash_usage(FILE *out)
 {
     fprintf(out,
-            "usage: kvtier hash --block-size B [--seed S] (--tokens LIST | --tokens-file F)\n"
+            "usage: kvtier hash --block-size B [--seed S | --cache-salt SALT]\n"
+            "                   (--tokens LIST | --tokens-file F)\n"
             "\n"
             "Hashes every full block of a token list with kvtier's hashing standard and\n"
             "prints one JSON line: {\"block_size\":B,\"local\":[...],\"seq\":[...]}.\n"
             "\n"
             "  --block-size B    tokens per block, 1..%u\n"
             "  --seed S          XXH3 seed, an unsigned 64-bit decimal (default %u)\n"
+            "  --cache-salt SALT a request's cache salt (vLLM/SGLang cache_salt), up to\n"
+            "                    %u bytes: it seeds the first block (\"\": no salt);\n"
+            "                    the keys kvtierd uses for that salt\n"
             "  --tokens LIST     token ids: decimals separated by commas and/or\n"
             "                    whitespace, optionally inside [ ]\n"
             "  --tokens-file F   read the list from file F ('-' reads stdin)\n"
             "\n"
             "Options take their value as '--opt V' or '--opt=V'. Exit codes: 0 ok,\n"
             "1 runtime failure, 2 bad usage or input (one 'kvtier: ...' line on stderr).\n",
-            KVT_CLI_MAX_BLOCK_SIZE, KVT_HASH_SEED);
+            KVT_CLI_MAX_BLOCK_SIZE, KVT_HASH_SEED, KVT_CLI_MAX_SALT);
 }
 
-enum { KVT_HOPT_BLOCK, KVT_HOPT_SEED, KVT_HOPT_TOKENS, KVT_HOPT_FILE, KVT_HOPT_COUNT };
+enum {
+    KVT_HOPT_BLOCK,
+    KVT_HOPT_SEED,
+    KVT_HOPT_SALT,
+    KVT_HOPT_TOKENS,
+    KVT_HOPT_FILE,
+    KVT_HOPT_COUNT
+};
 
 static const char *const kvt_cli_hash_opts[KVT_HOPT_COUNT] = {
-    [KVT_HOPT_BLOCK] = "--block-size",
-    [KVT_HOPT_SEED] = "--seed",
-    [KVT_HOPT_TOKENS] = "--tokens",
+    [KVT_HOPT_BLOCK] = "--block-size", [KVT_HOPT_SEED] = "--seed",
+    [KVT_HOPT_SALT] = "--cache-salt",  [KVT_HOPT_TOKENS] = "--tokens",
     [KVT_HOPT_FILE] = "--tokens-file",
 };
+
+/*
+ * Checks a --cache-salt value for @cmd: "" is no salt (as in vLLM), else at
+ * most KVT_CLI_MAX_SALT bytes (what kvtierd accepts). Returns 0, or the usage
+ * exit code after printing the error.
+ */
+static int kvt_cli_check_salt(const char *cmd, const char *salt)
+{
+    if (salt != NULL && strlen(salt) > KVT_CLI_MAX_SALT)
+        return kvt_cli_fail("%s: --cache-salt is longer than %u bytes", cmd, KVT_CLI_MAX_SALT);
+    return 0;
+}
 
 static int kvt_cli_hash_main(int argc, char **argv)
 {
@@ -215,6 +238,14 @@ static int kvt_cli_hash_main(int argc, char **argv)
     if (val[KVT_HOPT_SEED] != NULL && kvt_cli_parse_u64(val[KVT_HOPT_SEED], &seed) != 0)
         return kvt_cli_fail("hash: --seed must be an unsigned 64-bit integer, got '%s'",
                             val[KVT_HOPT_SEED]);
+    const char *salt = val[KVT_HOPT_SALT];
+    size_t salt_len = salt != NULL ? strlen(salt) : 0;
+    if (kvt_cli_check_salt("hash", salt) != 0)
+        return KVT_CLI_EXIT_USAGE;
+    /* the salted chain is defined on the standard's seed only (kvindex/hash.h) */
+    if (salt_len > 0 && seed != KVT_HASH_SEED)
+        return kvt_cli_fail("hash: --cache-salt needs the standard seed %u, not --seed %s",
+                            KVT_HASH_SEED, val[KVT_HOPT_SEED]);
     if ((val[KVT_HOPT_TOKENS] == NULL) == (val[KVT_HOPT_FILE] == NULL))
         return kvt_cli_fail("hash: give exactly one of --tokens and --tokens-file");
 
@@ -245,7 +276,11 @@ static int kvt_cli_hash_main(int argc, char **argv)
         }
         local = hashes;
         seq = hashes + nblocks;
-        kvt_hash_seq(tokens, ntokens, (uint32_t)block_size, seed, NULL, local, seq);
+        if (salt_len > 0)
+            kvt_hash_seq_salted(tokens, ntokens, (uint32_t)block_size,
+                                kvt_hash_salt_seed(salt, salt_len), NULL, local, seq);
+        else
+            kvt_hash_seq(tokens, ntokens, (uint32_t)block_size, seed, NULL, local, seq);
     }
 
     printf("{\"block_size\":%" PRIu64 ",\"local\":", block_size);
@@ -415,7 +450,7 @@ static int kvt_cli_finish(const char *cmd)
 static void kvt_cli_query_usage(FILE *out)
 {
     fprintf(out,
-            "usage: kvtier query [--addr A] [--model M] [--lora L]\n"
+            "usage: kvtier query [--addr A] [--model M] [--lora L] [--cache-salt SALT]\n"
             "                    (--tokens LIST | --tokens-file F | --keys LIST)\n"
             "                    [--pods P1,P2,...] [--timeout MS] [--auth-token T]\n"
             "\n"
@@ -428,6 +463,9 @@ static void kvt_cli_query_usage(FILE *out)
             "                    (default $KVTIER_ADDR, else %s)\n"
             "  --model M         model name (default $KVTIER_MODEL; required)\n"
             "  --lora L          LoRA adapter name (default: the base model)\n"
+            "  --cache-salt SALT the request's cache salt (vLLM/SGLang cache_salt), up to\n"
+            "                    255 bytes (\"\": none); only prefixes stored with the same\n"
+            "                    salt match. Not with --keys (keys already carry it)\n"
             "  --tokens LIST     token ids, as for 'kvtier hash'\n"
             "  --tokens-file F   read the token ids from file F ('-' reads stdin)\n"
             "  --keys LIST       block sequence keys (unsigned 64-bit decimals, separated\n"
@@ -451,6 +489,7 @@ enum {
     KVT_QOPT_PODS,
     KVT_QOPT_TIMEOUT,
     KVT_QOPT_TOKEN,
+    KVT_QOPT_SALT,
     KVT_QOPT_COUNT
 };
 
@@ -459,7 +498,8 @@ static const char *const kvt_cli_query_opts[KVT_QOPT_COUNT + 1] = {
     [KVT_QOPT_LORA] = "--lora",        [KVT_QOPT_TOKENS] = "--tokens",
     [KVT_QOPT_FILE] = "--tokens-file", [KVT_QOPT_KEYS] = "--keys",
     [KVT_QOPT_PODS] = "--pods",        [KVT_QOPT_TIMEOUT] = "--timeout",
-    [KVT_QOPT_TOKEN] = "--auth-token", [KVT_QOPT_COUNT] = NULL,
+    [KVT_QOPT_TOKEN] = "--auth-token", [KVT_QOPT_SALT] = "--cache-salt",
+    [KVT_QOPT_COUNT] = NULL,
 };
 
 /* Parses "k1,k2 k3": unsigned 64-bit decimals separated by commas and/or whitespace. */
@@ -565,6 +605,12 @@ static int kvt_cli_query_main(int argc, char **argv)
                 (val[KVT_QOPT_KEYS] != NULL);
     if (given != 1)
         return kvt_cli_fail("query: give exactly one of --tokens, --tokens-file and --keys");
+    const char *salt = val[KVT_QOPT_SALT];
+    if (kvt_cli_check_salt("query", salt) != 0)
+        return KVT_CLI_EXIT_USAGE;
+    if (salt != NULL && salt[0] != '\0' && val[KVT_QOPT_KEYS] != NULL)
+        return kvt_cli_fail("query: --cache-salt goes with --tokens or --tokens-file: "
+                            "--keys already carry their salt");
 
     if (val[KVT_QOPT_TOKENS] != NULL) {
         const char *list = val[KVT_QOPT_TOKENS];
@@ -600,9 +646,10 @@ static int kvt_cli_query_main(int argc, char **argv)
     if (rc != KVT_CLI_EXIT_OK)
         goto out;
     const char *lora = val[KVT_QOPT_LORA];
-    kvt_status_t st = val[KVT_QOPT_KEYS] != NULL
-                          ? kvt_client_query_keys(c, model, lora, keys, n, pods, npods, &res)
-                          : kvt_client_query(c, model, lora, tokens, n, pods, npods, &res);
+    kvt_status_t st =
+        val[KVT_QOPT_KEYS] != NULL
+            ? kvt_client_query_keys(c, model, lora, keys, n, pods, npods, &res)
+            : kvt_client_query_salted(c, model, lora, salt, tokens, n, pods, npods, &res);
     if (st != KVT_OK) {
         rc = kvt_cli_call_failed("query", c, st);
         goto out;

@@ -11,7 +11,9 @@
  *    (PROTO, TOO_BIG) end the stream, UNSUPPORTED skips the frame;
  *  - a body that decodes re-encodes (with the same opcode, flags and req_id)
  *    to exactly the input frame; a refused body leaves the output untouched;
- *  - QUERY: a lower max_items than n gives KVT_ERR_TOO_BIG.
+ *  - QUERY: a lower max_items than n gives KVT_ERR_TOO_BIG; kind 2 (salted
+ *    tokens) carries a non-empty cache salt inside the body, the other kinds
+ *    none.
  */
 #include <stdint.h>
 #include <stdio.h>
@@ -70,8 +72,11 @@ static void fuzz_query_req(const kvt_proto_hdr_t *h, const uint8_t *body, const 
     check_str(q.model, body, h->body_len);
     check_str(q.lora, body, h->body_len);
     CHECK(q.model.len > 0);
-    CHECK(q.kind == KVT_PROTO_Q_TOKENS || q.kind == KVT_PROTO_Q_KEYS);
-    size_t width = q.kind == KVT_PROTO_Q_TOKENS ? 4 : 8;
+    bool by_tokens = kvt_proto_query_kind_tokens(q.kind);
+    CHECK(by_tokens || q.kind == KVT_PROTO_Q_KEYS);
+    check_str(q.salt, body, h->body_len);
+    CHECK((q.kind == KVT_PROTO_Q_TOKENS_SALTED) == (q.salt.len > 0));
+    size_t width = by_tokens ? 4 : 8;
     check_in(q.values, (size_t)q.n * width, body, h->body_len);
     check_in(q.pods, q.pods_len, body, h->body_len);
     if (q.n > 0)
@@ -81,7 +86,7 @@ static void fuzz_query_req(const kvt_proto_hdr_t *h, const uint8_t *body, const 
     uint64_t *keys = NULL;
     kvt_proto_str_t *pods = malloc((q.npods > 0 ? q.npods : 1) * sizeof(*pods));
     CHECK(pods != NULL);
-    if (q.kind == KVT_PROTO_Q_TOKENS) {
+    if (by_tokens) {
         toks = malloc((q.n > 0 ? q.n : 1) * sizeof(*toks));
         CHECK(toks != NULL);
         for (uint32_t i = 0; i < q.n; i++)
@@ -101,7 +106,7 @@ static void fuzz_query_req(const kvt_proto_hdr_t *h, const uint8_t *body, const 
     }
     CHECK(kvt_proto_rd_done(&r));
 
-    kvt_proto_query_req_t req = {q.model, q.lora, q.kind, q.n, toks, keys, q.npods, pods};
+    kvt_proto_query_req_t req = {q.model, q.lora, q.kind, q.n, toks, keys, q.npods, pods, q.salt};
     kvt_proto_wr_reset(&wr);
     CHECK(kvt_proto_query_req_encode(&wr, h->req_id, &req) == KVT_OK);
     check_same(frame, frame_len);

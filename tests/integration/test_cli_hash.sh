@@ -1,7 +1,8 @@
 #!/bin/sh
 # Black-box test of `kvtier hash`: output against the Python reference
-# (tests/fixtures/hash_vectors.py), --tokens-file with a file and stdin, and
-# the error contract (exit 2, one "kvtier: " line on stderr, nothing on stdout).
+# (tests/fixtures/hash_vectors.py), with and without --cache-salt, --tokens-file
+# with a file and stdin, and the error contract (exit 2, one "kvtier: " line on
+# stderr, nothing on stdout).
 # Usage: test_cli_hash.sh path/to/kvtier     (exit 77 = skipped)
 set -u
 
@@ -46,6 +47,23 @@ same_as_python() {
     rc=$?
     if [ $rc -ne 0 ] || [ "$got" != "$want" ] || [ -s "$TMP/err" ]; then
         fail "bs=$bs seed=${seed:-default} tokens='$(printf '%.60s' "$toks")': rc=$rc"
+        echo "  want: $(printf '%.200s' "$want")" >&2
+        echo "  got:  $(printf '%.200s' "$got")" >&2
+        sed 's/^/  stderr: /' "$TMP/err" >&2
+    fi
+}
+
+# same_as_python_salted <block size> <salt> <tokens>: `kvtier hash --cache-salt` against
+# the fixture's salted hashing.
+same_as_python_salted() {
+    bs=$1 salt=$2 toks=$3
+    checks=$((checks + 1))
+    want=$("$PY" "$FIXTURE" --block-size "$bs" --cache-salt "$salt" --tokens "$toks") || {
+        fail "fixture failed on bs=$bs salt='$salt'"; return; }
+    got=$("$KVTIER" hash --block-size "$bs" --cache-salt "$salt" --tokens "$toks" 2>"$TMP/err")
+    rc=$?
+    if [ $rc -ne 0 ] || [ "$got" != "$want" ] || [ -s "$TMP/err" ]; then
+        fail "bs=$bs salt='$(printf '%.40s' "$salt")' tokens='$(printf '%.60s' "$toks")': rc=$rc"
         echo "  want: $(printf '%.200s' "$want")" >&2
         echo "  got:  $(printf '%.200s' "$got")" >&2
         sed 's/^/  stderr: /' "$TMP/err" >&2
@@ -104,6 +122,37 @@ same_as_python 3 42 "7,8,9,10,11,12,13"
 for bs in 1 7 16 32 64 128 512 1024 4999 5000 5001; do
     same_as_python "$bs" "" "$(cat "$TMP/rand.txt")"
 done
+
+# ---- --cache-salt: the salted chain against the reference ------------------------------
+salt255=$(printf 'S%.0s' $(seq 1 255))
+utf8_salt=$(printf 'm\303\274ller-\347\247\237\346\210\267')
+for salt in tenant-a tenant-b x "$utf8_salt" "$salt255" "with space" "-"; do
+    same_as_python_salted 2 "$salt" "1,2,3,4,5"
+    same_as_python_salted 16 "$salt" "$(seq -s, 1 48)"
+done
+for bs in 1 7 16 64 512; do
+    same_as_python_salted "$bs" tenant-a "$(cat "$TMP/rand.txt")"
+done
+same_as_python_salted 16 tenant-a "$(seq -s, 1 15)"
+# The salt changes every key; the empty salt is no salt; another salt gives other keys.
+plain=$("$KVTIER" hash --block-size 4 --tokens "$(seq -s, 1 32)")
+salted_a=$("$KVTIER" hash --block-size 4 --cache-salt tenant-a --tokens "$(seq -s, 1 32)")
+salted_b=$("$KVTIER" hash --block-size 4 --cache-salt tenant-b --tokens "$(seq -s, 1 32)")
+checks=$((checks + 1))
+"$PY" - "$plain" "$salted_a" "$salted_b" <<'PYEOF' || fail "salted keys are not pairwise different at every block"
+import json, sys
+p, a, b = (json.loads(x)["seq"] for x in sys.argv[1:4])
+assert len(p) == len(a) == len(b) == 8
+for i in range(8):
+    assert len({p[i], a[i], b[i]}) == 3, i
+PYEOF
+expect_output "$plain" hash --block-size 4 --cache-salt "" --tokens "$(seq -s, 1 32)"
+expect_output "$plain" hash --block-size 4 --cache-salt= --tokens "$(seq -s, 1 32)"
+expect_output "$salted_a" hash --block-size 4 --cache-salt=tenant-a --tokens "$(seq -s, 1 32)"
+expect_output "$salted_a" hash --block-size 4 --seed 1337 --cache-salt tenant-a --tokens "$(seq -s, 1 32)"
+# docs/cli.md's example
+expect_output '{"block_size":2,"local":[11278602352658511512,2662118915037317746],"seq":[11278602352658511512,441160891942885791]}' \
+    hash --block-size 2 --cache-salt tenant-a --tokens 1,2,3,4,5
 
 # Exact expected output, frozen (computed by the fixture).
 expect_output '{"block_size":2,"local":[10773075109927122010,2662118915037317746],"seq":[10773075109927122010,5890102321129957602]}' \
@@ -174,6 +223,11 @@ for seed in -1 18446744073709551616 abc "" 1e3 " 1"; do
     expect_usage_error hash --block-size 2 --seed "$seed" --tokens 1,2
 done
 expect_usage_error hash --block-size 2 --seed= --tokens 1,2
+expect_usage_error hash --block-size 2 --cache-salt "${salt255}S" --tokens 1,2
+expect_usage_error hash --block-size 2 --cache-salt a --cache-salt b --tokens 1,2
+expect_usage_error hash --block-size 2 --cache-salt a --seed 5 --tokens 1,2
+expect_usage_error hash --block-size 2 --seed 0 --cache-salt=a --tokens 1,2
+expect_usage_error hash --block-size 2 --tokens 1,2 --cache-salt
 for toks in "1,,2" "1,2," ",1" "-1" "+1" "0x10" "1.5" "4294967296" "[1,2" "1,2]" "[[1]]" "abc" "1;2" "1 a"; do
     expect_usage_error hash --block-size 2 --tokens "$toks"
 done

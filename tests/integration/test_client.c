@@ -10,7 +10,9 @@
  * address and a stopped one, reconnect to a daemon restarted on the same
  * port, a Unix socket, the auth token, and timeouts against a socket that
  * never answers, server limits (error answers, local refusals), answers over
- * 64 KiB, and a server that dies with queries in flight. Every daemon is
+ * 64 KiB, a server that dies with queries in flight, and cache salts (salted
+ * prefixes match only queries with the same salt, over sync, submit and
+ * fan-out queries and salted keys). Every daemon is
  * stopped with SIGTERM and must exit 0 (except the one killed on purpose). On
  * a failure the test prints what failed, whether each daemon is still alive,
  * and every daemon's log (sanitizer reports included), and exits 1.
@@ -374,9 +376,10 @@ static kvt_client_t *client_for(const daemon_t *d, const char *token)
 
 static uint32_t g_tok[NTOK];
 
-/* An event batch with one BlockStored of the first @nblocks blocks of g_tok. */
-static char *stored_json(const char *pod, unsigned dp_rank, uint64_t first_hash, size_t nblocks,
-                         const char *medium)
+/* An event batch with one BlockStored of the first @nblocks blocks of g_tok, stored under the
+ * request's cache salt @salt (NULL: the event has no "cache_salt"). */
+static char *stored_json_salted(const char *pod, unsigned dp_rank, uint64_t first_hash,
+                                size_t nblocks, const char *medium, const char *salt)
 {
     size_t cap = 4096, len = 0;
     char *s = malloc(cap);
@@ -391,17 +394,28 @@ static char *stored_json(const char *pod, unsigned dp_rank, uint64_t first_hash,
     len += (size_t)snprintf(s + len, cap - len, "], \"parent_block_hash\": null, \"token_ids\": [");
     for (size_t i = 0; i < nblocks * BS; i++)
         len += (size_t)snprintf(s + len, cap - len, "%s%u", i ? ", " : "", g_tok[i]);
-    len += (size_t)snprintf(s + len, cap - len, "], \"block_size\": %d, \"medium\": \"%s\"}]}", BS,
+    len += (size_t)snprintf(s + len, cap - len, "], \"block_size\": %d, \"medium\": \"%s\"", BS,
                             medium);
+    if (salt != NULL)
+        len += (size_t)snprintf(s + len, cap - len, ", \"cache_salt\": \"%s\"", salt);
+    len += (size_t)snprintf(s + len, cap - len, "}]}");
     CHECK(len < cap, "event JSON too long");
     return s;
 }
 
-/* Reports one BlockStored batch and checks the answer says it was applied. */
-static void report_stored(kvt_client_t *c, const char *pod, unsigned dp_rank, uint64_t first_hash,
-                          size_t nblocks, const char *medium)
+static char *stored_json(const char *pod, unsigned dp_rank, uint64_t first_hash, size_t nblocks,
+                         const char *medium)
 {
-    char *json = stored_json(pod, dp_rank, first_hash, nblocks, medium);
+    return stored_json_salted(pod, dp_rank, first_hash, nblocks, medium, NULL);
+}
+
+/* Reports one BlockStored batch (salted when @salt is not NULL) and checks the answer says it
+ * was applied. */
+static void report_stored_salted(kvt_client_t *c, const char *pod, unsigned dp_rank,
+                                 uint64_t first_hash, size_t nblocks, const char *medium,
+                                 const char *salt)
+{
+    char *json = stored_json_salted(pod, dp_rank, first_hash, nblocks, medium, salt);
     char *ans = NULL;
     CHECK_OK(c, kvt_client_report_events(c, json, strlen(json), &ans));
     CHECK(ans != NULL, "no answer");
@@ -411,6 +425,12 @@ static void report_stored(kvt_client_t *c, const char *pod, unsigned dp_rank, ui
           "events answer %s (want applied 1, %s)", ans, want);
     kvt_client_free(ans);
     free(json);
+}
+
+static void report_stored(kvt_client_t *c, const char *pod, unsigned dp_rank, uint64_t first_hash,
+                          size_t nblocks, const char *medium)
+{
+    report_stored_salted(c, pod, dp_rank, first_hash, nblocks, medium, NULL);
 }
 
 /* ---- expected answers ----------------------------------------------------------------------- */
@@ -533,16 +553,21 @@ static bool result_matches(const kvt_client_result_t *r, uint32_t num_blocks,
               why_);                                                                               \
     } while (0)
 
-/* Block keys computed here from the standard's definition, independently of kvindex. */
-static void ref_keys(const uint32_t *t, size_t nblocks, uint64_t *out)
+/*
+ * Block keys computed here from the standard's definition, independently of kvindex; a
+ * non-empty cache @salt seeds block 0 with XXH3_64bits_withSeed(salt, 1337) (docs/api.md).
+ */
+static void ref_keys_salted(const uint32_t *t, size_t nblocks, const char *salt, uint64_t *out)
 {
     uint64_t prev = 0;
+    uint64_t first_seed =
+        salt[0] != '\0' ? XXH3_64bits_withSeed(salt, strlen(salt), KVT_HASH_SEED) : KVT_HASH_SEED;
     for (size_t i = 0; i < nblocks; i++) {
         uint8_t b[4 * BS];
         for (size_t j = 0; j < BS; j++)
             for (int k = 0; k < 4; k++)
                 b[4 * j + (size_t)k] = (uint8_t)(t[i * BS + j] >> (8 * k));
-        uint64_t local = XXH3_64bits_withSeed(b, sizeof(b), KVT_HASH_SEED);
+        uint64_t local = XXH3_64bits_withSeed(b, sizeof(b), i == 0 ? first_seed : KVT_HASH_SEED);
         if (i == 0) {
             prev = local;
         } else {
@@ -555,6 +580,11 @@ static void ref_keys(const uint32_t *t, size_t nblocks, uint64_t *out)
         }
         out[i] = prev;
     }
+}
+
+static void ref_keys(const uint32_t *t, size_t nblocks, uint64_t *out)
+{
+    ref_keys_salted(t, nblocks, "", out);
 }
 
 /* The number after "@key": inside the object that follows "@section": in @json; -1 if absent. */
@@ -800,6 +830,174 @@ static void test_sync(daemon_t *d1, kvt_client_t *c)
     CHECK_OK(c, kvt_client_query(c, MODEL, NULL, g_tok, NTOK, NULL, 0, &r));
     CHECK_RESULT(&r, 8, order, 3, true);
     kvt_client_result_free(&r);
+}
+
+/* ---- cache salts --------------------------------------------------------------------------- */
+
+typedef struct salt_cb_ctx {
+    uint64_t id;
+    kvt_status_t st;
+    bool done;
+    char why[512];
+} salt_cb_ctx_t;
+
+static void salt_cb(void *arg, uint64_t req_id, kvt_status_t st, const kvt_client_result_t *res)
+{
+    salt_cb_ctx_t *x = arg;
+    x->done = req_id == x->id;
+    x->st = st;
+    /* d4's salted pod S, alone: 4 blocks on GPU */
+    const want_pod_t w = {"S", 0, 4, 4, 0, 0, 4.0};
+    if (st == KVT_OK && !result_matches(res, 8, &w, 1, true, x->why, sizeof(x->why)))
+        x->st = KVT_ERR_INTERNAL;
+}
+
+/*
+ * d4 holds, for model MODEL: S blocks 0..3 stored with cache salt "tenant-a", T blocks 0..2
+ * with "tenant-b" (CPU), U blocks 0..1 with no salt. A query sees only the pods whose salt is
+ * its own, over every libkvtier path; keys hashed with the salt find the salted blocks.
+ */
+static void test_salt(daemon_t *d4, kvt_client_t *c1)
+{
+    g_phase = "cache salt";
+    kvt_client_t *c = client_for(d4, NULL);
+    kvt_client_result_t r;
+    report_stored_salted(c, "S", 0, 501, 4, "GPU", "tenant-a");
+    report_stored_salted(c, "T", 0, 601, 3, "CPU", "tenant-b");
+    report_stored_salted(c, "U", 0, 701, 2, "GPU", NULL);
+    report_stored_salted(c, "V", 0, 801, 1, "GPU", ""); /* "" is no salt, as in vLLM */
+    const want_pod_t s_a = {"S", 0, 4, 4, 0, 0, 4.0}, s_b = {"T", 0, 3, 0, 3, 0, 2.4};
+    const want_pod_t none[2] = {{"U", 0, 2, 2, 0, 0, 2.0}, {"V", 0, 1, 1, 0, 0, 1.0}};
+
+    /* Each salt, and no salt, sees only its own prefixes; another salt sees nothing. */
+    CHECK_OK(c, kvt_client_query_salted(c, MODEL, NULL, "tenant-a", g_tok, NTOK, NULL, 0, &r));
+    CHECK_RESULT(&r, 8, &s_a, 1, true);
+    kvt_client_result_free(&r);
+    CHECK_OK(c, kvt_client_query_salted(c, MODEL, "", "tenant-b", g_tok, NTOK, NULL, 0, &r));
+    CHECK_RESULT(&r, 8, &s_b, 1, true);
+    kvt_client_result_free(&r);
+    CHECK_OK(c, kvt_client_query(c, MODEL, NULL, g_tok, NTOK, NULL, 0, &r));
+    CHECK_RESULT(&r, 8, none, 2, true);
+    kvt_client_result_free(&r);
+    CHECK_OK(c, kvt_client_query_salted(c, MODEL, NULL, NULL, g_tok, NTOK, NULL, 0, &r));
+    CHECK_RESULT(&r, 8, none, 2, true);
+    kvt_client_result_free(&r);
+    CHECK_OK(c, kvt_client_query_salted(c, MODEL, NULL, "", g_tok, NTOK, NULL, 0, &r));
+    CHECK_RESULT(&r, 8, none, 2, true);
+    kvt_client_result_free(&r);
+    static const char *const other[] = {"tenant-c", "tenant-a ", "Tenant-a", "tenant-"};
+    for (size_t i = 0; i < sizeof(other) / sizeof(other[0]); i++) {
+        CHECK_OK(c, kvt_client_query_salted(c, MODEL, NULL, other[i], g_tok, NTOK, NULL, 0, &r));
+        CHECK(r.npods == 0 && r.num_blocks == 8, "salt '%s' matched %zu pods", other[i], r.npods);
+        kvt_client_result_free(&r);
+    }
+    /* A shorter salted prompt, a pod filter, and a LoRA namespace (salted events went to the
+     * base model). */
+    CHECK_OK(c,
+             kvt_client_query_salted(c, MODEL, NULL, "tenant-a", g_tok, 2 * BS + 1, NULL, 0, &r));
+    const want_pod_t s_a2 = {"S", 0, 2, 2, 0, 0, 2.0};
+    CHECK_RESULT(&r, 2, &s_a2, 1, true);
+    kvt_client_result_free(&r);
+    static const char *const only_u[] = {"U"}, *const only_s[] = {"S"};
+    CHECK_OK(c, kvt_client_query_salted(c, MODEL, NULL, "tenant-a", g_tok, NTOK, only_u, 1, &r));
+    CHECK(r.npods == 0, "tenant-a filtered to U: %zu pods", r.npods);
+    kvt_client_result_free(&r);
+    CHECK_OK(c, kvt_client_query_salted(c, MODEL, NULL, "tenant-a", g_tok, NTOK, only_s, 1, &r));
+    CHECK_RESULT(&r, 8, &s_a, 1, true);
+    kvt_client_result_free(&r);
+    CHECK_OK(c, kvt_client_query_salted(c, MODEL, "adapter", "tenant-a", g_tok, NTOK, NULL, 0, &r));
+    CHECK(r.npods == 0, "lora namespace: %zu pods", r.npods);
+    kvt_client_result_free(&r);
+
+    /* Salted keys: the client's, the reference's and the server's (a query by keys finds the
+     * salted blocks) agree; unsalted keys find only the unsalted pods. */
+    uint64_t ka[NTOK / BS], kref[NTOK / BS], kplain[NTOK / BS];
+    CHECK(kvt_client_hash_tokens_salted(g_tok, NTOK, BS, "tenant-a", ka) == NTOK / BS, "hash");
+    ref_keys_salted(g_tok, NTOK / BS, "tenant-a", kref);
+    CHECK(memcmp(ka, kref, sizeof(ka)) == 0,
+          "kvt_client_hash_tokens_salted differs from the reference: %016" PRIx64 " vs %016" PRIx64,
+          ka[0], kref[0]);
+    CHECK(kvt_client_hash_tokens_salted(g_tok, NTOK, BS, "", kplain) == NTOK / BS, "hash");
+    ref_keys(g_tok, NTOK / BS, kref);
+    CHECK(memcmp(kplain, kref, sizeof(kplain)) == 0, "empty salt is not the standard");
+    CHECK(kvt_client_hash_tokens_salted(g_tok, NTOK, BS, NULL, kref) == NTOK / BS &&
+              memcmp(kplain, kref, sizeof(kplain)) == 0,
+          "NULL salt is not the standard");
+    for (size_t i = 0; i < NTOK / BS; i++)
+        CHECK(ka[i] != kplain[i], "block %zu: salted key equals the unsalted one", i);
+    CHECK(kvt_client_hash_tokens_salted(g_tok, BS - 1, BS, "tenant-a", kref) == 0, "partial");
+    CHECK_OK(c, kvt_client_query_keys(c, MODEL, NULL, ka, NTOK / BS, NULL, 0, &r));
+    CHECK_RESULT(&r, 8, &s_a, 1, true);
+    kvt_client_result_free(&r);
+    CHECK_OK(c, kvt_client_query_keys(c, MODEL, NULL, kplain, NTOK / BS, NULL, 0, &r));
+    CHECK_RESULT(&r, 8, none, 2, true);
+    kvt_client_result_free(&r);
+    uint64_t kb[NTOK / BS];
+    CHECK(kvt_client_hash_tokens_salted(g_tok, NTOK, BS, "tenant-b", kb) == NTOK / BS, "hash");
+    CHECK_OK(c, kvt_client_query_keys(c, MODEL, NULL, kb, NTOK / BS, NULL, 0, &r));
+    CHECK_RESULT(&r, 8, &s_b, 1, true);
+    kvt_client_result_free(&r);
+
+    /* Submit + progress. */
+    salt_cb_ctx_t x = {0};
+    CHECK_OK(
+        c, kvt_client_query_salted_submit(c, MODEL, NULL, "tenant-a", g_tok, NTOK, NULL, 0, &x.id));
+    uint64_t deadline = now_ms() + 5000;
+    while (!x.done) {
+        struct pollfd p = {.fd = kvt_client_fd(c), .events = POLLIN, .revents = 0};
+        CHECK(p.fd >= 0, "connection lost: %s", kvt_client_last_error(c));
+        (void)poll(&p, 1, 100);
+        CHECK_OK(c, kvt_client_progress(c, salt_cb, &x));
+        CHECK(now_ms() < deadline, "salted submit never answered");
+    }
+    CHECK(x.st == KVT_OK, "salted submit: status %d: %s %s", x.st, x.why, kvt_client_last_error(c));
+
+    /* Fan-out over d1 (unsalted A, B, C) and d4: a salted query finds S only; unsalted, S and
+     * T are out of reach and d1's pods join U and V. */
+    kvt_client_t *cs[2] = {c1, c};
+    CHECK_OK(c, kvt_client_fanout_query_salted(cs, 2, MODEL, NULL, "tenant-a", g_tok, NTOK, NULL, 0,
+                                               3000, &r));
+    CHECK(r.answered == 2 && r.asked == 2, "answered %zu asked %zu", r.answered, r.asked);
+    CHECK_RESULT(&r, 8, &s_a, 1, true);
+    kvt_client_result_free(&r);
+    CHECK_OK(c, kvt_client_fanout_query_salted(cs, 2, MODEL, NULL, "tenant-z", g_tok, NTOK, NULL, 0,
+                                               3000, &r));
+    CHECK(r.answered == 2 && r.npods == 0, "tenant-z: answered %zu, %zu pods", r.answered, r.npods);
+    kvt_client_result_free(&r);
+    CHECK_OK(c, kvt_client_fanout_query(cs, 2, MODEL, NULL, g_tok, NTOK, NULL, 0, 3000, &r));
+    const want_pod_t merged[] = {{"A", 0, 4, 4, 0, 0, 4.0},
+                                 {"C", 0, 3, 0, 3, 0, 2.4},
+                                 {"B", 1, 2, 2, 0, 0, 2.0},
+                                 {"U", 0, 2, 2, 0, 0, 2.0},
+                                 {"V", 0, 1, 1, 0, 0, 1.0}};
+    CHECK_RESULT(&r, 8, merged, 5, false);
+    kvt_client_result_free(&r);
+
+    /* Local refusal: a salt longer than 255 bytes; nothing sent, the result untouched. */
+    char longsalt[300];
+    memset(longsalt, 's', sizeof(longsalt) - 1);
+    longsalt[sizeof(longsalt) - 1] = '\0';
+    memset(&r, 0x5A, sizeof(r));
+    kvt_client_result_t r0 = r;
+    CHECK(kvt_client_query_salted(c, MODEL, NULL, longsalt, g_tok, NTOK, NULL, 0, &r) ==
+              KVT_ERR_INVAL,
+          "salt of 299 bytes");
+    CHECK(strstr(kvt_client_last_error(c), "salt") != NULL, "msg %s", kvt_client_last_error(c));
+    CHECK(memcmp(&r, &r0, sizeof(r)) == 0, "result changed by a failed call");
+    uint64_t id = 0;
+    CHECK(kvt_client_query_salted_submit(c, MODEL, NULL, longsalt, g_tok, NTOK, NULL, 0, &id) ==
+                  KVT_ERR_INVAL &&
+              kvt_client_inflight(c) == 0,
+          "salted submit of a long salt");
+    CHECK(kvt_client_fanout_query_salted(cs, 2, MODEL, NULL, longsalt, g_tok, NTOK, NULL, 0, 1000,
+                                         &r) == KVT_ERR_INVAL,
+          "salted fan-out of a long salt");
+    longsalt[255] = '\0'; /* 255 bytes: the limit */
+    CHECK_OK(c, kvt_client_query_salted(c, MODEL, NULL, longsalt, g_tok, NTOK, NULL, 0, &r));
+    CHECK(r.npods == 0, "255-byte salt matched %zu pods", r.npods);
+    kvt_client_result_free(&r);
+    CHECK_OK(c, kvt_client_ping(c));
+    kvt_client_destroy(c);
 }
 
 /* ---- async ---------------------------------------------------------------------------------- */
@@ -1564,11 +1762,13 @@ int main(int argc, char **argv)
     daemon_t *d1 = daemon_start("127.0.0.1:0", NULL, true, NULL);
     daemon_t *d2 = daemon_start("127.0.0.1:0", TOKEN, false, d2_flags);
     daemon_t *d3 = daemon_start("127.0.0.1:0", NULL, false, NULL);
+    daemon_t *d4 = daemon_start("127.0.0.1:0", NULL, false, NULL);
     kvt_client_t *c1 = client_for(d1, NULL);
     kvt_client_t *w2 = client_for(d2, TOKEN);
     kvt_client_t *w3 = client_for(d3, NULL);
 
     test_sync(d1, c1);
+    test_salt(d4, c1);
     test_async(c1);
     test_unix(d1);
     test_limits(w2);
@@ -1588,6 +1788,7 @@ int main(int argc, char **argv)
     daemon_stop(d1);
     daemon_stop(d2);
     daemon_stop(d3b);
+    daemon_stop(d4);
     struct stat sb;
     CHECK(stat(d1->sock, &sb) != 0, "kvtierd left its Unix socket %s behind", d1->sock);
     cleanup_all(false);

@@ -9,12 +9,19 @@ binding's own lookup). Each test starts kvtierd on loopback ports in a temp dir
 HTTP API says for the same request: query() must return exactly the "pods" of
 POST /v1/query, report_events()/drop_engine()/stats() the same JSON, and server
 errors must raise kvtier.Error carrying the server's message.
+
+TestCacheSalt checks cache-salt isolation both ways over HTTP, the binding, raw RPC
+frames (QUERY kind 2) and the kvtier CLI (next to kvtierd), salted keys against an
+independent implementation, every refusal, and runs the cache-salt examples of
+docs/api.md and docs/cli.md.
 """
 
 import json
 import os
+import shlex
 import socket
 import struct
+import subprocess
 import sys
 import threading
 import time
@@ -33,6 +40,7 @@ except ImportError:
     xxhash = None
 
 BIN = None
+CLI = None
 SEED = 1337
 TOK = list(range(100, 132))  # 8 blocks of 4
 POD_KEYS = {"pod", "dp_rank", "matched_blocks", "gpu", "cpu", "disk", "score"}
@@ -41,12 +49,14 @@ POD_KEYS = {"pod", "dp_rank", "matched_blocks", "gpu", "cpu", "disk", "score"}
 ST_INVAL, ST_NOT_FOUND, ST_IO, ST_TIMEOUT, ST_CLOSED = -100, -200, -400, -401, -502
 
 
-def seq_keys(tokens, bs):
-    """Block keys computed here from the hashing standard (python3-xxhash), independently."""
+def seq_keys(tokens, bs, salt=b""):
+    """Block keys computed here from the hashing standard (python3-xxhash), independently. A
+    cache salt seeds block 0 with XXH3_64(salt, 1337) (docs/api.md, "Cache salt")."""
+    first = xxhash.xxh3_64_intdigest(salt, SEED) if salt else SEED
     keys, prev = [], None
     for i in range(len(tokens) // bs):
         block = struct.pack("<%dI" % bs, *tokens[i * bs:(i + 1) * bs])
-        local = xxhash.xxh3_64_intdigest(block, SEED)
+        local = xxhash.xxh3_64_intdigest(block, first if i == 0 else SEED)
         if prev is None:
             prev = local
         else:
@@ -507,6 +517,259 @@ class TestAuth(Base):
         self.assertEqual(anon.query("m", TOK), [])
 
 
+# ---- cache salt ------------------------------------------------------------------------------
+
+SALT_A = "tenant-a"
+SALT_U = "m\u00fcller-\u79df\u6237"  # UTF-8, 15 bytes
+SALT_255 = "s" * 255
+
+
+def salted_body(model, tokens, salt, lora="", pods=(), kind=2):
+    """A QUERY body of kind 2 (token ids with a cache salt; salt as bytes or str)."""
+    b = fx.pstr(model) + fx.pstr(lora) + bytes([kind, 0, 0, 0]) + fx.pstr(salt)
+    b += struct.pack("<I", len(tokens)) + b"".join(struct.pack("<I", t) for t in tokens)
+    return b + struct.pack("<I", len(pods)) + b"".join(fx.pstr(p) for p in pods)
+
+
+def salted(event, salt):
+    event = dict(event)
+    event["cache_salt"] = salt
+    return event
+
+
+class TestCacheSalt(Base):
+    # What each query sees once setup_salted() ran: {salt: [(pod, matched), ...]} for TOK.
+    SEES = {
+        SALT_A: [("S", 4)],
+        SALT_U: [("T", 3)],
+        None: [("U", 2), ("E", 1), ("N", 1)],
+    }
+
+    def setup_salted(self):
+        """Over HTTP POST /v1/events: S stores 4 blocks salted tenant-a; T 3 blocks (CPU)
+        salted SALT_U; U 2 blocks without a salt, N 1 with "cache_salt": null and E 1 with "".
+        U also stores, with salt tenant-a, the first block of another prompt."""
+        other = [7] * 4
+        for b in [batch("S", [salted(stored([1, 2, 3, 4], TOK[:16]), SALT_A)]),
+                  batch("T", [salted(stored([11, 12, 13], TOK[:12], medium="CPU"), SALT_U)]),
+                  batch("U", [stored([21, 22], TOK[:8]), salted(stored([29], other), SALT_A)]),
+                  batch("N", [salted(stored([31], TOK[:4]), None)]),
+                  batch("E", [salted(stored([41], TOK[:4]), "")])]:
+            s, ans = self.http_events(b)
+            self.assertEqual(s, 200, ans)
+            self.assertEqual(ans["applied"], len(b["events"]), ans)
+
+    def rpc(self, sock, op, body, req_id=9):
+        sock.sendall(fx.frame(op, req_id, body))
+        h, b = fx.read_frame(sock)
+        self.assertEqual(h["req_id"], req_id)
+        return h, b
+
+    def rpc_query(self, sock, toks, salt, pods=()):
+        """The answer to a raw QUERY frame: kind 2 with a salt, kind 0 without."""
+        body = (salted_body("m", toks, salt, pods=pods) if salt
+                else fx.query_body("m", tokens=toks, pods=pods))
+        h, b = self.rpc(sock, fx.OP_QUERY, body)
+        self.assertFalse(h["flags"] & fx.F_ERROR, b)
+        return fx.parse_query_answer(b)
+
+    def cli(self, *args, check=True):
+        p = subprocess.run([CLI, *args], capture_output=True, text=True, timeout=30)
+        if check:
+            self.assertEqual(p.returncode, 0, (args, p.stderr))
+            self.assertEqual(p.stderr, "")
+        return p
+
+    def assertSees(self, pods, want):
+        self.assertEqual(sorted((p["pod"], p["matched_blocks"]) for p in pods), sorted(want))
+
+    def test_isolation_everywhere(self):
+        """Each salt, and no salt, sees only its own prefixes over HTTP, the binding, raw
+        RPC frames and the CLI, which all give the same answer."""
+        self.setup_salted()
+        c = self.client()
+        sock = self.d.connect()
+        try:
+            for salt in [None, "", SALT_A, SALT_U, "tenant-b", "tenant-a ", SALT_255]:
+                for n in (0, 3, 4, 8, 13, 16, 32):
+                    toks = TOK[:n]
+                    body = {"token_ids": toks}
+                    if salt is not None:
+                        body["cache_salt"] = salt
+                    want = self.http_query(**body)
+                    self.assertEqual(c.query_answer("m", toks, cache_salt=salt), want, (salt, n))
+                    self.assertEqual(c.query("m", toks, cache_salt=salt), want["pods"])
+                    if salt:
+                        self.assertEqual(c.query("m", toks, cache_salt=salt.encode()),
+                                         want["pods"])
+                    self.assertEqual(self.rpc_query(sock, toks, salt), want, (salt, n))
+                    if n == 32:
+                        self.assertSees(want["pods"], self.SEES.get(salt or None, []))
+                args = ["query", "--addr", self.addr, "--model", "m", "--tokens",
+                        ",".join(map(str, TOK))]
+                if salt is not None:
+                    args += ["--cache-salt", salt]
+                p = self.cli(*args)
+                self.assertEqual(json.loads(p.stdout), self.http_query(
+                    token_ids=TOK, **({"cache_salt": salt} if salt is not None else {})))
+            # null is no salt; a pod filter and a LoRA apply within the salt
+            self.assertEqual(self.http_query(token_ids=TOK, cache_salt=None),
+                             self.http_query(token_ids=TOK))
+            self.assertSees(self.http_query(token_ids=TOK, cache_salt=SALT_A, pods=["U"])["pods"],
+                            [])
+            self.assertSees(c.query("m", TOK, cache_salt=SALT_A, pods=["S", "U"]), [("S", 4)])
+            self.assertSees(self.rpc_query(sock, TOK, SALT_A, pods=["S"])["pods"], [("S", 4)])
+            self.assertEqual(c.query("m", TOK, lora="ad1", cache_salt=SALT_A), [])
+            # U's salted block of the other prompt: found with the salt only
+            self.assertSees(c.query("m", [7] * 4, cache_salt=SALT_A), [("U", 1)])
+            self.assertSees(c.query("m", [7] * 4), [])
+        finally:
+            sock.close()
+
+    def test_salted_keys(self):
+        """hash_tokens(cache_salt=), kvtier hash --cache-salt and an independent
+        implementation agree, and the server stored exactly those keys."""
+        self.setup_salted()
+        c = self.client()
+        for salt in (SALT_A, SALT_U):
+            keys = kvtier.hash_tokens(TOK, 4, cache_salt=salt)
+            self.assertEqual(len(keys), 8)
+            if xxhash is not None:
+                self.assertEqual(keys, seq_keys(TOK, 4, salt.encode()))
+            self.assertEqual(kvtier.hash_tokens(TOK, 4, cache_salt=salt.encode()), keys)
+            p = self.cli("hash", "--block-size", "4", "--cache-salt", salt, "--tokens",
+                         ",".join(map(str, TOK)))
+            self.assertEqual(json.loads(p.stdout)["seq"], keys)
+            plain = kvtier.hash_tokens(TOK, 4)
+            self.assertTrue(all(a != b for a, b in zip(keys, plain)))
+            got = self.http_query(block_hashes=keys)
+            self.assertSees(got["pods"], self.SEES[salt])
+            self.assertEqual(c.query_keys_answer("m", keys), got)
+            self.assertEqual(c.query_keys("m", keys), c.query("m", TOK, cache_salt=salt))
+            p = self.cli("query", "--addr", self.addr, "--model", "m", "--keys",
+                         ",".join(map(str, keys)))
+            self.assertEqual(json.loads(p.stdout), got)
+        self.assertEqual(kvtier.hash_tokens(TOK, 4, cache_salt=""), kvtier.hash_tokens(TOK, 4))
+        self.assertEqual(kvtier.hash_tokens(TOK, 4, cache_salt=None), kvtier.hash_tokens(TOK, 4))
+        self.assertEqual(kvtier.hash_tokens(TOK[:3], 4, cache_salt=SALT_A), [])
+        self.assertSees(self.http_query(block_hashes=kvtier.hash_tokens(TOK, 4))["pods"],
+                        self.SEES[None])
+        # "" and null next to block_hashes are no salt
+        keys = kvtier.hash_tokens(TOK, 4, cache_salt=SALT_A)
+        for salt in ("", None):
+            self.assertSees(self.http_query(block_hashes=keys, cache_salt=salt)["pods"],
+                            [("S", 4)])
+
+    def test_refusals(self):
+        """Every malformed salt is refused with a clear reason (HTTP 400, RPC error answer,
+        ValueError/TypeError, CLI exit 2) and nothing changes."""
+        self.setup_salted()
+        # 12 entries: S 4, T 3, U 3, N 1, E 1 (stats refresh every --stats-period)
+        before = self.wait_stats(lambda st: st["index"]["entries"] == 12)["index"]
+        answers = {salt: self.http_query(token_ids=TOK, cache_salt=salt)
+                   for salt in (None, SALT_A, SALT_U)}
+        c = self.client()
+        keys = kvtier.hash_tokens(TOK, 4, cache_salt=SALT_A)
+        bad_http = [
+            ({"block_hashes": keys, "cache_salt": SALT_A}, "block_hashes"),
+            ({"token_ids": TOK, "cache_salt": "x" * 256}, "255 bytes"),
+            ({"token_ids": TOK, "cache_salt": "a\u0000b"}, "NUL"),
+            ({"token_ids": TOK, "cache_salt": 5}, "string or null"),
+            ({"token_ids": TOK, "cache_salt": ["tenant-a"]}, "string or null"),
+            ({"token_ids": TOK, "cache_salt": {"a": 1}}, "string or null"),
+            ({"token_ids": TOK, "cache_salt": True}, "string or null"),
+        ]
+        for body, why in bad_http:
+            body["model"] = "m"
+            s, ans = self.d.http("POST", "/v1/query", body)
+            self.assertEqual(s, 400, (body, ans))
+            self.assertIn("cache_salt", ans["error"])
+            self.assertIn(why, ans["error"])
+        s, ans = self.d.http("POST", "/v1/query", '{"model":"m","cache_salt":"abc')
+        self.assertEqual(s, 400, ans)
+        s, ans = self.d.http("POST", "/v1/query",
+                             b'{"model":"m","token_ids":[1],"cache_salt":"\xff\xfe"}')
+        self.assertEqual(s, 400, ans)
+        # RPC: every malformed kind-2 body gets an error answer; the connection stays usable
+        sock = self.d.connect()
+        try:
+            good = salted_body("m", TOK, SALT_A)
+            bad_rpc = [
+                (salted_body("m", TOK, ""), "empty cache salt"),
+                (salted_body("m", TOK, b"a\0b"), "salt"),
+                (salted_body("m", TOK, "x" * 256), "salt"),
+                (good + b"\0", "trailing"),
+                (good[:len(good) - 5], ""),
+                (fx.pstr("m") + fx.pstr("") + bytes([2, 0, 0, 0]) + b"\x08\x00ten", "salt"),
+                (fx.pstr("m") + fx.pstr("") + bytes([2, 0, 1, 0]) + fx.pstr("s") + bytes(8),
+                 "pad"),
+                (fx.pstr("m") + fx.pstr("") + bytes([3, 0, 0, 0]) + bytes(8), "kind"),
+            ]
+            for body, why in bad_rpc:
+                h, b = self.rpc(sock, fx.OP_QUERY, body)
+                self.assertTrue(h["flags"] & fx.F_ERROR, (body, b))
+                status, http, msg = fx.parse_error(b)
+                self.assertEqual((status, http), (ST_INVAL, 400), msg)
+                self.assertIn(why, msg)
+            self.assertSees(self.rpc_query(sock, TOK, SALT_A)["pods"], [("S", 4)])
+        finally:
+            sock.close()
+        # the binding refuses locally
+        for salt, exc in [("x" * 256, ValueError), ("a\0b", ValueError), (5, TypeError),
+                          (["a"], TypeError)]:
+            with self.assertRaises(exc, msg=repr(salt)[:20]):
+                c.query("m", TOK, cache_salt=salt)
+            with self.assertRaises(exc, msg=repr(salt)[:20]):
+                kvtier.hash_tokens(TOK, 4, cache_salt=salt)
+        # the CLI: usage errors, one line, nothing on stdout
+        for args in [["--cache-salt", SALT_A, "--keys", "1,2"],
+                     ["--cache-salt", "x" * 256, "--tokens", "1,2"],
+                     ["--cache-salt", "a", "--cache-salt", "b", "--tokens", "1"]]:
+            p = self.cli("query", "--addr", self.addr, "--model", "m", *args, check=False)
+            self.assertEqual(p.returncode, 2, (args, p.stderr))
+            self.assertEqual(p.stdout, "")
+            self.assertEqual(len(p.stderr.splitlines()), 1, p.stderr)
+            self.assertTrue(p.stderr.startswith("kvtier: query: "), p.stderr)
+        c.ping()
+        for salt, want in answers.items():
+            self.assertEqual(self.http_query(token_ids=TOK, cache_salt=salt), want,
+                             "a refused query changed the index")
+        self.assertEqual(self.d.stats()["index"]["entries"], before["entries"])
+
+    def test_doc_examples(self):
+        """The cache-salt worked example of docs/api.md and the salted kvtier query lines of
+        docs/cli.md, run as written against the daemon."""
+        steps = doc_block(os.path.join(REPO, "docs", "api.md"), "POST /v1/events {")
+        self.assertGreaterEqual(len(steps), 8)
+        for i in range(0, len(steps), 2):
+            req, ans = steps[i], steps[i + 1]
+            if req.startswith("$ kvtier "):
+                p = self.cli(*shlex.split(req)[2:])
+                self.assertEqual(p.stdout.rstrip("\n"), ans, req)
+                continue
+            method, path, body = req.split(" ", 2)
+            status, text = ans.split(" ", 1)
+            s, got, _ = self.d.http(method, path, body, raw=True)
+            self.assertEqual((s, got.decode()), (int(status), text), req)
+        lines = doc_block(os.path.join(REPO, "docs", "cli.md"),
+                          "$ kvtier query --model llama-3-8b --cache-salt")
+        self.assertGreaterEqual(len(lines), 6)
+        for i in range(0, len(lines), 2):
+            p = self.cli(*shlex.split(lines[i])[2:], "--addr", self.addr)
+            self.assertEqual(p.stdout.rstrip("\n"), lines[i + 1], lines[i])
+
+
+def doc_block(path, first):
+    """The lines of the fenced block of @path whose first line starts with @first."""
+    with open(path, encoding="utf-8") as f:
+        text = f.read().split("\n")
+    for i, line in enumerate(text):
+        if line.startswith("```") and i + 1 < len(text) and text[i + 1].startswith(first):
+            end = text.index("```", i + 1)
+            return text[i + 1:end]
+    raise AssertionError("%s: no code block starting with %r" % (path, first))
+
+
 class TestServerLimits(Base):
     flags = ("--max-query-tokens", "64")
 
@@ -532,6 +795,7 @@ if __name__ == "__main__":
     if len(sys.argv) < 2:
         sys.exit("usage: test_python_client.py path/to/kvtierd")
     BIN = sys.argv.pop(1)
+    CLI = os.path.join(os.path.dirname(BIN), "kvtier")  # the kvtier CLI is built beside it
     # A sanitizer runtime preloaded for this interpreter (to load an ASan libkvtier) is not
     # kvtierd's: the daemon links its own.
     os.environ.pop("LD_PRELOAD", None)

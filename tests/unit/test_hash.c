@@ -1,7 +1,8 @@
 /*
  * kvindex/hash: the hashing standard against an independent Python
  * implementation (tests/fixtures/hash_vectors.py, xxhash module), against
- * vectors fixed in this file, and its chaining properties.
+ * vectors fixed in this file, and its chaining properties; the same for
+ * cache-salted chains (kvt_hash_salt_seed, kvt_hash_seq_salted[_le]).
  *
  * Without /usr/bin/python3 + xxhash the fixed tests still run; the program
  * then exits 77 (skip) because the vector comparison could not run.
@@ -27,9 +28,13 @@
 
 #define PYTHON "/usr/bin/python3"
 
+#define MAX_SALT 255
+
 typedef struct vec {
     uint32_t block_size;
     uint64_t seed;
+    unsigned char salt[MAX_SALT]; /* cache salt; salt_len 0: none */
+    size_t salt_len;
     size_t ntokens;
     size_t nblocks;
     uint32_t *tokens;
@@ -92,6 +97,28 @@ static int read_u64(FILE *f, uint64_t *v)
     return fscanf(f, "%" SCNu64, v) == 1 ? 0 : -1;
 }
 
+/* Reads a salt word: "-" (none) or its bytes in hex. */
+static int read_salt(FILE *f, vec_t *v)
+{
+    char hex[2 * MAX_SALT + 2];
+    if (fscanf(f, "%511s", hex) != 1)
+        return -1;
+    v->salt_len = 0;
+    if (strcmp(hex, "-") == 0)
+        return 0;
+    size_t n = strlen(hex);
+    if (n % 2 != 0 || n / 2 > MAX_SALT)
+        return -1;
+    for (size_t i = 0; i < n / 2; i++) {
+        unsigned b;
+        if (sscanf(hex + 2 * i, "%2x", &b) != 1)
+            return -1;
+        v->salt[i] = (unsigned char)b;
+    }
+    v->salt_len = n / 2;
+    return 0;
+}
+
 /*
  * Loads the vectors. Returns 1 when loaded, 0 when python is unusable (skip,
  * reason in @why), -1 when the fixture ran but its output is malformed (fail).
@@ -106,7 +133,7 @@ static int load_vectors(char *why, size_t whylen)
     if (f == NULL)
         return 0;
     if (fscanf(f, "%31s %u", word, &version) != 2 || strcmp(word, "kvtier-hash-vectors") != 0 ||
-        version != 1)
+        version != 2)
         goto err_close;
     if (fscanf(f, "%31s %zu", word, &count) != 2 || strcmp(word, "count") != 0 || count == 0)
         goto err_close;
@@ -119,7 +146,8 @@ static int load_vectors(char *why, size_t whylen)
         if (fscanf(f, "%31s", word) != 1 || strcmp(word, "vec") != 0)
             goto err_close;
         if (read_u64(f, &bs) != 0 || read_u64(f, &v->seed) != 0 ||
-            fscanf(f, "%zu %zu", &v->ntokens, &v->nblocks) != 2 || bs == 0 || bs > UINT32_MAX)
+            fscanf(f, "%zu %zu", &v->ntokens, &v->nblocks) != 2 || read_salt(f, v) != 0 ||
+            bs == 0 || bs > UINT32_MAX)
             goto err_close;
         v->block_size = (uint32_t)bs;
         v->tokens = malloc((v->ntokens + 1) * sizeof(uint32_t));
@@ -171,12 +199,61 @@ static void free_vectors(void)
 
 #define SENTINEL UINT64_C(0xa5a5a5a5a5a5a5a5)
 
+/* A salted vector: kvt_hash_seq_salted() and its _le twin, keys only and with a parent. */
+static void check_salted_vector(const vec_t *v)
+{
+    size_t nb = v->nblocks;
+    uint64_t *local = malloc((nb + 1) * sizeof(uint64_t));
+    uint64_t *seq = malloc((nb + 1) * sizeof(uint64_t));
+    unsigned char *le = malloc(v->ntokens * 4 + 2);
+    assert_non_null(local);
+    assert_non_null(seq);
+    assert_non_null(le);
+    local[nb] = seq[nb] = SENTINEL;
+    assert_int_equal(v->seed, KVT_HASH_SEED);
+    uint64_t first = kvt_hash_salt_seed(v->salt, v->salt_len);
+    assert_int_equal(first, XXH3_64bits_withSeed(v->salt, v->salt_len, KVT_HASH_SEED));
+
+    size_t n = kvt_hash_seq_salted(v->tokens, v->ntokens, v->block_size, first, NULL, local, seq);
+    assert_int_equal(n, nb);
+    assert_memory_equal(local, v->local, n * sizeof(uint64_t));
+    assert_memory_equal(seq, v->seq, n * sizeof(uint64_t));
+    assert_int_equal(local[n], SENTINEL);
+    assert_int_equal(seq[n], SENTINEL);
+    if (n > 0)
+        assert_int_equal(kvt_hash_block(v->tokens, v->block_size, first), v->local[0]);
+    /* From little-endian bytes at an odd address (an RPC frame), keys only. */
+    for (size_t i = 0; i < v->ntokens; i++)
+        for (int b = 0; b < 4; b++)
+            le[1 + 4 * i + (size_t)b] = (unsigned char)(v->tokens[i] >> (8 * b));
+    n = kvt_hash_seq_salted_le(le + 1, v->ntokens, v->block_size, first, NULL, NULL, seq);
+    assert_int_equal(n, nb);
+    assert_memory_equal(seq, v->seq, n * sizeof(uint64_t));
+    assert_int_equal(seq[n], SENTINEL);
+    /* Only block 0 carries the salt: the rest continues with the standard seed. */
+    if (nb >= 2) {
+        n = kvt_hash_seq(v->tokens + v->block_size, v->ntokens - v->block_size, v->block_size,
+                         KVT_HASH_SEED, &v->seq[0], NULL, seq);
+        assert_int_equal(n, nb - 1);
+        assert_memory_equal(seq, v->seq + 1, n * sizeof(uint64_t));
+    }
+    free(local);
+    free(seq);
+    free(le);
+}
+
 static void test_python_vectors(void **state)
 {
     (void)state;
-    assert_true(g_nvecs >= 30);
+    assert_true(g_nvecs >= 60);
+    size_t salted = 0;
     for (size_t i = 0; i < g_nvecs; i++) {
         const vec_t *v = &g_vecs[i];
+        if (v->salt_len > 0) {
+            check_salted_vector(v);
+            salted++;
+            continue;
+        }
         uint64_t *local = malloc((v->nblocks + 1) * sizeof(uint64_t));
         uint64_t *seq = malloc((v->nblocks + 1) * sizeof(uint64_t));
         uint64_t *seq2 = malloc((v->nblocks + 1) * sizeof(uint64_t));
@@ -204,6 +281,14 @@ static void test_python_vectors(void **state)
         assert_int_equal(n, v->nblocks);
         assert_memory_equal(seq2, v->seq, n * sizeof(uint64_t));
         assert_int_equal(seq2[n], SENTINEL);
+        /* The salted entry with no salt is the standard. */
+        if (v->seed == KVT_HASH_SEED) {
+            n = kvt_hash_seq_salted(v->tokens, v->ntokens, v->block_size, kvt_hash_salt_seed("", 0),
+                                    NULL, local, seq2);
+            assert_int_equal(n, v->nblocks);
+            assert_memory_equal(seq2, v->seq, n * sizeof(uint64_t));
+            assert_memory_equal(local, v->local, n * sizeof(uint64_t));
+        }
 
         /* Continuing from a parent: the second half chains from the first half's last key. */
         if (v->nblocks >= 2) {
@@ -219,6 +304,7 @@ static void test_python_vectors(void **state)
         free(seq);
         free(seq2);
     }
+    assert_true(salted >= 30);
 }
 
 /* Vectors computed once by hash_vectors.py and frozen here. */
@@ -364,7 +450,8 @@ static void test_empty(void **state)
     assert_int_equal(local[0], SENTINEL);
 }
 
-/* kvt_hash_seq_le() over LE bytes at every misalignment equals kvt_hash_seq(). */
+/* kvt_hash_seq_le() over LE bytes at every misalignment equals kvt_hash_seq(), and likewise
+ * kvt_hash_seq_salted_le() and kvt_hash_seq_salted() with a cache salt. */
 static void test_le_bytes_entry(void **state)
 {
     (void)state;
@@ -376,7 +463,8 @@ static void test_le_bytes_entry(void **state)
         rng = rng * 6364136223846793005ull + 1442695040888963407ull;
         tok[i] = (uint32_t)(rng >> 29);
     }
-    static const uint32_t sizes[] = {1, 3, 16, 32, 33, 64};
+    static const uint32_t sizes[] = {1, 3, 16, 32, 33, 64, 200};
+    const uint64_t salt_seed = kvt_hash_salt_seed("tenant-a", 8);
     for (size_t si = 0; si < sizeof(sizes) / sizeof(sizes[0]); si++) {
         for (size_t off = 0; off < 8; off++) {
             for (size_t i = 0; i < N; i++)
@@ -391,9 +479,81 @@ static void test_le_bytes_entry(void **state)
                 assert_int_equal(n1, n2);
                 assert_memory_equal(l1, l2, n1 * sizeof(uint64_t));
                 assert_memory_equal(s1, s2, n1 * sizeof(uint64_t));
+                /* salted: the first block's seed differs, the rest continues as above */
+                n1 = kvt_hash_seq_salted(tok, N, sizes[si], salt_seed, pp, l1, s1);
+                n2 = kvt_hash_seq_salted_le(raw + off, N, sizes[si], salt_seed, pp, l2, s2);
+                assert_int_equal(n1, N / sizes[si]);
+                assert_int_equal(n1, n2);
+                assert_memory_equal(l1, l2, n1 * sizeof(uint64_t));
+                assert_memory_equal(s1, s2, n1 * sizeof(uint64_t));
+                assert_int_equal(l1[0], kvt_hash_block(tok, sizes[si], salt_seed));
             }
         }
     }
+}
+
+/* Frozen salted vectors (computed by hash_vectors.py; docs/cli.md shows the first). */
+static void test_salted_fixed(void **state)
+{
+    (void)state;
+    uint64_t local[4], seq[4];
+    const uint32_t t1[] = {1, 2, 3, 4, 5};
+    uint64_t first = kvt_hash_salt_seed("tenant-a", 8);
+    assert_int_equal(kvt_hash_seq_salted(t1, 5, 2, first, NULL, local, seq), 2);
+    assert_int_equal(local[0], UINT64_C(11278602352658511512));
+    assert_int_equal(local[1], UINT64_C(2662118915037317746)); /* unsalted block 1 */
+    assert_int_equal(seq[0], UINT64_C(11278602352658511512));
+    assert_int_equal(seq[1], UINT64_C(441160891942885791));
+    /* The empty salt is no salt: the seed is the standard's, the keys unchanged. */
+    assert_int_equal(kvt_hash_salt_seed("", 0), KVT_HASH_SEED);
+    assert_int_equal(kvt_hash_salt_seed(NULL, 0), KVT_HASH_SEED);
+    assert_int_equal(kvt_hash_seq_salted(t1, 5, 2, KVT_HASH_SEED, NULL, local, seq), 2);
+    assert_int_equal(seq[1], UINT64_C(5890102321129957602));
+}
+
+/*
+ * Isolation: for a prompt, the keys with no salt, salt A and salt B are pairwise different at
+ * every block (the salt reaches every key through the chain); the same salt gives the same keys.
+ */
+static void test_salt_isolation(void **state)
+{
+    (void)state;
+    enum { B = 16, NB = 8 };
+    uint32_t toks[B * NB];
+    for (size_t i = 0; i < B * NB; i++)
+        toks[i] = (uint32_t)(i * 2654435761u);
+    static const char *const salts[] = {"", "tenant-a", "tenant-b", "tenant-a ", "a", "b"};
+    enum { NS = sizeof(salts) / sizeof(salts[0]) };
+    uint64_t keys[NS][NB], again[NB];
+    for (size_t s = 0; s < NS; s++) {
+        uint64_t first = kvt_hash_salt_seed(salts[s], strlen(salts[s]));
+        assert_int_equal(kvt_hash_seq_salted(toks, B * NB, B, first, NULL, NULL, keys[s]), NB);
+        assert_int_equal(kvt_hash_seq_salted(toks, B * NB, B, first, NULL, NULL, again), NB);
+        assert_memory_equal(keys[s], again, sizeof(again));
+    }
+    uint64_t plain[NB];
+    assert_int_equal(kvt_hash_seq(toks, B * NB, B, KVT_HASH_SEED, NULL, NULL, plain), NB);
+    assert_memory_equal(keys[0], plain, sizeof(plain));
+    for (size_t a = 0; a < NS; a++)
+        for (size_t b = a + 1; b < NS; b++)
+            for (size_t i = 0; i < NB; i++)
+                assert_int_not_equal(keys[a][i], keys[b][i]);
+    /* A salt seeds the chain's first block only: with a parent the caller passes the standard
+     * seed, and a salted first seed with a parent is chained from it like any block. */
+    uint64_t parent = keys[1][3], cont[NB];
+    assert_int_equal(
+        kvt_hash_seq_salted(toks + 4 * B, 4 * B, B, KVT_HASH_SEED, &parent, NULL, cont), 4);
+    assert_memory_equal(cont, keys[1] + 4, 4 * sizeof(uint64_t));
+    uint64_t first = kvt_hash_salt_seed("tenant-b", 8);
+    assert_int_equal(kvt_hash_seq_salted(toks, B, B, first, &parent, NULL, cont), 1);
+    assert_int_equal(cont[0],
+                     kvt_hash_chain(parent, kvt_hash_block(toks, B, first), KVT_HASH_SEED));
+    /* Fewer tokens than a block: nothing is written, salted or not. */
+    cont[0] = SENTINEL;
+    assert_int_equal(kvt_hash_seq_salted(toks, B - 1, B, first, NULL, NULL, cont), 0);
+    assert_int_equal(kvt_hash_seq_salted_le(toks, B - 1, B, first, NULL, NULL, cont), 0);
+    assert_int_equal(kvt_hash_seq_salted(toks, B, 0, first, NULL, NULL, cont), 0);
+    assert_int_equal(cont[0], SENTINEL);
 }
 
 int main(void)
@@ -414,6 +574,8 @@ int main(void)
         cmocka_unit_test(test_seed_changes_result),
         cmocka_unit_test(test_le_bytes_entry),
         cmocka_unit_test(test_empty),
+        cmocka_unit_test(test_salted_fixed),
+        cmocka_unit_test(test_salt_isolation),
     };
     const struct CMUnitTest python[] = {
         cmocka_unit_test(test_python_vectors),

@@ -658,8 +658,8 @@ static void test_query_roundtrip(void **state)
     uint32_t len;
     const uint32_t toks[] = {1, 2, 3, 0xFFFFFFFFu, 0};
     kvt_proto_str_t pods[] = {S("pod-a"), S("pod-b")};
-    kvt_proto_query_req_t req = {S("llama"), S("lora1"), KVT_PROTO_Q_TOKENS, 5, toks, NULL,
-                                 2,          pods};
+    kvt_proto_query_req_t req = {S("llama"), S("lora1"), KVT_PROTO_Q_TOKENS, 5, toks, NULL, 2,
+                                 pods,       S("")};
 
     assert_int_equal(kvt_proto_query_req_encode(&w, 11, &req), KVT_OK);
     const uint8_t *body = frame_body(&w, 0, KVT_PROTO_OP_QUERY, 0, 11, &len);
@@ -707,7 +707,7 @@ static void test_query_roundtrip(void **state)
     /* Keys, no pods, empty lora, decoded from an odd address (unaligned values). */
     kvt_proto_wr_reset(&w);
     const uint64_t keys[] = {UINT64_MAX, 0, 0x0123456789ABCDEFull};
-    kvt_proto_query_req_t kreq = {S("m"), S(""), KVT_PROTO_Q_KEYS, 3, NULL, keys, 0, NULL};
+    kvt_proto_query_req_t kreq = {S("m"), S(""), KVT_PROTO_Q_KEYS, 3, NULL, keys, 0, NULL, S("")};
     assert_int_equal(kvt_proto_query_req_encode(&w, 12, &kreq), KVT_OK);
     body = frame_body(&w, 0, KVT_PROTO_OP_QUERY, 0, 12, &len);
     uint8_t *odd = malloc(len + 1);
@@ -727,7 +727,8 @@ static void test_query_roundtrip(void **state)
 
     /* Empty query (n = 0) is valid. */
     kvt_proto_wr_reset(&w);
-    kvt_proto_query_req_t empty = {S("m"), S(""), KVT_PROTO_Q_TOKENS, 0, NULL, NULL, 0, NULL};
+    kvt_proto_query_req_t empty = {S("m"), S(""), KVT_PROTO_Q_TOKENS, 0, NULL, NULL, 0,
+                                   NULL,   S("")};
     assert_int_equal(kvt_proto_query_req_encode(&w, 13, &empty), KVT_OK);
     body = frame_body(&w, 0, KVT_PROTO_OP_QUERY, 0, 13, &len);
     assert_int_equal(len, 3 + 2 + 4 + 4 + 4);
@@ -789,7 +790,7 @@ static void test_query_rejects(void **state)
         ref->b[kind_off + i] = 0x80;
         expect_query_err(ref, KVT_ERR_INVAL, "pad");
     }
-    for (int k = 2; k < 256; k += 37) {
+    for (int k = 3; k < 256; k += 36) { /* 2 is the salted kind (test_query_salted) */
         ref_query(ref, &kind_off, &pod_off);
         ref->b[kind_off] = (uint8_t)k;
         expect_query_err(ref, KVT_ERR_INVAL, "kind");
@@ -863,7 +864,7 @@ static void test_query_rejects(void **state)
     size_t keep = w.len;
     const uint32_t toks[] = {1};
     kvt_proto_str_t pods[] = {S("ok"), S("")};
-    kvt_proto_query_req_t req = {S("m"), S(""), 2, 1, toks, NULL, 0, NULL};
+    kvt_proto_query_req_t req = {S("m"), S(""), 3, 1, toks, NULL, 0, NULL, S("")};
     assert_int_equal(kvt_proto_query_req_encode(&w, 1, &req), KVT_ERR_INVAL); /* kind */
     req.kind = KVT_PROTO_Q_KEYS;
     assert_int_equal(kvt_proto_query_req_encode(&w, 1, &req), KVT_ERR_INVAL); /* keys NULL */
@@ -889,6 +890,169 @@ static void test_query_rejects(void **state)
     assert_false(w.oom);
     kvt_proto_wr_cleanup(&w);
     free(ref);
+}
+
+/* Builds a valid kind-2 body "model m, lora "", salt @salt, n 2 tokens, 1 pod" into @ref and
+ * returns the offsets of the kind byte and of the salt's length. */
+static void ref_salted(ref_t *ref, const char *salt, size_t salt_len, size_t *kind_off,
+                       size_t *salt_off)
+{
+    ref->n = 0;
+    ref_str(ref, "m", 1);
+    ref_str(ref, "", 0);
+    *kind_off = ref->n;
+    ref_u8(ref, KVT_PROTO_Q_TOKENS_SALTED);
+    ref_le(ref, 0, 3);
+    *salt_off = ref->n;
+    ref_str(ref, salt, salt_len);
+    ref_le(ref, 2, 4);
+    ref_le(ref, 7, 4);
+    ref_le(ref, 8, 4);
+    ref_le(ref, 1, 4);
+    ref_str(ref, "pod", 3);
+}
+
+/* Kind 2 (token ids with a cache salt): layout, round trip, and every malformed body. */
+static void test_query_salted(void **state)
+{
+    (void)state;
+    kvt_proto_wr_t w;
+    kvt_proto_wr_init(&w);
+    uint32_t len;
+    const uint32_t toks[] = {1, 0xFFFFFFFFu, 3};
+    kvt_proto_str_t pods[] = {S("pod-a")};
+    kvt_proto_query_req_t req = {
+        S("llama"), S("ad1"), KVT_PROTO_Q_TOKENS_SALTED, 3, toks, NULL, 1, pods, S("tenant-a")};
+    /* The bytes against a reference: test_doc_example (fixed) and test_random_roundtrips. */
+    assert_int_equal(kvt_proto_query_req_encode(&w, 21, &req), KVT_OK);
+    const uint8_t *body = frame_body(&w, 0, KVT_PROTO_OP_QUERY, 0, 21, &len);
+    assert_int_equal(len, 7 + 5 + 4 + 10 + 4 + 3 * 4 + 4 + 7);
+    assert_memory_equal(body + 16, "\x08\x00tenant-a", 10); /* right after pad, before n */
+    ref_t *ref = calloc(1, sizeof(*ref));
+
+    kvt_proto_query_t q;
+    assert_int_equal(kvt_proto_query_decode(body, len, 3, &q, NULL), KVT_OK);
+    assert_int_equal(q.kind, KVT_PROTO_Q_TOKENS_SALTED);
+    assert_true(kvt_proto_query_kind_tokens(q.kind));
+    assert_true(str_eq(q.salt, "tenant-a", 8));
+    assert_true(str_eq(q.model, "llama", 5));
+    assert_true(str_eq(q.lora, "ad1", 3));
+    assert_int_equal(q.n, 3);
+    for (uint32_t i = 0; i < 3; i++)
+        assert_int_equal(kvt_proto_query_token(&q, i), toks[i]);
+    uint32_t vals[3];
+    kvt_proto_query_values(&q, vals);
+    assert_memory_equal(vals, toks, sizeof(vals));
+    assert_int_equal(q.npods, 1);
+    expect_truncations_fail(body, len, dec_query, sizeof(q));
+    const char *why = NULL;
+    assert_int_equal(kvt_proto_query_decode(body, len, 2, &q, &why), KVT_ERR_TOO_BIG);
+
+    /* The other kinds decode with an empty salt; only kinds 0 and 2 are token kinds. */
+    kvt_proto_wr_reset(&w);
+    req.kind = KVT_PROTO_Q_TOKENS;
+    req.salt = S("");
+    assert_int_equal(kvt_proto_query_req_encode(&w, 22, &req), KVT_OK);
+    body = frame_body(&w, 0, KVT_PROTO_OP_QUERY, 0, 22, &len);
+    memset(&q, 0x44, sizeof(q));
+    assert_int_equal(kvt_proto_query_decode(body, len, 3, &q, NULL), KVT_OK);
+    assert_int_equal(q.salt.len, 0);
+    assert_true(kvt_proto_query_kind_tokens(KVT_PROTO_Q_TOKENS));
+    assert_false(kvt_proto_query_kind_tokens(KVT_PROTO_Q_KEYS));
+    assert_false(kvt_proto_query_kind_tokens(3));
+
+    /* A salt of 255 bytes (the limit), any byte but NUL. */
+    char big[256];
+    for (size_t i = 0; i < sizeof(big); i++)
+        big[i] = (char)(1 + i % 255);
+    kvt_proto_wr_reset(&w);
+    req.kind = KVT_PROTO_Q_TOKENS_SALTED;
+    req.salt.p = big;
+    req.salt.len = 255;
+    assert_int_equal(kvt_proto_query_req_encode(&w, 23, &req), KVT_OK);
+    body = frame_body(&w, 0, KVT_PROTO_OP_QUERY, 0, 23, &len);
+    assert_int_equal(kvt_proto_query_decode(body, len, 3, &q, NULL), KVT_OK);
+    assert_true(str_eq(q.salt, big, 255));
+
+    /* Malformed kind-2 bodies: each refused with a reason, the output untouched. */
+    size_t kind_off, salt_off;
+    ref_salted(ref, "s", 1, &kind_off, &salt_off);
+    uint8_t *copy = dup_exact(ref->b, ref->n);
+    assert_int_equal(kvt_proto_query_decode(copy, ref->n, 1000, &q, NULL), KVT_OK);
+    assert_true(str_eq(q.salt, "s", 1));
+    assert_int_equal(kvt_proto_query_token(&q, 1), 8);
+    free(copy);
+    ref_salted(ref, "", 0, &kind_off, &salt_off); /* no salt is kind 0, not kind 2 with "" */
+    expect_query_err(ref, KVT_ERR_INVAL, "empty cache salt");
+    ref_salted(ref, big, 256, &kind_off, &salt_off);
+    expect_query_err(ref, KVT_ERR_INVAL, "salt");
+    ref_salted(ref, "a\0b", 3, &kind_off, &salt_off);
+    expect_query_err(ref, KVT_ERR_INVAL, "salt");
+    ref_salted(ref, "s", 1, &kind_off, &salt_off);
+    ref->n = salt_off + 1; /* inside the salt's length */
+    expect_query_err(ref, KVT_ERR_INVAL, "salt");
+    ref_salted(ref, "salt", 4, &kind_off, &salt_off);
+    ref->n = salt_off + 2 + 3; /* inside the salt's bytes */
+    expect_query_err(ref, KVT_ERR_INVAL, "salt");
+    ref_salted(ref, "salt", 4, &kind_off, &salt_off);
+    ref->n = salt_off + 2 + 4 + 2; /* inside the count */
+    expect_query_err(ref, KVT_ERR_INVAL, "count");
+    ref_salted(ref, "salt", 4, &kind_off, &salt_off);
+    ref->b[salt_off] = 200; /* the salt's length runs past the body */
+    expect_query_err(ref, KVT_ERR_INVAL, "salt");
+    for (int i = 1; i <= 3; i++) {
+        ref_salted(ref, "s", 1, &kind_off, &salt_off);
+        ref->b[kind_off + i] = 1;
+        expect_query_err(ref, KVT_ERR_INVAL, "pad");
+    }
+    ref_salted(ref, "s", 1, &kind_off, &salt_off);
+    ref_u8(ref, 0);
+    expect_query_err(ref, KVT_ERR_INVAL, "trailing");
+    /* A kind-0 body relabelled kind 2: its count reads as a salt with NUL bytes. */
+    size_t pod_off;
+    ref_query(ref, &kind_off, &pod_off);
+    ref->b[kind_off] = KVT_PROTO_Q_TOKENS_SALTED;
+    expect_query_err(ref, KVT_ERR_INVAL, "salt");
+    /* A kind-2 body relabelled kind 0: the salt's bytes read as a count; nothing fits. */
+    ref_salted(ref, "s", 1, &kind_off, &salt_off);
+    ref->b[kind_off] = KVT_PROTO_Q_TOKENS;
+    copy = dup_exact(ref->b, ref->n);
+    assert_int_equal(kvt_proto_query_decode(copy, ref->n, UINT32_MAX, &q, NULL), KVT_ERR_INVAL);
+    free(copy);
+    /* Keys cannot be salted (kind 1 keys already carry it): a salted kind-1 body is garbage. */
+    ref_salted(ref, "s", 1, &kind_off, &salt_off);
+    ref->b[kind_off] = KVT_PROTO_Q_KEYS;
+    copy = dup_exact(ref->b, ref->n);
+    assert_int_equal(kvt_proto_query_decode(copy, ref->n, UINT32_MAX, &q, NULL), KVT_ERR_INVAL);
+    free(copy);
+
+    /* Encoder refusals leave the writer unchanged. */
+    kvt_proto_wr_reset(&w);
+    assert_int_equal(kvt_proto_raw_encode(&w, KVT_PROTO_OP_PING, 0, 1, NULL, 0), KVT_OK);
+    size_t keep = w.len;
+    req.salt = S("");
+    assert_int_equal(kvt_proto_query_req_encode(&w, 1, &req), KVT_ERR_INVAL); /* kind 2, no salt */
+    req.salt = S("t");
+    req.kind = KVT_PROTO_Q_TOKENS;
+    assert_int_equal(kvt_proto_query_req_encode(&w, 1, &req), KVT_ERR_INVAL); /* salt, kind 0 */
+    req.kind = KVT_PROTO_Q_KEYS;
+    const uint64_t keys[] = {1, 2, 3};
+    req.keys = keys;
+    assert_int_equal(kvt_proto_query_req_encode(&w, 1, &req), KVT_ERR_INVAL); /* salt, kind 1 */
+    req.kind = KVT_PROTO_Q_TOKENS_SALTED;
+    req.salt.p = big;
+    req.salt.len = 256;
+    assert_int_equal(kvt_proto_query_req_encode(&w, 1, &req), KVT_ERR_TOO_BIG);
+    req.salt = (kvt_proto_str_t){"a\0b", 3};
+    assert_int_equal(kvt_proto_query_req_encode(&w, 1, &req), KVT_ERR_TOO_BIG);
+    req.salt = S("t");
+    req.tokens = NULL;
+    assert_int_equal(kvt_proto_query_req_encode(&w, 1, &req), KVT_ERR_INVAL); /* NULL tokens */
+    assert_int_equal(w.len, keep);
+    assert_false(w.bad);
+    assert_false(w.oom);
+    free(ref);
+    kvt_proto_wr_cleanup(&w);
 }
 
 static void test_query_answer(void **state)
@@ -1047,8 +1211,8 @@ static void test_query_answer(void **state)
 /* ---- randomized round trips against the naive reference ------------------------------------- */
 
 typedef struct rq {
-    char model[256], lora[256];
-    size_t model_len, lora_len;
+    char model[256], lora[256], salt[256];
+    size_t model_len, lora_len, salt_len;
     uint8_t kind;
     uint32_t n;
     uint32_t toks[64];
@@ -1077,7 +1241,8 @@ static void rq_random(rq_t *q)
 {
     q->model_len = rnd_name_len(q->model, 1);
     q->lora_len = rnd_below(2) ? 0 : rnd_name_len(q->lora, 0);
-    q->kind = (uint8_t)rnd_below(2);
+    q->kind = (uint8_t)rnd_below(3);
+    q->salt_len = q->kind == KVT_PROTO_Q_TOKENS_SALTED ? rnd_name_len(q->salt, 1) : 0;
     q->n = rnd_below(65);
     for (uint32_t i = 0; i < q->n; i++) {
         q->toks[i] = (uint32_t)rnd();
@@ -1099,9 +1264,11 @@ static void rq_ref(const rq_t *q, uint64_t req_id, ref_t *ref)
     ref_str(ref, q->lora, q->lora_len);
     ref_u8(ref, q->kind);
     ref_le(ref, 0, 3);
+    if (q->kind == KVT_PROTO_Q_TOKENS_SALTED)
+        ref_str(ref, q->salt, q->salt_len);
     ref_le(ref, q->n, 4);
     for (uint32_t i = 0; i < q->n; i++)
-        if (q->kind == KVT_PROTO_Q_TOKENS)
+        if (q->kind != KVT_PROTO_Q_KEYS)
             ref_le(ref, q->toks[i], 4);
         else
             ref_le(ref, q->keys[i], 8);
@@ -1116,9 +1283,10 @@ static void rq_check(const rq_t *q, const kvt_proto_query_t *d)
     assert_true(str_eq(d->model, q->model, q->model_len));
     assert_true(str_eq(d->lora, q->lora, q->lora_len));
     assert_int_equal(d->kind, q->kind);
+    assert_true(str_eq(d->salt, q->salt, q->salt_len));
     assert_int_equal(d->n, q->n);
     for (uint32_t i = 0; i < q->n; i++) {
-        if (q->kind == KVT_PROTO_Q_TOKENS)
+        if (q->kind != KVT_PROTO_Q_KEYS)
             assert_int_equal(kvt_proto_query_token(d, i), q->toks[i]);
         else
             assert_true(kvt_proto_query_key(d, i) == q->keys[i]);
@@ -1247,7 +1415,8 @@ static void test_random_roundtrips(void **state)
                                          qs[i].toks,
                                          qs[i].keys,
                                          qs[i].npods,
-                                         qs[i].pods};
+                                         qs[i].pods,
+                                         {qs[i].salt, (uint16_t)qs[i].salt_len}};
             assert_int_equal(kvt_proto_query_req_encode(&w, id, &req), KVT_OK);
             rq_ref(&qs[i], id, ref);
 
@@ -1344,8 +1513,29 @@ static void test_random_garbage(void **state)
             accepted++;
         }
         kvt_proto_query_t q;
-        if (kvt_proto_query_decode(b, len, 16, &q, NULL) == KVT_OK)
+        if (kvt_proto_query_decode(b, len, 16, &q, NULL) == KVT_OK) {
+            uint32_t toks[16];
+            uint64_t keys[16];
+            kvt_proto_str_t pods[64];
+            kvt_proto_rd_t r;
+            kvt_proto_rd_init(&r, q.pods, q.pods_len);
+            assert_true(q.npods <= 64);
+            for (uint32_t i = 0; i < q.npods; i++)
+                pods[i] = kvt_proto_rd_str(&r);
+            for (uint32_t i = 0; i < q.n; i++) {
+                if (q.kind == KVT_PROTO_Q_KEYS)
+                    keys[i] = kvt_proto_query_key(&q, i);
+                else
+                    toks[i] = kvt_proto_query_token(&q, i);
+            }
+            kvt_proto_query_req_t req = {q.model, q.lora,  q.kind, q.n,   toks,
+                                         keys,    q.npods, pods,   q.salt};
+            kvt_proto_wr_reset(&w);
+            assert_int_equal(kvt_proto_query_req_encode(&w, 0, &req), KVT_OK);
+            assert_int_equal(w.len, KVT_PROTO_HDR_SIZE + len);
+            assert_memory_equal(w.buf + KVT_PROTO_HDR_SIZE, b, len);
             accepted++;
+        }
         free(b);
     }
     assert_true(accepted > 0);
@@ -1376,6 +1566,14 @@ static const uint8_t doc_error[] = {
     0x00, 0x00, 0x1f, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x9c, 0xff, 0xff, 0xff,
     0x90, 0x01, 0x17, 0x00, 0x71, 0x75, 0x65, 0x72, 0x79, 0x3a, 0x20, 0x65, 0x6d, 0x70,
     0x74, 0x79, 0x20, 0x6d, 0x6f, 0x64, 0x65, 0x6c, 0x20, 0x6e, 0x61, 0x6d, 0x65};
+
+static const uint8_t doc_salted[] = {
+    0x4b, 0x56, 0x54, 0x31, 0x01, 0x10, 0x00, 0x00, 0x02, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00,
+    0x00, 0x3f, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x05, 0x00, 0x6c, 0x6c, 0x61, 0x6d,
+    0x61, 0x00, 0x00, 0x02, 0x00, 0x00, 0x00, 0x08, 0x00, 0x74, 0x65, 0x6e, 0x61, 0x6e, 0x74,
+    0x2d, 0x61, 0x08, 0x00, 0x00, 0x00, 0x01, 0x00, 0x00, 0x00, 0x02, 0x00, 0x00, 0x00, 0x03,
+    0x00, 0x00, 0x00, 0x04, 0x00, 0x00, 0x00, 0x05, 0x00, 0x00, 0x00, 0x06, 0x00, 0x00, 0x00,
+    0x07, 0x00, 0x00, 0x00, 0x08, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00};
 
 /*
  * Reads the hex dumps of the "Worked example" section of docs/protocol.md
@@ -1434,7 +1632,8 @@ static void test_doc_example(void **state)
 
     kvt_proto_wr_reset(&w);
     const uint32_t toks[] = {1, 2, 3, 4, 5, 6, 7, 8};
-    kvt_proto_query_req_t q = {S("llama"), S(""), KVT_PROTO_Q_TOKENS, 8, toks, NULL, 0, NULL};
+    kvt_proto_query_req_t q = {S("llama"), S(""), KVT_PROTO_Q_TOKENS, 8, toks, NULL, 0,
+                               NULL,       S("")};
     assert_int_equal(kvt_proto_query_req_encode(&w, 1, &q), KVT_OK);
     assert_int_equal(w.len, sizeof(doc_query));
     assert_memory_equal(w.buf, doc_query, sizeof(doc_query));
@@ -1464,6 +1663,19 @@ static void test_doc_example(void **state)
     assert_int_equal(kvt_proto_query_decode(empty_model, sizeof(empty_model), 10, &dq, &why),
                      KVT_ERR_INVAL);
     assert_string_equal(why, msg);
+
+    /* The salted query (kind 2), and it decodes back to the salt and the tokens. */
+    kvt_proto_wr_reset(&w);
+    kvt_proto_query_req_t sq = {
+        S("llama"), S(""), KVT_PROTO_Q_TOKENS_SALTED, 8, toks, NULL, 0, NULL, S("tenant-a")};
+    assert_int_equal(kvt_proto_query_req_encode(&w, 2, &sq), KVT_OK);
+    assert_int_equal(w.len, sizeof(doc_salted));
+    assert_memory_equal(w.buf, doc_salted, sizeof(doc_salted));
+    assert_int_equal(kvt_proto_query_decode(doc_salted + KVT_PROTO_HDR_SIZE,
+                                            sizeof(doc_salted) - KVT_PROTO_HDR_SIZE, 8, &dq, &why),
+                     KVT_OK);
+    assert_true(str_eq(dq.salt, "tenant-a", 8));
+    assert_int_equal(kvt_proto_query_token(&dq, 7), 8);
     kvt_proto_wr_cleanup(&w);
 
     /* The document itself, when the source tree is known (ctest sets KVT_SOURCE_DIR). */
@@ -1472,14 +1684,14 @@ static void test_doc_example(void **state)
         return;
     char path[1024];
     snprintf(path, sizeof(path), "%s/docs/protocol.md", src);
-    uint8_t frames[4][128];
-    size_t lens[4];
-    int n = read_doc_frames(path, frames, lens, 4);
-    assert_int_equal(n, 4);
-    const uint8_t *want[4] = {doc_hello, doc_query, doc_answer, doc_error};
-    const size_t wlen[4] = {sizeof(doc_hello), sizeof(doc_query), sizeof(doc_answer),
-                            sizeof(doc_error)};
-    for (int i = 0; i < 4; i++) {
+    uint8_t frames[5][128];
+    size_t lens[5];
+    int n = read_doc_frames(path, frames, lens, 5);
+    assert_int_equal(n, 5);
+    const uint8_t *want[5] = {doc_hello, doc_query, doc_answer, doc_error, doc_salted};
+    const size_t wlen[5] = {sizeof(doc_hello), sizeof(doc_query), sizeof(doc_answer),
+                            sizeof(doc_error), sizeof(doc_salted)};
+    for (int i = 0; i < 5; i++) {
         assert_int_equal(lens[i], wlen[i]);
         assert_memory_equal(frames[i], want[i], wlen[i]);
     }
@@ -1488,13 +1700,21 @@ static void test_doc_example(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_hdr_roundtrip),   cmocka_unit_test(test_hdr_rejects),
-        cmocka_unit_test(test_http_status),     cmocka_unit_test(test_reader),
-        cmocka_unit_test(test_writer),          cmocka_unit_test(test_hello),
-        cmocka_unit_test(test_drop_and_raw),    cmocka_unit_test(test_error_body),
-        cmocka_unit_test(test_query_roundtrip), cmocka_unit_test(test_query_rejects),
-        cmocka_unit_test(test_query_answer),    cmocka_unit_test(test_random_roundtrips),
-        cmocka_unit_test(test_random_garbage),  cmocka_unit_test(test_doc_example),
+        cmocka_unit_test(test_hdr_roundtrip),
+        cmocka_unit_test(test_hdr_rejects),
+        cmocka_unit_test(test_http_status),
+        cmocka_unit_test(test_reader),
+        cmocka_unit_test(test_writer),
+        cmocka_unit_test(test_hello),
+        cmocka_unit_test(test_drop_and_raw),
+        cmocka_unit_test(test_error_body),
+        cmocka_unit_test(test_query_roundtrip),
+        cmocka_unit_test(test_query_rejects),
+        cmocka_unit_test(test_query_salted),
+        cmocka_unit_test(test_query_answer),
+        cmocka_unit_test(test_random_roundtrips),
+        cmocka_unit_test(test_random_garbage),
+        cmocka_unit_test(test_doc_example),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -7,6 +7,7 @@ Standard library only (ctypes over libkvtier.so.0). Example::
     with kvtier.Client("127.0.0.1:7420", timeout=1.0) as c:
         for p in c.query("llama-3-8b", [1, 2, 3, ...]):
             print(p["pod"], p["matched_blocks"], p["score"])
+        c.query("llama-3-8b", [1, 2, 3, ...], cache_salt="tenant-a")  # vLLM/SGLang cache_salt
         c.report_events({"pod": "pod-a", "model": "llama-3-8b", "events": [...]})
         print(c.stats())
 
@@ -167,6 +168,9 @@ def _declare(lib):
         "kvt_client_last_error": (ctypes.c_char_p, [c_client]),
         "kvt_client_query": (st, [c_client, ctypes.c_char_p, ctypes.c_char_p, P(ctypes.c_uint32),
                                   ctypes.c_size_t, cstrs, ctypes.c_size_t, P(_Result)]),
+        "kvt_client_query_salted": (st, [c_client, ctypes.c_char_p, ctypes.c_char_p,
+                                         ctypes.c_char_p, P(ctypes.c_uint32), ctypes.c_size_t,
+                                         cstrs, ctypes.c_size_t, P(_Result)]),
         "kvt_client_query_keys": (st, [c_client, ctypes.c_char_p, ctypes.c_char_p,
                                        P(ctypes.c_uint64), ctypes.c_size_t, cstrs,
                                        ctypes.c_size_t, P(_Result)]),
@@ -180,6 +184,9 @@ def _declare(lib):
                                        P(ctypes.c_void_p)]),
         "kvt_client_hash_tokens": (ctypes.c_size_t, [P(ctypes.c_uint32), ctypes.c_size_t,
                                                      ctypes.c_uint32, P(ctypes.c_uint64)]),
+        "kvt_client_hash_tokens_salted": (ctypes.c_size_t, [P(ctypes.c_uint32), ctypes.c_size_t,
+                                                            ctypes.c_uint32, ctypes.c_char_p,
+                                                            P(ctypes.c_uint64)]),
         "kvt_client_free": (None, [ctypes.c_void_p]),
         "kvt_client_version": (ctypes.c_char_p, []),
     }
@@ -230,18 +237,28 @@ def _name(s, what, allow_empty=False):
     return bytes(s)
 
 
-def hash_tokens(token_ids, block_size):
+def _salt(cache_salt):
+    """A request's cache salt as bytes (str is UTF-8 encoded), or None for no salt (None, "")."""
+    return _name(cache_salt, "cache_salt", allow_empty=True) or None
+
+
+def hash_tokens(token_ids, block_size, cache_salt=None):
     """Block keys of token_ids under kvtier's hashing standard (XXH3-64, seed 1337,
-    chained), as query_keys() takes them. Trailing tokens that fill no block are ignored."""
+    chained), as query_keys() takes them. Trailing tokens that fill no block are ignored.
+    cache_salt (str or bytes, 1..255 bytes without NUL; None or "": none) is a request's
+    vLLM/SGLang cache salt: it seeds the first block's hash, as kvtierd does for events and
+    queries that carry it."""
     lib = _load()
     if not isinstance(block_size, int) or not 0 < block_size < 2**32:
         raise ValueError("block_size must be an integer in 1..4294967295")
+    salt_b = _salt(cache_salt)
     toks = _u32_array(token_ids, "token_ids")
     nblocks = len(toks) // block_size
     if nblocks == 0:
         return []
     out = (ctypes.c_uint64 * nblocks)()
-    n = lib.kvt_client_hash_tokens(_ptr(toks, ctypes.c_uint32), len(toks), block_size, out)
+    n = lib.kvt_client_hash_tokens_salted(_ptr(toks, ctypes.c_uint32), len(toks), block_size,
+                                          salt_b, out)
     return list(out[:n])
 
 
@@ -303,14 +320,15 @@ class Client:
         arr = (ctypes.c_char_p * len(names))(*names)
         return arr, len(names), names
 
-    def _query(self, fn, model, values, ctype, lora, pods):
+    def _query(self, fn, model, values, ctype, lora, pods, extra=()):
+        """fn(client, model, lora, *extra, values, n, pods, npods, result)."""
         model_b = _name(model, "model")
         lora_b = _name(lora, "lora", allow_empty=True) if lora else None
         parr, npods, _keep = self._pods_arg(pods)
         res = _Result()
         with self._lock:
             c = self._handle()
-            st = fn(c, model_b, lora_b, _ptr(values, ctype), len(values), parr, npods,
+            st = fn(c, model_b, lora_b, *extra, _ptr(values, ctype), len(values), parr, npods,
                     ctypes.byref(res))
             if st != 0:
                 self._raise(st)
@@ -336,20 +354,25 @@ class Client:
         return out
 
     # -- calls -----------------------------------------------------------------------------
-    def query_answer(self, model, token_ids, lora=None, pods=None):
+    def query_answer(self, model, token_ids, lora=None, pods=None, cache_salt=None):
         """Like query() but returns the whole answer, shaped as POST /v1/query's:
         {"block_size", "num_blocks", "pods": [...]}."""
+        salt_b = _salt(cache_salt)  # None: kvt_client_query_salted is kvt_client_query
         toks = _u32_array(token_ids, "token_ids")
-        return self._query(self._lib.kvt_client_query, model, toks, ctypes.c_uint32, lora, pods)
+        return self._query(self._lib.kvt_client_query_salted, model, toks, ctypes.c_uint32, lora,
+                           pods, (salt_b,))
 
-    def query(self, model, token_ids, lora=None, pods=None):
+    def query(self, model, token_ids, lora=None, pods=None, cache_salt=None):
         """Which pods hold the longest prefix of token_ids: a list of dicts
         {"pod","dp_rank","matched_blocks","gpu","cpu","disk","score"}, best first.
-        pods: only rank these pod names (None: every pod)."""
-        return self.query_answer(model, token_ids, lora, pods)["pods"]
+        pods: only rank these pod names (None: every pod). cache_salt: the request's
+        vLLM/SGLang cache salt (str or bytes, 1..255 bytes; None or "": none); only
+        prefixes stored with the same salt match."""
+        return self.query_answer(model, token_ids, lora, pods, cache_salt)["pods"]
 
     def query_keys_answer(self, model, keys, lora=None, pods=None):
-        """query_answer() with block sequence keys (see hash_tokens) instead of tokens."""
+        """query_answer() with block sequence keys (see hash_tokens) instead of tokens.
+        Keys of a salted request come from hash_tokens(..., cache_salt=): the salt is in them."""
         ks = _u64_array(keys, "keys")
         return self._query(self._lib.kvt_client_query_keys, model, ks, ctypes.c_uint64, lora, pods)
 
