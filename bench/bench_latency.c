@@ -72,6 +72,8 @@ typedef struct bl_opts {
     size_t nrates;
     bool rates_abs;
     uint32_t slices, workers, pods, prompts, tokens;
+    double max_others; /* %: a slice pair with more CPU of other processes is measured again */
+    uint32_t retries;  /* at most this many times */
 } bl_opts_t;
 
 static void bl_usage(FILE *out)
@@ -80,6 +82,7 @@ static void bl_usage(FILE *out)
                  "                            [--seconds S] [--connections LIST] [--rates LIST]\n"
                  "                            [--rates-per-sec LIST] [--slices N] [--workers W]\n"
                  "                            [--pods P] [--prompts K] [--tokens N]\n"
+                 "                            [--max-others PCT] [--retries R]\n"
                  "\n"
                  "Latency as a router sees it: one request in flight per connection, for kvtierd\n"
                  "(binary RPC QUERY of an N-token prompt, default 1024, against K prompts stored\n"
@@ -92,6 +95,8 @@ static void bl_usage(FILE *out)
                  "  absolute rates of --rates-per-sec, on that many connections.\n"
                  "Each point runs S seconds per server (default 2), cut into N slices (default 8)\n"
                  "measured alternately; the server not being measured is stopped (SIGSTOP).\n"
+                 "A pair of slices during which other processes used more than PCT of the\n"
+                 "cores (default 20) is measured again, up to R times (default 1); 100: never.\n"
                  "kvtierd runs with W query workers (default 2). redis-server is taken from PATH\n"
                  "unless --redis-server names it; without one kvtierd is measured alone.\n"
                  "Reported per point: p50, p99, p999 and max for both, and kvtierd / redis.\n"
@@ -157,7 +162,9 @@ static int bl_parse(int argc, char **argv, bl_opts_t *o)
                      .workers = 2,
                      .pods = 64,
                      .prompts = 256,
-                     .tokens = 1024};
+                     .tokens = 1024,
+                     .max_others = 20,
+                     .retries = 1};
     bool no_redis = false;
     for (int i = 1; i < argc; i++) {
         const char *v = NULL;
@@ -185,6 +192,11 @@ static int bl_parse(int argc, char **argv, bl_opts_t *o)
         }
         if ((r = kvt_bench_opt(argc, argv, &i, "--seconds", &v)) != 0) {
             if (r < 0 || kvt_bench_parse_double("--seconds", v, 0.05, 600, &o->seconds) != 0)
+                return -1;
+            continue;
+        }
+        if ((r = kvt_bench_opt(argc, argv, &i, "--max-others", &v)) != 0) {
+            if (r < 0 || kvt_bench_parse_double("--max-others", v, 0, 100, &o->max_others) != 0)
                 return -1;
             continue;
         }
@@ -216,11 +228,10 @@ static int bl_parse(int argc, char **argv, bl_opts_t *o)
             o->rates_abs = true;
             continue;
         }
-        const kvt_bench_u32_opt_t u32s[] = {{"--slices", &o->slices, 1, 64},
-                                            {"--workers", &o->workers, 1, 64},
-                                            {"--pods", &o->pods, 1, 10000},
-                                            {"--prompts", &o->prompts, 1, 100000},
-                                            {"--tokens", &o->tokens, 16, 65536}};
+        const kvt_bench_u32_opt_t u32s[] = {
+            {"--slices", &o->slices, 1, 64},       {"--retries", &o->retries, 0, 10},
+            {"--workers", &o->workers, 1, 64},     {"--pods", &o->pods, 1, 10000},
+            {"--prompts", &o->prompts, 1, 100000}, {"--tokens", &o->tokens, 16, 65536}};
         if ((r = kvt_bench_opt_u32(argc, argv, &i, u32s, sizeof(u32s) / sizeof(u32s[0]))) < 0)
             return -1;
         bool found = r > 0;
@@ -371,6 +382,40 @@ static void bl_add(bl_samples_t *s, uint64_t v)
         s->cap = cap;
     }
     s->v[s->n++] = v;
+}
+
+/* Frees @r's samples and zeroes it. */
+static void bl_result_drop(bl_result_t *r)
+{
+    free(r->lat.v);
+    free(r->lag.v);
+    memset(r, 0, sizeof(*r));
+}
+
+/* Adds @src (a slice) to @dst (its point) and drops @src. */
+static void bl_result_move(bl_result_t *dst, bl_result_t *src)
+{
+    for (size_t i = 0; i < src->lat.n; i++)
+        bl_add(&dst->lat, src->lat.v[i]);
+    for (size_t i = 0; i < src->lag.n; i++)
+        bl_add(&dst->lag, src->lag.v[i]);
+    dst->done += src->done;
+    dst->errors += src->errors;
+    dst->lost += src->lost;
+    dst->ans_bytes = src->ans_bytes ? src->ans_bytes : dst->ans_bytes;
+    dst->secs += src->secs;
+    dst->server_cpu += src->server_cpu;
+    dst->client_cpu += src->client_cpu;
+    dst->server_wait += src->server_wait;
+    dst->client_wait += src->client_wait;
+    dst->server_vol += src->server_vol;
+    dst->server_invol += src->server_invol;
+    dst->client_vol += src->client_vol;
+    dst->client_invol += src->client_invol;
+    dst->others_cpu += src->others_cpu;
+    dst->wall += src->wall;
+    dst->overloaded = dst->overloaded || src->overloaded;
+    bl_result_drop(src);
 }
 
 /* Scheduler counters summed over a process's threads (/proc/PID/task/TID/{schedstat,status}). */
@@ -915,6 +960,8 @@ static void bl_json_stats(const bl_stats_t *s)
 typedef struct bl_point {
     bool open;
     uint32_t conns;
+    uint32_t retried;      /* slice pairs measured again: other processes were busy */
+    uint32_t disturbed;    /* slice pairs kept although other processes were busy */
     double fraction, rate; /* open loop */
     bl_stats_t st[2];      /* kvtierd, redis */
 } bl_point_t;
@@ -926,26 +973,48 @@ typedef struct bl_point {
  */
 static int bl_point(const bl_opts_t *o, bl_proto_t *ps, int nps, bl_point_t *pt, uint64_t seed)
 {
-    bl_result_t res[2];
+    bl_result_t res[2], tmp[2];
     memset(res, 0, sizeof(res));
+    memset(tmp, 0, sizeof(tmp));
     uint64_t ns = (uint64_t)(o->seconds / o->slices * 1e9);
+    long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
     int rc = 0;
     for (uint32_t s = 0; s < o->slices && rc == 0; s++) {
-        for (int k = 0; k < nps && rc == 0; k++) {
-            int i = (s % 2 == 0) ? k : nps - 1 - k;
-            for (int j = 0; j < nps; j++)
-                kill(ps[j].pid, j == i ? SIGCONT : SIGSTOP);
-            rc = bl_slice(&ps[i], pt->conns, pt->open ? pt->rate : 0, ns, seed + s, &res[i]);
-            if (rc != 0)
-                fprintf(stderr, "kvtier-bench: %s: a connection failed\n", ps[i].name);
+        for (uint32_t attempt = 0; rc == 0; attempt++) {
+            for (int k = 0; k < nps && rc == 0; k++) {
+                int i = (s % 2 == 0) ? k : nps - 1 - k;
+                for (int j = 0; j < nps; j++)
+                    kill(ps[j].pid, j == i ? SIGCONT : SIGSTOP);
+                rc = bl_slice(&ps[i], pt->conns, pt->open ? pt->rate : 0, ns, seed + s, &tmp[i]);
+                if (rc != 0)
+                    fprintf(stderr, "kvtier-bench: %s: a connection failed\n", ps[i].name);
+            }
+            /* other processes' CPU during the pair: a busy neighbour measured, not the servers */
+            double others = 0, wall = 0;
+            for (int i = 0; i < nps; i++) {
+                others += tmp[i].others_cpu;
+                wall += tmp[i].wall;
+            }
+            double pct = wall > 0 ? 100.0 * others / (wall * (double)(ncpu > 0 ? ncpu : 1)) : 0;
+            bool busy = o->max_others < 100 && pct > o->max_others;
+            if (rc == 0 && busy && attempt < o->retries) {
+                pt->retried++;
+                for (int i = 0; i < nps; i++)
+                    bl_result_drop(&tmp[i]);
+                continue;
+            }
+            pt->disturbed += busy;
+            for (int i = 0; i < nps; i++)
+                bl_result_move(&res[i], &tmp[i]);
+            break;
         }
     }
     for (int j = 0; j < nps; j++)
         kill(ps[j].pid, SIGCONT);
     for (int i = 0; i < nps; i++) {
         pt->st[i] = bl_summarize(&res[i]);
-        free(res[i].lat.v);
-        free(res[i].lag.v);
+        bl_result_drop(&res[i]);
+        bl_result_drop(&tmp[i]);
     }
     return rc;
 }
@@ -1068,6 +1137,9 @@ int kvt_bench_latency_main(int argc, char **argv)
             bl_print_row(k == 0 ? label : "", ps[k].name, &pt->st[k], pt->open);
             errors += pt->st[k].errors + pt->st[k].lost;
         }
+        if (pt->retried || pt->disturbed)
+            printf("%-22s (%u slice pairs measured again, %u kept with other processes busy)\n", "",
+                   pt->retried, pt->disturbed);
         if (nps == 2) {
             const bl_stats_t *a = &pt->st[0], *b = &pt->st[1];
             double r99 = bl_ratio(a->p99, b->p99), r999 = bl_ratio(a->p999, b->p999);
@@ -1093,8 +1165,8 @@ int kvt_bench_latency_main(int argc, char **argv)
     printf("\"points\":[");
     for (size_t i = 0; i < npoints; i++) {
         bl_point_t *pt = &pts[i];
-        printf("%s{\"mode\":\"%s\",\"connections\":%u,", i ? "," : "", pt->open ? "open" : "closed",
-               pt->conns);
+        printf("%s{\"mode\":\"%s\",\"connections\":%u,\"retried\":%u,\"disturbed\":%u,",
+               i ? "," : "", pt->open ? "open" : "closed", pt->conns, pt->retried, pt->disturbed);
         if (pt->open)
             printf("\"rate_per_sec\":%.1f,\"fraction\":%.4f,", pt->rate, pt->fraction);
         printf("\"kvtier\":");

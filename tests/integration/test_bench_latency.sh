@@ -48,6 +48,8 @@ assert j["pool"] == 1 and j["base_per_sec"] > 0, j
 pts = j["points"]
 assert [p["mode"] for p in pts] == ["closed", "open"], pts
 assert all(p["connections"] == 1 for p in pts), pts
+# --max-others 100: no slice is measured again or counted as disturbed
+assert all(p["retried"] == 0 and p["disturbed"] == 0 for p in pts), pts
 assert abs(pts[1]["rate_per_sec"] - 0.5 * j["base_per_sec"]) <= 0.01 * j["base_per_sec"], pts[1]
 assert pts[1]["fraction"] == 0.5, pts[1]
 servers = ["kvtier", "redis"] if with_redis else ["kvtier"]
@@ -77,7 +79,7 @@ else:
 ' "$2"
 }
 
-SHORT="--seconds 0.2 --slices 2 --connections 1 --rates 0.5 --prompts 8 --pods 4"
+SHORT="--seconds 0.2 --slices 2 --connections 1 --rates 0.5 --prompts 8 --pods 4 --max-others 100"
 
 # ---- both servers ----
 # shellcheck disable=SC2086
@@ -120,6 +122,8 @@ expect_usage --rates 0
 expect_usage --rates 0.5,
 expect_usage --rates-per-sec -5
 expect_usage --slices 0
+expect_usage --max-others 101
+expect_usage --retries 11
 expect_usage --workers
 expect_usage --no-redis --redis-server /usr/bin/redis-server
 expect_usage --frobnicate
