@@ -65,6 +65,7 @@ typedef struct bl_opts {
     const char *kvtierd;
     const char *redis; /* path of redis-server; NULL: none */
     bool redis_asked;  /* --redis-server was given */
+    bool no_redis;     /* --no-redis */
     double seconds;
     uint32_t conns[BL_MAX_CONNS];
     size_t nconns;
@@ -97,7 +98,8 @@ static void bl_usage(FILE *out)
                  "measured alternately; the server not being measured is stopped (SIGSTOP).\n"
                  "A pair of slices during which other processes used more than PCT of the\n"
                  "cores (default 20) is measured again, up to R times (default 1); 100: never.\n"
-                 "kvtierd runs with W query workers (default 2). redis-server is taken from PATH\n"
+                 "kvtierd runs with W query workers (default 2; 0: kvtierd's own default).\n"
+                 "redis-server is taken from PATH\n"
                  "unless --redis-server names it; without one kvtierd is measured alone.\n"
                  "Reported per point: p50, p99, p999 and max for both, and kvtierd / redis.\n"
                  "The last line is JSON.\n");
@@ -165,7 +167,6 @@ static int bl_parse(int argc, char **argv, bl_opts_t *o)
                      .tokens = 1024,
                      .max_others = 20,
                      .retries = 1};
-    bool no_redis = false;
     for (int i = 1; i < argc; i++) {
         const char *v = NULL;
         int r;
@@ -174,7 +175,7 @@ static int bl_parse(int argc, char **argv, bl_opts_t *o)
             return 1;
         }
         if (strcmp(argv[i], "--no-redis") == 0) {
-            no_redis = true;
+            o->no_redis = true;
             continue;
         }
         if ((r = kvt_bench_opt(argc, argv, &i, "--kvtierd", &v)) != 0) {
@@ -230,7 +231,7 @@ static int bl_parse(int argc, char **argv, bl_opts_t *o)
         }
         const kvt_bench_u32_opt_t u32s[] = {
             {"--slices", &o->slices, 1, 64},       {"--retries", &o->retries, 0, 10},
-            {"--workers", &o->workers, 1, 64},     {"--pods", &o->pods, 1, 10000},
+            {"--workers", &o->workers, 0, 64},     {"--pods", &o->pods, 1, 10000},
             {"--prompts", &o->prompts, 1, 100000}, {"--tokens", &o->tokens, 16, 65536}};
         if ((r = kvt_bench_opt_u32(argc, argv, &i, u32s, sizeof(u32s) / sizeof(u32s[0]))) < 0)
             return -1;
@@ -240,11 +241,11 @@ static int bl_parse(int argc, char **argv, bl_opts_t *o)
             return -1;
         }
     }
-    if (no_redis && o->redis_asked) {
+    if (o->no_redis && o->redis_asked) {
         fprintf(stderr, "kvtier-bench: --no-redis and --redis-server exclude each other\n");
         return -1;
     }
-    if (no_redis)
+    if (o->no_redis)
         o->redis = NULL;
     else if (!o->redis_asked)
         o->redis = bl_redis_on_path();
@@ -462,6 +463,35 @@ static void bl_sched_read(pid_t pid, bl_sched_t *s)
         fclose(fp);
     }
     closedir(dir);
+}
+
+/*
+ * kvtierd's query workers: its threads still named "kvtierd" besides the main
+ * one (the writer is "kvt-writer", libzmq's threads "ZMQbg/..."); 0 if unknown.
+ */
+static uint32_t bl_kvtierd_workers(pid_t pid)
+{
+    char path[64];
+    snprintf(path, sizeof(path), "/proc/%d/task", (int)pid);
+    DIR *dir = opendir(path);
+    if (dir == NULL)
+        return 0;
+    uint32_t n = 0;
+    struct dirent *de;
+    while ((de = readdir(dir)) != NULL) {
+        if (de->d_name[0] < '0' || de->d_name[0] > '9' || atoi(de->d_name) == (int)pid)
+            continue;
+        char f[96], comm[32] = "";
+        snprintf(f, sizeof(f), "/proc/%d/task/%.16s/comm", (int)pid, de->d_name);
+        FILE *fp = fopen(f, "r");
+        if (fp == NULL)
+            continue;
+        if (fgets(comm, sizeof(comm), fp) != NULL && strcmp(comm, "kvtierd\n") == 0)
+            n++;
+        fclose(fp);
+    }
+    closedir(dir);
+    return n;
 }
 
 /* CPU seconds all processes spent in user and system mode so far (/proc/stat), or -1. */
@@ -1052,6 +1082,8 @@ int kvt_bench_latency_main(int argc, char **argv)
     char workers[16];
     snprintf(workers, sizeof(workers), "%u", o.workers);
     const char *args[] = {"--workers", workers, NULL};
+    if (o.workers == 0)
+        args[0] = NULL; /* kvtierd picks */
     if (kvt_bench_daemon_start(o.kvtierd, args, &d) != 0 ||
         kvt_bench_load(d.http, o.pods, o.prompts, o.tokens, tok) != 0)
         goto out;
@@ -1060,8 +1092,12 @@ int kvt_bench_latency_main(int argc, char **argv)
             goto out;
     ps[0].pid = d.pid;
     ps[0].port = d.rpc;
+    if (o.workers == 0)
+        o.workers = bl_kvtierd_workers(d.pid);
     const char *redis_note = NULL;
-    if (o.redis == NULL) {
+    if (o.no_redis) {
+        redis_note = "--no-redis: kvtierd measured alone";
+    } else if (o.redis == NULL) {
         redis_note = "redis-server not found on PATH: kvtierd measured alone";
     } else if (access(o.redis, X_OK) != 0) {
         redis_note = "redis-server not executable: kvtierd measured alone";
@@ -1072,7 +1108,7 @@ int kvt_bench_latency_main(int argc, char **argv)
         ps[1].port = rs.port;
         nps = 2;
     }
-    if (redis_note != NULL)
+    if (redis_note != NULL && !o.no_redis)
         fprintf(stderr, "kvtier-bench: %s\n", redis_note);
 
     uint64_t steal0 = 0, tick0 = 0, steal1 = 0, tick1 = 0;
