@@ -466,14 +466,20 @@ static void bl_sched_read(pid_t pid, bl_sched_t *s)
 }
 
 /*
- * kvtierd's query workers: its threads still named "kvtierd" besides the main
+ * kvtierd's query workers: its threads named as its main thread, besides that
  * one (the writer is "kvt-writer", libzmq's threads "ZMQbg/..."); 0 if unknown.
  */
 static uint32_t bl_kvtierd_workers(pid_t pid)
 {
-    char path[64];
+    char path[64], name[32] = "";
+    snprintf(path, sizeof(path), "/proc/%d/comm", (int)pid);
+    FILE *mf = fopen(path, "r");
+    if (mf == NULL)
+        return 0;
+    bool named = fgets(name, sizeof(name), mf) != NULL;
+    fclose(mf);
     snprintf(path, sizeof(path), "/proc/%d/task", (int)pid);
-    DIR *dir = opendir(path);
+    DIR *dir = named ? opendir(path) : NULL;
     if (dir == NULL)
         return 0;
     uint32_t n = 0;
@@ -486,7 +492,7 @@ static uint32_t bl_kvtierd_workers(pid_t pid)
         FILE *fp = fopen(f, "r");
         if (fp == NULL)
             continue;
-        if (fgets(comm, sizeof(comm), fp) != NULL && strcmp(comm, "kvtierd\n") == 0)
+        if (fgets(comm, sizeof(comm), fp) != NULL && strcmp(comm, name) == 0)
             n++;
         fclose(fp);
     }
