@@ -100,6 +100,23 @@ else
     fail "kvtierd alone: exit $?: $(cat "$TMP/err")"
 fi
 
+# ---- kvtierd's default worker count follows the CPUs it may run on ----
+# (--workers 0: the bench passes none; on one allowed CPU kvtierd starts one worker)
+if command -v taskset >/dev/null 2>&1; then
+    # shellcheck disable=SC2086
+    if taskset -c 0 "$BENCH" latency $SHORT --workers 0 --no-redis >"$TMP/pinned" 2>"$TMP/err"; then
+        tail -n 1 "$TMP/pinned" | "$PY" -c '
+import json, sys
+j = json.loads(sys.stdin.read())
+assert j["workers"] == 1 and j["errors"] == 0, j
+' || fail "kvtierd on one CPU: not one worker: $(tail -n 1 "$TMP/pinned")"
+    else
+        fail "kvtierd on one CPU: exit $?: $(cat "$TMP/err")"
+    fi
+else
+    echo "note: taskset absent, the pinned worker count is not checked"
+fi
+
 # ---- bad options: one line on stderr, nothing on stdout, exit 2 ----
 expect_usage() {
     "$BENCH" latency "$@" >"$TMP/out" 2>"$TMP/err"
