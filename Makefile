@@ -2,7 +2,7 @@
 #   make / make build   install missing Debian packages, configure and build the release tree
 #   make test           all tests (release), the unit tests again under ASan+UBSan, and the
 #                       concurrency test under TSan
-#   make bench          hash, index and kvtierd (rpc, events) benchmarks; logs in build/bench/
+#   make bench          the benchmarks (hash, index, rpc, latency, events); logs in build/bench/
 #   make fuzz           every libFuzzer target for FUZZ_SECONDS on a copy of its seed corpus
 #   make format         clang-format -i on every .c/.h outside build/
 #   make clean          remove build/
@@ -63,6 +63,7 @@ bench: build
 	build/bin/kvtier-bench index --trace $(TRACE) --pods 1000 --route spread \
 	    | tee build/bench/index.log
 	build/bin/kvtier-bench rpc --seconds 3 | tee build/bench/rpc.log
+	build/bin/kvtier-bench latency | tee build/bench/latency.log
 	build/bin/kvtier-bench events | tee build/bench/events.log
 
 # Each fuzzer runs on build/fuzz/corpus/<name>, seeded from tests/fuzz/corpus/<name>

@@ -11,6 +11,7 @@
 #ifndef KVT_BENCH_BENCH_H
 #define KVT_BENCH_BENCH_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <sys/types.h>
@@ -34,6 +35,10 @@ int kvt_bench_rpc_main(int argc, char **argv);
 int kvt_bench_ceiling_start(uint32_t threads, uint8_t *const *answers, const size_t *anslen,
                             size_t n, pid_t *pid_p, uint16_t *port_p);
 void kvt_bench_ceiling_stop(pid_t pid);
+
+/* `kvtier-bench latency`: kvtierd's latency as a router sees it, redis GET beside
+ * (bench_latency.c). */
+int kvt_bench_latency_main(int argc, char **argv);
 
 /* `kvtier-bench events`: a real kvtierd's ingest of ZMQ KV events (bench_events.c). */
 int kvt_bench_events_main(int argc, char **argv);
@@ -72,8 +77,48 @@ typedef struct kvt_bench_daemon {
  */
 int kvt_bench_daemon_start(const char *kvtierd, const char *const *args, kvt_bench_daemon_t *d);
 
-/* Stops it with SIGTERM, reaps it and removes its dir. A zeroed @d is fine. */
+/* Stops it with SIGTERM (SIGSTOPped or not), reaps it and removes its dir. A zeroed @d is fine. */
 void kvt_bench_daemon_stop(kvt_bench_daemon_t *d);
+
+/*
+ * The router workload of the daemon benches (bench_rpc.c, bench_latency.c):
+ * K prompts of N tokens (block size 16) on P pods.
+ *
+ * kvt_bench_prompt() writes prompt @i's @n tokens to @out: a 256-token system
+ * prefix shared by every prompt, then tokens of its own.
+ * kvt_bench_holder() says where prompt @i's blocks live: copy 0, all of them,
+ * on one pod; copy 1, the first half, on the next pod. Returns the pod and
+ * sets *@blocks_p. kvt_bench_ehash() is the engine's hash of block @b of
+ * prompt @i.
+ * kvt_bench_load() stores both copies of every prompt in the kvtierd at
+ * @http_port through POST /v1/events (@tok: scratch of @tokens ids); 0, or
+ * -1 with a line on stderr. Every query then matches all @pods pods on the
+ * shared prefix and two pods beyond it.
+ * kvt_bench_query_frame() returns prompt @i's QUERY request frame for model
+ * "bench" (req_id 0: patch bytes 8..15), malloc'ed, its length in *@len_p,
+ * or NULL; @tok is left holding the prompt.
+ */
+void kvt_bench_prompt(uint32_t i, uint32_t n, uint32_t *out);
+uint32_t kvt_bench_holder(uint32_t pods, uint32_t tokens, uint32_t i, uint32_t copy,
+                          uint32_t *blocks_p);
+uint64_t kvt_bench_ehash(uint32_t i, uint32_t b);
+int kvt_bench_load(uint16_t http_port, uint32_t pods, uint32_t prompts, uint32_t tokens,
+                   uint32_t *tok);
+uint8_t *kvt_bench_query_frame(uint32_t i, uint32_t tokens, uint32_t *tok, size_t *len_p);
+
+/*
+ * CPU seconds (user + system) process @pid has used so far, from
+ * /proc/PID/stat; -1 when it cannot be read. Per-request CPU is steadier than
+ * requests/s on a shared machine: it does not count time the process waited.
+ */
+double kvt_bench_proc_cpu(pid_t pid);
+
+/*
+ * The machine's "steal" and total CPU ticks so far (/proc/stat): time a
+ * virtual machine's CPUs were ready but the host ran something else. A run
+ * with much of it measured a busy host, not kvtierd. False if unreadable.
+ */
+bool kvt_bench_steal(uint64_t *steal_p, uint64_t *total_p);
 
 /* xorshift64: the benches' deterministic workload generator (*@x must not be 0). */
 static inline uint64_t kvt_bench_rand(uint64_t *x)
@@ -101,6 +146,21 @@ double kvt_bench_percentile(const uint64_t *sorted, size_t n, double p);
  * printing "kvtier-bench: option NAME needs a value" when V is missing.
  */
 int kvt_bench_opt(int argc, char **argv, int *i, const char *name, const char **val_p);
+
+/* An unsigned option stored in a uint32_t field, within [lo, hi]. */
+typedef struct kvt_bench_u32_opt {
+    const char *name; /* "--pods" */
+    uint32_t *field;
+    uint64_t lo, hi;
+} kvt_bench_u32_opt_t;
+
+/*
+ * Matches argv[*i] against the @n options of @opts (as kvt_bench_opt()) and
+ * parses its value (kvt_bench_parse_u64()). Returns 1 when one matched and
+ * its field is set, 0 when none matched, -1 after printing why on a missing
+ * or bad value.
+ */
+int kvt_bench_opt_u32(int argc, char **argv, int *i, const kvt_bench_u32_opt_t *opts, size_t n);
 
 /*
  * Strict parsers for option values: unsigned decimal (no sign, no spaces)

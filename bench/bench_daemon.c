@@ -1,20 +1,24 @@
 /*
  * bench/bench_daemon.c: what the daemon benches share: blocking loopback
- * sockets, one-shot HTTP requests, and a real kvtierd started on ephemeral
- * ports in a temp dir.
+ * sockets, one-shot HTTP requests, a real kvtierd started on ephemeral ports
+ * in a temp dir, the router workload (prompts, where their blocks live, the
+ * QUERY frames) and CPU readings from /proc.
  */
 #include <errno.h>
+#include <inttypes.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include "bench/bench.h"
+#include "router-plugin/proto.h"
 
 int kvt_bench_connect(uint16_t port)
 {
@@ -128,6 +132,8 @@ int kvt_bench_daemon_start(const char *kvtierd, const char *const *args, kvt_ben
     argv[n] = NULL;
     d->pid = fork();
     if (d->pid == 0) {
+        /* a bench that dies (or stopped the daemon with SIGSTOP) leaves nothing behind */
+        prctl(PR_SET_PDEATHSIG, SIGKILL);
         dup2(pfd[1], 1);
         close(pfd[0]);
         execv(kvtierd, (char *const *)(uintptr_t)argv);
@@ -158,6 +164,7 @@ void kvt_bench_daemon_stop(kvt_bench_daemon_t *d)
 {
     if (d->pid > 0) {
         kill(d->pid, SIGTERM);
+        kill(d->pid, SIGCONT); /* a stopped daemon only sees SIGTERM once it runs again */
         waitpid(d->pid, NULL, 0);
         d->pid = 0;
     }
@@ -168,4 +175,115 @@ void kvt_bench_daemon_stop(kvt_bench_daemon_t *d)
             fprintf(stderr, "kvtier-bench: could not remove %s\n", d->dir);
         d->dir[0] = '\0';
     }
+}
+
+/* ---- the router workload ------------------------------------------------------------------ */
+
+void kvt_bench_prompt(uint32_t i, uint32_t n, uint32_t *out)
+{
+    uint64_t x = 0x9e3779b97f4a7c15ull;
+    for (uint32_t t = 0; t < n; t++) {
+        if (t == 256)
+            x = 0x12345678ull + i * 0x9e3779b97f4a7c15ull;
+        out[t] = (uint32_t)(kvt_bench_rand(&x) % 128000u);
+    }
+}
+
+uint32_t kvt_bench_holder(uint32_t pods, uint32_t tokens, uint32_t i, uint32_t copy,
+                          uint32_t *blocks_p)
+{
+    uint32_t nb = tokens / 16;
+    *blocks_p = copy ? nb / 2 : nb;
+    return (i + copy) % pods;
+}
+
+uint64_t kvt_bench_ehash(uint32_t i, uint32_t b)
+{
+    return (uint64_t)i * 4096 + b + 1;
+}
+
+int kvt_bench_load(uint16_t http_port, uint32_t pods, uint32_t prompts, uint32_t tokens,
+                   uint32_t *tok)
+{
+    size_t cap = (size_t)tokens * 12 + 4096;
+    char *body = malloc(cap);
+    if (body == NULL)
+        return -1;
+    for (uint32_t i = 0; i < prompts; i++) {
+        kvt_bench_prompt(i, tokens, tok);
+        for (uint32_t copy = 0; copy < 2; copy++) {
+            uint32_t blocks, pod = kvt_bench_holder(pods, tokens, i, copy, &blocks);
+            size_t n = (size_t)snprintf(body, cap,
+                                        "{\"pod\":\"pod-%u\",\"model\":\"bench\",\"events\":[{"
+                                        "\"type\":\"BlockStored\",\"block_size\":16,"
+                                        "\"block_hashes\":[",
+                                        pod);
+            for (uint32_t b = 0; b < blocks; b++)
+                n += (size_t)snprintf(body + n, cap - n, "%s%" PRIu64, b ? "," : "",
+                                      kvt_bench_ehash(i, b));
+            n += (size_t)snprintf(body + n, cap - n, "],\"token_ids\":[");
+            for (uint32_t t = 0; t < blocks * 16; t++)
+                n += (size_t)snprintf(body + n, cap - n, "%s%u", t ? "," : "", tok[t]);
+            n += (size_t)snprintf(body + n, cap - n, "]}]}");
+            int st = kvt_bench_http(http_port, "POST", "/v1/events", body, n, NULL, 0);
+            if (st != 200) {
+                fprintf(stderr, "kvtier-bench: loading events failed (HTTP %d)\n", st);
+                free(body);
+                return -1;
+            }
+        }
+    }
+    free(body);
+    return 0;
+}
+
+uint8_t *kvt_bench_query_frame(uint32_t i, uint32_t tokens, uint32_t *tok, size_t *len_p)
+{
+    kvt_bench_prompt(i, tokens, tok);
+    kvt_proto_wr_t w;
+    kvt_proto_wr_init(&w);
+    kvt_proto_query_req_t q = {
+        .model = {"bench", 5}, .kind = KVT_PROTO_Q_TOKENS, .n = tokens, .tokens = tok};
+    if (kvt_proto_query_req_encode(&w, 0, &q) != KVT_OK) {
+        kvt_proto_wr_cleanup(&w);
+        return NULL;
+    }
+    *len_p = w.len;
+    return w.buf;
+}
+
+/* ---- CPU readings ---------------------------------------------------------------------------- */
+
+double kvt_bench_proc_cpu(pid_t pid)
+{
+    char path[64], buf[1024];
+    snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
+    FILE *f = fopen(path, "r");
+    if (f == NULL)
+        return -1;
+    size_t n = fread(buf, 1, sizeof(buf) - 1, f);
+    fclose(f);
+    buf[n] = '\0';
+    const char *p = strrchr(buf, ')'); /* the command name may hold spaces */
+    unsigned long ut = 0, st = 0;
+    if (p == NULL ||
+        sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %lu %lu", &ut, &st) != 2)
+        return -1;
+    return (double)(ut + st) / (double)sysconf(_SC_CLK_TCK);
+}
+
+bool kvt_bench_steal(uint64_t *steal_p, uint64_t *total_p)
+{
+    FILE *f = fopen("/proc/stat", "r");
+    if (f == NULL)
+        return false;
+    unsigned long long v[8] = {0};
+    int n = fscanf(f, "cpu %llu %llu %llu %llu %llu %llu %llu %llu", &v[0], &v[1], &v[2], &v[3],
+                   &v[4], &v[5], &v[6], &v[7]);
+    fclose(f);
+    if (n != 8)
+        return false;
+    *steal_p = v[7];
+    *total_p = v[0] + v[1] + v[2] + v[3] + v[4] + v[5] + v[6] + v[7];
+    return true;
 }

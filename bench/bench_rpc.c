@@ -77,7 +77,6 @@ static int br_parse(int argc, char **argv, br_opts_t *o)
     *o = (br_opts_t){NULL, 3.0, 4, 32, 16, 16, 64, 256, 1024, 2, true};
     for (int i = 1; i < argc; i++) {
         const char *v = NULL;
-        uint64_t u;
         int r;
         if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
             br_usage(stdout);
@@ -98,23 +97,14 @@ static int br_parse(int argc, char **argv, br_opts_t *o)
                 return -1;
             continue;
         }
-        struct {
-            const char *name;
-            uint32_t *field;
-            uint64_t lo, hi;
-        } u32s[] = {{"--conns", &o->conns, 1, 256},      {"--depth", &o->depth, 1, 1024},
-                    {"--batch", &o->batch, 1, 1024},     {"--http-conns", &o->http_conns, 1, 256},
-                    {"--pods", &o->pods, 1, 10000},      {"--prompts", &o->prompts, 1, 100000},
-                    {"--tokens", &o->tokens, 16, 65536}, {"--workers", &o->workers, 1, 64}};
-        bool found = false;
-        for (size_t k = 0; k < sizeof(u32s) / sizeof(u32s[0]) && !found; k++) {
-            if ((r = kvt_bench_opt(argc, argv, &i, u32s[k].name, &v)) == 0)
-                continue;
-            if (r < 0 || kvt_bench_parse_u64(u32s[k].name, v, u32s[k].lo, u32s[k].hi, &u) != 0)
-                return -1;
-            *u32s[k].field = (uint32_t)u;
-            found = true;
-        }
+        const kvt_bench_u32_opt_t u32s[] = {
+            {"--conns", &o->conns, 1, 256},      {"--depth", &o->depth, 1, 1024},
+            {"--batch", &o->batch, 1, 1024},     {"--http-conns", &o->http_conns, 1, 256},
+            {"--pods", &o->pods, 1, 10000},      {"--prompts", &o->prompts, 1, 100000},
+            {"--tokens", &o->tokens, 16, 65536}, {"--workers", &o->workers, 1, 64}};
+        if ((r = kvt_bench_opt_u32(argc, argv, &i, u32s, sizeof(u32s) / sizeof(u32s[0]))) < 0)
+            return -1;
+        bool found = r > 0;
         if (!found) {
             fprintf(stderr, "kvtier-bench: unknown option '%s' (try --help)\n", argv[i]);
             return -1;
@@ -163,72 +153,6 @@ static int br_rpc_capture(uint16_t port, uint8_t **reqs, const size_t *reqlen, u
     }
     close(fd);
     return rc;
-}
-
-/* ---- the daemon ------------------------------------------------------------------------ */
-
-/* ---- workload ------------------------------------------------------------------------------ */
-
-/* Prompt @i: a shared 256-token system prefix, then tokens of its own. */
-static void br_prompt(uint32_t i, uint32_t n, uint32_t *out)
-{
-    uint64_t x = 0x9e3779b97f4a7c15ull;
-    for (uint32_t t = 0; t < n; t++) {
-        if (t == 256)
-            x = 0x12345678ull + i * 0x9e3779b97f4a7c15ull;
-        out[t] = (uint32_t)(kvt_bench_rand(&x) % 128000u);
-    }
-}
-
-/*
- * Where prompt @i's blocks live: copy 0, all its blocks, on one pod; copy 1,
- * its first half, on the next pod. Returns the pod; *@blocks_p its blocks.
- */
-static uint32_t br_holder(const br_opts_t *o, uint32_t i, uint32_t copy, uint32_t *blocks_p)
-{
-    uint32_t nb = o->tokens / 16;
-    *blocks_p = copy ? nb / 2 : nb;
-    return (i + copy) % o->pods;
-}
-
-/* The engine's hash of block @b of prompt @i. */
-static uint64_t br_ehash(uint32_t i, uint32_t b)
-{
-    return (uint64_t)i * 4096 + b + 1;
-}
-
-static int br_load(const br_opts_t *o, const kvt_bench_daemon_t *d, uint32_t *tok)
-{
-    size_t cap = (size_t)o->tokens * 12 + 4096;
-    char *body = malloc(cap);
-    if (body == NULL)
-        return -1;
-    for (uint32_t i = 0; i < o->prompts; i++) {
-        br_prompt(i, o->tokens, tok);
-        for (uint32_t copy = 0; copy < 2; copy++) {
-            uint32_t blocks, pod = br_holder(o, i, copy, &blocks);
-            size_t n = (size_t)snprintf(body, cap,
-                                        "{\"pod\":\"pod-%u\",\"model\":\"bench\",\"events\":[{"
-                                        "\"type\":\"BlockStored\",\"block_size\":16,"
-                                        "\"block_hashes\":[",
-                                        pod);
-            for (uint32_t b = 0; b < blocks; b++)
-                n +=
-                    (size_t)snprintf(body + n, cap - n, "%s%" PRIu64, b ? "," : "", br_ehash(i, b));
-            n += (size_t)snprintf(body + n, cap - n, "],\"token_ids\":[");
-            for (uint32_t t = 0; t < blocks * 16; t++)
-                n += (size_t)snprintf(body + n, cap - n, "%s%u", t ? "," : "", tok[t]);
-            n += (size_t)snprintf(body + n, cap - n, "]}]}");
-            int st = kvt_bench_http(d->http, "POST", "/v1/events", body, n, NULL, 0);
-            if (st != 200) {
-                fprintf(stderr, "kvtier-bench: loading events failed (HTTP %d)\n", st);
-                free(body);
-                return -1;
-            }
-        }
-    }
-    free(body);
-    return 0;
 }
 
 /* ---- the query work in-process ---------------------------------------------------------- */
@@ -286,7 +210,7 @@ static int br_inproc_one(br_inproc_t *c, const uint8_t *req, size_t reqlen, uint
 }
 
 /*
- * br_inproc_one() over an index that holds what br_load() stored (same pods
+ * br_inproc_one() over an index that holds what kvt_bench_load() stored (same pods
  * in the same order, so the same pod ids and tie-breaks). First every
  * request once, untimed: *@agree_p says whether each answer body equals the
  * daemon's recorded one. Then the best of nine passes of 10,000 queries
@@ -318,12 +242,12 @@ static double br_inproc(const br_opts_t *o, uint8_t *const *reqs, const size_t *
             goto out;
     }
     for (uint32_t i = 0; i < o->prompts; i++) {
-        br_prompt(i, o->tokens, tok);
+        kvt_bench_prompt(i, o->tokens, tok);
         kvt_hash_seq(tok, (size_t)nb * 16, 16, KVT_HASH_SEED, NULL, NULL, c.keys);
         for (uint32_t b = 0; b < nb; b++)
-            eh[b] = br_ehash(i, b);
+            eh[b] = kvt_bench_ehash(i, b);
         for (uint32_t copy = 0; copy < 2; copy++) {
-            uint32_t blocks, pod = br_holder(o, i, copy, &blocks);
+            uint32_t blocks, pod = kvt_bench_holder(o->pods, o->tokens, i, copy, &blocks);
             if (kvt_idx_store(c.idx, c.ns, pod, KVT_TIER_GPU, NULL, c.keys, eh, blocks) != KVT_OK)
                 goto out;
         }
@@ -586,29 +510,6 @@ static double br_http_run(const br_opts_t *o, uint16_t port, char **reqs, size_t
     return (double)done / secs;
 }
 
-/*
- * CPU seconds (user + system) process @pid has used so far, from
- * /proc/PID/stat; -1 when it cannot be read. Per-query CPU is steadier than
- * queries/s on a shared machine: it does not count time the daemon waited.
- */
-static double br_proc_cpu(pid_t pid)
-{
-    char path[64], buf[1024];
-    snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
-    FILE *f = fopen(path, "r");
-    if (f == NULL)
-        return -1;
-    size_t n = fread(buf, 1, sizeof(buf) - 1, f);
-    fclose(f);
-    buf[n] = '\0';
-    const char *p = strrchr(buf, ')'); /* the command name may hold spaces */
-    unsigned long ut = 0, st = 0;
-    if (p == NULL ||
-        sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %lu %lu", &ut, &st) != 2)
-        return -1;
-    return (double)(ut + st) / (double)sysconf(_SC_CLK_TCK);
-}
-
 /* CPU seconds (user + system) this process has used. */
 static double br_self_cpu(void)
 {
@@ -617,27 +518,6 @@ static double br_self_cpu(void)
         return -1;
     return (double)(ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) +
            (double)(ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) / 1e6;
-}
-
-/*
- * The machine's "steal" and total CPU ticks so far (/proc/stat): time a
- * virtual machine's CPUs were ready but the host ran something else. A run
- * with much of it measured a busy host, not kvtierd. False if unreadable.
- */
-static bool br_steal(uint64_t *steal_p, uint64_t *total_p)
-{
-    FILE *f = fopen("/proc/stat", "r");
-    if (f == NULL)
-        return false;
-    unsigned long long v[8] = {0};
-    int n = fscanf(f, "cpu %llu %llu %llu %llu %llu %llu %llu %llu", &v[0], &v[1], &v[2], &v[3],
-                   &v[4], &v[5], &v[6], &v[7]);
-    fclose(f);
-    if (n != 8)
-        return false;
-    *steal_p = v[7];
-    *total_p = v[0] + v[1] + v[2] + v[3] + v[4] + v[5] + v[6] + v[7];
-    return true;
 }
 
 /* CPU microseconds per query between two readings, 0 when either failed. */
@@ -714,21 +594,15 @@ int kvt_bench_rpc_main(int argc, char **argv)
     char workers[16];
     snprintf(workers, sizeof(workers), "%u", o.workers);
     const char *args[] = {"--workers", workers, "--max-connections", "4096", NULL};
-    if (kvt_bench_daemon_start(o.kvtierd, args, &d) != 0 || br_load(&o, &d, tok) != 0) {
+    if (kvt_bench_daemon_start(o.kvtierd, args, &d) != 0 ||
+        kvt_bench_load(d.http, o.pods, o.prompts, o.tokens, tok) != 0) {
         kvt_bench_daemon_stop(&d);
         return 1;
     }
     /* requests, built before the clock starts */
     for (uint32_t i = 0; i < o.prompts; i++) {
-        br_prompt(i, o.tokens, tok);
-        kvt_proto_wr_t w;
-        kvt_proto_wr_init(&w);
-        kvt_proto_query_req_t q = {
-            .model = {"bench", 5}, .kind = KVT_PROTO_Q_TOKENS, .n = o.tokens, .tokens = tok};
-        if (kvt_proto_query_req_encode(&w, 0, &q) != KVT_OK)
+        if ((rpc[i] = kvt_bench_query_frame(i, o.tokens, tok, &rpclen[i])) == NULL)
             return 1;
-        rpc[i] = w.buf;
-        rpclen[i] = w.len;
         size_t cap = (size_t)o.tokens * 12 + 256, n = 0;
         char *body = malloc(cap), *req = malloc(cap + 256);
         n = (size_t)snprintf(body, cap, "{\"model\":\"bench\",\"token_ids\":[");
@@ -743,16 +617,16 @@ int kvt_bench_rpc_main(int argc, char **argv)
         free(body);
     }
     uint64_t steal0 = 0, tick0 = 0, steal1 = 0, tick1 = 0;
-    bool have_steal = br_steal(&steal0, &tick0);
+    bool have_steal = kvt_bench_steal(&steal0, &tick0);
     br_result_t closed = {0}, open = {0};
-    double cpu0 = br_proc_cpu(d.pid), self0 = br_self_cpu();
+    double cpu0 = kvt_bench_proc_cpu(d.pid), self0 = br_self_cpu();
     if (br_rpc_run(&o, d.rpc, rpc, rpclen, 0, &closed) < 0) {
         fprintf(stderr, "kvtier-bench: rpc closed loop failed\n");
         kvt_bench_daemon_stop(&d);
         return 1;
     }
     double rpc_qps = (double)closed.done / closed.secs;
-    double cpu1 = br_proc_cpu(d.pid), self1 = br_self_cpu();
+    double cpu1 = kvt_bench_proc_cpu(d.pid), self1 = br_self_cpu();
     double rpc_cpu_us = br_us_per(cpu0, cpu1, closed.done);
     double rpc_client_us = br_us_per(self0, self1, closed.done);
     open.caplat = (size_t)(rpc_qps * o.seconds) + 1024;
@@ -766,9 +640,9 @@ int kvt_bench_rpc_main(int argc, char **argv)
     double p50 = kvt_bench_percentile(open.lat, open.nlat, 50) / 1000.0;
     double p99 = kvt_bench_percentile(open.lat, open.nlat, 99) / 1000.0;
     uint64_t http_err = 0, http_done = 0;
-    double cpu2 = br_proc_cpu(d.pid);
+    double cpu2 = kvt_bench_proc_cpu(d.pid);
     double http_qps = br_http_run(&o, d.http, http, httplen, &http_err, &http_done);
-    double cpu3 = br_proc_cpu(d.pid);
+    double cpu3 = kvt_bench_proc_cpu(d.pid);
     double http_cpu_us = br_us_per(cpu2, cpu3, http_done);
     int cap_rc = br_rpc_capture(d.rpc, rpc, rpclen, o.prompts, ans, anslen);
     kvt_bench_daemon_stop(&d);
@@ -787,10 +661,10 @@ int kvt_bench_rpc_main(int argc, char **argv)
     double ccpu0 = -1, ccpu1 = -1, cself0 = -1, cself1 = -1;
     if (cap_rc == 0 &&
         kvt_bench_ceiling_start(o.workers, ans, anslen, o.prompts, &cpid, &cport) == 0) {
-        ccpu0 = br_proc_cpu(cpid);
+        ccpu0 = kvt_bench_proc_cpu(cpid);
         cself0 = br_self_cpu();
         cap_rc = br_rpc_run(&o, cport, rpc, rpclen, 0, &ceil);
-        ccpu1 = br_proc_cpu(cpid);
+        ccpu1 = kvt_bench_proc_cpu(cpid);
         cself1 = br_self_cpu();
     } else {
         cap_rc = -1;
@@ -804,7 +678,7 @@ int kvt_bench_rpc_main(int argc, char **argv)
     double ceil_cpu_us = br_us_per(ccpu0, ccpu1, ceil.done);
     double ceil_client_us = br_us_per(cself0, cself1, ceil.done);
     double redis = o.redis ? br_redis() : 0;
-    have_steal = have_steal && br_steal(&steal1, &tick1) && tick1 > tick0;
+    have_steal = have_steal && kvt_bench_steal(&steal1, &tick1) && tick1 > tick0;
     /* -1: unknown (no /proc/stat steal column), not "no steal" */
     double steal_pct =
         have_steal ? 100.0 * (double)(steal1 - steal0) / (double)(tick1 - tick0) : -1;

@@ -22,6 +22,8 @@ static const kvt_bench_cmd_t kvt_bench_cmds[] = {
     {"hash", "block-hashing throughput vs. one XXH3 call (GB/s)", kvt_bench_hash_main},
     {"index", "index apply/query benchmarks (see docs/performance.md)", kvt_bench_index_main},
     {"rpc", "kvtierd queries/s over RPC and HTTP vs. redis-benchmark", kvt_bench_rpc_main},
+    {"latency", "router's view: kvtierd vs redis GET latency, closed loop and open-loop sweep",
+     kvt_bench_latency_main},
     {"events", "kvtierd ingest of ZMQ KV events (block events/s) vs. in-process",
      kvt_bench_events_main},
 };
@@ -118,6 +120,22 @@ int kvt_bench_parse_double(const char *opt, const char *s, double lo, double hi,
         return -1;
     }
     *out_p = v;
+    return 0;
+}
+
+int kvt_bench_opt_u32(int argc, char **argv, int *i, const kvt_bench_u32_opt_t *opts, size_t n)
+{
+    for (size_t k = 0; k < n; k++) {
+        const char *v = NULL;
+        uint64_t u;
+        int r = kvt_bench_opt(argc, argv, i, opts[k].name, &v);
+        if (r == 0)
+            continue;
+        if (r < 0 || kvt_bench_parse_u64(opts[k].name, v, opts[k].lo, opts[k].hi, &u) != 0)
+            return -1;
+        *opts[k].field = (uint32_t)u;
+        return 1;
+    }
     return 0;
 }
 

@@ -9,6 +9,7 @@
 #include <fcntl.h>
 #include <netdb.h>
 #include <netinet/in.h>
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -903,7 +904,15 @@ kvt_status_t kvt_srv_create(const kvt_srv_config_t *cfg, kvt_srv_t **srv_p)
     }
     if (srv->cfg.auth_token_file[0] && (st = load_token(srv, srv->cfg.auth_token_file)) != KVT_OK)
         goto err;
-    long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    /*
+     * One worker per core this process may run on (taskset, a cpuset), not per
+     * online core: two workers on one core time-share it, and a request waits
+     * for the other worker's time slice (milliseconds; docs/performance.md).
+     */
+    cpu_set_t allowed;
+    long cores = sched_getaffinity(0, sizeof(allowed), &allowed) == 0
+                     ? (long)CPU_COUNT(&allowed)
+                     : sysconf(_SC_NPROCESSORS_ONLN);
     srv->nworkers = cfg->workers ? (int)cfg->workers : (cores > 0 ? (int)cores : 1);
     if (srv->nworkers > 256)
         srv->nworkers = 256;

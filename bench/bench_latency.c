@@ -1,0 +1,1242 @@
+/*
+ * `kvtier-bench latency`: the latency a router sees from kvtierd, with
+ * redis-server's GET measured by the same client in the same run as the
+ * yardstick (docs/performance.md, "Latency as a router sees it").
+ *
+ * A router sends one query per routing decision and waits for its answer
+ * before it routes that request: one request in flight per connection, no
+ * pipelining. So every point here keeps at most one request in flight on each
+ * connection:
+ *   - closed loop at C connections (default 1, 4, 16): each answer is
+ *     followed by the next request on its connection at once;
+ *   - open loop at fixed rates (default 0.1, 0.25, 0.5 and 0.75 of the
+ *     closed-loop throughput at the largest C, the lower of the two
+ *     servers'): Poisson arrivals on a pool of that many connections; a
+ *     request whose time has come waits in the client for a free connection,
+ *     and its latency runs from its *scheduled* time to its answer, so time
+ *     spent queued anywhere is counted (no coordinated omission).
+ *
+ * One client loop serves both servers; only the request bytes and the
+ * answer parser differ (bl_proto_t): kvtierd gets binary RPC QUERY frames
+ * (bench_rpc's workload: prompts of 1,024 tokens over 64 pods that all hold
+ * the shared prefix), redis-server gets RESP "GET key" of a 16-byte value.
+ * Both servers run on loopback on the same cores. Fairness: the server not
+ * being measured is stopped (SIGSTOP) so it takes no CPU; each point is cut
+ * into slices measured alternately (kvtierd, redis, redis, kvtierd, ...) so
+ * both see the same spells of a noisy machine; both get the same arrival
+ * times (same seed) and a short untimed warm-up on fresh connections.
+ */
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <math.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "bench/bench.h"
+#include "common/clock.h"
+#include "router-plugin/proto.h"
+
+#define BL_MAX_CONNS 8       /* entries of --connections */
+#define BL_MAX_RATES 16      /* entries of --rates */
+#define BL_MAX_POOL 256      /* connections at one point */
+#define BL_IN_CAP 65536u     /* bytes of answer buffered per connection (an answer is ~2.5 KiB) */
+#define BL_MAX_QUEUED 65536u /* open loop: requests waiting for a connection (else overloaded) */
+#define BL_MAX_SAMPLES (1u << 24) /* per server and point */
+#define BL_DRAIN_NS                                                                                \
+    2000000000ull /* open loop: how long answers are awaited after the last arrival */
+#define BL_WARMUP_NS 30000000ull          /* untimed closed loop on fresh connections */
+#define BL_REDIS_VALUE "kvtier-bench-val" /* 16 bytes */
+#define BL_REDIS_KEY "kvtier-bench:key"
+
+typedef struct bl_opts {
+    const char *kvtierd;
+    const char *redis; /* path of redis-server; NULL: none */
+    bool redis_asked;  /* --redis-server was given */
+    bool no_redis;     /* --no-redis */
+    double seconds;
+    uint32_t conns[BL_MAX_CONNS];
+    size_t nconns;
+    double rates[BL_MAX_RATES]; /* fractions of the base, or per second (rates_abs) */
+    size_t nrates;
+    bool rates_abs;
+    uint32_t slices, workers, pods, prompts, tokens;
+    double max_others; /* %: a slice pair with more CPU of other processes is measured again */
+    uint32_t retries;  /* at most this many times */
+} bl_opts_t;
+
+static void bl_usage(FILE *out)
+{
+    fprintf(out, "usage: kvtier-bench latency [--kvtierd PATH] [--redis-server PATH] [--no-redis]\n"
+                 "                            [--seconds S] [--connections LIST] [--rates LIST]\n"
+                 "                            [--rates-per-sec LIST] [--slices N] [--workers W]\n"
+                 "                            [--pods P] [--prompts K] [--tokens N]\n"
+                 "                            [--max-others PCT] [--retries R]\n"
+                 "\n"
+                 "Latency as a router sees it: one request in flight per connection, for kvtierd\n"
+                 "(binary RPC QUERY of an N-token prompt, default 1024, against K prompts stored\n"
+                 "on P pods, default 256 on 64) and for redis-server (GET of a 16-byte value),\n"
+                 "measured by the same client in the same run. Points:\n"
+                 "  closed loop at each connection count of LIST (default 1,4,16);\n"
+                 "  open loop (Poisson arrivals, latency from each request's scheduled time) at\n"
+                 "  each fraction of --rates (default 0.1,0.25,0.5,0.75) of the closed-loop\n"
+                 "  throughput at the largest count (the lower of the two servers'), or at the\n"
+                 "  absolute rates of --rates-per-sec, on that many connections.\n"
+                 "Each point runs S seconds per server (default 2), cut into N slices (default 8)\n"
+                 "measured alternately; the server not being measured is stopped (SIGSTOP).\n"
+                 "A pair of slices during which other processes used more than PCT of the\n"
+                 "cores (default 20) is measured again, up to R times (default 1); 100: never.\n"
+                 "kvtierd runs with W query workers (default 2; 0: kvtierd's own default).\n"
+                 "redis-server is taken from PATH\n"
+                 "unless --redis-server names it; without one kvtierd is measured alone.\n"
+                 "Reported per point: p50, p99, p999 and max for both, and kvtierd / redis.\n"
+                 "The last line is JSON.\n");
+}
+
+/* Parses "a,b,c" into @out (at most @cap entries) with kvt_bench_parse_double; 0 or -1. */
+static int bl_list(const char *opt, const char *s, double lo, double hi, double *out, size_t cap,
+                   size_t *n_p)
+{
+    char buf[512];
+    if (strlen(s) >= sizeof(buf)) {
+        fprintf(stderr, "kvtier-bench: %s: list too long\n", opt);
+        return -1;
+    }
+    strcpy(buf, s);
+    size_t n = 0;
+    char *save = NULL;
+    for (char *t = strtok_r(buf, ",", &save); t != NULL; t = strtok_r(NULL, ",", &save)) {
+        if (n == cap) {
+            fprintf(stderr, "kvtier-bench: %s: at most %zu values\n", opt, cap);
+            return -1;
+        }
+        if (kvt_bench_parse_double(opt, t, lo, hi, &out[n]) != 0)
+            return -1;
+        n++;
+    }
+    if (n == 0 || s[0] == ',' || s[strlen(s) - 1] == ',' || strstr(s, ",,") != NULL) {
+        fprintf(stderr, "kvtier-bench: %s must be a comma-separated list, got '%s'\n", opt, s);
+        return -1;
+    }
+    *n_p = n;
+    return 0;
+}
+
+/* redis-server on PATH, or NULL; a static buffer. */
+static const char *bl_redis_on_path(void)
+{
+    static char path[4096];
+    const char *env = getenv("PATH");
+    while (env != NULL && *env != '\0') {
+        const char *end = strchr(env, ':');
+        size_t len = end ? (size_t)(end - env) : strlen(env);
+        if (len > 0 && len < sizeof(path) - 16) {
+            memcpy(path, env, len);
+            strcpy(path + len, "/redis-server");
+            if (access(path, X_OK) == 0)
+                return path;
+        }
+        env = end ? end + 1 : NULL;
+    }
+    return NULL;
+}
+
+static int bl_parse(int argc, char **argv, bl_opts_t *o)
+{
+    *o = (bl_opts_t){.seconds = 2.0,
+                     .conns = {1, 4, 16},
+                     .nconns = 3,
+                     .rates = {0.1, 0.25, 0.5, 0.75},
+                     .nrates = 4,
+                     .slices = 8,
+                     .workers = 2,
+                     .pods = 64,
+                     .prompts = 256,
+                     .tokens = 1024,
+                     .max_others = 20,
+                     .retries = 1};
+    for (int i = 1; i < argc; i++) {
+        const char *v = NULL;
+        int r;
+        if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
+            bl_usage(stdout);
+            return 1;
+        }
+        if (strcmp(argv[i], "--no-redis") == 0) {
+            o->no_redis = true;
+            continue;
+        }
+        if ((r = kvt_bench_opt(argc, argv, &i, "--kvtierd", &v)) != 0) {
+            if (r < 0)
+                return -1;
+            o->kvtierd = v;
+            continue;
+        }
+        if ((r = kvt_bench_opt(argc, argv, &i, "--redis-server", &v)) != 0) {
+            if (r < 0)
+                return -1;
+            o->redis = v;
+            o->redis_asked = true;
+            continue;
+        }
+        if ((r = kvt_bench_opt(argc, argv, &i, "--seconds", &v)) != 0) {
+            if (r < 0 || kvt_bench_parse_double("--seconds", v, 0.05, 600, &o->seconds) != 0)
+                return -1;
+            continue;
+        }
+        if ((r = kvt_bench_opt(argc, argv, &i, "--max-others", &v)) != 0) {
+            if (r < 0 || kvt_bench_parse_double("--max-others", v, 0, 100, &o->max_others) != 0)
+                return -1;
+            continue;
+        }
+        if ((r = kvt_bench_opt(argc, argv, &i, "--connections", &v)) != 0) {
+            double c[BL_MAX_CONNS];
+            if (r < 0 ||
+                bl_list("--connections", v, 1, BL_MAX_POOL, c, BL_MAX_CONNS, &o->nconns) != 0)
+                return -1;
+            for (size_t k = 0; k < o->nconns; k++) {
+                if (c[k] != floor(c[k])) {
+                    fprintf(stderr, "kvtier-bench: --connections takes whole numbers, got '%s'\n",
+                            v);
+                    return -1;
+                }
+                o->conns[k] = (uint32_t)c[k];
+            }
+            continue;
+        }
+        if ((r = kvt_bench_opt(argc, argv, &i, "--rates", &v)) != 0) {
+            if (r < 0 || bl_list("--rates", v, 0.001, 4, o->rates, BL_MAX_RATES, &o->nrates) != 0)
+                return -1;
+            o->rates_abs = false;
+            continue;
+        }
+        if ((r = kvt_bench_opt(argc, argv, &i, "--rates-per-sec", &v)) != 0) {
+            if (r < 0 ||
+                bl_list("--rates-per-sec", v, 1, 1e7, o->rates, BL_MAX_RATES, &o->nrates) != 0)
+                return -1;
+            o->rates_abs = true;
+            continue;
+        }
+        const kvt_bench_u32_opt_t u32s[] = {
+            {"--slices", &o->slices, 1, 64},       {"--retries", &o->retries, 0, 10},
+            {"--workers", &o->workers, 0, 64},     {"--pods", &o->pods, 1, 10000},
+            {"--prompts", &o->prompts, 1, 100000}, {"--tokens", &o->tokens, 16, 65536}};
+        if ((r = kvt_bench_opt_u32(argc, argv, &i, u32s, sizeof(u32s) / sizeof(u32s[0]))) < 0)
+            return -1;
+        bool found = r > 0;
+        if (!found) {
+            fprintf(stderr, "kvtier-bench: unknown option '%s' (try --help)\n", argv[i]);
+            return -1;
+        }
+    }
+    if (o->no_redis && o->redis_asked) {
+        fprintf(stderr, "kvtier-bench: --no-redis and --redis-server exclude each other\n");
+        return -1;
+    }
+    if (o->no_redis)
+        o->redis = NULL;
+    else if (!o->redis_asked)
+        o->redis = bl_redis_on_path();
+    if (o->kvtierd == NULL && (o->kvtierd = kvt_bench_default_kvtierd()) == NULL)
+        return -1;
+    return 0;
+}
+
+/* ---- the two protocols ------------------------------------------------------------------ */
+
+/*
+ * What differs between the servers: the bytes of request number @seq, and
+ * the parser of answers. answer() returns the length of the first whole
+ * answer in @buf[0..n), 0 when it is not whole yet, or -1 when the bytes are
+ * no answer at all (the stream is lost); *@ok_p says whether it is the right
+ * answer to request @seq (else it counts as an error).
+ */
+typedef struct bl_proto bl_proto_t;
+struct bl_proto {
+    const char *name;
+    pid_t pid;
+    uint16_t port;
+    uint8_t **reqs; /* kvtierd: one QUERY frame per prompt; redis: one GET */
+    size_t *reqlen;
+    uint32_t nreqs;
+    const uint8_t *(*request)(bl_proto_t *p, uint64_t seq, size_t *len_p);
+    long (*answer)(const uint8_t *buf, size_t n, uint64_t seq, bool *ok_p);
+};
+
+static const uint8_t *bl_rpc_request(bl_proto_t *p, uint64_t seq, size_t *len_p)
+{
+    uint8_t *f = p->reqs[seq % p->nreqs];
+    memcpy(f + 8, &seq, 8); /* req_id, little-endian like the host */
+    *len_p = p->reqlen[seq % p->nreqs];
+    return f;
+}
+
+static long bl_rpc_answer(const uint8_t *buf, size_t n, uint64_t seq, bool *ok_p)
+{
+    kvt_proto_hdr_t h;
+    if (n < KVT_PROTO_HDR_SIZE)
+        return 0;
+    if (kvt_proto_hdr_decode(buf, BL_IN_CAP - KVT_PROTO_HDR_SIZE, &h) != KVT_OK)
+        return -1;
+    size_t total = KVT_PROTO_HDR_SIZE + (size_t)h.body_len;
+    if (n < total)
+        return 0;
+    kvt_proto_query_ans_t a;
+    *ok_p = h.op == KVT_PROTO_OP_QUERY && h.req_id == seq && (h.flags & KVT_PROTO_F_RESPONSE) &&
+            !(h.flags & KVT_PROTO_F_ERROR) &&
+            kvt_proto_query_ans_decode(buf + KVT_PROTO_HDR_SIZE, h.body_len, &a, NULL) == KVT_OK &&
+            a.npods > 0;
+    return (long)total;
+}
+
+static const uint8_t *bl_resp_request(bl_proto_t *p, uint64_t seq, size_t *len_p)
+{
+    (void)seq;
+    *len_p = p->reqlen[0];
+    return p->reqs[0];
+}
+
+/* RESP: "$<len>\r\n<bytes>\r\n" is the answer to GET; "-<line>\r\n" an error. */
+static long bl_resp_answer(const uint8_t *buf, size_t n, uint64_t seq, bool *ok_p)
+{
+    (void)seq;
+    const uint8_t *eol = n > 0 ? memchr(buf, '\n', n) : NULL;
+    if (eol == NULL)
+        return n > 64 ? -1 : 0;
+    size_t head = (size_t)(eol - buf) + 1;
+    if (buf[0] == '-' || buf[0] == '+') {
+        *ok_p = false;
+        return (long)head;
+    }
+    if (buf[0] != '$' || head < 4 || buf[head - 2] != '\r')
+        return -1;
+    if (buf[1] == '-') { /* $-1: no such key */
+        *ok_p = false;
+        return (long)head;
+    }
+    size_t len = 0;
+    for (size_t i = 1; i < head - 2; i++) {
+        if (buf[i] < '0' || buf[i] > '9' || len > BL_IN_CAP)
+            return -1;
+        len = len * 10 + (size_t)(buf[i] - '0');
+    }
+    if (n < head + len + 2)
+        return 0;
+    *ok_p = len == sizeof(BL_REDIS_VALUE) - 1 &&
+            memcmp(buf + head, BL_REDIS_VALUE, sizeof(BL_REDIS_VALUE) - 1) == 0;
+    return (long)(head + len + 2);
+}
+
+/* ---- the client loop -------------------------------------------------------------------- */
+
+typedef struct bl_conn {
+    int fd;
+    bool busy;
+    uint64_t seq; /* the request in flight */
+    uint64_t due; /* its scheduled (open loop) or send (closed loop) time */
+    uint8_t *in;
+    size_t inlen;
+} bl_conn_t;
+
+typedef struct bl_samples {
+    uint64_t *v;
+    size_t n, cap;
+} bl_samples_t;
+
+/* One server's results at one point, summed over its slices. */
+typedef struct bl_result {
+    bl_samples_t lat; /* ns, scheduled (or sent) -> answered */
+    bl_samples_t lag; /* open loop: ns, scheduled -> written */
+    uint64_t done, errors, lost;
+    uint64_t ans_bytes;              /* of the last answer */
+    double secs;                     /* timed */
+    double server_cpu, client_cpu;   /* seconds in the timed windows (schedstat) */
+    double server_wait, client_wait; /* run-queue wait, seconds */
+    uint64_t server_vol, server_invol, client_vol, client_invol;
+    double others_cpu; /* CPU seconds of every other process (approximate: clock ticks) */
+    double wall;       /* seconds of the timed windows, for others_cpu */
+    bool overloaded;
+} bl_result_t;
+
+static void bl_add(bl_samples_t *s, uint64_t v)
+{
+    if (s->n == s->cap) {
+        if (s->cap >= BL_MAX_SAMPLES)
+            return; /* enough: the rest are counted in done, not in percentiles */
+        size_t cap = s->cap ? s->cap * 2 : 65536;
+        uint64_t *nv = realloc(s->v, cap * sizeof(*nv));
+        if (nv == NULL)
+            return;
+        s->v = nv;
+        s->cap = cap;
+    }
+    s->v[s->n++] = v;
+}
+
+/* Frees @r's samples and zeroes it. */
+static void bl_result_drop(bl_result_t *r)
+{
+    free(r->lat.v);
+    free(r->lag.v);
+    memset(r, 0, sizeof(*r));
+}
+
+/* Adds @src (a slice) to @dst (its point) and drops @src. */
+static void bl_result_move(bl_result_t *dst, bl_result_t *src)
+{
+    for (size_t i = 0; i < src->lat.n; i++)
+        bl_add(&dst->lat, src->lat.v[i]);
+    for (size_t i = 0; i < src->lag.n; i++)
+        bl_add(&dst->lag, src->lag.v[i]);
+    dst->done += src->done;
+    dst->errors += src->errors;
+    dst->lost += src->lost;
+    dst->ans_bytes = src->ans_bytes ? src->ans_bytes : dst->ans_bytes;
+    dst->secs += src->secs;
+    dst->server_cpu += src->server_cpu;
+    dst->client_cpu += src->client_cpu;
+    dst->server_wait += src->server_wait;
+    dst->client_wait += src->client_wait;
+    dst->server_vol += src->server_vol;
+    dst->server_invol += src->server_invol;
+    dst->client_vol += src->client_vol;
+    dst->client_invol += src->client_invol;
+    dst->others_cpu += src->others_cpu;
+    dst->wall += src->wall;
+    dst->overloaded = dst->overloaded || src->overloaded;
+    bl_result_drop(src);
+}
+
+/* Scheduler counters summed over a process's threads (/proc/PID/task/TID/{schedstat,status}). */
+typedef struct bl_sched {
+    double run_s;   /* on a CPU */
+    double wait_s;  /* runnable but waiting for a CPU (run-queue wait) */
+    uint64_t vol;   /* voluntary context switches: went to sleep, so each needs a wake-up */
+    uint64_t invol; /* involuntary: preempted */
+} bl_sched_t;
+
+static void bl_sched_read(pid_t pid, bl_sched_t *s)
+{
+    *s = (bl_sched_t){0};
+    char path[64];
+    snprintf(path, sizeof(path), "/proc/%d/task", (int)pid);
+    DIR *dir = opendir(path);
+    if (dir == NULL)
+        return;
+    struct dirent *de;
+    while ((de = readdir(dir)) != NULL) {
+        if (de->d_name[0] < '0' || de->d_name[0] > '9')
+            continue;
+        char f[128], line[256];
+        unsigned long long run = 0, wait = 0;
+        snprintf(f, sizeof(f), "/proc/%d/task/%.16s/schedstat", (int)pid, de->d_name);
+        FILE *fp = fopen(f, "r");
+        if (fp != NULL) {
+            if (fscanf(fp, "%llu %llu", &run, &wait) == 2) {
+                s->run_s += (double)run / 1e9;
+                s->wait_s += (double)wait / 1e9;
+            }
+            fclose(fp);
+        }
+        snprintf(f, sizeof(f), "/proc/%d/task/%.16s/status", (int)pid, de->d_name);
+        if ((fp = fopen(f, "r")) == NULL)
+            continue;
+        while (fgets(line, sizeof(line), fp) != NULL) {
+            unsigned long long v;
+            if (sscanf(line, "voluntary_ctxt_switches: %llu", &v) == 1)
+                s->vol += v;
+            else if (sscanf(line, "nonvoluntary_ctxt_switches: %llu", &v) == 1)
+                s->invol += v;
+        }
+        fclose(fp);
+    }
+    closedir(dir);
+}
+
+/*
+ * kvtierd's query workers: its threads named as its main thread, besides that
+ * one (the writer is "kvt-writer", libzmq's threads "ZMQbg/..."); 0 if unknown.
+ */
+static uint32_t bl_kvtierd_workers(pid_t pid)
+{
+    char path[64], name[32] = "";
+    snprintf(path, sizeof(path), "/proc/%d/comm", (int)pid);
+    FILE *mf = fopen(path, "r");
+    if (mf == NULL)
+        return 0;
+    bool named = fgets(name, sizeof(name), mf) != NULL;
+    fclose(mf);
+    snprintf(path, sizeof(path), "/proc/%d/task", (int)pid);
+    DIR *dir = named ? opendir(path) : NULL;
+    if (dir == NULL)
+        return 0;
+    uint32_t n = 0;
+    struct dirent *de;
+    while ((de = readdir(dir)) != NULL) {
+        if (de->d_name[0] < '0' || de->d_name[0] > '9' || atoi(de->d_name) == (int)pid)
+            continue;
+        char f[96], comm[32] = "";
+        snprintf(f, sizeof(f), "/proc/%d/task/%.16s/comm", (int)pid, de->d_name);
+        FILE *fp = fopen(f, "r");
+        if (fp == NULL)
+            continue;
+        if (fgets(comm, sizeof(comm), fp) != NULL && strcmp(comm, name) == 0)
+            n++;
+        fclose(fp);
+    }
+    closedir(dir);
+    return n;
+}
+
+/* CPU seconds all processes spent in user and system mode so far (/proc/stat), or -1. */
+static double bl_machine_busy(void)
+{
+    FILE *f = fopen("/proc/stat", "r");
+    if (f == NULL)
+        return -1;
+    unsigned long long u = 0, n = 0, sy = 0;
+    int got = fscanf(f, "cpu %llu %llu %llu", &u, &n, &sy);
+    fclose(f);
+    return got == 3 ? (double)(u + n + sy) / (double)sysconf(_SC_CLK_TCK) : -1;
+}
+
+/* A slice's connections and the state of its run. */
+typedef struct bl_run {
+    bl_proto_t *p;
+    bl_conn_t *c;
+    uint32_t nc;
+    int ep;
+    uint64_t next_seq;
+} bl_run_t;
+
+static int bl_send(bl_run_t *r, bl_conn_t *k, uint64_t due)
+{
+    size_t len;
+    const uint8_t *req = r->p->request(r->p, r->next_seq, &len);
+    k->seq = r->next_seq++;
+    k->due = due;
+    k->busy = true;
+    return kvt_bench_write_all(k->fd, req, len);
+}
+
+/*
+ * Reads what connection @k holds and takes its answer when whole. Returns 1
+ * (answered: *@t_p the time), 0 (not whole yet) or -1 (closed, or no answer).
+ */
+static int bl_recv(bl_run_t *r, bl_conn_t *k, bl_result_t *res, uint64_t *t_p, bool *ok_p)
+{
+    ssize_t got = read(k->fd, k->in + k->inlen, BL_IN_CAP - k->inlen);
+    if (got < 0 && errno == EINTR)
+        return 0;
+    if (got <= 0)
+        return -1;
+    uint64_t t = kvt_clock_ns();
+    k->inlen += (size_t)got;
+    bool ok = false;
+    long len = r->p->answer(k->in, k->inlen, k->seq, &ok);
+    if (len < 0 || (len == 0 && k->inlen == BL_IN_CAP) || !k->busy)
+        return -1;
+    if (len == 0)
+        return 0;
+    if ((size_t)len != k->inlen)
+        return -1; /* bytes after the answer to the only request in flight */
+    res->ans_bytes = (uint64_t)len;
+    k->inlen = 0;
+    k->busy = false;
+    *t_p = t;
+    *ok_p = ok;
+    return 1;
+}
+
+/*
+ * Closed loop on every connection for @ns: each answer is followed at once
+ * by the next request. Recorded into @res when @res is not NULL (else a
+ * warm-up). 0 or -1.
+ */
+static int bl_closed(bl_run_t *r, uint64_t ns, bl_result_t *res)
+{
+    bl_result_t scratch = {0};
+    bl_result_t *out = res ? res : &scratch;
+    uint64_t t0 = kvt_clock_ns(), end = t0 + ns;
+    for (uint32_t i = 0; i < r->nc; i++)
+        if (!r->c[i].busy && bl_send(r, &r->c[i], kvt_clock_ns()) != 0)
+            return -1;
+    for (;;) {
+        uint64_t now = kvt_clock_ns();
+        if (now >= end)
+            break;
+        struct epoll_event evs[64];
+        int n = epoll_wait(r->ep, evs, 64, (int)((end - now) / 1000000u) + 1);
+        for (int e = 0; e < n; e++) {
+            bl_conn_t *k = &r->c[evs[e].data.u32];
+            uint64_t t;
+            bool ok;
+            int got = bl_recv(r, k, out, &t, &ok);
+            if (got < 0)
+                return -1;
+            if (got == 0 || t >= end)
+                continue; /* an answer after the end is not counted */
+            out->done++;
+            out->errors += !ok;
+            if (res != NULL)
+                bl_add(&res->lat, t - k->due);
+            if (bl_send(r, k, kvt_clock_ns()) != 0)
+                return -1;
+        }
+    }
+    out->secs += (double)(kvt_clock_ns() - t0) / 1e9;
+    return 0;
+}
+
+/*
+ * Open loop for @ns: Poisson arrivals at @rate per second (the gaps drawn
+ * from @seed), each sent on a free connection as soon as there is one, its
+ * latency counted from its scheduled time. Then up to BL_DRAIN_NS for the
+ * answers still owed; requests unanswered by then are counted lost, with the
+ * time waited as their latency (a lower bound). 0 or -1.
+ */
+static int bl_open(bl_run_t *r, double rate, uint64_t ns, uint64_t seed, bl_result_t *res)
+{
+    uint64_t *queue = malloc(BL_MAX_QUEUED * sizeof(uint64_t)); /* due times waiting */
+    uint32_t *idle = malloc(r->nc * sizeof(uint32_t));
+    if (queue == NULL || idle == NULL) {
+        free(queue);
+        free(idle);
+        return -1;
+    }
+    size_t qhead = 0, qlen = 0, nidle = 0;
+    for (uint32_t i = r->nc; i-- > 0;)
+        if (!r->c[i].busy)
+            idle[nidle++] = i;
+    uint64_t x = seed * 0x9e3779b97f4a7c15ull + 1;
+    double mean_ns = 1e9 / rate;
+    uint64_t t0 = kvt_clock_ns(), end = t0 + ns, give_up = end + BL_DRAIN_NS;
+    double next = (double)t0;
+    int rc = -1;
+#define BL_GAP() (-log(((double)(kvt_bench_rand(&x) >> 11) + 1.0) / 9007199254740992.0) * mean_ns)
+    next += BL_GAP();
+    for (;;) {
+        uint64_t now = kvt_clock_ns();
+        while (next < (double)end && next <= (double)now) {
+            if (qlen == BL_MAX_QUEUED) {
+                res->overloaded = true; /* the server fell far behind: stop offering */
+                next = (double)end;
+                break;
+            }
+            queue[(qhead + qlen++) % BL_MAX_QUEUED] = (uint64_t)next;
+            next += BL_GAP();
+        }
+        while (qlen > 0 && nidle > 0) {
+            uint64_t due = queue[qhead];
+            qhead = (qhead + 1) % BL_MAX_QUEUED;
+            qlen--;
+            bl_add(&res->lag, kvt_clock_ns() - due);
+            if (bl_send(r, &r->c[idle[--nidle]], due) != 0)
+                goto out;
+        }
+        if (next >= (double)end && qlen == 0 && nidle == r->nc)
+            break; /* every arrival answered */
+        if (now >= give_up) {
+            for (uint32_t i = 0; i < r->nc; i++)
+                if (r->c[i].busy) {
+                    res->lost++;
+                    bl_add(&res->lat, now - r->c[i].due);
+                }
+            for (; qlen > 0; qlen--, qhead = (qhead + 1) % BL_MAX_QUEUED) {
+                res->lost++;
+                bl_add(&res->lat, now - queue[qhead]);
+            }
+            break;
+        }
+        /* sleep until the next arrival, or an answer (no busy poll: the servers need the cores) */
+        uint64_t wake = next < (double)end ? (uint64_t)next : give_up;
+        uint64_t wait = wake > now ? wake - now : 0;
+        if (qlen > 0 && nidle == 0 && next < (double)end)
+            wait = wait < 1000000 ? wait : 1000000;
+        struct timespec ts = {(time_t)(wait / 1000000000u), (long)(wait % 1000000000u)};
+        struct epoll_event evs[64];
+        int n = epoll_pwait2(r->ep, evs, 64, &ts, NULL);
+        for (int e = 0; e < n; e++) {
+            bl_conn_t *k = &r->c[evs[e].data.u32];
+            uint64_t t;
+            bool ok;
+            int got = bl_recv(r, k, res, &t, &ok);
+            if (got < 0)
+                goto out;
+            if (got == 0)
+                continue;
+            res->done++;
+            res->errors += !ok;
+            bl_add(&res->lat, t - k->due);
+            idle[nidle++] = evs[e].data.u32;
+        }
+    }
+#undef BL_GAP
+    res->secs += (double)(end - t0) / 1e9;
+    rc = 0;
+out:
+    free(queue);
+    free(idle);
+    return rc;
+}
+
+static void bl_close(bl_run_t *r)
+{
+    for (uint32_t i = 0; i < r->nc; i++) {
+        if (r->c[i].fd >= 0)
+            close(r->c[i].fd);
+        free(r->c[i].in);
+    }
+    free(r->c);
+    if (r->ep >= 0)
+        close(r->ep);
+    r->c = NULL;
+    r->ep = -1;
+}
+
+static int bl_connect(bl_run_t *r, bl_proto_t *p, uint32_t nc)
+{
+    *r = (bl_run_t){.p = p, .nc = nc, .ep = epoll_create1(EPOLL_CLOEXEC), .next_seq = 1};
+    r->c = calloc(nc, sizeof(*r->c));
+    if (r->c == NULL || r->ep < 0)
+        return -1;
+    for (uint32_t i = 0; i < nc; i++)
+        r->c[i].fd = -1;
+    for (uint32_t i = 0; i < nc; i++) {
+        r->c[i].fd = kvt_bench_connect(p->port);
+        r->c[i].in = malloc(BL_IN_CAP);
+        struct epoll_event ev = {.events = EPOLLIN, .data.u32 = i};
+        if (r->c[i].fd < 0 || r->c[i].in == NULL ||
+            epoll_ctl(r->ep, EPOLL_CTL_ADD, r->c[i].fd, &ev) != 0)
+            return -1;
+    }
+    return 0;
+}
+
+/* Waits (bounded) until no connection has a request in flight; the warm-up's last answers. */
+static int bl_settle(bl_run_t *r)
+{
+    bl_result_t scratch = {0};
+    uint64_t give_up = kvt_clock_ns() + BL_DRAIN_NS;
+    for (;;) {
+        uint32_t busy = 0;
+        for (uint32_t i = 0; i < r->nc; i++)
+            busy += r->c[i].busy;
+        if (busy == 0)
+            return 0;
+        if (kvt_clock_ns() >= give_up)
+            return -1;
+        struct epoll_event evs[64];
+        int n = epoll_wait(r->ep, evs, 64, 100);
+        for (int e = 0; e < n; e++) {
+            uint64_t t;
+            bool ok;
+            if (bl_recv(r, &r->c[evs[e].data.u32], &scratch, &t, &ok) < 0)
+                return -1;
+        }
+    }
+}
+
+/*
+ * One slice of a point for server @p: fresh connections, a warm-up, then
+ * @ns of closed loop (@rate 0) or open loop. The CPU both sides used in the
+ * timed part is added to @res. 0 or -1.
+ */
+static int bl_slice(bl_proto_t *p, uint32_t nc, double rate, uint64_t ns, uint64_t seed,
+                    bl_result_t *res)
+{
+    bl_run_t r;
+    int rc = -1;
+    if (bl_connect(&r, p, nc) != 0)
+        goto out;
+    if (bl_closed(&r, BL_WARMUP_NS, NULL) != 0 || (rate > 0 && bl_settle(&r) != 0))
+        goto out;
+    bl_sched_t s0, s1, c0, c1;
+    bl_sched_read(p->pid, &s0);
+    bl_sched_read(getpid(), &c0);
+    double m0 = bl_machine_busy(), w0 = (double)kvt_clock_ns() / 1e9;
+    rc = rate > 0 ? bl_open(&r, rate, ns, seed, res) : bl_closed(&r, ns, res);
+    double m1 = bl_machine_busy(), w1 = (double)kvt_clock_ns() / 1e9;
+    bl_sched_read(p->pid, &s1);
+    bl_sched_read(getpid(), &c1);
+    res->server_cpu += s1.run_s - s0.run_s;
+    res->server_wait += s1.wait_s - s0.wait_s;
+    res->server_vol += s1.vol - s0.vol;
+    res->server_invol += s1.invol - s0.invol;
+    res->client_cpu += c1.run_s - c0.run_s;
+    res->client_wait += c1.wait_s - c0.wait_s;
+    res->client_vol += c1.vol - c0.vol;
+    res->client_invol += c1.invol - c0.invol;
+    res->wall += w1 - w0;
+    if (m0 >= 0 && m1 >= 0) {
+        double others = (m1 - m0) - (s1.run_s - s0.run_s) - (c1.run_s - c0.run_s);
+        res->others_cpu += others > 0 ? others : 0;
+    }
+out:
+    bl_close(&r);
+    return rc;
+}
+
+/* ---- redis-server ------------------------------------------------------------------------- */
+
+/* One RESP command on a fresh connection; 0 when the answer starts with @want. */
+static int bl_redis_cmd(uint16_t port, const char *cmd, const char *want)
+{
+    int fd = kvt_bench_connect(port);
+    if (fd < 0)
+        return -1;
+    char buf[256];
+    size_t n = 0;
+    int rc = -1;
+    if (kvt_bench_write_all(fd, cmd, strlen(cmd)) == 0) {
+        ssize_t got;
+        while (n < sizeof(buf) - 1 && memchr(buf, '\n', n) == NULL &&
+               ((got = read(fd, buf + n, sizeof(buf) - 1 - n)) > 0 || (got < 0 && errno == EINTR)))
+            n += got > 0 ? (size_t)got : 0;
+        buf[n] = '\0';
+        rc = strncmp(buf, want, strlen(want)) == 0 ? 0 : -1;
+    }
+    close(fd);
+    return rc;
+}
+
+/* A free loopback port (bound and released: redis-server cannot take port 0). */
+static uint16_t bl_free_port(void)
+{
+    int s = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    socklen_t sl = sizeof(sa);
+    uint16_t port = 0;
+    if (s >= 0 && bind(s, (struct sockaddr *)&sa, sizeof(sa)) == 0 &&
+        getsockname(s, (struct sockaddr *)&sa, &sl) == 0)
+        port = ntohs(sa.sin_port);
+    if (s >= 0)
+        close(s);
+    return port;
+}
+
+typedef struct bl_redis {
+    pid_t pid;
+    uint16_t port;
+    char dir[64];
+} bl_redis_t;
+
+static void bl_redis_stop(bl_redis_t *rs)
+{
+    if (rs->pid > 0) {
+        kill(rs->pid, SIGKILL); /* nothing to keep: no persistence */
+        waitpid(rs->pid, NULL, 0);
+        rs->pid = 0;
+    }
+    if (rs->dir[0] != '\0') {
+        rmdir(rs->dir); /* empty: --save "" and --appendonly no */
+        rs->dir[0] = '\0';
+    }
+}
+
+/*
+ * Starts redis-server @path on 127.0.0.1 (a free port; another try if that
+ * port was taken meanwhile) in a new temp dir, with no persistence, and
+ * stores the GET key. 0, or -1 with a line on stderr.
+ */
+static int bl_redis_start(const char *path, bl_redis_t *rs)
+{
+    *rs = (bl_redis_t){0};
+    strcpy(rs->dir, "/tmp/kvtier_bench_redis.XXXXXX");
+    if (mkdtemp(rs->dir) == NULL) {
+        rs->dir[0] = '\0';
+        fprintf(stderr, "kvtier-bench: mkdtemp: %s\n", strerror(errno));
+        return -1;
+    }
+    for (int attempt = 0; attempt < 3; attempt++) {
+        uint16_t port = bl_free_port();
+        char ports[8];
+        snprintf(ports, sizeof(ports), "%u", port);
+        const char *argv[] = {path, "--port",       ports, "--bind",     "127.0.0.1", "--save",
+                              "",   "--appendonly", "no",  "--dir",      rs->dir,     "--daemonize",
+                              "no", "--logfile",    "",    "--loglevel", "warning",   NULL};
+        pid_t pid = fork();
+        if (pid < 0)
+            break;
+        if (pid == 0) {
+            prctl(PR_SET_PDEATHSIG, SIGKILL);
+            int nul = open("/dev/null", O_WRONLY);
+            if (nul >= 0) {
+                dup2(nul, 1);
+                dup2(nul, 2);
+            }
+            execv(path, (char *const *)(uintptr_t)argv);
+            _exit(127);
+        }
+        rs->pid = pid;
+        rs->port = port;
+        /* ready when it answers PING; gone (port taken, bad binary) when it exited */
+        for (int i = 0; i < 500; i++) {
+            if (bl_redis_cmd(port, "PING\r\n", "+PONG") == 0) {
+                if (bl_redis_cmd(port,
+                                 "*3\r\n$3\r\nSET\r\n$16\r\n" BL_REDIS_KEY
+                                 "\r\n$16\r\n" BL_REDIS_VALUE "\r\n",
+                                 "+OK") == 0)
+                    return 0;
+                fprintf(stderr, "kvtier-bench: redis-server refused SET\n");
+                bl_redis_stop(rs);
+                return -1;
+            }
+            if (waitpid(pid, NULL, WNOHANG) == pid) {
+                rs->pid = 0;
+                break;
+            }
+            usleep(10000);
+        }
+        if (rs->pid > 0) {
+            kill(rs->pid, SIGKILL);
+            waitpid(rs->pid, NULL, 0);
+            rs->pid = 0;
+        }
+    }
+    fprintf(stderr, "kvtier-bench: %s did not start\n", path);
+    bl_redis_stop(rs);
+    return -1;
+}
+
+/* ---- report ------------------------------------------------------------------------------ */
+
+typedef struct bl_stats {
+    double per_sec, p50, p99, p999, max; /* latencies in us */
+    double lag_p99, server_cpu_us, client_cpu_us;
+    double server_wait_us, client_wait_us; /* run-queue wait per request */
+    double server_wakes, server_preempts;  /* context switches per request */
+    double client_wakes, client_preempts;
+    double others_pct; /* of all cores, used by other processes during the timed windows */
+    uint64_t samples, done, errors, lost, ans_bytes;
+    bool overloaded;
+} bl_stats_t;
+
+static bl_stats_t bl_summarize(bl_result_t *r)
+{
+    bl_stats_t s = {0};
+    kvt_bench_sort_u64(r->lat.v, r->lat.n);
+    kvt_bench_sort_u64(r->lag.v, r->lag.n);
+    s.per_sec = r->secs > 0 ? (double)r->done / r->secs : 0;
+    s.p50 = kvt_bench_percentile(r->lat.v, r->lat.n, 50) / 1e3;
+    s.p99 = kvt_bench_percentile(r->lat.v, r->lat.n, 99) / 1e3;
+    s.p999 = kvt_bench_percentile(r->lat.v, r->lat.n, 99.9) / 1e3;
+    s.max = kvt_bench_percentile(r->lat.v, r->lat.n, 100) / 1e3;
+    s.lag_p99 = kvt_bench_percentile(r->lag.v, r->lag.n, 99) / 1e3;
+    s.server_cpu_us = r->done ? r->server_cpu * 1e6 / (double)r->done : 0;
+    s.client_cpu_us = r->done ? r->client_cpu * 1e6 / (double)r->done : 0;
+    double per = r->done ? 1.0 / (double)r->done : 0;
+    s.server_wait_us = r->server_wait * 1e6 * per;
+    s.client_wait_us = r->client_wait * 1e6 * per;
+    s.server_wakes = (double)r->server_vol * per;
+    s.server_preempts = (double)r->server_invol * per;
+    s.client_wakes = (double)r->client_vol * per;
+    s.client_preempts = (double)r->client_invol * per;
+    long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
+    s.others_pct =
+        r->wall > 0 ? 100.0 * r->others_cpu / (r->wall * (double)(ncpu > 0 ? ncpu : 1)) : 0;
+    s.samples = r->lat.n;
+    s.done = r->done;
+    s.errors = r->errors;
+    s.lost = r->lost;
+    s.ans_bytes = r->ans_bytes;
+    s.overloaded = r->overloaded;
+    return s;
+}
+
+static void bl_print_row(const char *label, const char *server, const bl_stats_t *s, bool open)
+{
+    printf("%-22s %-8s %9.0f/s %8.1f %8.1f %8.1f %9.1f %7.1f %7.1f %7.1f", label, server,
+           s->per_sec, s->p50, s->p99, s->p999, s->max, s->server_cpu_us, s->server_wait_us,
+           s->others_pct);
+    if (open)
+        printf(" %8.1f", s->lag_p99);
+    else
+        printf(" %8s", "-");
+    if (s->errors || s->lost || s->overloaded)
+        printf("  (%" PRIu64 " errors, %" PRIu64 " lost%s)", s->errors, s->lost,
+               s->overloaded ? ", overloaded" : "");
+    printf("\n");
+}
+
+static double bl_ratio(double a, double b)
+{
+    return b > 0 ? a / b : 0;
+}
+
+static void bl_json_stats(const bl_stats_t *s)
+{
+    printf("{\"per_sec\":%.1f,\"p50_us\":%.2f,\"p99_us\":%.2f,\"p999_us\":%.2f,\"max_us\":%.2f,"
+           "\"samples\":%" PRIu64 ",\"errors\":%" PRIu64 ",\"lost\":%" PRIu64
+           ",\"overloaded\":%s,\"server_cpu_us_per_req\":%.2f,\"client_cpu_us_per_req\":%.2f,"
+           "\"lag_p99_us\":%.2f,\"server_runq_wait_us_per_req\":%.2f,"
+           "\"client_runq_wait_us_per_req\":%.2f,\"server_wakes_per_req\":%.3f,"
+           "\"server_preempts_per_req\":%.3f,\"client_wakes_per_req\":%.3f,"
+           "\"client_preempts_per_req\":%.3f,\"others_cpu_pct\":%.1f,\"answer_bytes\":%" PRIu64 "}",
+           s->per_sec, s->p50, s->p99, s->p999, s->max, s->samples, s->errors, s->lost,
+           s->overloaded ? "true" : "false", s->server_cpu_us, s->client_cpu_us, s->lag_p99,
+           s->server_wait_us, s->client_wait_us, s->server_wakes, s->server_preempts,
+           s->client_wakes, s->client_preempts, s->others_pct, s->ans_bytes);
+}
+
+/* ---- main --------------------------------------------------------------------------------- */
+
+typedef struct bl_point {
+    bool open;
+    uint32_t conns;
+    uint32_t retried;      /* slice pairs measured again: other processes were busy */
+    uint32_t disturbed;    /* slice pairs kept although other processes were busy */
+    double fraction, rate; /* open loop */
+    bl_stats_t st[2];      /* kvtierd, redis */
+} bl_point_t;
+
+/*
+ * Measures one point for every server in @ps (1 or 2): @o->slices slices of
+ * @o->seconds / slices each, alternating which server goes first; the other
+ * server is stopped meanwhile. 0 or -1.
+ */
+static int bl_point(const bl_opts_t *o, bl_proto_t *ps, int nps, bl_point_t *pt, uint64_t seed)
+{
+    bl_result_t res[2], tmp[2];
+    memset(res, 0, sizeof(res));
+    memset(tmp, 0, sizeof(tmp));
+    uint64_t ns = (uint64_t)(o->seconds / o->slices * 1e9);
+    long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
+    int rc = 0;
+    for (uint32_t s = 0; s < o->slices && rc == 0; s++) {
+        for (uint32_t attempt = 0; rc == 0; attempt++) {
+            for (int k = 0; k < nps && rc == 0; k++) {
+                int i = (s % 2 == 0) ? k : nps - 1 - k;
+                for (int j = 0; j < nps; j++)
+                    kill(ps[j].pid, j == i ? SIGCONT : SIGSTOP);
+                rc = bl_slice(&ps[i], pt->conns, pt->open ? pt->rate : 0, ns, seed + s, &tmp[i]);
+                if (rc != 0)
+                    fprintf(stderr, "kvtier-bench: %s: a connection failed\n", ps[i].name);
+            }
+            /* other processes' CPU during the pair: a busy neighbour measured, not the servers */
+            double others = 0, wall = 0;
+            for (int i = 0; i < nps; i++) {
+                others += tmp[i].others_cpu;
+                wall += tmp[i].wall;
+            }
+            double pct = wall > 0 ? 100.0 * others / (wall * (double)(ncpu > 0 ? ncpu : 1)) : 0;
+            bool busy = o->max_others < 100 && pct > o->max_others;
+            if (rc == 0 && busy && attempt < o->retries) {
+                pt->retried++;
+                for (int i = 0; i < nps; i++)
+                    bl_result_drop(&tmp[i]);
+                continue;
+            }
+            pt->disturbed += busy;
+            for (int i = 0; i < nps; i++)
+                bl_result_move(&res[i], &tmp[i]);
+            break;
+        }
+    }
+    for (int j = 0; j < nps; j++)
+        kill(ps[j].pid, SIGCONT);
+    for (int i = 0; i < nps; i++) {
+        pt->st[i] = bl_summarize(&res[i]);
+        bl_result_drop(&res[i]);
+        bl_result_drop(&tmp[i]);
+    }
+    return rc;
+}
+
+int kvt_bench_latency_main(int argc, char **argv)
+{
+    bl_opts_t o;
+    int rc = bl_parse(argc, argv, &o);
+    if (rc != 0)
+        return rc > 0 ? 0 : 2;
+    signal(SIGPIPE, SIG_IGN);
+    /* the open loop sleeps to each arrival: wake on time, not up to 50 us late */
+    prctl(PR_SET_TIMERSLACK, 1UL);
+
+    kvt_bench_daemon_t d = {0};
+    bl_redis_t rs = {0};
+    bl_proto_t ps[2] = {{.name = "kvtierd", .request = bl_rpc_request, .answer = bl_rpc_answer},
+                        {.name = "redis", .request = bl_resp_request, .answer = bl_resp_answer}};
+    int nps = 1;
+    uint32_t *tok = malloc((size_t)o.tokens * sizeof(uint32_t));
+    ps[0].reqs = calloc(o.prompts, sizeof(uint8_t *));
+    ps[0].reqlen = calloc(o.prompts, sizeof(size_t));
+    ps[0].nreqs = o.prompts;
+    size_t npoints = o.nconns + o.nrates;
+    bl_point_t *pts = calloc(npoints, sizeof(*pts));
+    static char get_cmd[] = "*2\r\n$3\r\nGET\r\n$16\r\n" BL_REDIS_KEY "\r\n";
+    uint8_t *get_req = (uint8_t *)get_cmd;
+    size_t get_len = sizeof(get_cmd) - 1;
+    ps[1].reqs = &get_req;
+    ps[1].reqlen = &get_len;
+    ps[1].nreqs = 1;
+    rc = 1;
+    if (tok == NULL || ps[0].reqs == NULL || ps[0].reqlen == NULL || pts == NULL)
+        goto out;
+    char workers[16];
+    snprintf(workers, sizeof(workers), "%u", o.workers);
+    const char *args[] = {"--workers", workers, NULL};
+    if (o.workers == 0)
+        args[0] = NULL; /* kvtierd picks */
+    if (kvt_bench_daemon_start(o.kvtierd, args, &d) != 0 ||
+        kvt_bench_load(d.http, o.pods, o.prompts, o.tokens, tok) != 0)
+        goto out;
+    for (uint32_t i = 0; i < o.prompts; i++)
+        if ((ps[0].reqs[i] = kvt_bench_query_frame(i, o.tokens, tok, &ps[0].reqlen[i])) == NULL)
+            goto out;
+    ps[0].pid = d.pid;
+    ps[0].port = d.rpc;
+    if (o.workers == 0)
+        o.workers = bl_kvtierd_workers(d.pid);
+    const char *redis_note = NULL;
+    if (o.no_redis) {
+        redis_note = "--no-redis: kvtierd measured alone";
+    } else if (o.redis == NULL) {
+        redis_note = "redis-server not found on PATH: kvtierd measured alone";
+    } else if (access(o.redis, X_OK) != 0) {
+        redis_note = "redis-server not executable: kvtierd measured alone";
+    } else if (bl_redis_start(o.redis, &rs) != 0) {
+        redis_note = "redis-server did not start: kvtierd measured alone";
+    } else {
+        ps[1].pid = rs.pid;
+        ps[1].port = rs.port;
+        nps = 2;
+    }
+    if (redis_note != NULL && !o.no_redis)
+        fprintf(stderr, "kvtier-bench: %s\n", redis_note);
+
+    uint64_t steal0 = 0, tick0 = 0, steal1 = 0, tick1 = 0;
+    bool have_steal = kvt_bench_steal(&steal0, &tick0);
+    uint32_t pool = 0;
+    for (size_t i = 0; i < o.nconns; i++) {
+        pts[i] = (bl_point_t){.conns = o.conns[i]};
+        pool = o.conns[i] > pool ? o.conns[i] : pool;
+    }
+    for (size_t i = 0; i < o.nconns; i++)
+        if (bl_point(&o, ps, nps, &pts[i], 1000 + i) != 0)
+            goto out;
+    /* the base of the rates: the closed loop at the pool's size, the slower server's */
+    double base = 0;
+    for (size_t i = 0; i < o.nconns; i++)
+        if (o.conns[i] == pool)
+            for (int k = 0; k < nps; k++)
+                if (base == 0 || pts[i].st[k].per_sec < base)
+                    base = pts[i].st[k].per_sec;
+    for (size_t i = 0; i < o.nrates; i++) {
+        bl_point_t *pt = &pts[o.nconns + i];
+        *pt = (bl_point_t){.open = true, .conns = pool};
+        pt->fraction = o.rates_abs ? (base > 0 ? o.rates[i] / base : 0) : o.rates[i];
+        pt->rate = o.rates_abs ? o.rates[i] : o.rates[i] * base;
+        if (pt->rate < 1) {
+            fprintf(stderr, "kvtier-bench: no closed-loop throughput to take rates from\n");
+            goto out;
+        }
+        if (bl_point(&o, ps, nps, pt, 2000 + 16 * i) != 0)
+            goto out;
+    }
+    have_steal = have_steal && kvt_bench_steal(&steal1, &tick1) && tick1 > tick0;
+    double steal_pct =
+        have_steal ? 100.0 * (double)(steal1 - steal0) / (double)(tick1 - tick0) : -1;
+
+    /* the table */
+    size_t req_bytes = 0;
+    for (uint32_t i = 0; i < o.prompts; i++)
+        req_bytes += ps[0].reqlen[i];
+    printf("kvtierd: %u workers; queries of %u tokens against %u prompts on %u pods "
+           "(%zu-byte requests)\n",
+           o.workers, o.tokens, o.prompts, o.pods, req_bytes / o.prompts);
+    printf("redis:   %s\n", nps == 2 ? "GET of a 16-byte value" : redis_note);
+    printf("%.2f s per server and point in %u slices; one request in flight per connection; "
+           "open loop: Poisson arrivals on %u connections, latency from the scheduled time\n"
+           "cpu us, runq us: the server's CPU and run-queue wait (all its threads) per request; "
+           "others%%: CPU of other processes (of all cores); lag p99: scheduled -> written\n\n",
+           o.seconds, o.slices, pool);
+    printf("%-22s %-8s %11s %8s %8s %8s %9s %7s %7s %7s %8s\n", "point", "server", "rate", "p50 us",
+           "p99 us", "p999 us", "max us", "cpu us", "runq us", "others%", "lag p99");
+    double worst99 = 0, worst999 = 0;
+    uint64_t errors = 0;
+    for (size_t i = 0; i < npoints; i++) {
+        bl_point_t *pt = &pts[i];
+        char label[64];
+        if (pt->open)
+            snprintf(label, sizeof(label), "open %.0f/s (%.2f)", pt->rate, pt->fraction);
+        else
+            snprintf(label, sizeof(label), "closed, %u conn%s", pt->conns,
+                     pt->conns == 1 ? "" : "s");
+        for (int k = 0; k < nps; k++) {
+            bl_print_row(k == 0 ? label : "", ps[k].name, &pt->st[k], pt->open);
+            errors += pt->st[k].errors + pt->st[k].lost;
+        }
+        if (pt->retried || pt->disturbed)
+            printf("%-22s (%u slice pairs measured again, %u kept with other processes busy)\n", "",
+                   pt->retried, pt->disturbed);
+        if (nps == 2) {
+            const bl_stats_t *a = &pt->st[0], *b = &pt->st[1];
+            double r99 = bl_ratio(a->p99, b->p99), r999 = bl_ratio(a->p999, b->p999);
+            printf("%-22s %-8s %11s %8.2f %8.2f %8.2f %9.2f\n", "", "ratio", "",
+                   bl_ratio(a->p50, b->p50), r99, r999, bl_ratio(a->max, b->max));
+            worst99 = r99 > worst99 ? r99 : worst99;
+            worst999 = r999 > worst999 ? r999 : worst999;
+        }
+    }
+    if (nps == 2)
+        printf("\nworst kvtierd / redis: p99 %.2fx, p999 %.2fx (target: within 1.5x)\n", worst99,
+               worst999);
+    printf("cpu steal %.1f %% of the run (-1: unknown)\n", steal_pct);
+
+    /* the JSON line */
+    printf("{\"bench\":\"latency\",\"workers\":%u,\"tokens\":%u,\"pods\":%u,\"prompts\":%u,"
+           "\"seconds\":%.3f,\"slices\":%u,\"pool\":%u,\"base_per_sec\":%.1f,"
+           "\"kvtier_request_bytes\":%zu,\"redis_request_bytes\":%zu,\"redis_measured\":%s,",
+           o.workers, o.tokens, o.pods, o.prompts, o.seconds, o.slices, pool, base,
+           req_bytes / o.prompts, get_len, nps == 2 ? "true" : "false");
+    if (nps != 2)
+        printf("\"redis_note\":\"%s\",", redis_note);
+    printf("\"points\":[");
+    for (size_t i = 0; i < npoints; i++) {
+        bl_point_t *pt = &pts[i];
+        printf("%s{\"mode\":\"%s\",\"connections\":%u,\"retried\":%u,\"disturbed\":%u,",
+               i ? "," : "", pt->open ? "open" : "closed", pt->conns, pt->retried, pt->disturbed);
+        if (pt->open)
+            printf("\"rate_per_sec\":%.1f,\"fraction\":%.4f,", pt->rate, pt->fraction);
+        printf("\"kvtier\":");
+        bl_json_stats(&pt->st[0]);
+        if (nps == 2) {
+            const bl_stats_t *a = &pt->st[0], *b = &pt->st[1];
+            printf(",\"redis\":");
+            bl_json_stats(b);
+            printf(",\"ratio\":{\"p50\":%.3f,\"p99\":%.3f,\"p999\":%.3f,\"max\":%.3f}",
+                   bl_ratio(a->p50, b->p50), bl_ratio(a->p99, b->p99), bl_ratio(a->p999, b->p999),
+                   bl_ratio(a->max, b->max));
+        }
+        printf("}");
+    }
+    printf("]");
+    if (nps == 2)
+        printf(",\"worst_p99_ratio\":%.3f,\"worst_p999_ratio\":%.3f,\"within_1_5x\":%s", worst99,
+               worst999, worst99 <= 1.5 && worst999 <= 1.5 ? "true" : "false");
+    printf(",\"steal_pct\":%.1f,\"errors\":%" PRIu64 "}\n", steal_pct, errors);
+    rc = errors ? 1 : 0;
+out:
+    bl_redis_stop(&rs);
+    kvt_bench_daemon_stop(&d);
+    for (uint32_t i = 0; ps[0].reqs != NULL && i < o.prompts; i++)
+        free(ps[0].reqs[i]);
+    free(ps[0].reqs);
+    free(ps[0].reqlen);
+    free(pts);
+    free(tok);
+    return rc;
+}
