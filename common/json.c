@@ -10,6 +10,7 @@
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -173,6 +174,7 @@ void kvt_json_init(kvt_json_t *j, const char *text, size_t len)
     j->msg[0] = '\0';
     j->key[0] = '\0';
     j->key_len = 0;
+    j->nmembers = 0;
 }
 
 void kvt_json_set_max_depth(kvt_json_t *j, unsigned max_depth)
@@ -721,10 +723,12 @@ static kvt_status_t kvt_json_open(kvt_json_t *j, bool obj)
     if (j->depth >= j->max_depth)
         return kvt_json_fail(j, KVT_ERR_TOO_BIG, j->pos, "nesting deeper than %u", j->max_depth);
     uint32_t d = j->depth;
-    if (obj)
+    if (obj) {
         j->is_obj[d / 64] |= UINT64_C(1) << (d % 64);
-    else
+        j->member_base[d] = (uint8_t)j->nmembers; /* its keys are remembered from here */
+    } else {
         j->is_obj[d / 64] &= ~(UINT64_C(1) << (d % 64));
+    }
     j->depth++;
     j->pos++;
     j->expect = KVT_JSON_X_FIRST;
@@ -733,6 +737,8 @@ static kvt_status_t kvt_json_open(kvt_json_t *j, bool obj)
 
 static void kvt_json_close(kvt_json_t *j)
 {
+    if (kvt_json_top_is_obj(j))
+        j->nmembers = j->member_base[j->depth - 1]; /* its keys are forgotten */
     j->pos++;
     j->depth--;
     kvt_json_value_done(j);
@@ -773,6 +779,217 @@ static kvt_status_t kvt_json_want_next(kvt_json_t *j, bool obj)
     return KVT_OK;
 }
 
+/*
+ * Duplicate keys. A key is remembered by the offset of its text, so any two
+ * keys can be compared exactly after decoding, whatever their length (skipped
+ * objects' keys are not decoded into j->key). The helpers below read strings
+ * that kvt_json_scan_string() has already checked, so they need no bounds or
+ * syntax checks of their own.
+ */
+
+/* The next decoded bytes (1..4) of the checked string text at *@p, moving past
+ * them; 0 at the closing quote. Raw UTF-8 comes one byte a call. */
+static size_t kvt_json_str_unit(const char *s, size_t *p, char out[4])
+{
+    char c = s[*p];
+    if (c == '"')
+        return 0;
+    if (c != '\\') {
+        out[0] = c;
+        (*p)++;
+        return 1;
+    }
+    char e = s[*p + 1];
+    if (e == 'u') {
+        uint32_t cp = (uint32_t)kvt_json_hex4(s, *p + 2);
+        *p += 6;
+        if (cp >= 0xd800 && cp <= 0xdbff) { /* checked: an escaped low half follows */
+            uint32_t lo = (uint32_t)kvt_json_hex4(s, *p + 2);
+            *p += 6;
+            cp = 0x10000u + ((cp - 0xd800u) << 10) + (lo - 0xdc00u);
+        }
+        return kvt_json_utf8_put(cp, out);
+    }
+    static const char from[] = "\"\\/bfnrt", to[] = "\"\\/\b\f\n\r\t";
+    const char *at = strchr(from, e);
+    out[0] = at != NULL ? to[at - from] : e;
+    *p += 2;
+    return 1;
+}
+
+/* Set in a remembered hash when the key's text holds escapes (decoded != raw). */
+#define KVT_JSON_KEY_ESCAPED 0x80000000u
+
+/*
+ * The key hash: every decoded byte, a word at a time, from a per-process seed
+ * (where the loader put this code: ASLR), so a client cannot choose keys that
+ * all collide and make every comparison an exact one. Only a filter: equal
+ * hashes are confirmed by kvt_json_key_eq().
+ */
+static uint64_t kvt_json_key_seed(void)
+{
+    static const char anchor;
+    return (uint64_t)(uintptr_t)&anchor * UINT64_C(0xff51afd7ed558ccd);
+}
+
+static uint64_t kvt_json_key_round(uint64_t h, uint64_t w)
+{
+    h = (h ^ w) * UINT64_C(0x9e3779b97f4a7c15);
+    return h ^ (h >> 29);
+}
+
+static uint32_t kvt_json_key_final(uint64_t h, uint64_t w, size_t n)
+{
+    h = kvt_json_key_round(h, w ^ ((uint64_t)n << 56));
+    h *= UINT64_C(0xc2b2ae3d27d4eb4f);
+    return (uint32_t)(h >> 32) & ~KVT_JSON_KEY_ESCAPED;
+}
+
+/* Little-endian loads (the hash reads bytes in the order kvt_json_key_hash_text() does). */
+static uint64_t kvt_json_le64(const char *p)
+{
+    uint64_t v;
+    memcpy(&v, p, 8);
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_BIG_ENDIAN__
+    v = __builtin_bswap64(v);
+#endif
+    return v;
+}
+
+static uint32_t kvt_json_le32(const char *p)
+{
+    uint32_t v;
+    memcpy(&v, p, 4);
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_BIG_ENDIAN__
+    v = __builtin_bswap32(v);
+#endif
+    return v;
+}
+
+/* The hash of the decoded key @k[0..n). */
+static uint32_t kvt_json_key_hash(const char *k, size_t n)
+{
+    uint64_t h = kvt_json_key_seed(), w = 0;
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        h = kvt_json_key_round(h, kvt_json_le64(k + i));
+    size_t rem = n - i; /* the last rem bytes as the low bytes of w, by fixed-size loads */
+    if (rem > 0 && n >= 8) {
+        w = kvt_json_le64(k + n - 8) >> (8 * (8 - rem));
+    } else if (rem >= 4) {
+        w = kvt_json_le32(k + i) | ((uint64_t)kvt_json_le32(k + n - 4) >> (8 * (8 - rem))) << 32;
+    } else {
+        for (unsigned b = 0; i < n; i++, b++)
+            w |= (uint64_t)(unsigned char)k[i] << (8 * b);
+    }
+    return kvt_json_key_final(h, w, n);
+}
+
+/* kvt_json_key_hash() of the key text at @p with its escapes decoded (any length). */
+static uint32_t kvt_json_key_hash_text(const char *s, size_t p)
+{
+    uint64_t h = kvt_json_key_seed(), w = 0;
+    size_t n = 0, k;
+    char u[4];
+    while ((k = kvt_json_str_unit(s, &p, u)) > 0)
+        for (size_t i = 0; i < k; i++, n++) {
+            w |= (uint64_t)(unsigned char)u[i] << (8 * (n % 8));
+            if (n % 8 == 7) {
+                h = kvt_json_key_round(h, w);
+                w = 0;
+            }
+        }
+    return kvt_json_key_final(h, w, n);
+}
+
+/* Whether the key texts at @a and @b (after their '"') decode to the same bytes;
+ * @esc_a / @esc_b: whether each holds escapes. */
+static bool kvt_json_key_eq(const kvt_json_t *j, size_t a, bool esc_a, size_t b, bool esc_b)
+{
+    const char *s = j->s;
+    if (!esc_a && !esc_b) {
+        /* no escapes: the text is the key, and it ends at the first quote */
+        const char *ea = memchr(s + a, '"', j->len - a), *eb = memchr(s + b, '"', j->len - b);
+        return ea - (s + a) == eb - (s + b) && memcmp(s + a, s + b, (size_t)(ea - (s + a))) == 0;
+    }
+    char ua[4], ub[4];
+    size_t na = 0, ia = 0, nb = 0, ib = 0;
+    for (;;) {
+        if (ia == na) {
+            na = kvt_json_str_unit(s, &a, ua);
+            ia = 0;
+        }
+        if (ib == nb) {
+            nb = kvt_json_str_unit(s, &b, ub);
+            ib = 0;
+        }
+        if (na == 0 || nb == 0)
+            return na == 0 && nb == 0;
+        if (ua[ia++] != ub[ib++])
+            return false;
+    }
+}
+
+/* The decoded key at @p for a one-line message: control bytes and quotes as '?',
+ * cut (at a UTF-8 boundary) to fit @cap. */
+static void kvt_json_key_shown(const char *s, size_t p, char *out, size_t cap)
+{
+    size_t o = 0, n;
+    char u[4];
+    bool cut = false;
+    while ((n = kvt_json_str_unit(s, &p, u)) > 0) {
+        if (o + n + 4 > cap) {
+            cut = true;
+            break;
+        }
+        for (size_t i = 0; i < n; i++) {
+            unsigned char c = (unsigned char)u[i];
+            out[o++] = c < 0x20 || c == 0x7f || c == '\'' ? '?' : (char)c;
+        }
+    }
+    if (cut) {
+        /* drop a multi-byte character the cut may have split (raw UTF-8 comes bytewise) */
+        while (o > 0 && ((unsigned char)out[o - 1] & 0xc0) == 0x80)
+            o--;
+        if (o > 0 && (unsigned char)out[o - 1] >= 0xc0)
+            o--;
+        out[o++] = '.', out[o++] = '.', out[o++] = '.';
+    }
+    out[o] = '\0';
+}
+
+/*
+ * Remembers the key of the innermost object whose text is @kpos ('"') to
+ * j->pos (past its closing quote), refusing one the object already has. With
+ * @decoded the key is also in j->key (key_len bytes).
+ */
+static kvt_status_t kvt_json_member_add(kvt_json_t *j, size_t kpos, bool decoded)
+{
+    const char *raw = j->s + kpos + 1;
+    size_t raw_len = j->pos - kpos - 2;
+    bool esc = decoded ? raw_len != j->key_len : memchr(raw, '\\', raw_len) != NULL;
+    uint32_t h = decoded ? kvt_json_key_hash(j->key, j->key_len)
+                 : esc   ? kvt_json_key_hash_text(j->s, kpos + 1)
+                         : kvt_json_key_hash(raw, raw_len);
+    for (uint32_t i = j->member_base[j->depth - 1]; i < j->nmembers; i++) {
+        uint32_t m = j->member_hash[i];
+        if ((m & ~KVT_JSON_KEY_ESCAPED) == h &&
+            kvt_json_key_eq(j, j->member_off[i], (m & KVT_JSON_KEY_ESCAPED) != 0, kpos + 1, esc)) {
+            char shown[48];
+            kvt_json_key_shown(j->s, kpos + 1, shown, sizeof(shown));
+            return kvt_json_fail(j, KVT_ERR_INVAL, kpos, "duplicate field '%s'", shown);
+        }
+    }
+    if (j->nmembers >= KVT_JSON_MEMBERS_MAX)
+        return kvt_json_fail(j, KVT_ERR_TOO_BIG, kpos,
+                             "more than %u members in the objects open at once",
+                             KVT_JSON_MEMBERS_MAX);
+    j->member_hash[j->nmembers] = h | (esc ? KVT_JSON_KEY_ESCAPED : 0);
+    j->member_off[j->nmembers] = kpos + 1;
+    j->nmembers++;
+    return KVT_OK;
+}
+
 /* kvt_json_object_next() that decodes the key when @want_key (else only checks it). */
 static int kvt_json_obj_next(kvt_json_t *j, bool want_key)
 {
@@ -794,11 +1011,14 @@ static int kvt_json_obj_next(kvt_json_t *j, bool want_key)
     } else if (j->pos >= j->len || j->s[j->pos] != '"') {
         return kvt_json_expected(j, j->pos, "a key or '}'");
     }
-    size_t klen = 0;
+    size_t klen = 0, kpos = j->pos;
     st = kvt_json_scan_string(j, want_key ? j->key : NULL, sizeof(j->key), "key", &klen);
     if (st != KVT_OK)
         return st;
     j->key_len = klen;
+    st = kvt_json_member_add(j, kpos, want_key);
+    if (st != KVT_OK)
+        return st;
     kvt_json_skip_ws(j);
     if (j->pos >= j->len || j->s[j->pos] != ':')
         return kvt_json_expected(j, j->pos, "':'");
