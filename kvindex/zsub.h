@@ -53,6 +53,8 @@ typedef struct kvt_zsub_config {
     uint64_t backoff_min_ms;     /* after a failed replay, gaps drop state this long */
     uint64_t backoff_max_ms;     /* doubling up to this */
     uint32_t max_held;           /* live batches held during a replay */
+    const char *ipc_dir; /* ipc:// binds go here (common/ipcdir.h); NULL or "": none allowed.
+                            Borrowed: must outlive the kvt_zsub_t */
 } kvt_zsub_config_t;
 
 /* Sets @cfg to the defaults (block size 16, 4 Mi items, 64 MiB, 2 s, 1 s..60 s, 10000). */
