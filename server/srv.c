@@ -619,6 +619,8 @@ static void *writer_main(void *arg)
     kvt_srv_t *srv = arg;
     uint64_t last_stats = 0;
     for (;;) {
+        /* for /readyz: the loop came round (again below, after the poll's wait) */
+        __atomic_store_n(&srv->writer_beat_ns, srv_now_ns(), __ATOMIC_RELAXED);
         pthread_mutex_lock(&srv->q_mu);
         bool idle = srv->q_head == NULL && !srv->q_stop;
         pthread_mutex_unlock(&srv->q_mu);
@@ -641,7 +643,7 @@ static void *writer_main(void *arg)
         pthread_mutex_unlock(&srv->q_mu);
 
         uint64_t now = srv_now_ns();
-        __atomic_store_n(&srv->writer_beat_ns, now, __ATOMIC_RELAXED); /* for /readyz */
+        __atomic_store_n(&srv->writer_beat_ns, now, __ATOMIC_RELAXED);
         kvt_idx_advance(srv->idx, now / 1000000);
         reg_maybe_publish(srv); /* the streams may have registered pods or namespaces */
         while (jobs != NULL) {
