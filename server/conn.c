@@ -988,6 +988,11 @@ static void conn_refuse(kvt_srv_worker_t *w, enum srv_proto proto, int fd)
         (void)r;
         kvt_proto_wr_cleanup(&wr);
     }
+    /* a request already received would make close() reset the connection, and the client
+     * could lose the answer: read it away first (what arrives later still resets) */
+    char sink[4096];
+    for (int i = 0; i < 16 && recv(fd, sink, sizeof(sink), MSG_DONTWAIT) > 0; i++)
+        ;
     close(fd);
 }
 
