@@ -6,7 +6,6 @@
 
 #include <errno.h>
 #include <limits.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -19,20 +18,12 @@
 #define IPC_PREFIX_LEN 6
 #define IPC_NAME_MAX 64
 
-#if defined(__GNUC__)
-__attribute__((format(printf, 3, 4)))
-#endif
-static kvt_status_t
-ipc_fail(char *err, size_t errlen, const char *fmt, ...)
-{
-    if (err != NULL && errlen > 0) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(err, errlen, fmt, ap);
-        va_end(ap);
-    }
-    return KVT_ERR_INVAL;
-}
+/* Refuses with a reason: every caller has (err, errlen) in scope. */
+#define IPC_FAIL(...)                                                                              \
+    do {                                                                                           \
+        snprintf(err, errlen, __VA_ARGS__);                                                        \
+        return KVT_ERR_INVAL;                                                                      \
+    } while (0)
 
 bool kvt_ipcdir_is_ipc(const char *endpoint)
 {
@@ -44,7 +35,7 @@ kvt_status_t kvt_ipcdir_open(const char *path, char *out, size_t cap, char *err,
     char buf[PATH_MAX];
     size_t n = strlen(path);
     if (n == 0 || n >= sizeof(buf))
-        return ipc_fail(err, errlen, "ipc dir '%s': empty or too long", path);
+        IPC_FAIL("ipc dir '%s': empty or too long", path);
     memcpy(buf, path, n + 1);
     /* parents as the data dir gets them; the directory itself is private */
     for (char *p = buf + 1; *p; p++) {
@@ -68,15 +59,15 @@ kvt_status_t kvt_ipcdir_open(const char *path, char *out, size_t cap, char *err,
         return KVT_ERR_IO;
     }
     if (!S_ISDIR(st.st_mode))
-        return ipc_fail(err, errlen, "ipc dir %s is not a directory", real);
+        IPC_FAIL("ipc dir %s is not a directory", real);
     if (st.st_uid != geteuid())
-        return ipc_fail(err, errlen, "ipc dir %s belongs to another user", real);
+        IPC_FAIL("ipc dir %s belongs to another user", real);
     if ((st.st_mode & 0777) != 0700 && chmod(real, 0700) != 0) {
         snprintf(err, errlen, "ipc dir %s: chmod 0700: %s", real, strerror(errno));
         return KVT_ERR_IO;
     }
     if (strlen(real) + 1 > cap || strlen(real) + 2 > KVT_IPCDIR_MAX_PATH)
-        return ipc_fail(err, errlen, "ipc dir %s: path too long for Unix sockets", real);
+        IPC_FAIL("ipc dir %s: path too long for Unix sockets", real);
     memcpy(out, real, strlen(real) + 1);
     return KVT_OK;
 }
@@ -100,9 +91,9 @@ kvt_status_t kvt_ipcdir_bind_endpoint(const char *dir, const char *endpoint, cha
                                       char *err, size_t errlen)
 {
     if (!kvt_ipcdir_is_ipc(endpoint))
-        return ipc_fail(err, errlen, "%s is not an ipc:// endpoint", endpoint);
+        IPC_FAIL("%s is not an ipc:// endpoint", endpoint);
     if (dir == NULL || dir[0] == '\0')
-        return ipc_fail(err, errlen, "binding %s: ipc binds need kvtierd --ipc-dir", endpoint);
+        IPC_FAIL("binding %s: ipc binds need kvtierd --ipc-dir", endpoint);
     const char *path = endpoint + IPC_PREFIX_LEN;
     const char *name = path;
     if (path[0] == '/') {
@@ -113,33 +104,28 @@ kvt_status_t kvt_ipcdir_bind_endpoint(const char *dir, const char *endpoint, cha
         size_t pl = (size_t)(slash - path);
         if (strstr(path, "/../") != NULL || strstr(path, "/./") != NULL ||
             strstr(path, "//") != NULL || pl >= sizeof(parent))
-            return ipc_fail(err, errlen, "binding %s: the path must be plain (no '.', '..' or '//')",
-                            endpoint);
+            IPC_FAIL("binding %s: the path must be plain (no '.', '..' or '//')", endpoint);
         memcpy(parent, path, pl);
         parent[pl] = '\0';
         if (pl == 0 || realpath(parent, real) == NULL || strcmp(real, dir) != 0)
-            return ipc_fail(err, errlen,
-                            "binding %s: ipc sockets kvtierd binds must be in its ipc dir %s "
-                            "(or give a plain name: ipc://<name>)",
-                            endpoint, dir);
+            IPC_FAIL("binding %s: ipc sockets kvtierd binds must be in its ipc dir %s "
+                     "(or give a plain name: ipc://<name>)",
+                     endpoint, dir);
     } else if (strchr(path, '/') != NULL) {
-        return ipc_fail(err, errlen,
-                        "binding %s: a relative ipc name is a plain name in kvtierd's ipc dir "
-                        "(no '/')",
-                        endpoint);
+        IPC_FAIL("binding %s: a relative ipc name is a plain name in kvtierd's ipc dir "
+                 "(no '/')",
+                 endpoint);
     }
     if (!ipc_name_ok(name, strlen(name)))
-        return ipc_fail(err, errlen,
-                        "binding %s: the socket name must be 1..%d bytes of letters, digits, "
-                        "'.', '_' or '-' (not '.' or '..')",
-                        endpoint, IPC_NAME_MAX);
+        IPC_FAIL("binding %s: the socket name must be 1..%d bytes of letters, digits, "
+                 "'.', '_' or '-' (not '.' or '..')",
+                 endpoint, IPC_NAME_MAX);
     char res[IPC_PREFIX_LEN + PATH_MAX + IPC_NAME_MAX + 2];
     int n = snprintf(res, sizeof(res), IPC_PREFIX "%s/%s", dir, name);
     if (n < 0 || (size_t)n - IPC_PREFIX_LEN > KVT_IPCDIR_MAX_PATH)
-        return ipc_fail(err, errlen, "binding %s: %s/%s is too long for a Unix socket", endpoint,
-                        dir, name);
+        IPC_FAIL("binding %s: %s/%s is too long for a Unix socket", endpoint, dir, name);
     if ((size_t)n + 1 > cap)
-        return ipc_fail(err, errlen, "binding %s: the resolved endpoint is too long", endpoint);
+        IPC_FAIL("binding %s: the resolved endpoint is too long", endpoint);
     memcpy(out, res, (size_t)n + 1);
     return KVT_OK;
 }
@@ -151,26 +137,24 @@ kvt_status_t kvt_ipcdir_check_free(const char *endpoint, char *err, size_t errle
     if (lstat(path, &st) != 0) {
         if (errno == ENOENT)
             return KVT_OK;
-        return ipc_fail(err, errlen, "binding %s: %s", endpoint, strerror(errno));
+        IPC_FAIL("binding %s: %s", endpoint, strerror(errno));
     }
     if (!S_ISSOCK(st.st_mode))
-        return ipc_fail(err, errlen, "binding %s: the path exists and is not a socket", endpoint);
+        IPC_FAIL("binding %s: the path exists and is not a socket", endpoint);
     if (st.st_uid != geteuid())
-        return ipc_fail(err, errlen, "binding %s: the socket there belongs to another user",
-                        endpoint);
+        IPC_FAIL("binding %s: the socket there belongs to another user", endpoint);
     /* a socket someone listens on is in use; a dead one is left over from a crash */
     struct sockaddr_un sa = {.sun_family = AF_UNIX};
     if (strlen(path) >= sizeof(sa.sun_path))
-        return ipc_fail(err, errlen, "binding %s: path too long for a Unix socket", endpoint);
+        IPC_FAIL("binding %s: path too long for a Unix socket", endpoint);
     strcpy(sa.sun_path, path);
     int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
     if (fd < 0)
-        return ipc_fail(err, errlen, "binding %s: socket: %s", endpoint, strerror(errno));
+        IPC_FAIL("binding %s: socket: %s", endpoint, strerror(errno));
     int rc = connect(fd, (struct sockaddr *)&sa, sizeof(sa));
     close(fd);
     if (rc == 0)
-        return ipc_fail(err, errlen, "binding %s: the socket is in use by another listener",
-                        endpoint);
+        IPC_FAIL("binding %s: the socket is in use by another listener", endpoint);
     return KVT_OK;
 }
 

@@ -9,14 +9,16 @@
 
 #include <math.h>
 #include <stdarg.h>
-#include <stdio.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #ifdef __SSE2__
 #include <emmintrin.h>
 #endif
+
+#include "common/bytes.h"
 
 /* What may come next (kvt_json_t.expect). */
 enum {
@@ -723,12 +725,10 @@ static kvt_status_t kvt_json_open(kvt_json_t *j, bool obj)
     if (j->depth >= j->max_depth)
         return kvt_json_fail(j, KVT_ERR_TOO_BIG, j->pos, "nesting deeper than %u", j->max_depth);
     uint32_t d = j->depth;
-    if (obj) {
+    if (obj)
         j->is_obj[d / 64] |= UINT64_C(1) << (d % 64);
-        j->member_base[d] = (uint8_t)j->nmembers; /* its keys are remembered from here */
-    } else {
+    else
         j->is_obj[d / 64] &= ~(UINT64_C(1) << (d % 64));
-    }
     j->depth++;
     j->pos++;
     j->expect = KVT_JSON_X_FIRST;
@@ -737,8 +737,8 @@ static kvt_status_t kvt_json_open(kvt_json_t *j, bool obj)
 
 static void kvt_json_close(kvt_json_t *j)
 {
-    if (kvt_json_top_is_obj(j))
-        j->nmembers = j->member_base[j->depth - 1]; /* its keys are forgotten */
+    while (j->nmembers > 0 && j->members[j->nmembers - 1].depth == j->depth)
+        j->nmembers--; /* a closing object's keys are forgotten */
     j->pos++;
     j->depth--;
     kvt_json_value_done(j);
@@ -817,14 +817,17 @@ static size_t kvt_json_str_unit(const char *s, size_t *p, char out[4])
     return 1;
 }
 
-/* Set in a remembered hash when the key's text holds escapes (decoded != raw). */
-#define KVT_JSON_KEY_ESCAPED 0x80000000u
+/* A remembered key's length word: its decoded length (saturated: a filter only), and
+ * whether its text holds escapes (decoded != raw). */
+#define KVT_JSON_KEY_ESCAPED 0x8000u
+#define KVT_JSON_KEY_LEN_MAX 0x7fffu
 
 /*
  * The key hash: every decoded byte, a word at a time, from a per-process seed
  * (where the loader put this code: ASLR), so a client cannot choose keys that
- * all collide and make every comparison an exact one. Only a filter: equal
- * hashes are confirmed by kvt_json_key_eq().
+ * all collide and make every comparison an exact one. Computed only for keys
+ * whose lengths match (most objects have none), and never 0 (0: not computed
+ * yet). Only a filter: equal hashes are confirmed by kvt_json_key_eq().
  */
 static uint64_t kvt_json_key_seed(void)
 {
@@ -842,28 +845,7 @@ static uint32_t kvt_json_key_final(uint64_t h, uint64_t w, size_t n)
 {
     h = kvt_json_key_round(h, w ^ ((uint64_t)n << 56));
     h *= UINT64_C(0xc2b2ae3d27d4eb4f);
-    return (uint32_t)(h >> 32) & ~KVT_JSON_KEY_ESCAPED;
-}
-
-/* Little-endian loads (the hash reads bytes in the order kvt_json_key_hash_text() does). */
-static uint64_t kvt_json_le64(const char *p)
-{
-    uint64_t v;
-    memcpy(&v, p, 8);
-#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_BIG_ENDIAN__
-    v = __builtin_bswap64(v);
-#endif
-    return v;
-}
-
-static uint32_t kvt_json_le32(const char *p)
-{
-    uint32_t v;
-    memcpy(&v, p, 4);
-#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_BIG_ENDIAN__
-    v = __builtin_bswap32(v);
-#endif
-    return v;
+    return (uint32_t)(h >> 32) | 1u;
 }
 
 /* The hash of the decoded key @k[0..n). */
@@ -871,13 +853,14 @@ static uint32_t kvt_json_key_hash(const char *k, size_t n)
 {
     uint64_t h = kvt_json_key_seed(), w = 0;
     size_t i = 0;
+    /* little-endian words: the byte order kvt_json_key_hash_text() accumulates in */
     for (; i + 8 <= n; i += 8)
-        h = kvt_json_key_round(h, kvt_json_le64(k + i));
+        h = kvt_json_key_round(h, kvt_load_le(k + i, 8));
     size_t rem = n - i; /* the last rem bytes as the low bytes of w, by fixed-size loads */
     if (rem > 0 && n >= 8) {
-        w = kvt_json_le64(k + n - 8) >> (8 * (8 - rem));
+        w = kvt_load_le(k + n - 8, 8) >> (8 * (8 - rem));
     } else if (rem >= 4) {
-        w = kvt_json_le32(k + i) | ((uint64_t)kvt_json_le32(k + n - 4) >> (8 * (8 - rem))) << 32;
+        w = kvt_load_le(k + i, 4) | (kvt_load_le(k + n - 4, 4) >> (8 * (8 - rem))) << 32;
     } else {
         for (unsigned b = 0; i < n; i++, b++)
             w |= (uint64_t)(unsigned char)k[i] << (8 * b);
@@ -900,6 +883,16 @@ static uint32_t kvt_json_key_hash_text(const char *s, size_t p)
             }
         }
     return kvt_json_key_final(h, w, n);
+}
+
+/* The decoded length of the key text at @p. */
+static size_t kvt_json_key_len_text(const char *s, size_t p)
+{
+    size_t n = 0, k;
+    char u[4];
+    while ((k = kvt_json_str_unit(s, &p, u)) > 0)
+        n += k;
+    return n;
 }
 
 /* Whether the key texts at @a and @b (after their '"') decode to the same bytes;
@@ -958,23 +951,50 @@ static void kvt_json_key_shown(const char *s, size_t p, char *out, size_t cap)
     out[o] = '\0';
 }
 
+/* The hash of remembered key @i, computed on first use. */
+static uint32_t kvt_json_member_hash(kvt_json_t *j, uint32_t i)
+{
+    if (j->members[i].hash == 0) {
+        uint32_t len = j->members[i].len;
+        size_t off = j->members[i].off;
+        /* the text is the key when it has no escapes, unless the length saturated */
+        j->members[i].hash = len < KVT_JSON_KEY_LEN_MAX ? kvt_json_key_hash(j->s + off, len)
+                                                        : kvt_json_key_hash_text(j->s, off);
+    }
+    return j->members[i].hash;
+}
+
 /*
  * Remembers the key of the innermost object whose text is @kpos ('"') to
  * j->pos (past its closing quote), refusing one the object already has. With
- * @decoded the key is also in j->key (key_len bytes).
+ * @decoded the key is also in j->key (key_len bytes). Keys are told apart by
+ * their decoded lengths first, then by hash, and only equal hashes are
+ * compared byte by byte.
  */
 static kvt_status_t kvt_json_member_add(kvt_json_t *j, size_t kpos, bool decoded)
 {
     const char *raw = j->s + kpos + 1;
-    size_t raw_len = j->pos - kpos - 2;
-    bool esc = decoded ? raw_len != j->key_len : memchr(raw, '\\', raw_len) != NULL;
-    uint32_t h = decoded ? kvt_json_key_hash(j->key, j->key_len)
-                 : esc   ? kvt_json_key_hash_text(j->s, kpos + 1)
-                         : kvt_json_key_hash(raw, raw_len);
-    for (uint32_t i = j->member_base[j->depth - 1]; i < j->nmembers; i++) {
-        uint32_t m = j->member_hash[i];
-        if ((m & ~KVT_JSON_KEY_ESCAPED) == h &&
-            kvt_json_key_eq(j, j->member_off[i], (m & KVT_JSON_KEY_ESCAPED) != 0, kpos + 1, esc)) {
+    size_t raw_len = j->pos - kpos - 2, dlen;
+    bool esc;
+    if (decoded) {
+        dlen = j->key_len;
+        esc = raw_len != dlen; /* every escape is longer than what it decodes to */
+    } else {
+        esc = memchr(raw, '\\', raw_len) != NULL;
+        dlen = esc ? kvt_json_key_len_text(j->s, kpos + 1) : raw_len;
+    }
+    uint16_t len = dlen > KVT_JSON_KEY_LEN_MAX ? KVT_JSON_KEY_LEN_MAX : (uint16_t)dlen;
+    uint32_t h = 0; /* this key's hash, once a length matches */
+    for (uint32_t i = j->nmembers; i-- > 0 && j->members[i].depth == j->depth;) {
+        if ((j->members[i].len & KVT_JSON_KEY_LEN_MAX) != len)
+            continue;
+        if (h == 0)
+            h = decoded ? kvt_json_key_hash(j->key, dlen)
+                : esc   ? kvt_json_key_hash_text(j->s, kpos + 1)
+                        : kvt_json_key_hash(raw, raw_len);
+        if (kvt_json_member_hash(j, i) == h &&
+            kvt_json_key_eq(j, j->members[i].off, (j->members[i].len & KVT_JSON_KEY_ESCAPED) != 0,
+                            kpos + 1, esc)) {
             char shown[48];
             kvt_json_key_shown(j->s, kpos + 1, shown, sizeof(shown));
             return kvt_json_fail(j, KVT_ERR_INVAL, kpos, "duplicate field '%s'", shown);
@@ -984,9 +1004,8 @@ static kvt_status_t kvt_json_member_add(kvt_json_t *j, size_t kpos, bool decoded
         return kvt_json_fail(j, KVT_ERR_TOO_BIG, kpos,
                              "more than %u members in the objects open at once",
                              KVT_JSON_MEMBERS_MAX);
-    j->member_hash[j->nmembers] = h | (esc ? KVT_JSON_KEY_ESCAPED : 0);
-    j->member_off[j->nmembers] = kpos + 1;
-    j->nmembers++;
+    j->members[j->nmembers++] = (struct kvt_json_member){
+        (uint16_t)j->depth, (uint16_t)(len | (esc ? KVT_JSON_KEY_ESCAPED : 0)), h, kpos + 1};
     return KVT_OK;
 }
 

@@ -18,10 +18,11 @@
  * skipped, so every decoder built on this parser gives a repeated field the
  * same answer. Keys are compared as decoded text ("a" and "\u0061" are one
  * key). The keys of every object open at the same time are remembered, at
- * most KVT_JSON_MEMBERS_MAX of them (more is KVT_ERR_TOO_BIG): a new key is
- * compared with its own object's earlier keys only, a 32-bit hash first, so
- * the check costs at most KVT_JSON_MEMBERS_MAX comparisons per key and never
- * grows with the object's size beyond that.
+ * most KVT_JSON_MEMBERS_MAX (64) of them (more is KVT_ERR_TOO_BIG): a new key
+ * is compared with its own object's earlier keys only, by decoded length,
+ * then by a seeded 32-bit hash, then byte by byte, so the check costs at most
+ * KVT_JSON_MEMBERS_MAX cheap comparisons per key and never grows with the
+ * object's size beyond that.
  *
  * Errors: the first error is kept (sticky): every later call returns the
  * same status (object/array_next return it as a negative int, peek returns
@@ -61,7 +62,7 @@
 /* Longest object key kvt_json_object_next() decodes, in bytes. */
 #define KVT_JSON_KEY_MAX 255u
 /* Keys remembered for the duplicate check: the members of all objects open at once. */
-#define KVT_JSON_MEMBERS_MAX 128u
+#define KVT_JSON_MEMBERS_MAX 64u
 
 typedef enum kvt_json_type {
     KVT_JSON_NONE = 0,
@@ -88,10 +89,13 @@ typedef struct kvt_json {
     char msg[128];                              /* error message; "" when none */
     char key[KVT_JSON_KEY_MAX + 1];             /* the last key, decoded */
     size_t key_len;                             /* its length in bytes */
-    uint32_t nmembers;                          /* keys remembered below (open objects') */
-    uint8_t member_base[KVT_JSON_DEPTH_LIMIT];  /* [d]: first key of the object at depth d+1 */
-    uint32_t member_hash[KVT_JSON_MEMBERS_MAX]; /* hash of each remembered key, decoded */
-    size_t member_off[KVT_JSON_MEMBERS_MAX];    /* offset of each key's text (after its '"') */
+    uint32_t nmembers;                          /* keys remembered in members[] */
+    struct kvt_json_member {
+        uint16_t depth; /* of its object: the innermost object's keys are the top run */
+        uint16_t len;   /* decoded length, saturated; bit 15: the text has escapes */
+        uint32_t hash;  /* seeded hash of the decoded key; 0 until a length matches */
+        size_t off;     /* offset of the key's text (after its '"') */
+    } members[KVT_JSON_MEMBERS_MAX]; /* keys of the open objects, outermost first */
 } kvt_json_t;
 
 /* Starts parsing @text[0..len) (borrowed; NULL is allowed when @len is 0). */

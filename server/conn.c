@@ -41,16 +41,16 @@ struct kvt_srv_conn {
     bool in_request;  /* the deadline runs: a request is incomplete, or its error answer pending */
     bool busy;        /* HTTP: a request waits for the writer */
     bool close_after; /* close once the output is flushed */
-    bool sent_continue; /* HTTP: "100 Continue" sent for the current request */
-    bool authed;        /* RPC: HELLO carried the token */
-    bool paused;        /* reads off: output backed up or too many jobs in flight */
-    bool writing;       /* output left over: the bufferevent's write event is on */
-    bool probe;         /* HTTP, in the probe reserve: /healthz and /readyz only, then close */
+    bool sent_continue;  /* HTTP: "100 Continue" sent for the current request */
+    bool authed;         /* RPC: HELLO carried the token */
+    bool paused;         /* reads off: output backed up or too many jobs in flight */
+    bool writing;        /* output left over: the bufferevent's write event is on */
+    bool probe;          /* HTTP, in the probe reserve: /healthz and /readyz only, then close */
     uint64_t timeout_ms; /* the request deadline of this connection */
-    size_t read_high;   /* input bytes buffered at most (the read high watermark) */
-    uint32_t inflight;  /* RPC jobs at the writer */
-    bool keep_alive;    /* HTTP: of the request waiting for the writer */
-    enum srv_call call; /* ... and its call, for metrics */
+    size_t read_high;    /* input bytes buffered at most (the read high watermark) */
+    uint32_t inflight;   /* RPC jobs at the writer */
+    bool keep_alive;     /* HTTP: of the request waiting for the writer */
+    enum srv_call call;  /* ... and its call, for metrics */
     kvt_srv_conn_t *prev, *next;
 };
 
@@ -310,8 +310,7 @@ static void request_finished(kvt_srv_conn_t *c)
 /* ---- HTTP ------------------------------------------------------------------------ */
 
 /* The status line and headers of an answer with a @len-byte body. */
-static void http_head(kvt_srv_conn_t *c, int status, const char *ctype, size_t len,
-                      bool keep_alive)
+static void http_head(kvt_srv_conn_t *c, int status, const char *ctype, size_t len, bool keep_alive)
 {
     struct evbuffer *out = bufferevent_get_output(c->bev);
     /* the head without printf: it is on every answer's path */
@@ -367,8 +366,7 @@ static void conn_add_blob(kvt_srv_conn_t *c, srv_blob_t *b)
 }
 
 /* A 200 answer whose body is shared body @b (takes the caller's reference). */
-static void http_respond_blob(kvt_srv_conn_t *c, const char *ctype, srv_blob_t *b,
-                              bool keep_alive)
+static void http_respond_blob(kvt_srv_conn_t *c, const char *ctype, srv_blob_t *b, bool keep_alive)
 {
     if (c->bev == NULL) {
         srv_blob_unref(b);
@@ -493,8 +491,8 @@ static enum srv_call http_dispatch(kvt_srv_conn_t *c, const kvt_http_req_t *r, c
             http_error(c, status, "out of memory", ka);
             goto out;
         }
-        http_respond_blob(c, metrics ? "text/plain; version=0.0.4; charset=utf-8" : "application/json",
-                          b, ka);
+        http_respond_blob(
+            c, metrics ? "text/plain; version=0.0.4; charset=utf-8" : "application/json", b, ka);
     } else if (path_is(r, "/v1/query")) {
         call = CALL_QUERY;
         METHOD_ONLY(KVT_HTTP_POST);

@@ -13,9 +13,8 @@ static const double bucket_le[NBUCKETS - 1] = {0.00001, 0.000025, 0.00005, 0.000
                                                0.001,   0.0025,   0.005,   0.01,   0.025,   0.05,
                                                0.1,     0.25,     0.5,     1.0,    2.5};
 
-static const char *const call_name[NCALLS] = {"healthz", "readyz", "metrics", "stats",
-                                              "events",  "query",  "engines", "hello",
-                                              "ping",    "other"};
+static const char *const call_name[NCALLS] = {"healthz", "readyz",  "metrics", "stats", "events",
+                                              "query",   "engines", "hello",   "ping",  "other"};
 static const char *const proto_name[NPROTOS] = {"http", "rpc"};
 static const char *const class_name[NCLASSES] = {"2xx", "4xx", "5xx"};
 
@@ -475,7 +474,7 @@ srv_blob_t *srv_blob_get(kvt_srv_worker_t *w, enum srv_blob_kind kind)
     pthread_mutex_lock(&srv->blob_mu);
     srv_blob_t *old = srv->blobs[kind];
     if (old == NULL || old->gen <= gen) { /* never replace a newer one */
-        atomic_fetch_add(&b->refs, 1);     /* the cache's */
+        atomic_fetch_add(&b->refs, 1);    /* the cache's */
         srv->blobs[kind] = b;
     } else {
         old = NULL;

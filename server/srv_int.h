@@ -201,7 +201,7 @@ struct kvt_srv {
     atomic_bool draining;    /* stop asked: /readyz says not ready */
     uint64_t writer_beat_ns; /* when the writer last came round its loop (atomic); 0: not yet */
     char ipc_dir[KVT_IPCDIR_MAX_PATH + 1]; /* canonical; "" when ipc binds are off */
-    atomic_uint next_worker; /* round-robin target for the next accepted connection */
+    atomic_uint next_worker;               /* round-robin target for the next accepted connection */
     uint64_t started_ns;
 
     /* registry snapshots */

@@ -97,6 +97,10 @@ class Base(unittest.TestCase):
     def matched(self, ans):
         return {(p["pod"], p["dp_rank"]): p["matched_blocks"] for p in ans["pods"]}
 
+    def rpc(self, sock, op, req_id, body=b""):
+        sock.sendall(fx.frame(op, req_id, body))
+        return fx.read_frame(sock)
+
 
 class TestApi(Base):
     def test_healthz_and_unknown_model(self):
@@ -218,10 +222,6 @@ class TestApi(Base):
 
 
 class TestRpc(Base):
-    def rpc(self, sock, op, req_id, body=b""):
-        sock.sendall(fx.frame(op, req_id, body))
-        return fx.read_frame(sock)
-
     def test_query_events_stats_pipelining(self):
         s = self.d.connect()
         h, b = self.rpc(s, fx.OP_HELLO, 1, struct.pack("<I", 1) + fx.pstr(""))
@@ -745,10 +745,6 @@ class TestReadiness(Base):
 
 
 class TestProtocolAsDocumented(Base):
-    def rpc(self, sock, op, req_id, body=b""):
-        sock.sendall(fx.frame(op, req_id, body))
-        return fx.read_frame(sock)
-
     def test_ping_and_stats_bodies_refused_connection_kept(self):
         s = self.d.connect()
         for i, op in enumerate((fx.OP_PING, fx.OP_STATS)):

@@ -848,6 +848,20 @@ static void test_duplicate_keys(void **state)
     expect_skip(big, KVT_ERR_INVAL, 613);
     snprintf(big, sizeof(big), "[{\"%s\":1,\"%sx\":2}]", k300, k300);
     expect_skip(big, KVT_OK, 0);
+    /* keys past the remembered length (32767 bytes) are still told apart and matched,
+     * with and without escapes (the second spelling escapes its first 'k' as \u006b) */
+    size_t kl = 40000, bl = 4 * kl + 64;
+    char *huge = malloc(bl), *kk = malloc(kl + 1);
+    assert_non_null(huge);
+    assert_non_null(kk);
+    memset(kk, 'k', kl);
+    kk[kl] = '\0';
+    snprintf(huge, bl, "[{\"%s\":1,\"%.*sj\":2}]", kk, (int)kl - 1, kk);
+    expect_skip(huge, KVT_OK, 0);
+    snprintf(huge, bl, "[{\"%s\":1,\"\\u006b%s\":2}]", kk, kk + 1);
+    expect_skip(huge, KVT_ERR_INVAL, kl + 7);
+    free(huge);
+    free(kk);
 
     /* a duplicate is refused by a decoder that saved the parser and restores it */
     kvt_json_t j, save;
@@ -886,30 +900,33 @@ static void test_member_limit(void **state)
             kvt_jbuf_printf(&b, "\"k%u\":%u", i, i);
         }
         kvt_jbuf_cstr(&b, "}");
+        char msg[64];
+        snprintf(msg, sizeof(msg), "more than %u members", KVT_JSON_MEMBERS_MAX);
         if (extra == 0)
             expect_both(b.buf, KVT_OK, 0, NULL);
         else
-            expect_both(b.buf, KVT_ERR_TOO_BIG, at, "more than 128 members");
+            expect_both(b.buf, KVT_ERR_TOO_BIG, at, msg);
     }
     /* an outer object's keys and an inner one's count together while both are open */
     kvt_jbuf_reset(&b);
     kvt_jbuf_cstr(&b, "{");
-    for (unsigned i = 0; i < 100; i++)
+    unsigned outer = KVT_JSON_MEMBERS_MAX - 20;
+    for (unsigned i = 0; i < outer; i++)
         kvt_jbuf_printf(&b, "\"o%u\":1,", i);
     kvt_jbuf_cstr(&b, "\"in\":{");
     size_t at = 0;
-    for (unsigned i = 0; i < 28; i++) {
+    for (unsigned i = 0; i < 20; i++) { /* outer + "in" + 20 = one over */
         at = b.len + (i ? 1 : 0);
         kvt_jbuf_printf(&b, "%s\"i%u\":1", i ? "," : "", i);
     }
     kvt_jbuf_cstr(&b, "}}");
-    expect_both(b.buf, KVT_ERR_TOO_BIG, at, NULL); /* 100 + "in" + 28 = 129 */
+    expect_both(b.buf, KVT_ERR_TOO_BIG, at, NULL);
     /* many objects one after another: each one's keys go when it closes */
     kvt_jbuf_reset(&b);
     kvt_jbuf_cstr(&b, "[");
     for (unsigned o = 0; o < 100; o++) {
         kvt_jbuf_cstr(&b, o ? ",{" : "{");
-        for (unsigned i = 0; i < 100; i++)
+        for (unsigned i = 0; i + 1 < KVT_JSON_MEMBERS_MAX; i++)
             kvt_jbuf_printf(&b, "%s\"k%u\":{\"k\":1}", i ? "," : "", i);
         kvt_jbuf_cstr(&b, "}");
     }
@@ -2024,19 +2041,34 @@ static const struct {
     const char *text; /* as written between the quotes */
     int id;           /* equal ids decode alike */
 } g_spellings[] = {
-    {"a", 0},           {"\\u0061", 0},      {"\\u0041", 1},        {"A", 1},
-    {"\xc3\xa9", 2},    {"\\u00e9", 2},      {"\\u00E9", 2},        {"e\\u0301", 3},
-    {"", 4},            {"\\u0000", 5},      {"\\ud83d\\ude00", 6}, {"\xf0\x9f\x98\x80", 6},
-    {"\\\"", 7},        {"\\u0022", 7},      {"\\/", 8},            {"/", 8},
-    {"a\\u0000", 9},    {"pod", 10},         {"p\\u006fd", 10},     {"po", 11},
+    {"a", 0},
+    {"\\u0061", 0},
+    {"\\u0041", 1},
+    {"A", 1},
+    {"\xc3\xa9", 2},
+    {"\\u00e9", 2},
+    {"\\u00E9", 2},
+    {"e\\u0301", 3},
+    {"", 4},
+    {"\\u0000", 5},
+    {"\\ud83d\\ude00", 6},
+    {"\xf0\x9f\x98\x80", 6},
+    {"\\\"", 7},
+    {"\\u0022", 7},
+    {"\\/", 8},
+    {"/", 8},
+    {"a\\u0000", 9},
+    {"pod", 10},
+    {"p\\u006fd", 10},
+    {"po", 11},
 };
 
 typedef struct dup_gen {
     kvt_jbuf_t b;
-    bool dup;             /* the model saw a duplicate (before any other limit) */
-    size_t dup_off;       /* where: the offending key's quote */
-    unsigned open_keys;   /* keys of the objects open right now */
-    bool over;            /* the model passed KVT_JSON_MEMBERS_MAX first */
+    bool dup;           /* the model saw a duplicate (before any other limit) */
+    size_t dup_off;     /* where: the offending key's quote */
+    unsigned open_keys; /* keys of the objects open right now */
+    bool over;          /* the model passed KVT_JSON_MEMBERS_MAX first */
     size_t over_off;
 } dup_gen_t;
 
