@@ -66,8 +66,10 @@ kvt_status_t kvt_ipcdir_open(const char *path, char *out, size_t cap, char *err,
         snprintf(err, errlen, "ipc dir %s: chmod 0700: %s", real, strerror(errno));
         return KVT_ERR_IO;
     }
-    if (strlen(real) + 1 > cap || strlen(real) + 2 > KVT_IPCDIR_MAX_PATH)
-        IPC_FAIL("ipc dir %s: path too long for Unix sockets", real);
+    if (strlen(real) + 1 > cap || strlen(real) + 2 > KVT_IPCDIR_MAX_PATH) {
+        snprintf(err, errlen, "ipc dir %s: path too long for Unix sockets", real);
+        return KVT_ERR_RANGE;
+    }
     memcpy(out, real, strlen(real) + 1);
     return KVT_OK;
 }
@@ -93,7 +95,8 @@ kvt_status_t kvt_ipcdir_bind_endpoint(const char *dir, const char *endpoint, cha
     if (!kvt_ipcdir_is_ipc(endpoint))
         IPC_FAIL("%s is not an ipc:// endpoint", endpoint);
     if (dir == NULL || dir[0] == '\0')
-        IPC_FAIL("binding %s: ipc binds need kvtierd --ipc-dir", endpoint);
+        IPC_FAIL("binding %s: kvtierd has no usable --ipc-dir for ipc binds (see its log)",
+                 endpoint);
     const char *path = endpoint + IPC_PREFIX_LEN;
     const char *name = path;
     if (path[0] == '/') {

@@ -29,8 +29,10 @@ bool kvt_ipcdir_is_ipc(const char *endpoint);
  * Creates directory @path (parents 0750, itself 0700) or checks an existing
  * one: a directory owned by this user, whose mode is then set to 0700 if it
  * was wider. Writes its canonical absolute path (symlinks resolved) to
- * @out[0..cap). Returns KVT_OK, or KVT_ERR_IO / KVT_ERR_INVAL with a reason
- * in @err.
+ * @out[0..cap). Returns KVT_OK; KVT_ERR_RANGE when the directory is fine but
+ * its path leaves no room for a socket name in a Unix socket address (or
+ * @cap), so it cannot serve; KVT_ERR_IO or KVT_ERR_INVAL otherwise; each with
+ * a reason in @err.
  */
 kvt_status_t kvt_ipcdir_open(const char *path, char *out, size_t cap, char *err, size_t errlen);
 

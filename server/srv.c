@@ -836,6 +836,11 @@ static kvt_status_t srv_ipc_dir_open(kvt_srv_t *srv)
     else
         return KVT_OK; /* no directory: ipc binds are refused */
     kvt_status_t st = kvt_ipcdir_open(path, srv->ipc_dir, sizeof(srv->ipc_dir), err, sizeof(err));
+    if (st == KVT_ERR_RANGE) { /* kvtierd still serves; only ipc binds are refused */
+        kvt_log_warn("%s: ipc binds will be refused (give a shorter --ipc-dir)", err);
+        srv->ipc_dir[0] = '\0';
+        return KVT_OK;
+    }
     if (st != KVT_OK)
         kvt_log_error("%s", err);
     return st;

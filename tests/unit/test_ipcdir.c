@@ -97,6 +97,13 @@ static void test_open(void **state)
     assert_int_not_equal(kvt_ipcdir_open(path, out, sizeof(out), err, sizeof(err)), KVT_OK);
     assert_true(err[0] != '\0');
     assert_int_not_equal(kvt_ipcdir_open("", out, sizeof(out), err, sizeof(err)), KVT_OK);
+    /* a directory too deep for a socket path in it: made, but it cannot serve */
+    char deep[256];
+    int n = snprintf(deep, sizeof(deep), "%s/", g_tmp);
+    memset(deep + n, 'd', 120);
+    deep[n + 120] = '\0';
+    assert_int_equal(kvt_ipcdir_open(deep, out, sizeof(out), err, sizeof(err)), KVT_ERR_RANGE);
+    assert_non_null(strstr(err, "too long"));
 }
 
 static void expect_bind(const char *endpoint, const char *want)
