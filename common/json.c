@@ -9,6 +9,7 @@
 
 #include <math.h>
 #include <stdarg.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -16,6 +17,8 @@
 #ifdef __SSE2__
 #include <emmintrin.h>
 #endif
+
+#include "common/bytes.h"
 
 /* What may come next (kvt_json_t.expect). */
 enum {
@@ -173,6 +176,7 @@ void kvt_json_init(kvt_json_t *j, const char *text, size_t len)
     j->msg[0] = '\0';
     j->key[0] = '\0';
     j->key_len = 0;
+    j->nmembers = 0;
 }
 
 void kvt_json_set_max_depth(kvt_json_t *j, unsigned max_depth)
@@ -733,6 +737,8 @@ static kvt_status_t kvt_json_open(kvt_json_t *j, bool obj)
 
 static void kvt_json_close(kvt_json_t *j)
 {
+    while (j->nmembers > 0 && j->members[j->nmembers - 1].depth == j->depth)
+        j->nmembers--; /* a closing object's keys are forgotten */
     j->pos++;
     j->depth--;
     kvt_json_value_done(j);
@@ -773,6 +779,236 @@ static kvt_status_t kvt_json_want_next(kvt_json_t *j, bool obj)
     return KVT_OK;
 }
 
+/*
+ * Duplicate keys. A key is remembered by the offset of its text, so any two
+ * keys can be compared exactly after decoding, whatever their length (skipped
+ * objects' keys are not decoded into j->key). The helpers below read strings
+ * that kvt_json_scan_string() has already checked, so they need no bounds or
+ * syntax checks of their own.
+ */
+
+/* The next decoded bytes (1..4) of the checked string text at *@p, moving past
+ * them; 0 at the closing quote. Raw UTF-8 comes one byte a call. */
+static size_t kvt_json_str_unit(const char *s, size_t *p, char out[4])
+{
+    char c = s[*p];
+    if (c == '"')
+        return 0;
+    if (c != '\\') {
+        out[0] = c;
+        (*p)++;
+        return 1;
+    }
+    char e = s[*p + 1];
+    if (e == 'u') {
+        uint32_t cp = (uint32_t)kvt_json_hex4(s, *p + 2);
+        *p += 6;
+        if (cp >= 0xd800 && cp <= 0xdbff) { /* checked: an escaped low half follows */
+            uint32_t lo = (uint32_t)kvt_json_hex4(s, *p + 2);
+            *p += 6;
+            cp = 0x10000u + ((cp - 0xd800u) << 10) + (lo - 0xdc00u);
+        }
+        return kvt_json_utf8_put(cp, out);
+    }
+    static const char from[] = "\"\\/bfnrt", to[] = "\"\\/\b\f\n\r\t";
+    const char *at = strchr(from, e);
+    out[0] = at != NULL ? to[at - from] : e;
+    *p += 2;
+    return 1;
+}
+
+/* A remembered key's length word: its decoded length (saturated: a filter only), and
+ * whether its text holds escapes (decoded != raw). */
+#define KVT_JSON_KEY_ESCAPED 0x8000u
+#define KVT_JSON_KEY_LEN_MAX 0x7fffu
+
+/*
+ * The key hash: every decoded byte, a word at a time, from a per-process seed
+ * (where the loader put this code: ASLR), so a client cannot choose keys that
+ * all collide and make every comparison an exact one. Computed only for keys
+ * whose lengths match (most objects have none), and never 0 (0: not computed
+ * yet). Only a filter: equal hashes are confirmed by kvt_json_key_eq().
+ */
+static uint64_t kvt_json_key_seed(void)
+{
+    static const char anchor;
+    return (uint64_t)(uintptr_t)&anchor * UINT64_C(0xff51afd7ed558ccd);
+}
+
+static uint64_t kvt_json_key_round(uint64_t h, uint64_t w)
+{
+    h = (h ^ w) * UINT64_C(0x9e3779b97f4a7c15);
+    return h ^ (h >> 29);
+}
+
+static uint32_t kvt_json_key_final(uint64_t h, uint64_t w, size_t n)
+{
+    h = kvt_json_key_round(h, w ^ ((uint64_t)n << 56));
+    h *= UINT64_C(0xc2b2ae3d27d4eb4f);
+    return (uint32_t)(h >> 32) | 1u;
+}
+
+/* The hash of the decoded key @k[0..n). */
+static uint32_t kvt_json_key_hash(const char *k, size_t n)
+{
+    uint64_t h = kvt_json_key_seed(), w = 0;
+    size_t i = 0;
+    /* little-endian words: the byte order kvt_json_key_hash_text() accumulates in */
+    for (; i + 8 <= n; i += 8)
+        h = kvt_json_key_round(h, kvt_load_le(k + i, 8));
+    size_t rem = n - i; /* the last rem bytes as the low bytes of w, by fixed-size loads */
+    if (rem > 0 && n >= 8) {
+        w = kvt_load_le(k + n - 8, 8) >> (8 * (8 - rem));
+    } else if (rem >= 4) {
+        w = kvt_load_le(k + i, 4) | (kvt_load_le(k + n - 4, 4) >> (8 * (8 - rem))) << 32;
+    } else {
+        for (unsigned b = 0; i < n; i++, b++)
+            w |= (uint64_t)(unsigned char)k[i] << (8 * b);
+    }
+    return kvt_json_key_final(h, w, n);
+}
+
+/* kvt_json_key_hash() of the key text at @p with its escapes decoded (any length). */
+static uint32_t kvt_json_key_hash_text(const char *s, size_t p)
+{
+    uint64_t h = kvt_json_key_seed(), w = 0;
+    size_t n = 0, k;
+    char u[4];
+    while ((k = kvt_json_str_unit(s, &p, u)) > 0)
+        for (size_t i = 0; i < k; i++, n++) {
+            w |= (uint64_t)(unsigned char)u[i] << (8 * (n % 8));
+            if (n % 8 == 7) {
+                h = kvt_json_key_round(h, w);
+                w = 0;
+            }
+        }
+    return kvt_json_key_final(h, w, n);
+}
+
+/* The decoded length of the key text at @p. */
+static size_t kvt_json_key_len_text(const char *s, size_t p)
+{
+    size_t n = 0, k;
+    char u[4];
+    while ((k = kvt_json_str_unit(s, &p, u)) > 0)
+        n += k;
+    return n;
+}
+
+/* Whether the key texts at @a and @b (after their '"') decode to the same bytes;
+ * @esc_a / @esc_b: whether each holds escapes. */
+static bool kvt_json_key_eq(const kvt_json_t *j, size_t a, bool esc_a, size_t b, bool esc_b)
+{
+    const char *s = j->s;
+    if (!esc_a && !esc_b) {
+        /* no escapes: the text is the key, and it ends at the first quote */
+        const char *ea = memchr(s + a, '"', j->len - a), *eb = memchr(s + b, '"', j->len - b);
+        return ea - (s + a) == eb - (s + b) && memcmp(s + a, s + b, (size_t)(ea - (s + a))) == 0;
+    }
+    char ua[4], ub[4];
+    size_t na = 0, ia = 0, nb = 0, ib = 0;
+    for (;;) {
+        if (ia == na) {
+            na = kvt_json_str_unit(s, &a, ua);
+            ia = 0;
+        }
+        if (ib == nb) {
+            nb = kvt_json_str_unit(s, &b, ub);
+            ib = 0;
+        }
+        if (na == 0 || nb == 0)
+            return na == 0 && nb == 0;
+        if (ua[ia++] != ub[ib++])
+            return false;
+    }
+}
+
+/* The decoded key at @p for a one-line message: control bytes and quotes as '?',
+ * cut (at a UTF-8 boundary) to fit @cap. */
+static void kvt_json_key_shown(const char *s, size_t p, char *out, size_t cap)
+{
+    size_t o = 0, n;
+    char u[4];
+    bool cut = false;
+    while ((n = kvt_json_str_unit(s, &p, u)) > 0) {
+        if (o + n + 4 > cap) {
+            cut = true;
+            break;
+        }
+        for (size_t i = 0; i < n; i++) {
+            unsigned char c = (unsigned char)u[i];
+            out[o++] = c < 0x20 || c == 0x7f || c == '\'' ? '?' : (char)c;
+        }
+    }
+    if (cut) {
+        /* drop a multi-byte character the cut may have split (raw UTF-8 comes bytewise) */
+        while (o > 0 && ((unsigned char)out[o - 1] & 0xc0) == 0x80)
+            o--;
+        if (o > 0 && (unsigned char)out[o - 1] >= 0xc0)
+            o--;
+        out[o++] = '.', out[o++] = '.', out[o++] = '.';
+    }
+    out[o] = '\0';
+}
+
+/* The hash of remembered key @i, computed on first use. */
+static uint32_t kvt_json_member_hash(kvt_json_t *j, uint32_t i)
+{
+    if (j->members[i].hash == 0) {
+        uint32_t len = j->members[i].len;
+        size_t off = j->members[i].off;
+        /* the text is the key when it has no escapes, unless the length saturated */
+        j->members[i].hash = len < KVT_JSON_KEY_LEN_MAX ? kvt_json_key_hash(j->s + off, len)
+                                                        : kvt_json_key_hash_text(j->s, off);
+    }
+    return j->members[i].hash;
+}
+
+/*
+ * Remembers the key of the innermost object whose text is @kpos ('"') to
+ * j->pos (past its closing quote), refusing one the object already has. With
+ * @decoded the key is also in j->key (key_len bytes). Keys are told apart by
+ * their decoded lengths first, then by hash, and only equal hashes are
+ * compared byte by byte.
+ */
+static kvt_status_t kvt_json_member_add(kvt_json_t *j, size_t kpos, bool decoded)
+{
+    const char *raw = j->s + kpos + 1;
+    size_t raw_len = j->pos - kpos - 2, dlen;
+    bool esc;
+    if (decoded) {
+        dlen = j->key_len;
+        esc = raw_len != dlen; /* every escape is longer than what it decodes to */
+    } else {
+        esc = memchr(raw, '\\', raw_len) != NULL;
+        dlen = esc ? kvt_json_key_len_text(j->s, kpos + 1) : raw_len;
+    }
+    uint16_t len = dlen > KVT_JSON_KEY_LEN_MAX ? KVT_JSON_KEY_LEN_MAX : (uint16_t)dlen;
+    uint32_t h = 0; /* this key's hash, once a length matches */
+    for (uint32_t i = j->nmembers; i-- > 0 && j->members[i].depth == j->depth;) {
+        if ((j->members[i].len & KVT_JSON_KEY_LEN_MAX) != len)
+            continue;
+        if (h == 0)
+            h = decoded ? kvt_json_key_hash(j->key, dlen)
+                : esc   ? kvt_json_key_hash_text(j->s, kpos + 1)
+                        : kvt_json_key_hash(raw, raw_len);
+        if (kvt_json_member_hash(j, i) == h &&
+            kvt_json_key_eq(j, j->members[i].off, (j->members[i].len & KVT_JSON_KEY_ESCAPED) != 0,
+                            kpos + 1, esc)) {
+            char shown[48];
+            kvt_json_key_shown(j->s, kpos + 1, shown, sizeof(shown));
+            return kvt_json_fail(j, KVT_ERR_INVAL, kpos, "duplicate field '%s'", shown);
+        }
+    }
+    if (j->nmembers >= KVT_JSON_MEMBERS_MAX)
+        return kvt_json_fail(j, KVT_ERR_TOO_BIG, kpos,
+                             "more than %u members in the objects open at once",
+                             KVT_JSON_MEMBERS_MAX);
+    j->members[j->nmembers++] = (struct kvt_json_member){
+        (uint16_t)j->depth, (uint16_t)(len | (esc ? KVT_JSON_KEY_ESCAPED : 0)), h, kpos + 1};
+    return KVT_OK;
+}
+
 /* kvt_json_object_next() that decodes the key when @want_key (else only checks it). */
 static int kvt_json_obj_next(kvt_json_t *j, bool want_key)
 {
@@ -794,11 +1030,14 @@ static int kvt_json_obj_next(kvt_json_t *j, bool want_key)
     } else if (j->pos >= j->len || j->s[j->pos] != '"') {
         return kvt_json_expected(j, j->pos, "a key or '}'");
     }
-    size_t klen = 0;
+    size_t klen = 0, kpos = j->pos;
     st = kvt_json_scan_string(j, want_key ? j->key : NULL, sizeof(j->key), "key", &klen);
     if (st != KVT_OK)
         return st;
     j->key_len = klen;
+    st = kvt_json_member_add(j, kpos, want_key);
+    if (st != KVT_OK)
+        return st;
     kvt_json_skip_ws(j);
     if (j->pos >= j->len || j->s[j->pos] != ':')
         return kvt_json_expected(j, j->pos, "':'");

@@ -13,6 +13,17 @@
  * space, tab, CR and LF only. Nesting is limited (64 by default). Nothing
  * but whitespace may follow the top value (kvt_json_end()).
  *
+ * Duplicate keys: an object that names a key twice is refused at the second
+ * one (KVT_ERR_INVAL), whether it is read with kvt_json_object_next() or
+ * skipped, so every decoder built on this parser gives a repeated field the
+ * same answer. Keys are compared as decoded text ("a" and "\u0061" are one
+ * key). The keys of every object open at the same time are remembered, at
+ * most KVT_JSON_MEMBERS_MAX (64) of them (more is KVT_ERR_TOO_BIG): a new key
+ * is compared with its own object's earlier keys only, by decoded length,
+ * then by a seeded 32-bit hash, then byte by byte, so the check costs at most
+ * KVT_JSON_MEMBERS_MAX cheap comparisons per key and never grows with the
+ * object's size beyond that.
+ *
  * Errors: the first error is kept (sticky): every later call returns the
  * same status (object/array_next return it as a negative int, peek returns
  * KVT_JSON_NONE), and kvt_json_error() gives a one-line message that starts
@@ -20,12 +31,14 @@
  *  - KVT_ERR_PARSE: the text is not JSON;
  *  - KVT_ERR_INVAL: valid text of another type than asked for ("offset 9:
  *    expected an unsigned integer, got a string"), a number with a fraction
- *    or exponent where an integer is asked for, or calls out of order (a
- *    value asked for where a key is due);
+ *    or exponent where an integer is asked for, a key repeated in its object
+ *    ("offset 12: duplicate field 'pod'"), or calls out of order (a value
+ *    asked for where a key is due);
  *  - KVT_ERR_RANGE: an integer outside the asked type (or a u32 array's max),
  *    a double that overflows;
  *  - KVT_ERR_TOO_BIG: nesting past the depth limit, a key over 255 bytes,
- *    a string over the caller's buffer, an array over the caller's cap.
+ *    more than KVT_JSON_MEMBERS_MAX members in the objects open at once, a
+ *    string over the caller's buffer, an array over the caller's cap.
  *
  * The text is borrowed and must outlive the parser; it need not be
  * NUL-terminated and is never read at or past len. A kvt_json_t holds no
@@ -48,6 +61,8 @@
 #define KVT_JSON_DEPTH_LIMIT 256u
 /* Longest object key kvt_json_object_next() decodes, in bytes. */
 #define KVT_JSON_KEY_MAX 255u
+/* Keys remembered for the duplicate check: the members of all objects open at once. */
+#define KVT_JSON_MEMBERS_MAX 64u
 
 typedef enum kvt_json_type {
     KVT_JSON_NONE = 0,
@@ -74,6 +89,13 @@ typedef struct kvt_json {
     char msg[128];                              /* error message; "" when none */
     char key[KVT_JSON_KEY_MAX + 1];             /* the last key, decoded */
     size_t key_len;                             /* its length in bytes */
+    uint32_t nmembers;                          /* keys remembered in members[] */
+    struct kvt_json_member {
+        uint16_t depth; /* of its object: the innermost object's keys are the top run */
+        uint16_t len;   /* decoded length, saturated; bit 15: the text has escapes */
+        uint32_t hash;  /* seeded hash of the decoded key; 0 until a length matches */
+        size_t off;     /* offset of the key's text (after its '"') */
+    } members[KVT_JSON_MEMBERS_MAX]; /* keys of the open objects, outermost first */
 } kvt_json_t;
 
 /* Starts parsing @text[0..len) (borrowed; NULL is allowed when @len is 0). */
@@ -104,7 +126,8 @@ kvt_status_t kvt_json_object_begin(kvt_json_t *j);
  * cursor on the member's value, which the caller must read or skip before
  * the next call. Returns 0 when the object ended ('}' consumed), or a
  * negative kvt_status_t (KVT_ERR_TOO_BIG for a key over KVT_JSON_KEY_MAX
- * bytes). Handles the commas and the ':'. @key_p and @klen_p may be NULL.
+ * bytes or past KVT_JSON_MEMBERS_MAX, KVT_ERR_INVAL for a key the object
+ * already has). Handles the commas and the ':'. @key_p and @klen_p may be NULL.
  */
 int kvt_json_object_next(kvt_json_t *j, const char **key_p, size_t *klen_p);
 
@@ -148,7 +171,8 @@ kvt_status_t kvt_json_null(kvt_json_t *j);
 kvt_status_t kvt_json_string(kvt_json_t *j, char *buf, size_t cap, size_t *len_p);
 
 /* Skips the value that is due, of any type, checking it fully (nesting is
- * bounded by the depth limit; keys of any length are fine). */
+ * bounded by the depth limit; keys of any length are fine, duplicate keys
+ * are not). */
 kvt_status_t kvt_json_skip(kvt_json_t *j);
 
 /* After the top value: only whitespace may remain (else KVT_ERR_PARSE).

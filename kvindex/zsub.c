@@ -20,6 +20,7 @@
 
 #include "common/bytes.h"
 #include "common/clock.h"
+#include "common/ipcdir.h"
 #include "common/json.h"
 #include "common/log.h"
 
@@ -386,6 +387,8 @@ static void zs_sock_detach(kvt_zsub_t *z, zs_stream_t *s)
         zs_close(&k->mon);
     }
     zs_close(&k->sock);
+    if (k->bound)
+        kvt_ipcdir_release(k->addr); /* libzmq leaves the socket file; addr is "" until bound */
     for (size_t i = 0; i < z->nsocks; i++)
         if (z->socks[i] == k)
             z->socks[i] = z->socks[--z->nsocks];
@@ -414,6 +417,8 @@ static void zs_pub_free(zs_pub_t *p)
         return;
     zs_close(&p->pub);
     zs_close(&p->router);
+    kvt_ipcdir_release(p->info.endpoint); /* "" until bound */
+    kvt_ipcdir_release(p->info.replay_endpoint);
     for (uint32_t i = 0; i < p->info.buffered; i++)
         free(p->ring[(p->head + i) % p->cap].data);
     free(p->ring);
@@ -532,6 +537,10 @@ static void zs_read_monitor(zs_sock_t *k)
 static kvt_status_t zs_open_sub(kvt_zsub_t *z, zs_stream_t *s, bool bind, char *err, size_t errlen)
 {
     const char *topic = s->eng->spec.topic;
+    bool ipc = bind && kvt_ipcdir_is_ipc(s->endpoint); /* confined to the ipc dir */
+    if (ipc && kvt_ipcdir_bind_endpoint(z->cfg.ipc_dir, s->endpoint, s->endpoint,
+                                        sizeof(s->endpoint), err, errlen) != KVT_OK)
+        return KVT_ERR_INVAL;
     for (size_t i = 0; bind && i < z->nsocks; i++) {
         zs_sock_t *k = z->socks[i];
         if (!k->bound || strcmp(k->want, s->endpoint) != 0 || strstr(k->want, ":*") != NULL)
@@ -572,6 +581,10 @@ static kvt_status_t zs_open_sub(kvt_zsub_t *z, zs_stream_t *s, bool bind, char *
     zmq_setsockopt(k->sock, ZMQ_RCVHWM, &hwm, sizeof(hwm));
     zmq_setsockopt(k->sock, ZMQ_MAXMSGSIZE, &maxmsg, sizeof(maxmsg));
     zmq_setsockopt(k->sock, ZMQ_SUBSCRIBE, topic, strlen(topic));
+    if (ipc && kvt_ipcdir_check_free(s->endpoint, err, errlen) != KVT_OK) {
+        zs_sock_detach(z, s);
+        return KVT_ERR_INVAL;
+    }
     int rc = bind ? zmq_bind(k->sock, s->endpoint) : zmq_connect(k->sock, s->endpoint);
     if (rc != 0) {
         int e = errno;
@@ -1107,6 +1120,25 @@ kvt_status_t kvt_zsub_publish_open(kvt_zsub_t *z, const char *endpoint, const ch
         snprintf(err, errlen, "the replay buffer needs at least 1 batch");
         return KVT_ERR_INVAL;
     }
+    /* ipc binds: inside the ipc dir, never over a file that is not a dead socket of ours */
+    char ep[2][KVT_ZSUB_MAX_ENDPOINT + 1];
+    const char *want[2] = {endpoint, replay_endpoint};
+    for (int i = 0; i < 2; i++) {
+        snprintf(ep[i], sizeof(ep[i]), "%s", want[i]);
+        if (!kvt_ipcdir_is_ipc(ep[i]))
+            continue;
+        if (kvt_ipcdir_bind_endpoint(z->cfg.ipc_dir, ep[i], ep[i], sizeof(ep[i]), err, errlen) !=
+            KVT_OK)
+            return KVT_ERR_INVAL;
+        if (i == 1 && strcmp(ep[0], ep[1]) == 0) { /* the second bind would take the first's file */
+            snprintf(err, errlen, "the publisher and its replay need two ipc names");
+            return KVT_ERR_INVAL;
+        }
+        if (kvt_ipcdir_check_free(ep[i], err, errlen) != KVT_OK)
+            return KVT_ERR_INVAL;
+    }
+    endpoint = ep[0];
+    replay_endpoint = ep[1];
     zs_pub_t *p = calloc(1, sizeof(*p));
     if (p == NULL || (p->ring = calloc(buffer_steps, sizeof(*p->ring))) == NULL) {
         free(p);

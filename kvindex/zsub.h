@@ -61,6 +61,8 @@ typedef struct kvt_zsub_config {
     uint32_t max_held;           /* live batches held during a replay */
     kvt_ev_ctx_t *ev_ctx;        /* the writer's event context (groups, removed hashes); may
                                     be NULL; borrowed, must outlive the subscriber set */
+    const char *ipc_dir; /* ipc:// binds go here (common/ipcdir.h); NULL or "": none allowed.
+                            Borrowed: must outlive the kvt_zsub_t */
 } kvt_zsub_config_t;
 
 /* Sets @cfg to the defaults (block size 16, 4 Mi items, 64 MiB, 2 s, 1 s..60 s, 10000). */

@@ -230,6 +230,11 @@ kvt_status_t srv_api_query_json(kvt_srv_worker_t *w, const char *body, size_t le
                 }
                 st = kvt_json_string(&j, filter_buf[npods], sizeof(filter_buf[npods]),
                                      &filter_len[npods]);
+                if (st == KVT_OK && (filter_len[npods] == 0 ||
+                                     memchr(filter_buf[npods], '\0', filter_len[npods]))) {
+                    *why_p = "a pod name in \"pods\" is empty or contains a NUL character";
+                    return KVT_ERR_INVAL;
+                }
                 filter_name[npods] = filter_buf[npods];
                 npods++;
             }
@@ -258,6 +263,10 @@ kvt_status_t srv_api_query_json(kvt_srv_worker_t *w, const char *body, size_t le
     }
     if (!have_model || mlen == 0) {
         *why_p = "query needs a non-empty \"model\"";
+        return KVT_ERR_INVAL;
+    }
+    if (memchr(model, '\0', mlen) != NULL || memchr(lora, '\0', llen) != NULL) {
+        *why_p = "\"model\" or \"lora_name\" contains a NUL character";
         return KVT_ERR_INVAL;
     }
     if (have_tokens == have_keys) {

@@ -1,9 +1,11 @@
 /*
  * server/conn.c: client connections on a worker's event base, for both front
  * ends. Limits that keep one client from hurting others live here: the
- * connection cap, buffered bytes per connection (reads pause while output is
- * backed up), a deadline for every started request (slow clients), an idle
- * timeout, and a cap on RPC requests waiting for the writer.
+ * connection cap (with a small reserve that answers only health probes),
+ * unsent answer bytes per connection (past --conn-buffer no more requests
+ * are answered and reads pause until the client reads), a deadline for every
+ * started request and for a new connection's first one (slow and silent
+ * clients), an idle timeout, and a cap on RPC requests waiting for the writer.
  *
  * HTTP requests on one connection are handled one at a time (answers must
  * keep their order); RPC requests are pipelined and answered as they finish.
@@ -39,14 +41,16 @@ struct kvt_srv_conn {
     bool in_request;  /* the deadline runs: a request is incomplete, or its error answer pending */
     bool busy;        /* HTTP: a request waits for the writer */
     bool close_after; /* close once the output is flushed */
-    bool sent_continue; /* HTTP: "100 Continue" sent for the current request */
-    bool authed;        /* RPC: HELLO carried the token */
-    bool paused;        /* reads off: output backed up or too many jobs in flight */
-    bool writing;       /* output left over: the bufferevent's write event is on */
-    size_t read_high;   /* input bytes buffered at most (the read high watermark) */
-    uint32_t inflight;  /* RPC jobs at the writer */
-    bool keep_alive;    /* HTTP: of the request waiting for the writer */
-    enum srv_call call; /* ... and its call, for metrics */
+    bool sent_continue;  /* HTTP: "100 Continue" sent for the current request */
+    bool authed;         /* RPC: HELLO carried the token */
+    bool paused;         /* reads off: output backed up or too many jobs in flight */
+    bool writing;        /* output left over: the bufferevent's write event is on */
+    bool probe;          /* HTTP, in the probe reserve: /healthz and /readyz only, then close */
+    uint64_t timeout_ms; /* the request deadline of this connection */
+    size_t read_high;    /* input bytes buffered at most (the read high watermark) */
+    uint32_t inflight;   /* RPC jobs at the writer */
+    bool keep_alive;     /* HTTP: of the request waiting for the writer */
+    enum srv_call call;  /* ... and its call, for metrics */
     kvt_srv_conn_t *prev, *next;
 };
 
@@ -81,7 +85,7 @@ static void conn_close(kvt_srv_conn_t *c)
         c->w->conns = c->next;
     if (c->next)
         c->next->prev = c->prev;
-    atomic_fetch_sub(&c->w->srv->nconns, 1);
+    atomic_fetch_sub(c->probe ? &c->w->srv->nprobes : &c->w->srv->nconns, 1);
     conn_unref(c);
 }
 
@@ -99,15 +103,31 @@ static void conn_watch_reads(kvt_srv_conn_t *c)
     event_add(c->rd, ms ? &tv : NULL);
 }
 
+/*
+ * Answer bytes not yet sent: the output buffer (shared bodies count at their
+ * full size) and, while @c owns it, the worker's RPC batch. Every answer of
+ * every kind counts against --conn-buffer.
+ */
+static size_t conn_unsent(const kvt_srv_conn_t *c)
+{
+    size_t n = evbuffer_get_length(bufferevent_get_output(c->bev));
+    return c->w->rpc_owner == c ? n + c->w->rpc_out.len : n;
+}
+
+/* Past the budget: answer nothing more (the readers stop) until the client reads. */
+static bool conn_backed_up(const kvt_srv_conn_t *c)
+{
+    return conn_unsent(c) > c->w->srv->cfg.conn_buffer;
+}
+
 /* Output backed up beyond the per-connection budget: stop reading until it drains. */
 static void conn_update_reading(kvt_srv_conn_t *c)
 {
     if (c->bev == NULL)
         return;
     kvt_srv_t *srv = c->w->srv;
-    size_t out = evbuffer_get_length(bufferevent_get_output(c->bev));
     /* a full input buffer too: the level-triggered read event would fire with nothing to read */
-    bool pause = out > srv->cfg.conn_buffer || c->busy || c->close_after ||
+    bool pause = conn_backed_up(c) || c->busy || c->close_after ||
                  c->inflight >= srv->cfg.rpc_max_inflight ||
                  evbuffer_get_length(bufferevent_get_input(c->bev)) >= c->read_high;
     if (pause && !c->paused)
@@ -273,7 +293,7 @@ static void request_started(kvt_srv_conn_t *c)
     if (c->in_request)
         return;
     c->in_request = true;
-    uint64_t ms = c->w->srv->cfg.request_timeout_ms;
+    uint64_t ms = c->timeout_ms;
     struct timeval tv = {(time_t)(ms / 1000), (suseconds_t)(ms % 1000) * 1000};
     event_add(c->deadline, &tv);
 }
@@ -289,11 +309,9 @@ static void request_finished(kvt_srv_conn_t *c)
 
 /* ---- HTTP ------------------------------------------------------------------------ */
 
-static void http_respond(kvt_srv_conn_t *c, int status, const char *ctype, const char *body,
-                         size_t len, bool keep_alive)
+/* The status line and headers of an answer with a @len-byte body. */
+static void http_head(kvt_srv_conn_t *c, int status, const char *ctype, size_t len, bool keep_alive)
 {
-    if (c->bev == NULL)
-        return;
     struct evbuffer *out = bufferevent_get_output(c->bev);
     /* the head without printf: it is on every answer's path */
     const char *reason = kvt_http_reason(status);
@@ -311,9 +329,51 @@ static void http_respond(kvt_srv_conn_t *c, int status, const char *ctype, const
     o = keep_alive ? KVT_JSON_PUT_LIT(o, "\r\n\r\n")
                    : KVT_JSON_PUT_LIT(o, "\r\nConnection: close\r\n\r\n");
     evbuffer_add(out, h, (size_t)(o - h));
-    evbuffer_add(out, body, len);
     if (!keep_alive)
         c->close_after = true;
+}
+
+static void http_respond(kvt_srv_conn_t *c, int status, const char *ctype, const char *body,
+                         size_t len, bool keep_alive)
+{
+    if (c->bev == NULL)
+        return;
+    http_head(c, status, ctype, len, keep_alive);
+    evbuffer_add(bufferevent_get_output(c->bev), body, len);
+}
+
+/* libevent is done sending a shared body: drop the output buffer's reference. */
+static void blob_sent_cb(const void *data, size_t len, void *arg)
+{
+    (void)data;
+    (void)len;
+    srv_blob_unref(arg);
+}
+
+/*
+ * Queues shared body @b (takes the caller's reference) after what is queued,
+ * without copying it. Should libevent fail to take the reference, a copy; and
+ * if that fails too, the connection ends after what was queued.
+ */
+static void conn_add_blob(kvt_srv_conn_t *c, srv_blob_t *b)
+{
+    struct evbuffer *out = bufferevent_get_output(c->bev);
+    if (evbuffer_add_reference(out, b->data, b->len, blob_sent_cb, b) == 0)
+        return;
+    if (evbuffer_add(out, b->data, b->len) != 0)
+        c->close_after = true; /* a cut answer: the client sees the connection end */
+    srv_blob_unref(b);
+}
+
+/* A 200 answer whose body is shared body @b (takes the caller's reference). */
+static void http_respond_blob(kvt_srv_conn_t *c, const char *ctype, srv_blob_t *b, bool keep_alive)
+{
+    if (c->bev == NULL) {
+        srv_blob_unref(b);
+        return;
+    }
+    http_head(c, 200, ctype, b->len, keep_alive);
+    conn_add_blob(c, b);
 }
 
 static void http_json(kvt_srv_conn_t *c, int status, const kvt_jbuf_t *b, bool keep_alive)
@@ -391,24 +451,48 @@ static enum srv_call http_dispatch(kvt_srv_conn_t *c, const kvt_http_req_t *r, c
         http_error(c, status, "method not allowed", ka);                                           \
         goto out;                                                                                  \
     }
+    if (c->probe) { /* the probe reserve serves one probe per connection */
+        ka = false;
+        if (!(r->method == KVT_HTTP_GET && (path_is(r, "/healthz") || path_is(r, "/readyz")))) {
+            status = 503;
+            http_error(c, status, "too many connections", false);
+            goto out;
+        }
+    }
     if (path_is(r, "/healthz")) {
         call = CALL_HEALTHZ;
         METHOD_ONLY(KVT_HTTP_GET);
         static const char ok[] = "{\"status\":\"ok\"}";
         http_respond(c, 200, "application/json", ok, sizeof(ok) - 1, ka);
-    } else if (path_is(r, "/metrics")) {
-        call = CALL_METRICS;
+    } else if (path_is(r, "/readyz")) {
+        call = CALL_READYZ;
         METHOD_ONLY(KVT_HTTP_GET);
-        kvt_jbuf_reset(&w->out);
-        srv_metrics_text(w, &w->out);
-        http_respond(c, 200, "text/plain; version=0.0.4; charset=utf-8", w->out.buf, w->out.len,
-                     ka);
-    } else if (path_is(r, "/v1/stats")) {
-        call = CALL_STATS;
+        char reason[128];
+        if (srv_ready(w->srv, reason, sizeof(reason))) {
+            static const char ready[] = "{\"status\":\"ready\"}";
+            http_respond(c, 200, "application/json", ready, sizeof(ready) - 1, ka);
+        } else {
+            status = 503;
+            kvt_jbuf_t *b = &w->out;
+            kvt_jbuf_reset(b);
+            kvt_jbuf_cstr(b, "{\"status\":\"not ready\",\"reason\":");
+            kvt_jbuf_str(b, reason, strlen(reason));
+            kvt_jbuf_cstr(b, "}");
+            http_json(c, status, b, ka);
+        }
+    } else if (path_is(r, "/metrics") || path_is(r, "/v1/stats")) {
+        bool metrics = path_is(r, "/metrics");
+        call = metrics ? CALL_METRICS : CALL_STATS;
         METHOD_ONLY(KVT_HTTP_GET);
-        kvt_jbuf_reset(&w->out);
-        srv_stats_json(w, &w->out);
-        http_json(c, 200, &w->out, ka);
+        /* encoded once per stats period and shared: a reference per answer, not a copy */
+        srv_blob_t *b = srv_blob_get(w, metrics ? BLOB_METRICS : BLOB_STATS);
+        if (b == NULL) {
+            status = 503;
+            http_error(c, status, "out of memory", ka);
+            goto out;
+        }
+        http_respond_blob(
+            c, metrics ? "text/plain; version=0.0.4; charset=utf-8" : "application/json", b, ka);
     } else if (path_is(r, "/v1/query")) {
         call = CALL_QUERY;
         METHOD_ONLY(KVT_HTTP_POST);
@@ -420,7 +504,7 @@ static enum srv_call http_dispatch(kvt_srv_conn_t *c, const kvt_http_req_t *r, c
         else
             http_error(c, status, why ? why : kvt_status_str(st), ka);
     } else if (path_is(r, "/v1/events") || path_is(r, "/v1/engines") ||
-               path_under(r, "/v1/engines/")) {
+               path_is(r, "/v1/engines/") || path_under(r, "/v1/engines/")) {
         bool events = path_is(r, "/v1/events"), add = path_is(r, "/v1/engines");
         call = events ? CALL_EVENTS : CALL_ENGINES;
         METHOD_ONLY(events || add ? KVT_HTTP_POST : KVT_HTTP_DELETE);
@@ -437,13 +521,28 @@ static enum srv_call http_dispatch(kvt_srv_conn_t *c, const kvt_http_req_t *r, c
         } else if (add) {
             st = srv_api_engine_add_job(w, body, r->body_len, &job, msg, sizeof(msg));
         } else {
+            /*
+             * The segment after /v1/engines/ is the pod name, percent-decoded: a
+             * name holding '/', '%', '?', '#', spaces or non-ASCII bytes is sent
+             * escaped (%2F for '/'), so any name that can be created can be
+             * deleted. A raw '/' would start another segment: no such path.
+             */
             char pod[KVT_IDX_MAX_NAME + 1];
             const char *enc = r->path + strlen("/v1/engines/");
-            long n =
-                kvt_http_pct_decode(enc, r->path_len - strlen("/v1/engines/"), pod, sizeof(pod));
-            if (n <= 0 || memchr(pod, '/', (size_t)n) != NULL) {
+            size_t elen = r->path_len - strlen("/v1/engines/");
+            long n = memchr(enc, '/', elen) != NULL
+                         ? -2
+                         : kvt_http_pct_decode(enc, elen, pod, sizeof(pod));
+            if (n == -2) {
+                status = 404;
+                http_error(c, status, "no such path (escape a '/' in a pod name as %2F)", ka);
+                goto out;
+            }
+            if (n < 0) {
                 st = KVT_ERR_INVAL;
-                snprintf(msg, sizeof(msg), "bad pod name in path");
+                snprintf(msg, sizeof(msg),
+                         "bad pod name in path: a bad %%-escape, %%00, or over %u bytes",
+                         KVT_IDX_MAX_NAME);
             } else {
                 st = srv_api_drop_job(w, pod, &job, msg, sizeof(msg));
             }
@@ -478,7 +577,8 @@ static void http_read(kvt_srv_conn_t *c)
     kvt_srv_worker_t *w = c->w;
     kvt_srv_t *srv = w->srv;
     struct evbuffer *in = bufferevent_get_input(c->bev);
-    while (c->bev != NULL && !c->busy && !c->close_after) {
+    /* answers wait in order: past the output budget, the rest waits for the client to read */
+    while (c->bev != NULL && !c->busy && !c->close_after && !conn_backed_up(c)) {
         size_t len = evbuffer_get_length(in);
         if (len == 0)
             return;
@@ -497,6 +597,12 @@ static void http_read(kvt_srv_conn_t *c)
             request_started(c);
             http_error(c, status, why, false);
             srv_count(w, PROTO_HTTP, CALL_OTHER, status, t0);
+            break;
+        }
+        if (c->probe && r.body_len > 0) {
+            request_started(c);
+            http_error(c, 503, "too many connections", false); /* probes carry no body */
+            srv_count(w, PROTO_HTTP, CALL_OTHER, 503, t0);
             break;
         }
         if (r.body_len > srv->cfg.max_body) {
@@ -554,6 +660,26 @@ static void rpc_error(kvt_srv_conn_t *c, uint8_t op, uint64_t req_id, kvt_status
     kvt_proto_err_encode(rpc_batch(c), op, req_id, st, http, msg, msg ? strlen(msg) : 0);
 }
 
+/*
+ * An answer frame whose body is shared body @b (takes the caller's
+ * reference): the answers batched before it go to the output buffer first,
+ * then its header, then the body by reference.
+ */
+static void rpc_answer_blob(kvt_srv_conn_t *c, uint8_t op, uint64_t req_id, srv_blob_t *b)
+{
+    kvt_srv_worker_t *w = c->w;
+    struct evbuffer *out = bufferevent_get_output(c->bev);
+    if (w->rpc_owner == c && w->rpc_out.len > 0) {
+        evbuffer_add(out, w->rpc_out.buf, w->rpc_out.len);
+        kvt_proto_wr_reset(&w->rpc_out);
+    }
+    kvt_proto_hdr_t h = {KVT_PROTO_VERSION, op, KVT_PROTO_F_RESPONSE, req_id, (uint32_t)b->len};
+    uint8_t hdr[KVT_PROTO_HDR_SIZE];
+    kvt_proto_hdr_encode(&h, hdr);
+    evbuffer_add(out, hdr, sizeof(hdr));
+    conn_add_blob(c, b);
+}
+
 static enum srv_call rpc_call_of(uint8_t op)
 {
     switch (op) {
@@ -601,13 +727,24 @@ static int rpc_dispatch(kvt_srv_conn_t *c, const kvt_proto_hdr_t *h, const uint8
         break;
     }
     case KVT_PROTO_OP_PING:
-        kvt_proto_raw_encode(wr, h->op, KVT_PROTO_F_RESPONSE, h->req_id, NULL, 0);
+    case KVT_PROTO_OP_STATS: {
+        if (h->body_len != 0) { /* protocol.md: their request bodies are empty */
+            rpc_error(c, h->op, h->req_id, KVT_ERR_INVAL, 400,
+                      h->op == KVT_PROTO_OP_PING ? "PING takes no body" : "STATS takes no body");
+            return 400;
+        }
+        if (h->op == KVT_PROTO_OP_PING) {
+            kvt_proto_raw_encode(wr, h->op, KVT_PROTO_F_RESPONSE, h->req_id, NULL, 0);
+            break;
+        }
+        srv_blob_t *b = srv_blob_get(w, BLOB_STATS); /* shared, as GET /v1/stats */
+        if (b == NULL) {
+            rpc_error(c, h->op, h->req_id, KVT_ERR_NO_MEM, 503, "out of memory");
+            return 503;
+        }
+        rpc_answer_blob(c, h->op, h->req_id, b);
         break;
-    case KVT_PROTO_OP_STATS:
-        kvt_jbuf_reset(&w->out);
-        srv_stats_json(w, &w->out);
-        kvt_proto_raw_encode(wr, h->op, KVT_PROTO_F_RESPONSE, h->req_id, w->out.buf, w->out.len);
-        break;
+    }
     case KVT_PROTO_OP_QUERY: {
         kvt_status_t st = srv_api_query_rpc(w, h->req_id, body, h->body_len, wr, &why);
         if (st != KVT_OK) {
@@ -663,7 +800,8 @@ static void rpc_read(kvt_srv_conn_t *c)
     kvt_srv_worker_t *w = c->w;
     kvt_srv_t *srv = w->srv;
     struct evbuffer *in = bufferevent_get_input(c->bev);
-    while (c->bev != NULL && !c->close_after && c->inflight < srv->cfg.rpc_max_inflight) {
+    while (c->bev != NULL && !c->close_after && c->inflight < srv->cfg.rpc_max_inflight &&
+           !conn_backed_up(c)) {
         size_t len = evbuffer_get_length(in);
         if (len == 0)
             return;
@@ -743,25 +881,49 @@ void srv_conn_job_done(srv_job_t *job)
 
 /* ---- callbacks ------------------------------------------------------------------------ */
 
+/*
+ * Answers the requests buffered in @c's input and sends the answers, round
+ * after round while the socket takes them: a reader stops at the output
+ * budget, and when the flush then empties the output the rest of the input
+ * is served here (nothing else would wake it: the client may have sent
+ * everything already). It stops when the input is used up, when the output
+ * stays backed up (conn_write_cb() comes back once it drains), or when no
+ * request could be taken (an incomplete one, or one waiting for the writer).
+ */
+static void conn_serve(kvt_srv_conn_t *c)
+{
+    struct evbuffer *in = bufferevent_get_input(c->bev);
+    for (;;) {
+        size_t before = evbuffer_get_length(in);
+        bool was_backed_up = conn_backed_up(c);
+        if (c->proto == PROTO_HTTP)
+            http_read(c);
+        else
+            rpc_read(c);
+        conn_flush(c);
+        if (c->bev == NULL)
+            return;
+        size_t left = evbuffer_get_length(in);
+        if (left == 0 || conn_backed_up(c) || (left == before && !was_backed_up))
+            return;
+    }
+}
+
 /* Reads what the socket holds (unless reads are paused) and serves it. */
 static void conn_read_cb(struct bufferevent *bev, void *arg)
 {
     (void)bev;
     kvt_srv_conn_t *c = arg;
+    c->refs++; /* @c outlives a close below until this callback is done with it */
     bool open = c->paused || conn_fill(c);
-    if (c->proto == PROTO_HTTP)
-        http_read(c);
-    else
-        rpc_read(c);
-    conn_flush(c);
-    if (!open) {
+    conn_serve(c);
+    if (c->bev != NULL && !open)
         conn_close(c); /* EOF or a socket error */
-        return;
-    }
     conn_update_reading(c);
     if (c->bev != NULL && c->close_after &&
         evbuffer_get_length(bufferevent_get_output(c->bev)) == 0)
         conn_close(c);
+    conn_unref(c);
 }
 
 static void conn_rd_cb(evutil_socket_t fd, short what, void *arg)
@@ -788,6 +950,9 @@ static void conn_write_cb(struct bufferevent *bev, void *arg)
         return;
     }
     conn_update_reading(c);
+    /* requests held back while the output was over budget: answer them now */
+    if (c->bev != NULL && evbuffer_get_length(bufferevent_get_input(c->bev)) > 0)
+        conn_read_cb(c->bev, c);
 }
 
 static void conn_event_cb(struct bufferevent *bev, short what, void *arg)
@@ -801,32 +966,49 @@ static void conn_event_cb(struct bufferevent *bev, short what, void *arg)
 static void accept_cb(struct evconnlistener *l, evutil_socket_t fd, struct sockaddr *sa, int len,
                       void *arg);
 
+/* Over every limit: one best-effort non-blocking answer, then close. */
+static void conn_refuse(kvt_srv_worker_t *w, enum srv_proto proto, int fd)
+{
+    CTR_INC(w->ctr.conns_refused[proto]);
+    if (proto == PROTO_HTTP) {
+        static const char busy[] =
+            "HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\n"
+            "Content-Length: 32\r\nConnection: close\r\n\r\n{\"error\":\"too many "
+            "connections\"}";
+        ssize_t r = send(fd, busy, sizeof(busy) - 1, MSG_NOSIGNAL | MSG_DONTWAIT);
+        (void)r;
+    } else {
+        kvt_proto_wr_t wr;
+        kvt_proto_wr_init(&wr);
+        static const char msg[] = "too many connections";
+        kvt_proto_err_encode(&wr, KVT_PROTO_OP_HELLO, 0, KVT_ERR_LIMIT, 503, msg, sizeof(msg) - 1);
+        ssize_t r = send(fd, wr.buf, wr.len, MSG_NOSIGNAL | MSG_DONTWAIT);
+        (void)r;
+        kvt_proto_wr_cleanup(&wr);
+    }
+    /* a request already received would make close() reset the connection, and the client
+     * could lose the answer: read it away first (what arrives later still resets) */
+    char sink[4096];
+    for (int i = 0; i < 16 && recv(fd, sink, sizeof(sink), MSG_DONTWAIT) > 0; i++)
+        ;
+    close(fd);
+}
+
 void srv_conn_accept(kvt_srv_worker_t *w, enum srv_proto proto, int fd)
 {
     kvt_srv_t *srv = w->srv;
+    bool probe = false;
     if (atomic_fetch_add(&srv->nconns, 1) >= (int)srv->cfg.max_connections) {
         atomic_fetch_sub(&srv->nconns, 1);
-        CTR_INC(w->ctr.conns_refused[proto]);
-        /* best effort: one non-blocking write, then close */
-        if (proto == PROTO_HTTP) {
-            static const char busy[] =
-                "HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\n"
-                "Content-Length: 32\r\nConnection: close\r\n\r\n{\"error\":\"too many "
-                "connections\"}";
-            ssize_t r = send(fd, busy, sizeof(busy) - 1, MSG_NOSIGNAL | MSG_DONTWAIT);
-            (void)r;
+        /* every slot is taken: an HTTP connection may still carry a health probe */
+        if (proto == PROTO_HTTP && atomic_fetch_add(&srv->nprobes, 1) < SRV_PROBE_SLOTS) {
+            probe = true;
         } else {
-            kvt_proto_wr_t wr;
-            kvt_proto_wr_init(&wr);
-            static const char msg[] = "too many connections";
-            kvt_proto_err_encode(&wr, KVT_PROTO_OP_HELLO, 0, KVT_ERR_LIMIT, 503, msg,
-                                 sizeof(msg) - 1);
-            ssize_t r = send(fd, wr.buf, wr.len, MSG_NOSIGNAL | MSG_DONTWAIT);
-            (void)r;
-            kvt_proto_wr_cleanup(&wr);
+            if (proto == PROTO_HTTP)
+                atomic_fetch_sub(&srv->nprobes, 1);
+            conn_refuse(w, proto, fd);
+            return;
         }
-        close(fd);
-        return;
     }
     kvt_srv_conn_t *c = calloc(1, sizeof(*c));
     struct bufferevent *bev = c ? bufferevent_socket_new(w->base, fd, BEV_OPT_CLOSE_ON_FREE) : NULL;
@@ -842,7 +1024,7 @@ void srv_conn_accept(kvt_srv_worker_t *w, enum srv_proto proto, int fd)
         if (dl)
             event_free(dl);
         free(c);
-        atomic_fetch_sub(&srv->nconns, 1);
+        atomic_fetch_sub(probe ? &srv->nprobes : &srv->nconns, 1);
         return;
     }
     c->w = w;
@@ -850,6 +1032,7 @@ void srv_conn_accept(kvt_srv_worker_t *w, enum srv_proto proto, int fd)
     c->deadline = dl;
     c->rd = rd;
     c->proto = proto;
+    c->probe = probe;
     c->refs = 1;
     c->authed = srv->auth_token == NULL;
     c->next = w->conns;
@@ -863,9 +1046,18 @@ void srv_conn_accept(kvt_srv_worker_t *w, enum srv_proto proto, int fd)
     c->read_high = (proto == PROTO_HTTP ? srv->cfg.max_body + srv->cfg.max_header
                                         : srv->cfg.rpc_max_frame + KVT_PROTO_HDR_SIZE) +
                    65536;
+    c->timeout_ms = srv->cfg.request_timeout_ms;
+    if (probe) { /* a probe's request is a head, sent at once */
+        c->read_high = srv->cfg.max_header;
+        if (c->timeout_ms > SRV_PROBE_TIMEOUT_MS)
+            c->timeout_ms = SRV_PROBE_TIMEOUT_MS;
+    }
     /* answers go out through conn_flush(): the write event is off until output is left over */
     bufferevent_set_max_single_write(bev, 256 * 1024);
     conn_watch_reads(c);
+    /* the first request is due at once: a connection that stays silent is closed like a
+     * stalled request (--request-timeout), not only after --idle-timeout */
+    request_started(c);
 }
 
 static void accept_cb(struct evconnlistener *l, evutil_socket_t fd, struct sockaddr *sa, int len,

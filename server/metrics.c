@@ -13,8 +13,8 @@ static const double bucket_le[NBUCKETS - 1] = {0.00001, 0.000025, 0.00005, 0.000
                                                0.001,   0.0025,   0.005,   0.01,   0.025,   0.05,
                                                0.1,     0.25,     0.5,     1.0,    2.5};
 
-static const char *const call_name[NCALLS] = {"healthz", "metrics", "stats", "events", "query",
-                                              "engines", "hello",   "ping",  "other"};
+static const char *const call_name[NCALLS] = {"healthz", "readyz",  "metrics", "stats", "events",
+                                              "query",   "engines", "hello",   "ping",  "other"};
 static const char *const proto_name[NPROTOS] = {"http", "rpc"};
 static const char *const class_name[NCLASSES] = {"2xx", "4xx", "5xx"};
 
@@ -432,4 +432,54 @@ void srv_metrics_text(kvt_srv_worker_t *w, kvt_jbuf_t *o)
     streams_metrics(&p, o);
     free(p.pod_entries);
     free(p.streams);
+}
+
+/* ---- shared answer bodies ------------------------------------------------------------ */
+
+void srv_blob_unref(srv_blob_t *b)
+{
+    if (b != NULL && atomic_fetch_sub(&b->refs, 1) == 1)
+        free(b);
+}
+
+srv_blob_t *srv_blob_get(kvt_srv_worker_t *w, enum srv_blob_kind kind)
+{
+    kvt_srv_t *srv = w->srv;
+    /* read before encoding: a body made while the writer publishes is older than its label */
+    uint64_t gen = __atomic_load_n(&srv->st_gen, __ATOMIC_ACQUIRE);
+    pthread_mutex_lock(&srv->blob_mu);
+    srv_blob_t *b = srv->blobs[kind];
+    if (b != NULL && b->gen == gen) {
+        atomic_fetch_add(&b->refs, 1);
+        pthread_mutex_unlock(&srv->blob_mu);
+        return b;
+    }
+    pthread_mutex_unlock(&srv->blob_mu);
+    /* encoded outside the lock; two workers may both do it once per period, the last one stays */
+    kvt_jbuf_t *o = &w->out;
+    kvt_jbuf_reset(o);
+    if (kind == BLOB_STATS)
+        srv_stats_json(w, o);
+    else
+        srv_metrics_text(w, o);
+    if (o->oom)
+        return NULL;
+    b = malloc(sizeof(*b) + o->len);
+    if (b == NULL)
+        return NULL;
+    atomic_init(&b->refs, 1); /* the caller's */
+    b->gen = gen;
+    b->len = o->len;
+    memcpy(b->data, o->buf, o->len);
+    pthread_mutex_lock(&srv->blob_mu);
+    srv_blob_t *old = srv->blobs[kind];
+    if (old == NULL || old->gen <= gen) { /* never replace a newer one */
+        atomic_fetch_add(&b->refs, 1);    /* the cache's */
+        srv->blobs[kind] = b;
+    } else {
+        old = NULL;
+    }
+    pthread_mutex_unlock(&srv->blob_mu);
+    srv_blob_unref(old);
+    return b;
 }

@@ -198,6 +198,28 @@ bool srv_auth_ok(const kvt_srv_t *srv, const char *token, size_t len)
     return diff == 0;
 }
 
+/* ---- readiness --------------------------------------------------------------- */
+
+bool srv_ready(kvt_srv_t *srv, char *why, size_t whylen)
+{
+    if (atomic_load(&srv->draining)) {
+        snprintf(why, whylen, "stopping");
+        return false;
+    }
+    uint64_t beat = __atomic_load_n(&srv->writer_beat_ns, __ATOMIC_RELAXED), now = srv_now_ns();
+    if (beat == 0) {
+        snprintf(why, whylen, "the index writer has not started");
+        return false;
+    }
+    /* the writer comes round its loop every 5 ms when idle; a long stall is a stuck apply */
+    if (now > beat && now - beat > srv->cfg.writer_stall_ms * 1000000ull) {
+        snprintf(why, whylen, "the index writer has made no progress for %.3f s",
+                 (double)(now - beat) / 1e9);
+        return false;
+    }
+    return true;
+}
+
 /* ---- registry snapshots ------------------------------------------------------ */
 
 static uint64_t name_hash(const char *s, size_t n)
@@ -581,6 +603,7 @@ static void stats_publish(kvt_srv_t *srv)
     uint64_t *old = srv->st_pod_entries;
     srv->st_pod_entries = ent;
     srv->st_npods = npods;
+    __atomic_store_n(&srv->st_gen, srv->st_gen + 1, __ATOMIC_RELEASE); /* shared bodies are old */
     pthread_mutex_unlock(&srv->stats_mu);
     free(old);
     free(old_streams);
@@ -605,6 +628,8 @@ static void *writer_main(void *arg)
     kvt_srv_t *srv = arg;
     uint64_t last_stats = 0;
     for (;;) {
+        /* for /readyz: the loop came round (again below, after the poll's wait) */
+        __atomic_store_n(&srv->writer_beat_ns, srv_now_ns(), __ATOMIC_RELAXED);
         pthread_mutex_lock(&srv->q_mu);
         bool idle = srv->q_head == NULL && !srv->q_stop;
         pthread_mutex_unlock(&srv->q_mu);
@@ -627,6 +652,7 @@ static void *writer_main(void *arg)
         pthread_mutex_unlock(&srv->q_mu);
 
         uint64_t now = srv_now_ns();
+        __atomic_store_n(&srv->writer_beat_ns, now, __ATOMIC_RELAXED);
         kvt_idx_advance(srv->idx, now / 1000000);
         reg_maybe_publish(srv); /* the streams may have registered pods or namespaces */
         while (jobs != NULL) {
@@ -808,6 +834,27 @@ bool srv_zmq_local(const char *ep)
            strncmp(h, "[::1]:", 6) == 0;
 }
 
+/* --ipc-dir (default <data-dir>/ipc): created 0700, its canonical path kept for zsub. */
+static kvt_status_t srv_ipc_dir_open(kvt_srv_t *srv)
+{
+    char path[4096], err[320];
+    if (srv->cfg.ipc_dir[0] != '\0')
+        snprintf(path, sizeof(path), "%s", srv->cfg.ipc_dir);
+    else if (srv->cfg.data_dir[0] != '\0')
+        snprintf(path, sizeof(path), "%s/ipc", srv->cfg.data_dir);
+    else
+        return KVT_OK; /* no directory: ipc binds are refused */
+    kvt_status_t st = kvt_ipcdir_open(path, srv->ipc_dir, sizeof(srv->ipc_dir), err, sizeof(err));
+    if (st == KVT_ERR_RANGE) { /* kvtierd still serves; only ipc binds are refused */
+        kvt_log_warn("%s: ipc binds will be refused (give a shorter --ipc-dir)", err);
+        srv->ipc_dir[0] = '\0';
+        return KVT_OK;
+    }
+    if (st != KVT_OK)
+        kvt_log_error("%s", err);
+    return st;
+}
+
 /* The writer's wake-up eventfd, the engines' subscriber set, the publisher, and --engine's engines.
  */
 static kvt_status_t srv_engines_start(kvt_srv_t *srv, const kvt_srv_config_t *cfg)
@@ -825,6 +872,7 @@ static kvt_status_t srv_engines_start(kvt_srv_t *srv, const kvt_srv_config_t *cf
     zc.replay_timeout_ms = cfg->replay_timeout_ms;
     zc.max_held = cfg->replay_hold;
     zc.ev_ctx = srv->ev_ctx;
+    zc.ipc_dir = srv->ipc_dir;
     kvt_status_t st = kvt_zsub_create(srv->idx, &zc, &srv->zsub);
     if (st == KVT_OK && srv->cfg.publish[0] != '\0') {
         char err[320];
@@ -876,24 +924,28 @@ kvt_status_t kvt_srv_create(const kvt_srv_config_t *cfg, kvt_srv_t **srv_p)
     srv->cfg.auth_token_file = dup_or_empty(cfg->auth_token_file);
     srv->cfg.publish = dup_or_empty(cfg->publish);
     srv->cfg.publish_replay = dup_or_empty(cfg->publish_replay);
+    srv->cfg.ipc_dir = dup_or_empty(cfg->ipc_dir);
     srv->fd_http = srv->fd_rpc = srv->fd_unix = -1;
     srv->q_efd = -1;
     memset(&srv->cfg.engines, 0, sizeof(srv->cfg.engines)); /* read during create only */
     pthread_mutex_init(&srv->q_mu, NULL);
     pthread_mutex_init(&srv->stats_mu, NULL);
+    pthread_mutex_init(&srv->blob_mu, NULL);
     kvt_score_weights_default(&srv->weights);
     srv->started_ns = srv_now_ns();
     kvt_status_t st = KVT_ERR_NO_MEM;
     if (!srv->cfg.http_listen || !srv->cfg.rpc_listen || !srv->cfg.rpc_unix || !srv->cfg.data_dir ||
-        !srv->cfg.auth_token_file || !srv->cfg.publish || !srv->cfg.publish_replay)
+        !srv->cfg.auth_token_file || !srv->cfg.publish || !srv->cfg.publish_replay ||
+        !srv->cfg.ipc_dir)
         goto err;
     if (srv->cfg.block_size == 0 || srv->cfg.writer_queue == 0 || srv->cfg.max_connections == 0 ||
         srv->cfg.rpc_max_frame > (64u << 20) || srv->cfg.rpc_max_frame < 1024 ||
         srv->cfg.replay_timeout_ms == 0 || srv->cfg.replay_hold == 0 ||
-        srv->cfg.event_max_message == 0 || srv->cfg.publish_buffer == 0) {
+        srv->cfg.event_max_message == 0 || srv->cfg.publish_buffer == 0 ||
+        srv->cfg.writer_stall_ms == 0) {
         kvt_log_error("bad limits: block-size, writer-queue, max-connections, replay-timeout, "
                       "replay-hold, event-max-message and publish-buffer must be > 0, "
-                      "rpc-max-frame in 1KiB..64MiB");
+                      "rpc-max-frame in 1KiB..64MiB, writer-stall > 0");
         st = KVT_ERR_INVAL;
         goto err;
     }
@@ -902,6 +954,8 @@ kvt_status_t kvt_srv_create(const kvt_srv_config_t *cfg, kvt_srv_t **srv_p)
         st = KVT_ERR_IO;
         goto err;
     }
+    if ((st = srv_ipc_dir_open(srv)) != KVT_OK)
+        goto err;
     if (srv->cfg.auth_token_file[0] && (st = load_token(srv, srv->cfg.auth_token_file)) != KVT_OK)
         goto err;
     /*
@@ -1029,6 +1083,7 @@ kvt_status_t kvt_srv_run(kvt_srv_t *srv)
         while (read(stop_pipe[0], &c, 1) < 0 && errno == EINTR)
             ;
     }
+    atomic_store(&srv->draining, true); /* /readyz: not ready from here on */
     kvt_log_info("stopping: applying queued writes, closing connections");
     /* writes already queued are applied and answered before the workers go */
     pthread_mutex_lock(&srv->q_mu);
@@ -1102,8 +1157,12 @@ void kvt_srv_destroy(kvt_srv_t *srv)
     free(srv->cfg.auth_token_file);
     free(srv->cfg.publish);
     free(srv->cfg.publish_replay);
+    free(srv->cfg.ipc_dir);
+    for (int i = 0; i < NBLOBS; i++)
+        srv_blob_unref(srv->blobs[i]); /* output buffers holding them were freed with the workers */
     pthread_mutex_destroy(&srv->q_mu);
     pthread_mutex_destroy(&srv->stats_mu);
+    pthread_mutex_destroy(&srv->blob_mu);
     free(srv);
     if (stop_pipe[0] >= 0) {
         close(stop_pipe[0]);

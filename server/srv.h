@@ -34,6 +34,8 @@ typedef struct kvt_srv_config {
     uint32_t max_event_items;    /* hashes plus tokens per event batch */
     uint32_t writer_queue;       /* jobs waiting for the writer before 503 */
     uint64_t stats_period_ms;    /* how often counters are published */
+    uint64_t writer_stall_ms;    /* /readyz fails when the writer's loop stalls this long */
+    char *ipc_dir;               /* ipc:// binds live here; "" or NULL: <data_dir>/ipc */
     kvt_log_level_t log_level;   /* applied by main.c */
     kvt_cfg_list_t engines;      /* POST /v1/engines bodies subscribed at start; borrowed */
     uint64_t replay_timeout_ms;  /* a replay of missed event batches must end within this */
@@ -48,12 +50,13 @@ typedef struct kvt_srv_config {
 typedef struct kvt_srv kvt_srv_t;
 
 /*
- * Binds the listeners (so ports are known at return), creates the index and
- * threads' state, and subscribes to @cfg's engines. @cfg is copied (strings
- * duplicated; the engine list is read here only). Returns KVT_OK,
- * KVT_ERR_INVAL (bad address, a non-loopback address without allow_remote,
- * unreadable token file, a bad --engine; a line is logged), KVT_ERR_IO (bind
- * failed) or KVT_ERR_NO_MEM.
+ * Binds the listeners (so ports are known at return), creates the data and
+ * ipc directories (the ipc one 0700), the index and threads' state, and
+ * subscribes to @cfg's engines. @cfg is copied (strings duplicated; the
+ * engine list is read here only). Returns KVT_OK, KVT_ERR_INVAL (bad address,
+ * a non-loopback address without allow_remote, unreadable token file, a bad
+ * --engine, an ipc dir that is not this user's directory; a line is logged),
+ * KVT_ERR_IO (bind or mkdir failed) or KVT_ERR_NO_MEM.
  */
 kvt_status_t kvt_srv_create(const kvt_srv_config_t *cfg, kvt_srv_t **srv_p);
 

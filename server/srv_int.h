@@ -15,7 +15,8 @@
  *   namespaces) is an immutable registry snapshot the writer republishes when
  *   it changes, freed through epoch-based reclamation; counters for
  *   /v1/stats and /metrics are a copy published every stats period under a
- *   mutex that queries never take.
+ *   mutex that queries never take. Their answer bodies are encoded once per
+ *   published copy and shared by every request (srv_blob_t).
  */
 #ifndef KVT_SERVER_SRV_INT_H
 #define KVT_SERVER_SRV_INT_H
@@ -27,6 +28,7 @@
 
 #include <event2/event.h>
 
+#include "common/ipcdir.h"
 #include "common/json.h"
 #include "kvindex/ebr.h"
 #include "kvindex/event.h"
@@ -71,6 +73,7 @@ typedef struct kvt_srv_reg {
 
 enum srv_call {
     CALL_HEALTHZ,
+    CALL_READYZ,
     CALL_METRICS,
     CALL_STATS,
     CALL_EVENTS,
@@ -84,6 +87,22 @@ enum srv_call {
 enum srv_proto { PROTO_HTTP, PROTO_RPC, NPROTOS };
 enum srv_class { CLASS_2XX, CLASS_4XX, CLASS_5XX, NCLASSES };
 #define NBUCKETS 18 /* latency histogram: bounds in srv_metrics.c, +Inf last */
+
+/*
+ * An answer body encoded once and shared by every request for it until the
+ * writer publishes new counters (GET /v1/stats and RPC STATS, GET /metrics):
+ * immutable once made; each holder (the server's cache slot, every output
+ * buffer that still has to send it) owns one reference, and the last drop
+ * frees it. Sending it costs a reference, not a copy or an encoding.
+ */
+typedef struct srv_blob {
+    atomic_uint refs;
+    uint64_t gen; /* kvt_srv_t.st_gen of the counters it shows */
+    size_t len;   /* bytes of data */
+    char data[];
+} srv_blob_t;
+
+enum srv_blob_kind { BLOB_STATS, BLOB_METRICS, NBLOBS };
 
 /* Per-worker counters: written by that worker only (relaxed atomics), summed at scrape. */
 typedef struct srv_counters {
@@ -177,8 +196,12 @@ struct kvt_srv {
     int fd_http, fd_rpc, fd_unix; /* the first listeners (port known before workers start) */
     uint16_t http_port, rpc_port;
     atomic_int nconns;
+    atomic_int nprobes; /* connections in the probe reserve (over --max-connections) */
     atomic_bool stopping;
-    atomic_uint next_worker; /* round-robin target for the next accepted connection */
+    atomic_bool draining;    /* stop asked: /readyz says not ready */
+    uint64_t writer_beat_ns; /* when the writer last came round its loop (atomic); 0: not yet */
+    char ipc_dir[KVT_IPCDIR_MAX_PATH + 1]; /* canonical; "" when ipc binds are off */
+    atomic_uint next_worker;               /* round-robin target for the next accepted connection */
     uint64_t started_ns;
 
     /* registry snapshots */
@@ -209,7 +232,22 @@ struct kvt_srv {
     uint32_t st_npods;
     kvt_zsub_stream_info_t *st_streams; /* engines' streams, published copy */
     size_t st_nstreams;
+    uint64_t st_gen; /* bumped by every publish (written under stats_mu, read atomically) */
+
+    /* answer bodies shared within one st_gen (srv_blob_t) */
+    pthread_mutex_t blob_mu;
+    srv_blob_t *blobs[NBLOBS];
 };
+
+/*
+ * Probe reserve: HTTP connections past --max-connections still get one of
+ * these slots, for GET /healthz and GET /readyz only (anything else: 503),
+ * so a liveness probe answers while clients hold every ordinary slot. One
+ * request each (Connection: close), no body, and a deadline of
+ * min(--request-timeout, SRV_PROBE_TIMEOUT_MS): a probe sends its request at once.
+ */
+#define SRV_PROBE_SLOTS 16
+#define SRV_PROBE_TIMEOUT_MS 1000u
 
 /* srv.c */
 kvt_srv_reg_t *srv_reg_enter(kvt_srv_worker_t *w);
@@ -223,6 +261,9 @@ size_t srv_reg_pods_named(const kvt_srv_reg_t *r, const char *name, size_t len, 
 kvt_status_t srv_submit(kvt_srv_t *srv, srv_job_t *job);
 uint64_t srv_now_ns(void);
 bool srv_auth_ok(const kvt_srv_t *srv, const char *token, size_t len);
+/* GET /readyz: true when listening, not stopping, and the writer came round its loop within
+ * --writer-stall; else false with a one-line reason in @why. */
+bool srv_ready(kvt_srv_t *srv, char *why, size_t whylen);
 
 /* api.c: operations shared by the HTTP and RPC front ends */
 typedef struct srv_query {
@@ -270,6 +311,12 @@ kvt_status_t srv_scratch(kvt_srv_worker_t *w, size_t nkeys, size_t ntokens, size
 /* metrics.c: GET /v1/stats and GET /metrics bodies, and per-request accounting */
 void srv_stats_json(kvt_srv_worker_t *w, kvt_jbuf_t *out);
 void srv_metrics_text(kvt_srv_worker_t *w, kvt_jbuf_t *out);
+/* The shared body of @kind for the counters published last (encoded here, on the worker's
+ * scratch, when the cached one is older): a reference for the caller, dropped with
+ * srv_blob_unref(); NULL when out of memory. */
+srv_blob_t *srv_blob_get(kvt_srv_worker_t *w, enum srv_blob_kind kind);
+/* Drops a reference; the last one frees @b. NULL is a no-op. Any thread. */
+void srv_blob_unref(srv_blob_t *b);
 void srv_count(kvt_srv_worker_t *w, enum srv_proto proto, enum srv_call call, int http_status,
                uint64_t t0_ns);
 

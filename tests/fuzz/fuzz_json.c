@@ -13,6 +13,10 @@
  *  - kvt_json_u32_array / kvt_json_hash_array agree with reading the same
  *    array element by element (status, offset, values, final position);
  *  - a string read into a small buffer is TOO_BIG exactly when it does not fit;
+ *  - duplicate keys, against a naive model: a key object_next() returns is
+ *    unlike every earlier key of its object; a "duplicate" refusal names a
+ *    key (decoded again at the error's offset) that the object already had;
+ *    a "members" refusal comes with exactly KVT_JSON_MEMBERS_MAX keys open;
  *  - a document the walk accepts, written again with the kvt_jbuf_* writer,
  *    parses to the same sequence of tokens.
  */
@@ -199,6 +203,30 @@ static void check_arrays(const kvt_json_t *j0, size_t len)
 }
 
 static const char *g_text; /* the document being walked */
+static size_t g_open_keys; /* keys of the objects the walk has open (the naive model's count) */
+
+/* The key whose '"' is at @off in g_text[0..len), decoded into @buf; its length or -1. */
+static long key_at(size_t off, size_t len, char *buf, size_t cap)
+{
+    kvt_json_t k;
+    size_t n;
+    kvt_json_init(&k, g_text + off, len - off);
+    if (kvt_json_string(&k, buf, cap, &n) != KVT_OK)
+        return -1;
+    return (long)n;
+}
+
+/* Whether key @k[0..klen) equals one of an object's keys so far: the T_KEY tokens of @t
+ * at indices @keys[0..nkeys). */
+static bool key_seen(const toks_t *t, const size_t *keys, size_t nkeys, const char *k, size_t klen)
+{
+    for (size_t i = 0; i < nkeys; i++) {
+        const tok_t *o = &t->v[keys[i]];
+        if (o->len == klen && (klen == 0 || memcmp(t->pool + o->off, k, klen) == 0))
+            return true;
+    }
+    return false;
+}
 
 /* Reads the number due at *j: u64, else i64, else double, else its raw text.
  * The integer readers must agree with each other on every input. */
@@ -259,16 +287,34 @@ static kvt_status_t walk(kvt_json_t *j, size_t len, toks_t *t, char *buf, size_t
         const char *key;
         size_t klen;
         int r;
+        size_t *keys = NULL, nkeys = 0, open0 = g_open_keys;
         if (kvt_json_object_begin(j) != KVT_OK)
             return kvt_json_status(j);
         push(t, T_OBJ);
         while ((r = kvt_json_object_next(j, &key, &klen)) == 1) {
             CHECK(klen <= KVT_JSON_KEY_MAX && key[klen] == '\0');
+            CHECK(!key_seen(t, keys, nkeys, key, klen));
+            CHECK(g_open_keys < KVT_JSON_MEMBERS_MAX);
+            g_open_keys++;
+            keys = realloc(keys, (nkeys + 1) * sizeof(*keys));
+            CHECK(keys != NULL);
+            keys[nkeys++] = t->n;
             push_bytes(t, push(t, T_KEY), key, klen);
             kvt_status_t st = walk(j, len, t, buf, cap, checks);
-            if (st != KVT_OK)
+            if (st != KVT_OK) {
+                free(keys);
                 return st;
+            }
         }
+        if (r == KVT_ERR_INVAL && strstr(kvt_json_error(j), "duplicate field") != NULL) {
+            char k[KVT_JSON_KEY_MAX + 1];
+            long kl = key_at(kvt_json_offset(j), len, k, sizeof(k));
+            CHECK(kl >= 0 && key_seen(t, keys, nkeys, k, (size_t)kl));
+        } else if (r == KVT_ERR_TOO_BIG && strstr(kvt_json_error(j), "members") != NULL) {
+            CHECK(g_open_keys == KVT_JSON_MEMBERS_MAX);
+        }
+        free(keys);
+        g_open_keys = open0;
         if (r < 0)
             return (kvt_status_t)r;
         push(t, T_END_OBJ);
@@ -420,6 +466,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     kvt_json_t j;
     kvt_json_init(&j, s, size);
     g_text = s;
+    g_open_keys = 0;
     kvt_status_t sw = walk(&j, size, &t1, buf, size + 1, true);
     if (sw == KVT_OK)
         sw = kvt_json_end(&j);
@@ -458,6 +505,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         memset(&t2, 0, sizeof(t2));
         kvt_json_init(&j, again, b.len);
         g_text = again;
+        g_open_keys = 0;
         kvt_status_t s2 = walk(&j, b.len, &t2, buf2, b.len + 1, false);
         if (s2 == KVT_OK)
             s2 = kvt_json_end(&j);

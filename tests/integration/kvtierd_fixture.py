@@ -21,11 +21,13 @@ F_RESPONSE, F_ERROR = 1, 2
 
 
 class Daemon:
-    def __init__(self, binary, *flags, token=None):
+    def __init__(self, binary, *flags, token=None, env=None):
         self.dir = tempfile.TemporaryDirectory(prefix="kvtierd_test_")
         self.log_path = os.path.join(self.dir.name, "kvtierd.log")
+        self.data_dir = os.path.join(self.dir.name, "data")
+        self.ipc_dir = os.path.join(self.data_dir, "ipc")  # the default --ipc-dir
         args = [binary, "--http-listen", "127.0.0.1:0", "--rpc-listen", "127.0.0.1:0",
-                "--data-dir", os.path.join(self.dir.name, "data"), "--workers", "2"]
+                "--data-dir", self.data_dir, "--workers", "2"]
         if token is not None:
             path = os.path.join(self.dir.name, "token")
             with open(path, "w") as f:
@@ -33,7 +35,8 @@ class Daemon:
             args += ["--auth-token-file", path]
         args += list(flags)
         self.log = open(self.log_path, "w")
-        self.proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=self.log, text=True)
+        self.proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=self.log, text=True,
+                                     env=None if env is None else dict(os.environ, **env))
         line = self.proc.stdout.readline()
         if not line.startswith("kvtierd listening"):
             self.stop()
@@ -50,6 +53,18 @@ class Daemon:
 
     def alive(self):
         return self.proc.poll() is None
+
+    def open_fds(self):
+        """How many file descriptors the daemon has open (accepted sockets among them)."""
+        return len(os.listdir("/proc/%d/fd" % self.proc.pid))
+
+    def status_kib(self, field):
+        """A memory figure of the daemon from /proc/<pid>/status, in KiB (VmRSS, VmHWM...)."""
+        with open("/proc/%d/status" % self.proc.pid) as f:
+            for line in f:
+                if line.startswith(field + ":"):
+                    return int(line.split()[1])
+        raise KeyError(field)
 
     def stop(self, sig=signal.SIGTERM, timeout=20):
         if self.proc.poll() is None:

@@ -12,13 +12,16 @@ import os
 import re
 import signal
 import socket
+import stat
 import struct
 import subprocess
 import sys
 import time
 import unittest
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+sys.path.insert(0, os.path.join(HERE, "..", "fixtures"))
 import kvtierd_fixture as fx  # noqa: E402
 
 try:
@@ -26,7 +29,14 @@ try:
 except ImportError:
     xxhash = None
 
+try:  # Debian's python3-zmq / python3-msgpack: a real ZMQ publisher for the ipc tests
+    import zmq
+    import kv_events as kv
+except ImportError:
+    zmq = kv = None
+
 BIN = None
+SANITIZED = False  # the binary runs under ASan or TSan (set in main)
 SEED = 1337
 M64 = (1 << 64) - 1
 
@@ -86,6 +96,10 @@ class Base(unittest.TestCase):
 
     def matched(self, ans):
         return {(p["pod"], p["dp_rank"]): p["matched_blocks"] for p in ans["pods"]}
+
+    def rpc(self, sock, op, req_id, body=b""):
+        sock.sendall(fx.frame(op, req_id, body))
+        return fx.read_frame(sock)
 
 
 class TestApi(Base):
@@ -208,10 +222,6 @@ class TestApi(Base):
 
 
 class TestRpc(Base):
-    def rpc(self, sock, op, req_id, body=b""):
-        sock.sendall(fx.frame(op, req_id, body))
-        return fx.read_frame(sock)
-
     def test_query_events_stats_pipelining(self):
         s = self.d.connect()
         h, b = self.rpc(s, fx.OP_HELLO, 1, struct.pack("<I", 1) + fx.pstr(""))
@@ -425,20 +435,6 @@ class TestLimits(Base):
         r.close()
         self.assertEqual(self.d.http("GET", "/healthz")[0], 200)
 
-    def test_connection_limit(self):
-        held = [self.d.connect(self.d.http_port) for _ in range(6)]
-        time.sleep(0.2)
-        extra = self.d.connect(self.d.http_port)
-        data = extra.recv(4096)
-        self.assertIn(b" 503 ", data.split(b"\r\n")[0])
-        extra.close()
-        for s in held:
-            s.close()
-        time.sleep(0.3)
-        self.assertEqual(self.d.http("GET", "/healthz")[0], 200)
-        samples, _ = fx.parse_prometheus(self.d.http("GET", "/metrics", raw=True)[1].decode())
-        self.assertGreaterEqual(samples[("kvtier_connections_refused_total", (("proto", "http"),))], 1)
-
 
 class TestIdle(Base):
     flags = ("--idle-timeout", "500ms")
@@ -510,6 +506,494 @@ class TestAuth(Base):
         r.close()
 
 
+def recv_all(sock, timeout=10.0):
+    """Everything @sock sends until it closes (bounded by @timeout)."""
+    sock.settimeout(timeout)
+    data = b""
+    while True:
+        chunk = sock.recv(65536)
+        if not chunk:
+            return data
+        data += chunk
+
+
+def http_answers(sock, n, timeout=30.0):
+    """Reads @n pipelined HTTP answers from @sock: [(status, body bytes)], in order."""
+    sock.settimeout(timeout)
+    buf, out = b"", []
+    while len(out) < n:
+        end = buf.find(b"\r\n\r\n")
+        if end < 0:
+            chunk = sock.recv(1 << 20)
+            if not chunk:
+                raise ConnectionError("closed after %d of %d answers" % (len(out), n))
+            buf += chunk
+            continue
+        head = buf[:end].decode("latin-1").split("\r\n")
+        length = [int(h.split(":", 1)[1]) for h in head if h.lower().startswith("content-length:")]
+        assert len(length) == 1, head
+        while len(buf) < end + 4 + length[0]:
+            chunk = sock.recv(1 << 20)
+            if not chunk:
+                raise ConnectionError("closed inside answer %d" % len(out))
+            buf += chunk
+        out.append((int(head[0].split()[1]), buf[end + 4:end + 4 + length[0]]))
+        buf = buf[end + 4 + length[0]:]
+    return out
+
+
+def metric(d, name, labels=()):
+    samples, _ = fx.parse_prometheus(d.http("GET", "/metrics", raw=True)[1].decode())
+    return samples.get((name, tuple(labels)), 0)
+
+
+class TestOutputBudget(Base):
+    """Answers a client does not read cost bounded memory (--conn-buffer), whatever they are."""
+    flags = ("--conn-buffer", "1MiB", "--stats-period", "50ms")
+    N_RPC = 100000  # STATS requests, 24 bytes each: ~2.3 MiB in, ~70 MiB of answers
+    N_HTTP = 90000  # GET /v1/stats, 27 bytes each: ~2.3 MiB in, ~75 MiB of answers
+
+    def settled(self, proto):
+        """Waits until the daemon stops answering (the count of stats answers holds still)."""
+        key = (("proto", proto), ("call", "stats"), ("code", "2xx"))
+        last, same = -1, 0
+        for _ in range(100):
+            time.sleep(0.1)
+            n = metric(self.d, "kvtier_requests_total", key)
+            same = same + 1 if n == last else 0
+            last = n
+            if same >= 3:
+                break
+        return last
+
+    def test_unread_answers_are_bounded_then_all_arrive(self):
+        import threading
+        self.post_events("A", [stored([1, 2], TOK[:8])])
+        stats_len = len(json.dumps(self.d.stats()))
+        base = self.d.status_kib("VmHWM")
+        # RPC: pipelined STATS and a final PING from a client that reads nothing yet
+        r = self.d.connect()
+        rpc_burst = b"".join(fx.frame(fx.OP_STATS, 1 + i) for i in range(self.N_RPC))
+        rpc_burst += fx.frame(fx.OP_PING, self.N_RPC + 1)
+        # HTTP: pipelined GET /v1/stats and a final GET /healthz
+        h = self.d.connect(self.d.http_port)
+        http_burst = b"GET /v1/stats HTTP/1.1\r\n\r\n" * self.N_HTTP + b"GET /healthz HTTP/1.1\r\n\r\n"
+        senders = [threading.Thread(target=r.sendall, args=(rpc_burst,)),
+                   threading.Thread(target=h.sendall, args=(http_burst,))]
+        for t in senders:
+            t.start()
+        answered_rpc, answered_http = self.settled("rpc"), self.settled("http")
+        grew_kib = self.d.status_kib("VmHWM") - base
+        sys.stderr.write("peak RSS grew %d KiB; answered %d RPC, %d HTTP before the client read\n"
+                         % (grew_kib, answered_rpc, answered_http))
+        # Bound: each connection buffers what it was sent (at most the burst) and about
+        # --conn-buffer of unsent answers plus the one that crossed it; 16 MiB of slack for
+        # allocator arenas and libevent chains. Without the budget the daemon answers every
+        # buffered request at once: ~55 MiB per connection (--conn-buffer is 1 MiB).
+        bound_kib = (len(rpc_burst) + len(http_burst) + 2 * (2 * 1024 * 1024 + stats_len)) // 1024
+        bound_kib += 16 * 1024
+        if SANITIZED:  # shadow memory and quarantines make RSS say little there
+            bound_kib = 1 << 40
+        self.assertLess(grew_kib, bound_kib,
+                        "peak RSS grew %d KiB with unread answers (bound %d KiB)" % (grew_kib,
+                                                                                   bound_kib))
+        # processing stopped at the budget: far fewer answers than requests so far
+        self.assertLess(answered_rpc, self.N_RPC // 4)
+        self.assertLess(answered_http, self.N_HTTP // 4)
+        # the client reads: every answer arrives, whole and in order
+        for i in range(self.N_RPC):
+            hd, body = fx.read_frame(r)
+            self.assertEqual((hd["op"], hd["req_id"], hd["flags"]), (fx.OP_STATS, 1 + i,
+                                                                      fx.F_RESPONSE))
+            self.assertEqual(json.loads(body)["index"]["pods"], 1)
+        hd, body = fx.read_frame(r)
+        self.assertEqual((hd["op"], hd["req_id"], body), (fx.OP_PING, self.N_RPC + 1, b""))
+        answers = http_answers(h, self.N_HTTP + 1)
+        for st, body in answers[:-1]:
+            self.assertEqual(st, 200)
+            self.assertEqual(json.loads(body)["index"]["pods"], 1)
+        self.assertEqual(answers[-1], (200, b'{"status":"ok"}'))
+        for t in senders:
+            t.join()
+        # and still within the bound while they were sent
+        self.assertLess(self.d.status_kib("VmHWM") - base, bound_kib)
+        r.close()
+        h.close()
+
+
+class TestSilentAndProbes(Base):
+    flags = ("--request-timeout", "400ms", "--max-connections", "4")
+
+    def test_silent_connections_are_closed(self):
+        # never a byte: closed after --request-timeout (--idle-timeout is 120 s here)
+        h = self.d.connect(self.d.http_port)
+        r = self.d.connect()
+        data = recv_all(h)
+        self.assertIn(b" 408 ", data.split(b"\r\n")[0])
+        self.assertEqual(recv_all(r), b"")
+        h.close()
+        r.close()
+        self.assertGreaterEqual(metric(self.d, "kvtier_request_timeouts_total",
+                                       (("proto", "rpc"),)), 1)
+        # a connection that sends its request in time is served and stays open between requests
+        h = self.d.connect(self.d.http_port)
+        h.sendall(b"GET /healthz HTTP/1.1\r\n\r\n")
+        self.assertEqual(http_answers(h, 1), [(200, b'{"status":"ok"}')])
+        time.sleep(0.8)  # twice the request timeout, idle between requests
+        h.sendall(b"GET /healthz HTTP/1.1\r\n\r\n")
+        self.assertEqual(http_answers(h, 1), [(200, b'{"status":"ok"}')])
+        h.close()
+
+
+class TestProbeReserve(Base):
+    flags = ("--request-timeout", "30s", "--max-connections", "4")
+
+    def fill(self):
+        """Holds every slot with silent connections (two HTTP, two RPC), returned once the
+        daemon has accepted them all (its open descriptors say so): a connection made after
+        that lands in the probe reserve."""
+        base = self.d.open_fds()
+        held = [self.d.connect(self.d.http_port) for _ in range(2)] + \
+            [self.d.connect() for _ in range(2)]
+        for _ in range(200):
+            if self.d.open_fds() >= base + 4:
+                break
+            time.sleep(0.02)
+        self.assertEqual(self.d.open_fds(), base + 4)
+        s = self.d.connect(self.d.http_port)
+        s.sendall(b"GET /v1/stats HTTP/1.1\r\n\r\n")
+        data = recv_all(s)
+        s.close()
+        self.assertIn(b" 503 ", data.split(b"\r\n")[0])
+        self.assertIn(b"too many connections", data)
+        return held
+
+    def test_healthz_answers_with_every_slot_taken(self):
+        held = self.fill()
+        for path, want in (("/healthz", {"status": "ok"}), ("/readyz", {"status": "ready"})):
+            s = self.d.connect(self.d.http_port)
+            s.sendall(("GET %s HTTP/1.1\r\n\r\n" % path).encode())
+            data = recv_all(s)  # one probe per reserve connection: closed after it
+            self.assertIn(b" 200 ", data.split(b"\r\n")[0], data)
+            self.assertEqual(json.loads(data.split(b"\r\n\r\n", 1)[1]), want)
+            s.close()
+        # anything else in the reserve: 503, closed
+        s = self.d.connect(self.d.http_port)
+        s.sendall(b"POST /v1/query HTTP/1.1\r\nContent-Length: 2\r\n\r\n{}")
+        self.assertIn(b" 503 ", recv_all(s).split(b"\r\n")[0])
+        s.close()
+        # RPC has no reserve: refused at once
+        r = self.d.connect()
+        h, b = fx.read_frame(r)
+        self.assertEqual((h["flags"] & fx.F_ERROR, fx.parse_error(b)[1]), (fx.F_ERROR, 503))
+        self.assertEqual(recv_all(r), b"")
+        r.close()
+        # the reserve is bounded too: 16 silent connections fill it, the next is refused at once
+        base = self.d.open_fds()
+        reserve = [self.d.connect(self.d.http_port) for _ in range(16)]
+        for _ in range(200):
+            if self.d.open_fds() >= base + 16:
+                break
+            time.sleep(0.02)
+        self.assertEqual(self.d.open_fds(), base + 16)
+        s = self.d.connect(self.d.http_port)  # refused on accept: it answers before a request
+        self.assertIn(b" 503 ", recv_all(s).split(b"\r\n")[0])
+        s.close()
+        # ... and a silent one there lasts a second at most, not --request-timeout (30 s)
+        for x in reserve:
+            self.assertIn(b" 408 ", recv_all(x, timeout=5).split(b"\r\n")[0])
+            x.close()
+        s = self.d.connect(self.d.http_port)
+        s.sendall(b"GET /healthz HTTP/1.1\r\n\r\n")
+        self.assertIn(b" 200 ", recv_all(s).split(b"\r\n")[0])
+        s.close()
+        for x in held:
+            x.close()
+        time.sleep(0.3)
+        self.assertEqual(self.d.http("GET", "/healthz")[0], 200)
+        samples, _ = fx.parse_prometheus(self.d.http("GET", "/metrics", raw=True)[1].decode())
+        for proto in ("http", "rpc"):
+            self.assertGreaterEqual(
+                samples[("kvtier_connections_refused_total", (("proto", proto),))], 1)
+
+
+class TestReadiness(Base):
+    def test_readyz(self):
+        self.assertEqual(self.d.http("GET", "/readyz"), (200, {"status": "ready"}))
+        self.assertEqual(self.d.http("POST", "/readyz", "{}")[0], 405)
+        samples, _ = fx.parse_prometheus(self.d.http("GET", "/metrics", raw=True)[1].decode())
+        self.assertGreaterEqual(samples[("kvtier_requests_total", (("proto", "http"),
+                                                                  ("call", "readyz"),
+                                                                  ("code", "2xx")))], 1)
+
+    def test_a_stalled_writer_is_not_ready_but_alive(self):
+        # --writer-stall 1ms: the idle writer comes round every 5 ms, so most reads see it late
+        d = fx.Daemon(BIN, "--writer-stall", "1ms")
+        try:
+            seen = None
+            for _ in range(200):
+                st, body = d.http("GET", "/readyz")
+                self.assertIn(st, (200, 503))
+                self.assertEqual(d.http("GET", "/healthz"), (200, {"status": "ok"}))
+                if st == 503 and "started" not in body["reason"]:  # not the first instants
+                    seen = body
+                    break
+            self.assertIsNotNone(seen, "/readyz never reported the stall")
+            self.assertEqual(seen["status"], "not ready")
+            self.assertIn("writer has made no progress", seen["reason"])
+        finally:
+            self.assertEqual(d.stop(), 0)
+            d.cleanup()
+
+
+class TestProtocolAsDocumented(Base):
+    def test_ping_and_stats_bodies_refused_connection_kept(self):
+        s = self.d.connect()
+        for i, op in enumerate((fx.OP_PING, fx.OP_STATS)):
+            h, b = self.rpc(s, op, 10 + i, b"x")
+            self.assertEqual((h["req_id"], h["flags"]), (10 + i, fx.F_RESPONSE | fx.F_ERROR))
+            st, http_st, msg = fx.parse_error(b)
+            self.assertEqual(http_st, 400)
+            self.assertIn("takes no body", msg)
+        h, b = self.rpc(s, fx.OP_PING, 20)
+        self.assertEqual((h["req_id"], h["flags"], b), (20, fx.F_RESPONSE, b""))
+        h, b = self.rpc(s, fx.OP_STATS, 21)
+        self.assertEqual(h["flags"], fx.F_RESPONSE)
+        self.assertIn("index", json.loads(b))
+        s.close()
+
+    def test_duplicate_keys_always_400(self):
+        self.post_events("A", [stored([1, 2], TOK[:8])])
+        wait_stats(self.d, lambda st: st["index"]["entries"] == 2)
+        before = self.d.stats()["index"], self.query(TOK)
+        bodies = [
+            ("/v1/query", '{"model":"m","model":"x","token_ids":[1,2,3,4]}'),
+            ("/v1/query", '{"model":"m","token_ids":[1],"pods":["A"],"\\u0070ods":["B"]}'),
+            ("/v1/events", '{"pod":"A","pod":"B","model":"m","events":[]}'),
+            ("/v1/events", '{"pod":"A","model":"m","events":[{"type":"AllBlocksCleared",'
+                           '"type":"AllBlocksCleared"}]}'),
+            ("/v1/events", '{"pod":"A","model":"m","events":[{"type":"Future","x":{"k":1,"k":2}}]}'),
+            ("/v1/engines", '{"pod":"q","pod":"q2","model":"m","endpoint":"tcp://127.0.0.1:1"}'),
+            ("/v1/engines", '{"pod":"q","model":"m","endpoint":"tcp://127.0.0.1:1",'
+                            '"endpoint":"tcp://127.0.0.1:2"}'),
+        ]
+        for path, body in bodies:
+            answers = [self.d.http("POST", path, body) for _ in range(3)]
+            self.assertEqual(answers[0][0], 400, (path, body, answers[0]))
+            self.assertIn("duplicate field", answers[0][1]["error"])
+            self.assertEqual(answers[1:], answers[:1] * 2, "not the same answer every time")
+        # the binary RPC carries the same JSON bodies: the same refusal
+        s = self.d.connect()
+        for i, (op, body) in enumerate([(fx.OP_EVENTS, bodies[2][1]), (0x22, bodies[5][1])]):
+            h, b = self.rpc(s, op, 30 + i, body.encode())
+            self.assertEqual(fx.parse_error(b)[1], 400)
+            self.assertIn("duplicate field", fx.parse_error(b)[2])
+        s.close()
+        self.assertEqual(self.d.stats()["streams"], [])
+        self.assertEqual((wait_stats(self.d, lambda st: True)["index"], self.query(TOK)), before)
+
+    def test_empty_and_nul_names_refused_everywhere(self):
+        self.post_events("A", [stored([1, 2], TOK[:8])])
+        wait_stats(self.d, lambda st: st["index"]["entries"] == 2)
+        before = self.query(TOK)
+        ep = "tcp://127.0.0.1:1"
+        bad_http = [
+            ("POST", "/v1/events", {"pod": "", "model": "m", "events": []}),
+            ("POST", "/v1/events", {"pod": "A\u0000", "model": "m", "events": []}),
+            ("POST", "/v1/events", {"pod": "A", "model": "m\u0000", "events": []}),
+            ("POST", "/v1/events", {"pod": "A", "model": "m", "lora_name": "l\u0000",
+                                    "events": []}),
+            ("POST", "/v1/events", {"pod": "A", "model": "m", "events": [
+                stored([3], TOK[:4], lora="l\u0000")]}),
+            ("POST", "/v1/engines", {"pod": "", "model": "m", "endpoint": ep}),
+            ("POST", "/v1/engines", {"pod": "p\u0000", "model": "m", "endpoint": ep}),
+            ("POST", "/v1/engines", {"pod": "p", "model": "\u0000", "endpoint": ep}),
+            ("POST", "/v1/query", {"model": "m\u0000", "token_ids": TOK}),
+            ("POST", "/v1/query", {"model": "m", "lora_name": "\u0000", "token_ids": TOK}),
+            ("POST", "/v1/query", {"model": "m", "token_ids": TOK, "pods": [""]}),
+            ("POST", "/v1/query", {"model": "m", "token_ids": TOK, "pods": ["A\u0000"]}),
+            ("DELETE", "/v1/engines/", None),
+            ("DELETE", "/v1/engines/A%00", None),
+        ]
+        for m, p, body in bad_http:
+            st, a = self.d.http(m, p, body)
+            self.assertEqual(st, 400, (m, p, body, a))
+            self.assertTrue(a["error"])
+        s = self.d.connect()
+        for i, body in enumerate([fx.query_body(b"m\x00", tokens=TOK),
+                                  fx.query_body("m", tokens=TOK, lora=b"\x00"),
+                                  fx.query_body("m", tokens=TOK, pods=[b""]),
+                                  fx.query_body("m", tokens=TOK, pods=[b"A\x00"])]):
+            h, b = self.rpc(s, fx.OP_QUERY, 40 + i, body)
+            self.assertEqual((h["req_id"], fx.parse_error(b)[1]), (40 + i, 400))
+        for i, name in enumerate([b"", b"A\x00"]):
+            h, b = self.rpc(s, fx.OP_ENGINE_DROP, 50 + i, fx.pstr(name))
+            self.assertEqual(fx.parse_error(b)[1], 400)
+        s.close()
+        self.assertEqual(self.query(TOK), before)
+        self.assertEqual(self.d.stats()["streams"], [])
+
+    def test_any_name_created_can_be_deleted(self):
+        from urllib.parse import quote
+        names = ["a/b", "50%", "with space", "what?", "tag#1", "gr\u00fc\u00df-\u6f22\u5b57",
+                 "%2F", "/", "a/../b"]
+        for n in names:
+            s, a = self.post_events(n, [stored([1, 2], TOK[:8])])
+            self.assertEqual(s, 200, (n, a))
+        self.assertEqual({p["pod"] for p in self.query(TOK)["pods"]}, set(names))
+        # a raw '/' ends the segment: no such path, nothing dropped
+        self.assertEqual(self.d.http("DELETE", "/v1/engines/a/b")[0], 404)
+        for n in names:
+            s, a = self.d.http("DELETE", "/v1/engines/" + quote(n, safe=""))
+            self.assertEqual((s, a.get("pod"), a.get("dp_ranks")), (200, n, 1), (n, a))
+        self.assertEqual(self.query(TOK)["pods"], [])
+
+
+@unittest.skipIf(zmq is None, "python3-zmq / python3-msgpack missing")
+class TestIpcDir(Base):
+    """ipc:// binds stay inside kvtierd's --ipc-dir; a file elsewhere is never touched."""
+
+    def setUp(self):
+        super().setUp()
+        self.ctx = zmq.Context()
+        self.pubs = []
+
+    def tearDown(self):
+        for p in self.pubs:
+            p.close()
+        self.ctx.term()
+        super().tearDown()
+
+    def untouched(self, path, ino, data):
+        st = os.lstat(path)
+        self.assertTrue(stat.S_ISREG(st.st_mode), path + " is no longer a regular file")
+        self.assertEqual(st.st_ino, ino)
+        with open(path, "rb") as f:
+            self.assertEqual(f.read(), data)
+
+    def test_binds_outside_are_refused_and_touch_nothing(self):
+        st = os.stat(self.d.ipc_dir)
+        self.assertTrue(stat.S_ISDIR(st.st_mode))
+        self.assertEqual(stat.S_IMODE(st.st_mode), 0o700)
+        victim = os.path.join(self.d.dir.name, "victim.txt")
+        inside = os.path.join(self.d.ipc_dir, "regular")
+        outside_dir = os.path.join(self.d.dir.name, "elsewhere")
+        os.mkdir(outside_dir)
+        os.symlink(outside_dir, os.path.join(self.d.ipc_dir, "link"))
+        files = {}
+        for path in (victim, inside, os.path.join(outside_dir, "x")):
+            with open(path, "wb") as f:
+                f.write(b"precious bytes\n")
+            files[path] = os.stat(path).st_ino
+        bad = [("ipc://" + victim, "ipc dir"),
+               ("ipc://" + self.d.ipc_dir + "/../victim.txt", "plain"),
+               ("ipc://" + self.d.ipc_dir + "/link/x", "ipc dir"),
+               ("ipc://../victim.txt", "no '/'"),
+               ("ipc://sub/x", "no '/'"),
+               ("ipc://..", "name"),
+               ("ipc://a b", "endpoint"),
+               ("ipc://a*", "name"),
+               ("ipc://regular", "not a socket"),
+               ("ipc://" + inside, "not a socket")]
+        for ep, why in bad:
+            s, a = self.d.http("POST", "/v1/engines", {"pod": "p", "model": "m", "endpoint": ep,
+                                                       "bind": True})
+            self.assertEqual(s, 400, (ep, a))
+            self.assertIn(why, a["error"], ep)
+        for path, ino in files.items():
+            self.untouched(path, ino, b"precious bytes\n")
+        self.assertEqual(self.d.stats()["streams"], [])
+        # an ipc *connect* creates nothing: allowed anywhere, the file stays as it is
+        s, a = self.d.http("POST", "/v1/engines", {"pod": "c", "model": "m",
+                                                   "endpoint": "ipc://" + victim})
+        self.assertEqual(s, 200, a)
+        self.assertEqual(self.d.http("DELETE", "/v1/engines/c")[0], 200)
+        self.untouched(victim, files[victim], b"precious bytes\n")
+        # the same rule at start: --engine and --publish refuse to bind outside, touch nothing
+        for flags in (["--engine", json.dumps({"pod": "p", "model": "m", "bind": True,
+                                               "endpoint": "ipc://" + victim})],
+                      ["--publish", "ipc://" + victim],
+                      ["--publish", "ipc://pub", "--publish-replay", "ipc://" + victim]):
+            p = subprocess.run([BIN, "--http-listen", "127.0.0.1:0", "--rpc-listen",
+                                "127.0.0.1:0", "--data-dir", self.d.data_dir + "2"] + flags,
+                               capture_output=True, text=True, timeout=20)
+            self.assertEqual(p.returncode, 1, (flags, p.stderr))
+            self.assertIn("ipc dir", p.stderr)
+            self.untouched(victim, files[victim], b"precious bytes\n")
+            self.assertFalse(os.path.exists(os.path.join(self.d.data_dir + "2", "ipc", "pub")))
+
+    def wait_blocks(self, toks, pod, n):
+        end = time.time() + 10
+        while time.time() < end:
+            got = [p["matched_blocks"] for p in self.query(toks)["pods"] if p["pod"] == pod]
+            if got == [n]:
+                return
+            time.sleep(0.02)
+        self.fail("%s never held %d blocks" % (pod, n))
+
+    def test_bind_inside_end_to_end_and_sockets_removed(self):
+        sock = os.path.join(self.d.ipc_dir, "events")
+        for ep, pod in (("ipc://events", "rel"), ("ipc://" + sock + "2", "abs")):
+            s, a = self.d.http("POST", "/v1/engines", {"pod": pod, "model": "m", "endpoint": ep,
+                                                       "bind": True})
+            self.assertEqual(s, 200, a)
+            path = a["endpoints"][0][len("ipc://"):]
+            self.assertEqual(os.path.dirname(path), os.path.realpath(self.d.ipc_dir))
+            self.assertTrue(stat.S_ISSOCK(os.lstat(path).st_mode))
+            # an engine dials in (a real ZMQ PUB, vLLM's wire format) and its blocks arrive
+            pub = kv.Publisher(self.ctx, a["endpoints"][0], bind=False)
+            self.pubs.append(pub)
+            toks = list(range(7, 7 + 32))
+            end = time.time() + 10
+            while time.time() < end:  # a SUB drops what comes before the connection is up
+                pub.publish(kv.encode_batch([kv.stored([11, 12], toks, 16)]))
+                got = [p for p in self.query(toks)["pods"] if p["pod"] == pod]
+                if got:
+                    break
+                time.sleep(0.05)
+            self.wait_blocks(toks, pod, 2)
+        # unsubscribe: the socket file goes with the socket
+        self.assertEqual(self.d.http("DELETE", "/v1/engines/rel")[0], 200)
+        self.assertFalse(os.path.lexists(sock))
+        self.assertTrue(os.path.lexists(sock + "2"))
+        # a publisher over ipc too
+        d2 = fx.Daemon(BIN, "--publish", "ipc://pub", "--publish-replay", "ipc://pub-replay")
+        try:
+            pub_path = os.path.join(d2.ipc_dir, "pub")
+            self.assertTrue(stat.S_ISSOCK(os.lstat(pub_path).st_mode))
+            self.assertTrue(stat.S_ISSOCK(os.lstat(pub_path + "-replay").st_mode))
+            self.assertEqual(d2.stats()["publisher"]["endpoint"],
+                             "ipc://" + os.path.realpath(pub_path))
+        finally:
+            self.assertEqual(d2.stop(), 0)
+        self.assertFalse(os.path.lexists(pub_path))
+        self.assertFalse(os.path.lexists(pub_path + "-replay"))
+        d2.cleanup()
+        # shutdown removes the sockets still bound
+        self.assertEqual(self.d.stop(), 0)
+        self.assertFalse(os.path.lexists(sock + "2"))
+        self.assertEqual(os.listdir(self.d.ipc_dir), [])
+
+    def test_ipc_dir_flag_env_and_dump(self):
+        custom = os.path.join(self.d.dir.name, "my", "ipc")
+        d2 = fx.Daemon(BIN, env={"KVTIER_IPC_DIR": custom})
+        try:
+            st = os.stat(custom)
+            self.assertEqual(stat.S_IMODE(st.st_mode), 0o700)
+            s, a = d2.http("POST", "/v1/engines", {"pod": "p", "model": "m", "bind": True,
+                                                   "endpoint": "ipc://ev"})
+            self.assertEqual((s, a["endpoints"]), (200, ["ipc://" + os.path.realpath(custom) +
+                                                         "/ev"]), a)
+        finally:
+            self.assertEqual(d2.stop(), 0)
+            d2.cleanup()
+        self.assertEqual(os.listdir(custom), [])
+        p = subprocess.run([BIN, "--dump-config", "--ipc-dir", custom], capture_output=True,
+                           text=True, timeout=20)
+        self.assertIn("ipc-dir = " + custom, p.stdout)
+        self.assertIn("writer-stall = 5s", p.stdout)
+
+
 class TestCommandLine(unittest.TestCase):
     def test_refuses_remote_bind_and_bad_config(self):
         p = subprocess.run([BIN, "--http-listen", "0.0.0.0:0", "--rpc-listen", "127.0.0.1:0",
@@ -531,4 +1015,7 @@ if __name__ == "__main__":
     if len(sys.argv) < 2:
         sys.exit("usage: test_daemon.py path/to/kvtierd")
     BIN = sys.argv.pop(1)
+    with open(BIN, "rb") as f:
+        image = f.read()
+    SANITIZED = b"__asan_init" in image or b"__tsan_init" in image
     unittest.main(verbosity=2)

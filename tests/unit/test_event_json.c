@@ -381,9 +381,9 @@ static void test_event_errors(void **state)
     decode_err(HDR "{\"block_hashes\":\"x\",\"type\":null}" FTR, KVT_ERR_INVAL,
                "events[0]: field 'type' must be a string");
     decode_err(HDR "{\"type\":\"BlockStored\",\"type\":\"BlockStored\",\"block_hashes\":[1]}" FTR,
-               KVT_ERR_INVAL, "events[0]: duplicate field 'type'");
+               KVT_ERR_INVAL, "events[0]: offset 55: duplicate field 'type'");
     decode_err(HDR "{\"type\":\"BlockStored\",\"block_hashes\":[1],\"block_hashes\":[1]}" FTR,
-               KVT_ERR_INVAL, "events[0]: duplicate field 'block_hashes'");
+               KVT_ERR_INVAL, "events[0]: offset 74: duplicate field 'block_hashes'");
     decode_err(HDR "[\"BlockStored\",[1]]" FTR, KVT_ERR_INVAL, "events[0]: an event must be an");
     decode_err(HDR "{\"type\":\"AllBlocksCleared\"},7" FTR, KVT_ERR_INVAL, "events[1]:");
     /* wrong types and values inside an event */

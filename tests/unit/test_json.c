@@ -780,6 +780,161 @@ static void test_skip(void **state)
     expect_skip("null", KVT_OK, 0);
 }
 
+/* ---- duplicate keys ------------------------------------------------------------------- */
+
+/* Reads @s's top object with object_next (keys decoded), skipping values. */
+static kvt_status_t read_object(kvt_json_t *j)
+{
+    const char *key;
+    size_t klen;
+    int r;
+    if (kvt_json_object_begin(j) != KVT_OK)
+        return kvt_json_status(j);
+    while ((r = kvt_json_object_next(j, &key, &klen)) == 1)
+        if (kvt_json_skip(j) != KVT_OK)
+            return kvt_json_status(j);
+    if (r < 0)
+        return (kvt_status_t)r;
+    return kvt_json_end(j);
+}
+
+/* @s is refused at @off with @st both when its top object's keys are read and when
+ * it is skipped whole; the duplicate message names the key. */
+static void expect_both(const char *s, kvt_status_t st, size_t off, const char *msg)
+{
+    kvt_json_t j;
+    init(&j, s);
+    kvt_status_t got = read_object(&j);
+    if (st == KVT_OK) {
+        if (got != KVT_OK)
+            fail_msg("input \"%s\": status %d (%s), want ok", s, got, kvt_json_error(&j));
+    } else {
+        check_err_state(&j, st, off, s);
+        if (msg != NULL && strstr(kvt_json_error(&j), msg) == NULL)
+            fail_msg("input \"%s\": message \"%s\" lacks \"%s\"", s, kvt_json_error(&j), msg);
+    }
+    expect_skip(s, st, off);
+}
+
+static void test_duplicate_keys(void **state)
+{
+    (void)state;
+    expect_both("{\"a\":1,\"a\":2}", KVT_ERR_INVAL, 7, "duplicate field 'a'");
+    expect_both("{\"a\":1, \"b\":2, \"a\":3}", KVT_ERR_INVAL, 15, "duplicate field 'a'");
+    expect_both("{\"\":1,\"\":2}", KVT_ERR_INVAL, 6, "duplicate field ''");
+    /* compared decoded: escapes, raw UTF-8 and \u escapes of it, surrogate pairs */
+    expect_both("{\"a\":1,\"\\u0061\":2}", KVT_ERR_INVAL, 7, "duplicate field 'a'");
+    expect_both("{\"\\/\":1,\"/\":2}", KVT_ERR_INVAL, 8, "duplicate field '/'");
+    expect_both("{\"\xc3\xa9t\xc3\xa9\":1,\"\\u00e9t\\u00E9\":2}", KVT_ERR_INVAL, 11,
+                "duplicate field '\xc3\xa9t\xc3\xa9'");
+    expect_both("{\"\xf0\x9f\x98\x80\":1,\"\\ud83d\\ude00\":2}", KVT_ERR_INVAL, 10, NULL);
+    expect_both("{\"a\\u0000\":1,\"a\\u0000\":2}", KVT_ERR_INVAL, 13, "duplicate field 'a?'");
+    expect_both("{\"it's\":1,\"it's\":2}", KVT_ERR_INVAL, 10, "duplicate field 'it?s'");
+    /* different keys, however alike */
+    expect_both("{\"a\":1,\"A\":2,\"a \":3,\"a\\u0000\":4,\"\\u00e9\":5,\"e\\u0301\":6}", KVT_OK, 0,
+                NULL);
+    /* one key per object: nested and sibling objects have their own */
+    expect_both("{\"a\":{\"a\":{\"a\":1}},\"b\":[{\"a\":1},{\"a\":2}]}", KVT_OK, 0, NULL);
+    /* a closed inner object's keys are forgotten, the outer one's are not */
+    expect_both("{\"a\":{\"b\":1},\"b\":2}", KVT_OK, 0, NULL);
+    expect_both("{\"a\":{\"b\":1},\"a\":2}", KVT_ERR_INVAL, 13, "duplicate field 'a'");
+    expect_both("{\"x\":[{\"a\":1,\"a\":2}]}", KVT_ERR_INVAL, 13, NULL);
+    /* keys over KVT_JSON_KEY_MAX are compared too when skipped */
+    char big[1200];
+    char k300[301];
+    memset(k300, 'k', 300);
+    k300[300] = '\0';
+    snprintf(big, sizeof(big), "[{\"%s\":1,\"%sx\":2,\"%s\":3}]", k300, k300, k300);
+    expect_skip(big, KVT_ERR_INVAL, 613);
+    snprintf(big, sizeof(big), "[{\"%s\":1,\"%sx\":2}]", k300, k300);
+    expect_skip(big, KVT_OK, 0);
+    /* keys past the remembered length (32767 bytes) are still told apart and matched,
+     * with and without escapes (the second spelling escapes its first 'k' as \u006b) */
+    size_t kl = 40000, bl = 4 * kl + 64;
+    char *huge = malloc(bl), *kk = malloc(kl + 1);
+    assert_non_null(huge);
+    assert_non_null(kk);
+    memset(kk, 'k', kl);
+    kk[kl] = '\0';
+    snprintf(huge, bl, "[{\"%s\":1,\"%.*sj\":2}]", kk, (int)kl - 1, kk);
+    expect_skip(huge, KVT_OK, 0);
+    snprintf(huge, bl, "[{\"%s\":1,\"\\u006b%s\":2}]", kk, kk + 1);
+    expect_skip(huge, KVT_ERR_INVAL, kl + 7);
+    free(huge);
+    free(kk);
+
+    /* a duplicate is refused by a decoder that saved the parser and restores it */
+    kvt_json_t j, save;
+    const char *key;
+    size_t klen;
+    uint64_t u;
+    init(&j, "{\"a\":1,\"b\":2,\"a\":3}");
+    assert_int_equal(kvt_json_object_begin(&j), KVT_OK);
+    assert_int_equal(kvt_json_object_next(&j, &key, &klen), 1);
+    assert_int_equal(kvt_json_u64(&j, &u), KVT_OK);
+    save = j;
+    assert_int_equal(kvt_json_object_next(&j, &key, &klen), 1);
+    assert_string_equal(key, "b");
+    j = save;
+    assert_int_equal(kvt_json_object_next(&j, &key, &klen), 1);
+    assert_int_equal(kvt_json_u64(&j, &u), KVT_OK);
+    assert_int_equal(kvt_json_object_next(&j, &key, &klen), KVT_ERR_INVAL);
+    check_err_state(&j, KVT_ERR_INVAL, 13, "restored");
+}
+
+/* KVT_JSON_MEMBERS_MAX: the keys of all objects open at once; closed ones free theirs. */
+static void test_member_limit(void **state)
+{
+    (void)state;
+    kvt_jbuf_t b;
+    kvt_jbuf_init(&b);
+    /* exactly the limit in one object, then one more */
+    for (unsigned extra = 0; extra < 2; extra++) {
+        kvt_jbuf_reset(&b);
+        kvt_jbuf_cstr(&b, "{");
+        size_t at = 0;
+        for (unsigned i = 0; i < KVT_JSON_MEMBERS_MAX + extra; i++) {
+            if (i > 0)
+                kvt_jbuf_cstr(&b, ",");
+            at = b.len;
+            kvt_jbuf_printf(&b, "\"k%u\":%u", i, i);
+        }
+        kvt_jbuf_cstr(&b, "}");
+        char msg[64];
+        snprintf(msg, sizeof(msg), "more than %u members", KVT_JSON_MEMBERS_MAX);
+        if (extra == 0)
+            expect_both(b.buf, KVT_OK, 0, NULL);
+        else
+            expect_both(b.buf, KVT_ERR_TOO_BIG, at, msg);
+    }
+    /* an outer object's keys and an inner one's count together while both are open */
+    kvt_jbuf_reset(&b);
+    kvt_jbuf_cstr(&b, "{");
+    unsigned outer = KVT_JSON_MEMBERS_MAX - 20;
+    for (unsigned i = 0; i < outer; i++)
+        kvt_jbuf_printf(&b, "\"o%u\":1,", i);
+    kvt_jbuf_cstr(&b, "\"in\":{");
+    size_t at = 0;
+    for (unsigned i = 0; i < 20; i++) { /* outer + "in" + 20 = one over */
+        at = b.len + (i ? 1 : 0);
+        kvt_jbuf_printf(&b, "%s\"i%u\":1", i ? "," : "", i);
+    }
+    kvt_jbuf_cstr(&b, "}}");
+    expect_both(b.buf, KVT_ERR_TOO_BIG, at, NULL);
+    /* many objects one after another: each one's keys go when it closes */
+    kvt_jbuf_reset(&b);
+    kvt_jbuf_cstr(&b, "[");
+    for (unsigned o = 0; o < 100; o++) {
+        kvt_jbuf_cstr(&b, o ? ",{" : "{");
+        for (unsigned i = 0; i + 1 < KVT_JSON_MEMBERS_MAX; i++)
+            kvt_jbuf_printf(&b, "%s\"k%u\":{\"k\":1}", i ? "," : "", i);
+        kvt_jbuf_cstr(&b, "}");
+    }
+    kvt_jbuf_cstr(&b, "]");
+    expect_skip(b.buf, KVT_OK, 0);
+    kvt_jbuf_cleanup(&b);
+}
+
 /* ---- number arrays -------------------------------------------------------------------- */
 
 static void test_u32_array(void **state)
@@ -1129,6 +1284,40 @@ static char *ref_sanitize(const char *s, size_t n, size_t *len_p)
     return out;
 }
 
+/* Whether kid @k's key reads (sanitised, as the parser decodes it) like an earlier kid's. */
+static bool key_taken(const node_t *nd, size_t k)
+{
+    size_t la, lb;
+    char *a = ref_sanitize(nd->kids[k].key, nd->kids[k].klen, &la);
+    bool taken = false;
+    for (size_t i = 0; i < k && !taken; i++) {
+        char *b = ref_sanitize(nd->kids[i].key, nd->kids[i].klen, &lb);
+        taken = la == lb && memcmp(a, b, la) == 0;
+        free(b);
+    }
+    free(a);
+    return taken;
+}
+
+/* A random key for kid @k of object @nd that no earlier kid has (objects are
+ * valid JSON only without duplicate keys). */
+static void gen_key(node_t *nd, size_t k)
+{
+    node_t *c = &nd->kids[k];
+    for (int tries = 0;; tries++) {
+        free(c->key);
+        if (tries < 64) {
+            c->key = rnd_bytes(12, &c->klen);
+        } else {
+            c->key = malloc(32);
+            assert_non_null(c->key);
+            c->klen = (size_t)snprintf(c->key, 32, "#%zu#%d", k, tries);
+        }
+        if (!key_taken(nd, k))
+            return;
+    }
+}
+
 static void gen(node_t *nd, int depth, size_t *budget)
 {
     memset(nd, 0, sizeof(*nd));
@@ -1182,7 +1371,7 @@ static void gen(node_t *nd, int depth, size_t *budget)
                 gen(&nd->kids[k], depth + 1, budget);
             }
             if (nd->kind == N_OBJ)
-                nd->kids[k].key = rnd_bytes(12, &nd->kids[k].klen);
+                gen_key(nd, k);
         }
         break;
     }
@@ -1647,7 +1836,6 @@ static const struct {
     LIT("1e999"),
     LIT("-1e-999"),
     LIT("\"\x7f\""),
-    LIT("{\"a\":1,\"a\":2}"),
     LIT("true"),
     LIT("false"),
     LIT("null"),
@@ -1663,6 +1851,15 @@ static const struct {
     LIT("]"),
     LIT("[1,]"),
     LIT("{\"a\":1,}"),
+    LIT("{\"a\":1,\"a\":2}"),
+    LIT("{\"a\":1,\"\\u0061\":2}"),
+    LIT("{\"\xc3\xa9\":1,\"\\u00e9\":2}"),
+    LIT("{\"\xf0\x9f\x98\x80\":1,\"\\ud83d\\ude00\":2}"),
+    LIT("{\"a\":{\"a\":1},\"b\":[{\"a\":1},{\"a\":1}]}"),
+    LIT("{\"a\":{\"b\":1},\"b\":2}"),
+    LIT("{\"a\":{\"b\":1},\"a\":2}"),
+    LIT("{\"a\\u0000\":1,\"a\":2}"),
+    LIT("{\"\":1,\"\":2}"),
     LIT("{,}"),
     LIT("[,1]"),
     LIT("01"),
@@ -1835,6 +2032,119 @@ static int find_fixture(void)
     return access(g_fixture, R_OK) == 0 && strchr(g_fixture, '\'') == NULL ? 0 : -1;
 }
 
+/*
+ * Duplicate keys against a naive model: objects whose keys come from a small
+ * set of spellings (several of which decode alike), nested at random. The
+ * model decodes every key and compares it with each earlier one of its object.
+ */
+static const struct {
+    const char *text; /* as written between the quotes */
+    int id;           /* equal ids decode alike */
+} g_spellings[] = {
+    {"a", 0},
+    {"\\u0061", 0},
+    {"\\u0041", 1},
+    {"A", 1},
+    {"\xc3\xa9", 2},
+    {"\\u00e9", 2},
+    {"\\u00E9", 2},
+    {"e\\u0301", 3},
+    {"", 4},
+    {"\\u0000", 5},
+    {"\\ud83d\\ude00", 6},
+    {"\xf0\x9f\x98\x80", 6},
+    {"\\\"", 7},
+    {"\\u0022", 7},
+    {"\\/", 8},
+    {"/", 8},
+    {"a\\u0000", 9},
+    {"pod", 10},
+    {"p\\u006fd", 10},
+    {"po", 11},
+};
+
+typedef struct dup_gen {
+    kvt_jbuf_t b;
+    bool dup;           /* the model saw a duplicate (before any other limit) */
+    size_t dup_off;     /* where: the offending key's quote */
+    unsigned open_keys; /* keys of the objects open right now */
+    bool over;          /* the model passed KVT_JSON_MEMBERS_MAX first */
+    size_t over_off;
+} dup_gen_t;
+
+static void dup_value(dup_gen_t *g, int depth)
+{
+    size_t pick = rnd_below(depth < 4 ? 6 : 3);
+    if (pick == 0) {
+        kvt_jbuf_u64(&g->b, rnd_below(100));
+    } else if (pick == 1) {
+        kvt_jbuf_cstr(&g->b, "\"v\"");
+    } else if (pick == 2) {
+        kvt_jbuf_cstr(&g->b, "null");
+    } else if (pick == 3) {
+        size_t n = rnd_below(4);
+        kvt_jbuf_cstr(&g->b, "[");
+        for (size_t i = 0; i < n; i++) {
+            if (i)
+                kvt_jbuf_cstr(&g->b, ",");
+            dup_value(g, depth + 1);
+        }
+        kvt_jbuf_cstr(&g->b, "]");
+    } else {
+        size_t n = rnd_below(8);
+        int ids[8];
+        unsigned base = g->open_keys;
+        kvt_jbuf_cstr(&g->b, "{");
+        for (size_t i = 0; i < n; i++) {
+            size_t sp = rnd_below(sizeof(g_spellings) / sizeof(g_spellings[0]));
+            if (i)
+                kvt_jbuf_cstr(&g->b, ", ");
+            size_t at = g->b.len;
+            kvt_jbuf_cstr(&g->b, "\"");
+            kvt_jbuf_cstr(&g->b, g_spellings[sp].text);
+            kvt_jbuf_cstr(&g->b, "\":");
+            ids[i] = g_spellings[sp].id;
+            for (size_t k = 0; k < i && !g->dup && !g->over; k++)
+                if (ids[k] == ids[i]) {
+                    g->dup = true;
+                    g->dup_off = at;
+                }
+            if (!g->dup && !g->over && ++g->open_keys > KVT_JSON_MEMBERS_MAX) {
+                g->over = true;
+                g->over_off = at;
+            }
+            dup_value(g, depth + 1);
+        }
+        kvt_jbuf_cstr(&g->b, "}");
+        g->open_keys = base;
+    }
+}
+
+static void test_duplicate_keys_random(void **state)
+{
+    (void)state;
+    g_rng = g_seed ^ 0x647570ull;
+    size_t dups = 0, ok = 0;
+    for (int round = 0; round < 20000; round++) {
+        dup_gen_t g;
+        memset(&g, 0, sizeof(g));
+        kvt_jbuf_init(&g.b);
+        kvt_jbuf_cstr(&g.b, "[");
+        dup_value(&g, 1);
+        kvt_jbuf_cstr(&g.b, "]");
+        assert_false(g.b.oom);
+        kvt_status_t want = g.dup ? KVT_ERR_INVAL : g.over ? KVT_ERR_TOO_BIG : KVT_OK;
+        size_t off = g.dup ? g.dup_off : g.over ? g.over_off : 0;
+        expect_skip(g.b.buf, want, off);
+        /* the typed walk (keys decoded) agrees with skip */
+        assert_int_equal(our_verdict(g.b.buf, g.b.len), want == KVT_OK);
+        dups += g.dup;
+        ok += want == KVT_OK;
+        kvt_jbuf_cleanup(&g.b);
+    }
+    assert_true(dups > 1000 && ok > 1000);
+}
+
 static bool g_python_ran;
 static char g_python_why[256];
 
@@ -1952,6 +2262,8 @@ int main(void)
         cmocka_unit_test(test_usage_errors),
         cmocka_unit_test(test_whitespace_and_end),
         cmocka_unit_test(test_skip),
+        cmocka_unit_test(test_duplicate_keys),
+        cmocka_unit_test(test_member_limit),
         cmocka_unit_test(test_u32_array),
         cmocka_unit_test(test_u32_array_random),
         cmocka_unit_test(test_hash_array),
@@ -1959,6 +2271,7 @@ int main(void)
         cmocka_unit_test(test_put_numbers),
         cmocka_unit_test(test_writer),
         cmocka_unit_test(test_round_trip_random),
+        cmocka_unit_test(test_duplicate_keys_random),
         cmocka_unit_test(test_python_agreement),
     };
     int failed = cmocka_run_group_tests_name("json", tests, NULL, NULL);
