@@ -203,6 +203,23 @@ size_t kvt_json_offset(const kvt_json_t *j)
     return j->err == KVT_OK ? j->pos : j->err_off;
 }
 
+void kvt_json_mark(const kvt_json_t *j, kvt_json_mark_t *m)
+{
+    *m = (kvt_json_mark_t){j->pos, j->depth, j->nmembers, j->expect};
+}
+
+void kvt_json_rewind(kvt_json_t *j, const kvt_json_mark_t *m)
+{
+    /* the open containers' is_obj bits and remembered keys below the mark are intact */
+    j->pos = m->pos;
+    j->depth = m->depth;
+    j->nmembers = m->nmembers;
+    j->expect = m->expect;
+    j->err = KVT_OK;
+    j->err_off = 0;
+    j->msg[0] = '\0';
+}
+
 /* ---- strings -------------------------------------------------------------------------- */
 
 /*

@@ -204,6 +204,28 @@ const char *kvt_json_error(const kvt_json_t *j);
 size_t kvt_json_offset(const kvt_json_t *j);
 
 /*
+ * A place in the text to come back to with kvt_json_rewind(): a few words,
+ * where copying the whole reader costs more than a kilobyte.
+ */
+typedef struct kvt_json_mark {
+    size_t pos;
+    uint32_t depth;
+    uint32_t nmembers;
+    int expect;
+} kvt_json_mark_t;
+
+/* Remembers where @j is (it must not be in error). */
+void kvt_json_mark(const kvt_json_t *j, kvt_json_mark_t *m);
+
+/*
+ * Returns @j to mark @m and forgets any error since. Valid while every
+ * container open at @m is still open (the reader may be deeper inside them,
+ * or have opened and closed others): e.g. to read a value again, or to skip
+ * a string that kvt_json_string() found too long for its buffer.
+ */
+void kvt_json_rewind(kvt_json_t *j, const kvt_json_mark_t *m);
+
+/*
  * Writer: an append-only growing buffer. buf is NUL-terminated whenever it
  * is not NULL (the NUL is not counted in len). The first failed allocation
  * sets oom; from then on appends do nothing until kvt_jbuf_reset(). The

@@ -302,11 +302,12 @@ static kvt_status_t kvt_evj_type(kvt_evj_t *d, int *type_p)
             return kvt_evj_ev_json_fail(d, NULL);
         return kvt_evj_ev_fail(d, KVT_ERR_INVAL, "field 'type' must be a string");
     }
-    const kvt_json_t save = d->j; /* TOO_BIG is sticky: come back and skip instead */
+    kvt_json_mark_t save; /* TOO_BIG is sticky: come back and skip instead */
+    kvt_json_mark(&d->j, &save);
     if (kvt_json_string(&d->j, name, sizeof(name), &n) != KVT_OK) {
         if (kvt_json_status(&d->j) != KVT_ERR_TOO_BIG)
             return kvt_evj_ev_json_fail(d, NULL);
-        d->j = save;
+        kvt_json_rewind(&d->j, &save);
         if (kvt_json_skip(&d->j) != KVT_OK)
             return kvt_evj_ev_json_fail(d, NULL);
         *type_p = KVT_EVJ_T_UNKNOWN;
@@ -354,11 +355,13 @@ static kvt_status_t kvt_evj_medium(kvt_evj_t *d, kvt_event_t *ev)
             return kvt_evj_ev_json_fail(d, "medium");
         return kvt_evj_ev_fail(d, KVT_ERR_INVAL, "field 'medium' must be a string or null");
     }
-    const kvt_json_t save = d->j;
+    kvt_json_mark_t save;
+    kvt_json_mark(&d->j, &save);
     if (kvt_json_string(&d->j, name, sizeof(name), &n) != KVT_OK) {
         if (kvt_json_status(&d->j) != KVT_ERR_TOO_BIG)
             return kvt_evj_ev_json_fail(d, "medium");
-        d->j = save; /* a name this long is no medium kvtier knows: skip it, keep its start */
+        kvt_json_rewind(
+            &d->j, &save); /* a name this long is no medium kvtier knows: skip it, keep its start */
         if (kvt_json_skip(&d->j) != KVT_OK)
             return kvt_evj_ev_json_fail(d, "medium");
         n = 0;
@@ -397,11 +400,12 @@ static kvt_status_t kvt_evj_locality(kvt_evj_t *d, kvt_event_t *ev)
             return kvt_evj_ev_json_fail(d, "locality");
         return kvt_evj_ev_fail(d, KVT_ERR_INVAL, "field 'locality' must be a string or null");
     }
-    const kvt_json_t save = d->j;
+    kvt_json_mark_t save;
+    kvt_json_mark(&d->j, &save);
     if (kvt_json_string(&d->j, name, sizeof(name), &n) != KVT_OK) {
         if (kvt_json_status(&d->j) != KVT_ERR_TOO_BIG)
             return kvt_evj_ev_json_fail(d, "locality");
-        d->j = save; /* longer than "REMOTE": some other locality */
+        kvt_json_rewind(&d->j, &save); /* longer than "REMOTE": some other locality */
         return kvt_json_skip(&d->j) == KVT_OK ? KVT_OK : kvt_evj_ev_json_fail(d, "locality");
     }
     if (n == 6 && strncasecmp(name, "REMOTE", 6) == 0 && ev->skip == KVT_EV_SKIP_NONE)
@@ -424,11 +428,12 @@ static kvt_status_t kvt_evj_kind(kvt_evj_t *d, kvt_event_t *ev)
         return kvt_evj_ev_fail(d, KVT_ERR_INVAL,
                                "field 'kv_cache_spec_kind' must be a string or null");
     }
-    const kvt_json_t save = d->j;
+    kvt_json_mark_t save;
+    kvt_json_mark(&d->j, &save);
     if (kvt_json_string(&d->j, name, sizeof(name), &n) != KVT_OK) {
         if (kvt_json_status(&d->j) != KVT_ERR_TOO_BIG)
             return kvt_evj_ev_json_fail(d, "kv_cache_spec_kind");
-        d->j = save; /* longer than any kind kvtier knows */
+        kvt_json_rewind(&d->j, &save); /* longer than any kind kvtier knows */
         return kvt_json_skip(&d->j) == KVT_OK ? KVT_OK
                                               : kvt_evj_ev_json_fail(d, "kv_cache_spec_kind");
     }
@@ -478,13 +483,14 @@ static kvt_status_t kvt_evj_extras(kvt_evj_t *d, size_t from, size_t to, kvt_eve
             bool lone_nul = false;
             while ((r = kvt_json_array_next(&x)) == 1) {
                 size_t a = kvt_json_offset(&x);
-                const kvt_json_t save = x;
+                kvt_json_mark_t save;
+                kvt_json_mark(&x, &save);
                 char buf[KVT_IDX_MAX_NAME + 1];
                 size_t n = 0;
                 if (kvt_json_peek(&x) == KVT_JSON_STRING &&
                     kvt_json_string(&x, buf, sizeof(buf), &n) == KVT_OK) {
-                    bool lora = nkey == 0 && ev->lora_name != NULL &&
-                                strlen(ev->lora_name) == n && memcmp(ev->lora_name, buf, n) == 0;
+                    bool lora = nkey == 0 && ev->lora_name != NULL && strlen(ev->lora_name) == n &&
+                                memcmp(ev->lora_name, buf, n) == 0;
                     nkey++;
                     if (lora)
                         continue;
@@ -496,7 +502,7 @@ static kvt_status_t kvt_evj_extras(kvt_evj_t *d, size_t from, size_t to, kvt_eve
                     continue;
                 }
                 if (kvt_json_status(&x) == KVT_ERR_TOO_BIG)
-                    x = save; /* a string over 255 bytes: hashed as raw text */
+                    kvt_json_rewind(&x, &save); /* a string over 255 bytes: hashed as raw text */
                 if (kvt_json_status(&x) != KVT_OK || kvt_json_skip(&x) != KVT_OK)
                     break;
                 XXH3_64bits_update(&h, x.s + a, kvt_json_offset(&x) - a);
@@ -610,9 +616,7 @@ static kvt_status_t kvt_evj_event(kvt_evj_t *d, int given, kvt_event_t *ev, int 
                 return kvt_evj_ev_json_fail(d, NULL);
             continue;
         }
-        if (seen & f)
-            return kvt_evj_ev_fail(d, KVT_ERR_INVAL, "duplicate field '%s'", key);
-        seen |= f;
+        seen |= f; /* each field has one key, and the reader refuses a key given twice */
         switch (f) {
         case KVT_EVJ_F_TYPE:
             st = kvt_evj_type(d, &type);
@@ -797,7 +801,7 @@ static kvt_status_t kvt_evj_event(kvt_evj_t *d, int given, kvt_event_t *ev, int 
 /*
  * Scans the event object that is due for its "type" alone (a second look
  * after a field error). Sets *type_p; fails on a syntax error and on a
- * missing, duplicate or non-string type.
+ * missing or non-string type.
  */
 static kvt_status_t kvt_evj_find_type(kvt_evj_t *d, int *type_p)
 {
@@ -808,8 +812,6 @@ static kvt_status_t kvt_evj_find_type(kvt_evj_t *d, int *type_p)
     kvt_json_object_begin(&d->j);
     while ((r = kvt_json_object_next(&d->j, &key, &klen)) == 1) {
         if (kvt_evj_key_is(key, klen, "type")) {
-            if (type != KVT_EVJ_T_UNSEEN)
-                return kvt_evj_ev_fail(d, KVT_ERR_INVAL, "duplicate field 'type'");
             kvt_status_t st = kvt_evj_type(d, &type);
             if (st != KVT_OK)
                 return st;
@@ -833,7 +835,8 @@ static kvt_status_t kvt_evj_one(kvt_evj_t *d)
             return kvt_evj_ev_json_fail(d, NULL);
         return kvt_evj_ev_fail(d, KVT_ERR_INVAL, "an event must be an object");
     }
-    const kvt_json_t save = d->j;
+    kvt_json_mark_t save;
+    kvt_json_mark(&d->j, &save);
     const size_t bump0 = d->bump, items0 = d->items;
     kvt_event_t ev;
     int type;
@@ -843,14 +846,14 @@ static kvt_status_t kvt_evj_one(kvt_evj_t *d)
     if (st != KVT_OK && type == KVT_EVJ_T_UNSEEN && kvt_json_status(&d->j) != KVT_ERR_PARSE) {
         /* A field failed before the type was known: does the type care? A syntax
          * error is fatal whatever the type, so it skips this. */
-        d->j = save;
+        kvt_json_rewind(&d->j, &save);
         st = kvt_evj_find_type(d, &type);
         if (st != KVT_OK)
             return st;
         if (type == KVT_EVJ_T_UNKNOWN) {
             consumed = false;
         } else {
-            d->j = save;
+            kvt_json_rewind(&d->j, &save);
             d->bump = bump0;
             d->items = items0;
             st = kvt_evj_event(d, type, &ev, &type, &consumed);
@@ -891,8 +894,7 @@ static kvt_status_t kvt_evj_events(kvt_evj_t *d)
 
 /* ---- the batch ------------------------------------------------------------------------ */
 
-
-/* Top-level fields (bits), to catch duplicates and missing ones. */
+/* Top-level fields (bits), to catch missing ones (the reader refuses duplicate keys). */
 enum {
     KVT_EVJ_TOP_POD = 1u << 0,
     KVT_EVJ_TOP_MODEL = 1u << 1,
@@ -928,11 +930,10 @@ static kvt_status_t kvt_evj_top(kvt_evj_t *d, kvt_evbatch_t *out)
         for (size_t i = 0; i < sizeof(fields) / sizeof(fields[0]); i++)
             if (kvt_evj_key_is(key, klen, fields[i].name))
                 f = fields[i].bit;
-        if (f == 0 || (seen & f)) {
+        if (f == 0) {
             char shown[48];
             kvt_evj_printable(key, klen, shown, sizeof(shown));
-            return kvt_evj_fail(d, KVT_ERR_INVAL, "%s field '%s'", f == 0 ? "unknown" : "duplicate",
-                                shown);
+            return kvt_evj_fail(d, KVT_ERR_INVAL, "unknown field '%s'", shown);
         }
         seen |= f;
         switch (f) {
