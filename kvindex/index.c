@@ -1833,19 +1833,18 @@ static void idx_trim(kvt_idx_t *idx)
 }
 
 /*
- * Room for @bytes of pods' and namespaces' memory, which may use the reserve
- * (admin_reserve()). Between writes only: it may give memory back
- * (idx_trim()) once eviction has nothing left to free.
+ * Room for @bytes of pods' and namespaces' memory: what the budget has free,
+ * the reserve (admin_reserve()) included, after giving back what drops left
+ * (idx_trim(); between writes only). Blocks are not evicted for it: that
+ * frees slab slots, not bytes, so it would empty much of the index before a
+ * table shrank enough; past the reserve, creation is refused instead.
  */
 static bool room_admin(kvt_idx_t *idx, size_t bytes)
 {
-    while (over_limit(idx, bytes, 0)) {
-        if (evict_batch(idx) == 0) {
-            idx_trim(idx);
-            return !over_limit(idx, bytes, 0);
-        }
-    }
-    return true;
+    if (!over_limit(idx, bytes, 0))
+        return true;
+    idx_trim(idx);
+    return !over_limit(idx, bytes, 0);
 }
 
 /* ---- public API -------------------------------------------------------------- */

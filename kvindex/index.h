@@ -15,12 +15,16 @@
  * epoch-based reclamation).
  *
  * Memory: every byte the index allocates is counted (kvt_idx_stats_t.bytes):
- * blocks, tables, pods, namespaces and their names. With a budget, the writer
- * evicts least-recently-used leaf blocks (blocks no other block extends)
- * before it would grow past the budget, so a chain is never cut in the
- * middle; what cannot be made room for is refused (blocks: dropped; pods and
- * namespaces: KVT_ERR_NO_SPACE). Dropping pods and namespaces returns their
- * memory.
+ * blocks, tables, pods, namespaces and their names. With a budget, blocks
+ * and their tables use at most 31/32 of it: before growing further the
+ * writer evicts least-recently-used leaf blocks (blocks no other block
+ * extends), so a chain is never cut in the middle; blocks that cannot be
+ * made room for are not stored (kvt_idx_stats_t.dropped). The last 1/32 is
+ * kept for pods, namespaces and their names, which may also use whatever
+ * else is free; creating one that does not fit fails with KVT_ERR_NO_SPACE
+ * (kvt_idx_stats_t.refused) rather than evicting blocks, which would free
+ * slab slots, not bytes. Dropping pods and namespaces returns their memory,
+ * and what the index no longer needs after that.
  *
  * Namespace ids: a namespace's id is (generation << 16 | slot). Slots of
  * dropped namespaces are reused, under a new generation, so an id taken
@@ -113,8 +117,8 @@ void kvt_idx_destroy(kvt_idx_t *idx);
  * @block_size 0 the namespace must exist (KVT_ERR_NOT_FOUND otherwise).
  * Names longer than KVT_IDX_MAX_NAME: KVT_ERR_TOO_BIG. Creating one takes the
  * lowest free slot; KVT_ERR_LIMIT when KVT_IDX_MAX_NS are live,
- * KVT_ERR_NO_SPACE when its memory does not fit the budget even after
- * evicting every evictable block (counted in kvt_idx_stats_t.refused).
+ * KVT_ERR_NO_SPACE when its memory does not fit the budget (counted in
+ * kvt_idx_stats_t.refused; see the budget note at the top).
  * Finding or creating it counts as a use (kvt_idx_ns_last_use()).
  */
 kvt_status_t kvt_idx_ns_get(kvt_idx_t *idx, const char *model, const char *lora,
@@ -175,8 +179,8 @@ uint64_t kvt_idx_salted_key(const kvt_idx_t *idx, uint32_t ns, uint64_t key);
 /*
  * Writer. Finds or creates the pod (@name, @dp_rank) and returns its dense id.
  * Ids of dropped pods are reused. KVT_ERR_LIMIT past KVT_IDX_MAX_PODS,
- * KVT_ERR_NO_SPACE when the pod's memory does not fit the budget even after
- * evicting every evictable block (counted in kvt_idx_stats_t.refused).
+ * KVT_ERR_NO_SPACE when the pod's memory does not fit the budget (counted in
+ * kvt_idx_stats_t.refused; see the budget note at the top).
  * Creating a pod counts as a write (kvt_idx_pod_last_write()).
  */
 kvt_status_t kvt_idx_pod_get(kvt_idx_t *idx, const char *name, uint32_t dp_rank, uint32_t *pod_p);
