@@ -208,7 +208,7 @@ static bool over_limit(kvt_idx_t *idx, uint64_t extra, uint64_t keep)
  */
 static uint64_t admin_reserve(const kvt_idx_t *idx)
 {
-    return idx->cfg.budget_bytes / 32;
+    return idx->cfg.budget_bytes / 64;
 }
 
 /* True when block data growing by @extra bytes would break the budget (its reserve kept). */

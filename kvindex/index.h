@@ -16,10 +16,10 @@
  *
  * Memory: every byte the index allocates is counted (kvt_idx_stats_t.bytes):
  * blocks, tables, pods, namespaces and their names. With a budget, blocks
- * and their tables use at most 31/32 of it: before growing further the
+ * and their tables use at most 63/64 of it: before growing further the
  * writer evicts least-recently-used leaf blocks (blocks no other block
  * extends), so a chain is never cut in the middle; blocks that cannot be
- * made room for are not stored (kvt_idx_stats_t.dropped). The last 1/32 is
+ * made room for are not stored (kvt_idx_stats_t.dropped). The last 1/64 is
  * kept for pods, namespaces and their names, which may also use whatever
  * else is free; creating one that does not fit fails with KVT_ERR_NO_SPACE
  * (kvt_idx_stats_t.refused) rather than evicting blocks, which would free
@@ -28,10 +28,10 @@
  *
  * Namespace ids: a namespace's id is (generation << 16 | slot). Slots of
  * dropped namespaces are reused, under a new generation, so an id taken
- * before a drop never names the namespace that reuses its slot: queries with
- * it answer nothing, writer calls fail with KVT_ERR_INVAL or
- * KVT_ERR_NOT_FOUND. A slot used for the first time has generation 0, so
- * without drops the ids are 0, 1, 2, ...
+ * before a drop never names the namespace that reuses its slot (until 65534
+ * later reuses wrap the generation): queries with it answer nothing, writer
+ * calls fail with KVT_ERR_INVAL or KVT_ERR_NOT_FOUND. A slot used for the
+ * first time has generation 0, so without drops the ids are 0, 1, 2, ...
  */
 #ifndef KVT_KVINDEX_INDEX_H
 #define KVT_KVINDEX_INDEX_H
