@@ -50,7 +50,6 @@ typedef struct kvt_pod {
 typedef struct ns_w {
     char *model; /* NULL: slot free */
     char *lora;
-    size_t name_bytes; /* both names */
     uint64_t salt;
     uint64_t blocks;   /* live nodes whose side-array slot is this one */
     uint64_t last_use; /* index clock (ms) of its creation or last use */
@@ -627,7 +626,7 @@ static kvt_podset_t *set_new(kvt_idx_t *idx, uint32_t cap)
  */
 static kvt_status_t set_handle_reserve(kvt_idx_t *idx)
 {
-    if (idx->nset_free > 0 || idx->sets_used % SET_CHUNK != 0)
+    if (idx->nset_free > 0 || idx->sets_used < idx->sh.sets->n * SET_CHUNK)
         return KVT_OK;
     size_t chunk_bytes = SET_CHUNK * sizeof(kvt_podset_t *);
     uint32_t fcap = idx->sets_used + SET_CHUNK;
@@ -637,6 +636,7 @@ static kvt_status_t set_handle_reserve(kvt_idx_t *idx)
         return KVT_ERR_NO_SPACE;
     if (idx->nset_free > 0)
         return KVT_OK; /* eviction freed one */
+    /* the new chunk's handles: sets_used .. sets_used + SET_CHUNK - 1 */
     if (fcap > idx->set_free_cap) {
         if (acct_resize(idx, (void **)&idx->set_free, sizeof(uint32_t), idx->nset_free,
                         idx->set_free_cap, fcap) != KVT_OK)
@@ -650,7 +650,6 @@ static kvt_status_t set_handle_reserve(kvt_idx_t *idx)
         acct_free(idx, c, chunk_bytes);
         return KVT_ERR_NO_MEM;
     }
-    /* the chunk's handles are sets_used .. sets_used + SET_CHUNK - 1, handed out in order */
     return KVT_OK;
 }
 
@@ -2003,7 +2002,7 @@ kvt_status_t kvt_idx_ns_get(kvt_idx_t *idx, const char *model, const char *lora,
     /* the very first namespace has salt 0: its keys are the sequence keys themselves */
     uint64_t salt = idx->ns_hw == 0 ? 0 : kvt_mix64(h | 1);
     uint32_t id = NS_ID(gen, slot);
-    idx->nsw[slot] = (ns_w_t){m, l, b1 + b2, salt, 0, idx->now_ms, id, block_size};
+    idx->nsw[slot] = (ns_w_t){m, l, salt, 0, idx->now_ms, id, block_size};
     kvt_ns_t *r = dir_ns(idx->sh.nss, slot);
     /* the slot reads free (since its drop or its chunk's creation) while the salt changes */
     __atomic_store_n(&r->id, NS_ID_FREE, __ATOMIC_RELAXED);
@@ -2064,7 +2063,7 @@ kvt_status_t kvt_idx_ns_drop(kvt_idx_t *idx, uint32_t ns, uint64_t *blocks_p)
         nmap_del(idx, &idx->ns_map, mi);
     acct_strfree(idx, w->model);
     acct_strfree(idx, w->lora);
-    *w = (ns_w_t){NULL, NULL, 0, 0, 0, 0, NS_ID_FREE, 0};
+    *w = (ns_w_t){NULL, NULL, 0, 0, 0, NS_ID_FREE, 0};
     idx->ns_live--;
     if (slot < idx->ns_hint)
         idx->ns_hint = slot;
