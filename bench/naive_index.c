@@ -491,10 +491,11 @@ size_t kvt_naive_store_by_ehash(kvt_naive_t *n, uint32_t pod, unsigned tier,
     return unresolved;
 }
 
-size_t kvt_naive_remove(kvt_naive_t *n, uint32_t pod, unsigned tiers, const uint64_t *ehashes,
-                        size_t count)
+size_t kvt_naive_remove_report(kvt_naive_t *n, uint32_t pod, unsigned tiers,
+                               const uint64_t *ehashes, size_t count, kvt_idx_gone_t *gone,
+                               size_t *ngone_p)
 {
-    size_t unresolved = 0;
+    size_t unresolved = 0, ngone = 0;
     tiers &= KVT_TIER_ALL;
     for (size_t i = 0; i < count; i++) {
         /* the pod may be freed by the previous iteration */
@@ -504,10 +505,46 @@ size_t kvt_naive_remove(kvt_naive_t *n, uint32_t pod, unsigned tiers, const uint
             unresolved++;
             continue;
         }
+        if (gone != NULL && (e->tiers & tiers) != 0 && (e->tiers & ~tiers) == 0)
+            gone[ngone++] =
+                (kvt_idx_gone_t){ehashes[i], e->holder->block->key, 0, e->holder->block->ns, 0};
         nv_ehash_untier(n, p, e, tiers);
         nv_pod_maybe_free(n, pod);
     }
+    if (ngone_p != NULL)
+        *ngone_p = ngone;
     return unresolved;
+}
+
+size_t kvt_naive_remove(kvt_naive_t *n, uint32_t pod, unsigned tiers, const uint64_t *ehashes,
+                        size_t count)
+{
+    return kvt_naive_remove_report(n, pod, tiers, ehashes, count, NULL, NULL);
+}
+
+uint64_t kvt_naive_ns_drop(kvt_naive_t *n, uint32_t ns)
+{
+    /* collect first: evicting frees blocks and may resize the bucket array */
+    uint64_t *keys = NULL;
+    size_t nk = 0, cap = 0;
+    for (size_t b = 0; n->buckets != NULL && b < n->nbuckets; b++) {
+        for (const nv_block_t *blk = n->buckets[b]; blk != NULL; blk = blk->next) {
+            if (blk->ns != ns)
+                continue;
+            if (nk == cap) {
+                cap = cap ? cap * 2 : 64;
+                uint64_t *k2 = realloc(keys, cap * sizeof(*keys));
+                if (k2 == NULL)
+                    nv_oom(cap * sizeof(*keys));
+                keys = k2;
+            }
+            keys[nk++] = blk->key;
+        }
+    }
+    for (size_t i = 0; i < nk; i++)
+        kvt_naive_evict(n, ns, keys[i]);
+    free(keys);
+    return nk;
 }
 
 void kvt_naive_pod_clear(kvt_naive_t *n, uint32_t pod, unsigned tiers)

@@ -78,6 +78,24 @@ size_t kvt_naive_remove(kvt_naive_t *n, uint32_t pod, unsigned tiers, const uint
                         size_t count);
 
 /*
+ * kvt_naive_remove(), and for every ehash whose mapping it drops (no tier
+ * left), in order, one element of @gone (room for @count; NULL: no report):
+ * ehash, ns and key of the block it mapped; has_parent and parent_key are 0
+ * (the model keeps no chains). *@ngone_p (may be NULL) gets the count.
+ * Returns what kvt_naive_remove() returns.
+ */
+size_t kvt_naive_remove_report(kvt_naive_t *n, uint32_t pod, unsigned tiers,
+                               const uint64_t *ehashes, size_t count, kvt_idx_gone_t *gone,
+                               size_t *ngone_p);
+
+/*
+ * Every pod forgets every block of namespace @ns: all its ehashes mapping to
+ * one and its speculative marks on them. Returns the number of blocks of @ns
+ * that had an entry.
+ */
+uint64_t kvt_naive_ns_drop(kvt_naive_t *n, uint32_t ns);
+
+/*
  * kvt_naive_remove(@pod, @tiers, h) for every ehash h of the pod; with
  * @tiers == KVT_TIER_ALL it also drops all the pod's speculative marks.
  */

@@ -43,7 +43,19 @@ typedef struct kvt_pod {
     uint32_t live, tomb;
     kvt_group_t *g; /* slots: node index, or ALIAS_BIT | alias index; NULL: no table */
     uint64_t entries;
+    uint64_t last_write; /* index clock (ms) of its creation or last write */
 } kvt_pod_t;
+
+/* Writer-only part of a namespace slot (readers' part is kvt_ns_t). */
+typedef struct ns_w {
+    char *model; /* NULL: slot free */
+    char *lora;
+    uint64_t salt;
+    uint64_t blocks;   /* live nodes whose side-array slot is this one */
+    uint64_t last_use; /* index clock (ms) of its creation or last use */
+    uint32_t id;       /* current id (NS_ID_FREE while free) */
+    uint32_t block_size;
+} ns_w_t;
 
 /* Open-addressing map from a 64-bit name hash to a u32 id (pods, namespaces). */
 typedef struct name_map {
@@ -62,6 +74,9 @@ struct kvt_idx {
 
     kvt_node_t **slabs; /* 2 MiB slabs; node chunk c is in slab c / NODE_SLAB_CHUNKS */
     uint32_t nslabs, slabs_cap;
+    uint16_t **node_ns; /* per node chunk: each node's namespace slot (writer only) */
+    uint32_t node_ns_cap;
+    uint64_t trim_below; /* try giving back node slabs once live_nodes is at most this */
 
     uint32_t node_free;  /* free-list head */
     uint32_t nodes_used; /* node indices handed out so far */
@@ -74,6 +89,7 @@ struct kvt_idx {
 
     kvt_alias_t *alias;
     uint32_t alias_used, alias_cap, alias_free;
+    uint32_t alias_live;
 
     spec_item_t *spec; /* ring buffer, expiry order */
     size_t spec_head, spec_len, spec_cap;
@@ -86,7 +102,14 @@ struct kvt_idx {
     name_map_t pod_map;
     name_map_t ns_map;
 
-    uint64_t entries, evicted, spec_live, dropped;
+    ns_w_t *nsw; /* per namespace slot, nsw_cap allocated, sh.nns in use */
+    uint32_t nsw_cap;
+    uint32_t ns_live; /* namespaces not dropped */
+    uint32_t ns_hw;   /* slots ever used: a slot below this gets a new generation */
+    uint32_t ns_gen;  /* last generation handed to a reused slot */
+    uint32_t ns_hint; /* no free slot below this */
+
+    uint64_t entries, evicted, spec_live, dropped, refused;
     uint64_t tier_entries[3]; /* entries whose effective tiers include GPU, CPU, DISK */
     uint32_t npods_live;
 
@@ -158,10 +181,60 @@ static uint64_t total_bytes(const kvt_idx_t *idx)
     return idx->bytes + idx->sh.ebr.limbo_bytes;
 }
 
-/* True when growing by @extra bytes would break the budget. */
-static bool over_budget(const kvt_idx_t *idx, uint64_t extra)
+/*
+ * True when growing by @extra bytes would leave less than @keep of the budget
+ * free. Retired memory counts until it is freed, so first free what readers
+ * no longer hold.
+ */
+static bool over_limit(kvt_idx_t *idx, uint64_t extra, uint64_t keep)
 {
-    return idx->cfg.budget_bytes != 0 && total_bytes(idx) + extra > idx->cfg.budget_bytes;
+    uint64_t budget = idx->cfg.budget_bytes;
+    if (budget == 0 || total_bytes(idx) + extra + keep <= budget)
+        return false;
+    if (idx->sh.ebr.limbo_bytes == 0)
+        return true;
+    kvt_ebr_reclaim(&idx->sh.ebr);
+    return total_bytes(idx) + extra + keep > budget;
+}
+
+/*
+ * Evicting a block frees its node's slot in the slab and its table slots,
+ * but returns bytes only when a table shrinks (below 1/8 full) or the slab's
+ * tail empties: making room for anything but blocks by eviction alone would
+ * evict most of the index. So blocks and their tables (node chunks, key and
+ * pod tables, holder sets, aliases, the speculative ring) leave this much of
+ * the budget free, for pods, namespaces and their names and maps.
+ */
+static uint64_t admin_reserve(const kvt_idx_t *idx)
+{
+    return idx->cfg.budget_bytes / 64;
+}
+
+/* True when block data growing by @extra bytes would break the budget (its reserve kept). */
+static bool over_budget(kvt_idx_t *idx, uint64_t extra)
+{
+    return over_limit(idx, extra, admin_reserve(idx));
+}
+
+/*
+ * Replaces the array *@arrp of @old_n elements of @elem bytes (@old_cap
+ * allocated) with one of @cap, keeping the first @old_n. Counted. The old
+ * array is freed (writer-only arrays). KVT_ERR_NO_MEM leaves it as it was.
+ */
+static kvt_status_t acct_resize(kvt_idx_t *idx, void **arrp, size_t elem, size_t old_n,
+                                size_t old_cap, size_t cap)
+{
+    void *na = NULL;
+    if (cap > 0) {
+        na = acct_alloc(idx, cap * elem);
+        if (na == NULL)
+            return KVT_ERR_NO_MEM;
+        if (old_n > 0)
+            memcpy(na, *arrp, (old_n < cap ? old_n : cap) * elem);
+    }
+    acct_free(idx, *arrp, old_cap * elem);
+    *arrp = na;
+    return KVT_OK;
 }
 
 /* ---- nodes -------------------------------------------------------------- */
@@ -223,44 +296,87 @@ static kvt_dir_t *dir_new(kvt_idx_t *idx)
     return d;
 }
 
+/* Bytes dir_append() on @d allocates: a directory twice as big when @d is full. */
+static size_t dir_grow_bytes(const kvt_dir_t *d)
+{
+    return d->n == d->cap ? dir_bytes(d->cap * 2) : 0;
+}
+
 static size_t evict_batch(kvt_idx_t *idx);
 static bool room(kvt_idx_t *idx, size_t bytes);
 
 /*
  * Node chunks are carved, NODE_SLAB_CHUNKS at a time, from 2 MiB-aligned
- * slabs, and freed only with the index. A slab is left on ordinary pages
- * (only the chunks handed out are touched, and counted) until its last chunk
- * is handed out; then it is collapsed into one huge page (MADV_COLLAPSE,
- * Linux 6.1+; elsewhere it stays as it is).
+ * slabs. A slab is left on ordinary pages (only the chunks handed out are
+ * touched, and counted) until its last chunk is handed out; then it is
+ * collapsed into one huge page (MADV_COLLAPSE, Linux 6.1+; elsewhere it
+ * stays as it is). Slabs at the end whose nodes are all free are given back
+ * (nodes_trim()).
  */
 #define NODE_SLAB_CHUNKS ((uint32_t)(KVT_HUGE / (NODE_CHUNK * sizeof(kvt_node_t))))
+#define NODE_SLAB_NODES (NODE_SLAB_CHUNKS * NODE_CHUNK)
+#define NODE_CHUNK_BYTES ((size_t)NODE_CHUNK * sizeof(kvt_node_t))
+#define NODE_NS_BYTES ((size_t)NODE_CHUNK * sizeof(uint16_t))
 
-static kvt_node_t *node_chunk_alloc(kvt_idx_t *idx)
+/* Namespace slot of node @nid (side array). */
+static inline uint16_t *node_ns(kvt_idx_t *idx, uint32_t nid)
 {
-    uint32_t c = idx->sh.nodes->n; /* the chunk about to be appended */
+    return &idx->node_ns[nid >> NODE_CHUNK_SHIFT][nid & (NODE_CHUNK - 1)];
+}
+
+/* Bytes node_chunk_add() allocates (the chunk, its side array and any array that must grow). */
+static size_t node_chunk_need(const kvt_idx_t *idx)
+{
+    uint32_t c = idx->sh.nodes->n;
+    size_t need = NODE_CHUNK_BYTES + NODE_NS_BYTES + dir_grow_bytes(idx->sh.nodes);
+    if (c == idx->node_ns_cap)
+        need += (size_t)(idx->node_ns_cap ? idx->node_ns_cap * 2 : 16) * sizeof(uint16_t *);
+    if (c % NODE_SLAB_CHUNKS == 0 && idx->nslabs == idx->slabs_cap)
+        need += (size_t)(idx->slabs_cap ? idx->slabs_cap * 2 : 8) * sizeof(kvt_node_t *);
+    return need;
+}
+
+/* Appends node chunk number sh.nodes->n (free nodes), its side array, and publishes it. */
+static kvt_status_t node_chunk_add(kvt_idx_t *idx)
+{
+    uint32_t c = idx->sh.nodes->n;
+    if (c == idx->node_ns_cap) {
+        uint32_t ncap = idx->node_ns_cap ? idx->node_ns_cap * 2 : 16;
+        if (acct_resize(idx, (void **)&idx->node_ns, sizeof(uint16_t *), c, idx->node_ns_cap,
+                        ncap) != KVT_OK)
+            return KVT_ERR_NO_MEM;
+        idx->node_ns_cap = ncap;
+    }
     if (c % NODE_SLAB_CHUNKS == 0 && c / NODE_SLAB_CHUNKS == idx->nslabs) {
         if (idx->nslabs == idx->slabs_cap) {
             uint32_t ncap = idx->slabs_cap ? idx->slabs_cap * 2 : 8;
-            kvt_node_t **ns = realloc(idx->slabs, ncap * sizeof(*ns));
-            if (ns == NULL)
-                return NULL;
-            idx->slabs = ns;
+            if (acct_resize(idx, (void **)&idx->slabs, sizeof(kvt_node_t *), idx->nslabs,
+                            idx->slabs_cap, ncap) != KVT_OK)
+                return KVT_ERR_NO_MEM;
             idx->slabs_cap = ncap;
         }
         kvt_node_t *slab = aligned_alloc(KVT_HUGE, KVT_HUGE);
         if (slab == NULL)
-            return NULL;
+            return KVT_ERR_NO_MEM;
         idx->slabs[idx->nslabs++] = slab;
     }
-    idx->bytes += NODE_CHUNK * sizeof(kvt_node_t);
-    return idx->slabs[c / NODE_SLAB_CHUNKS] + (size_t)(c % NODE_SLAB_CHUNKS) * NODE_CHUNK;
-}
-
-/* Called once chunk @c is initialized and appended. */
-static void node_chunk_done(kvt_idx_t *idx, uint32_t c)
-{
+    uint16_t *nsc = acct_alloc(idx, NODE_NS_BYTES);
+    if (nsc == NULL)
+        return KVT_ERR_NO_MEM; /* the slab stays for the next try */
+    kvt_node_t *chunk =
+        idx->slabs[c / NODE_SLAB_CHUNKS] + (size_t)(c % NODE_SLAB_CHUNKS) * NODE_CHUNK;
+    for (uint32_t i = 0; i < NODE_CHUNK; i++)
+        chunk[i].pods = PODS_FREE;
+    if (dir_append(idx, &idx->sh.nodes, chunk) != KVT_OK) {
+        acct_free(idx, nsc, NODE_NS_BYTES);
+        return KVT_ERR_NO_MEM;
+    }
+    idx->bytes += NODE_CHUNK_BYTES;
+    idx->node_ns[c] = nsc;
     if (c % NODE_SLAB_CHUNKS == NODE_SLAB_CHUNKS - 1)
         (void)madvise(idx->slabs[c / NODE_SLAB_CHUNKS], KVT_HUGE, MADV_COLLAPSE);
+    idx->trim_below = UINT64_MAX; /* nodes may empty at the end again */
+    return KVT_OK;
 }
 
 /*
@@ -269,28 +385,18 @@ static void node_chunk_done(kvt_idx_t *idx, uint32_t c)
  */
 static kvt_status_t node_alloc(kvt_idx_t *idx, uint32_t *nid_p)
 {
-    const size_t chunk_bytes = NODE_CHUNK * sizeof(kvt_node_t);
     while (idx->node_free == KVT_NIL && idx->nodes_used % NODE_CHUNK == 0) {
-        if (over_budget(idx, chunk_bytes)) {
+        if (over_budget(idx, node_chunk_need(idx))) {
             if (evict_batch(idx) == 0)
                 return KVT_ERR_NO_SPACE;
             continue;
         }
-        {
-            if (idx->nodes_used >= 0x7fffffffu - NODE_CHUNK)
-                return KVT_ERR_NO_SPACE;
-            kvt_node_t *c = node_chunk_alloc(idx);
-            if (c == NULL)
-                return KVT_ERR_NO_MEM;
-            for (uint32_t i = 0; i < NODE_CHUNK; i++)
-                c[i].pods = PODS_FREE;
-            if (dir_append(idx, &idx->sh.nodes, c) != KVT_OK) {
-                idx->bytes -= chunk_bytes; /* the slab stays for the next try */
-                return KVT_ERR_NO_MEM;
-            }
-            node_chunk_done(idx, idx->sh.nodes->n - 1);
-            break;
-        }
+        if (idx->nodes_used >= 0x7fffffffu - NODE_CHUNK)
+            return KVT_ERR_NO_SPACE;
+        kvt_status_t st = node_chunk_add(idx);
+        if (st != KVT_OK)
+            return st;
+        break;
     }
     uint32_t nid;
     if (idx->node_free != KVT_NIL) {
@@ -489,7 +595,7 @@ static kvt_podset_t *set_of(kvt_idx_t *idx, uint32_t pods)
     return *dir_set(idx->sh.sets, pods & ~PODS_SET_BIT);
 }
 
-/* Evicts until @bytes more fit the budget. False when they cannot. */
+/* Evicts until @bytes more of block data fit the budget. False when they cannot. */
 static bool room(kvt_idx_t *idx, size_t bytes)
 {
     while (over_budget(idx, bytes))
@@ -511,39 +617,53 @@ static kvt_podset_t *set_new(kvt_idx_t *idx, uint32_t cap)
     return s;
 }
 
+/*
+ * Makes sure set_handle_alloc() has a handle to give without allocating: a
+ * chunk of handles comes with room in the free-handle stack for all of them,
+ * so freeing a handle (during eviction too) never allocates either. May
+ * evict, so it is called before a write bracket (wbegin/wend), never inside.
+ * KVT_ERR_NO_SPACE or KVT_ERR_NO_MEM when no chunk can be added.
+ */
+static kvt_status_t set_handle_reserve(kvt_idx_t *idx)
+{
+    if (idx->nset_free > 0 || idx->sets_used < idx->sh.sets->n * SET_CHUNK)
+        return KVT_OK;
+    size_t chunk_bytes = SET_CHUNK * sizeof(kvt_podset_t *);
+    uint32_t fcap = idx->sets_used + SET_CHUNK;
+    size_t need = chunk_bytes + dir_grow_bytes(idx->sh.sets) +
+                  (fcap > idx->set_free_cap ? (size_t)fcap * sizeof(uint32_t) : 0);
+    if (!room(idx, need))
+        return KVT_ERR_NO_SPACE;
+    if (idx->nset_free > 0)
+        return KVT_OK; /* eviction freed one */
+    /* the new chunk's handles: sets_used .. sets_used + SET_CHUNK - 1 */
+    if (fcap > idx->set_free_cap) {
+        if (acct_resize(idx, (void **)&idx->set_free, sizeof(uint32_t), idx->nset_free,
+                        idx->set_free_cap, fcap) != KVT_OK)
+            return KVT_ERR_NO_MEM;
+        idx->set_free_cap = fcap;
+    }
+    kvt_podset_t **c = acct_calloc(idx, chunk_bytes);
+    if (c == NULL)
+        return KVT_ERR_NO_MEM;
+    if (dir_append(idx, &idx->sh.sets, c) != KVT_OK) {
+        acct_free(idx, c, chunk_bytes);
+        return KVT_ERR_NO_MEM;
+    }
+    return KVT_OK;
+}
+
+/* A free set handle; set_handle_reserve() must have succeeded since the last one. */
 static uint32_t set_handle_alloc(kvt_idx_t *idx)
 {
     if (idx->nset_free > 0)
         return idx->set_free[--idx->nset_free];
-    if (idx->sets_used % SET_CHUNK == 0) {
-        size_t chunk_bytes = SET_CHUNK * sizeof(kvt_podset_t *);
-        if (!room(idx, chunk_bytes))
-            return KVT_NIL;
-        kvt_podset_t **c = acct_calloc(idx, chunk_bytes);
-        if (c == NULL)
-            return KVT_NIL;
-        if (dir_append(idx, &idx->sh.sets, c) != KVT_OK) {
-            acct_free(idx, c, chunk_bytes);
-            return KVT_NIL;
-        }
-    }
     return idx->sets_used++;
 }
 
 static void set_handle_free(kvt_idx_t *idx, uint32_t h)
 {
-    if (idx->nset_free == idx->set_free_cap) {
-        uint32_t cap = idx->set_free_cap ? idx->set_free_cap * 2 : 64;
-        uint32_t *f = acct_alloc(idx, (size_t)cap * sizeof(uint32_t));
-        if (f == NULL)
-            return; /* the handle is lost to reuse, nothing else */
-        if (idx->set_free != NULL)
-            memcpy(f, idx->set_free, (size_t)idx->nset_free * sizeof(uint32_t));
-        acct_free(idx, idx->set_free, (size_t)idx->set_free_cap * sizeof(uint32_t));
-        idx->set_free = f;
-        idx->set_free_cap = cap;
-    }
-    idx->set_free[idx->nset_free++] = h;
+    idx->set_free[idx->nset_free++] = h; /* set_free_cap >= sets_used */
 }
 
 /* Finds @pod among a node's holders: returns a pointer to its element or NULL. */
@@ -590,10 +710,6 @@ static kvt_status_t node_to_set(kvt_idx_t *idx, uint32_t nid, uint32_t cap)
         return KVT_OK;
     }
     uint32_t h = set_handle_alloc(idx);
-    if (h == KVT_NIL) {
-        acct_free(idx, s, set_bytes(cap));
-        return KVT_ERR_NO_MEM;
-    }
     if (n->pods != PODS_EMPTY)
         s->e[s->n++] = n->pods;
     __atomic_store_n(dir_set(idx->sh.sets, h), s, __ATOMIC_RELEASE);
@@ -621,6 +737,11 @@ static kvt_status_t node_elem_add(kvt_idx_t *idx, uint32_t nid, kvt_elem_t e, bo
     /* before the bracket: eviction bumps stripes too */
     if (need != 0 && !room(idx, set_bytes(need)))
         return KVT_ERR_NO_SPACE;
+    if (!(n->pods & PODS_SET_BIT) && need != 0) {
+        kvt_status_t hs = set_handle_reserve(idx);
+        if (hs != KVT_OK)
+            return hs;
+    }
     wbegin(idx, nid);
     if (n->pods == PODS_EMPTY && !force_set) {
         __atomic_store_n(&n->pods, e, __ATOMIC_RELAXED);
@@ -712,6 +833,7 @@ static void node_maybe_free(kvt_idx_t *idx, uint32_t nid)
         n->parent = idx->node_free;
         idx->node_free = nid;
         idx->live_nodes--;
+        idx->nsw[*node_ns(idx, nid)].blocks--;
         if (parent == KVT_NIL)
             return;
         N(idx, parent)->nchild--;
@@ -726,6 +848,7 @@ static uint32_t alias_alloc(kvt_idx_t *idx)
     if (idx->alias_free != KVT_NIL) {
         uint32_t a = idx->alias_free;
         idx->alias_free = idx->alias[a].next;
+        idx->alias_live++;
         return a;
     }
     if (idx->alias_used == idx->alias_cap) {
@@ -742,12 +865,14 @@ static uint32_t alias_alloc(kvt_idx_t *idx)
         idx->alias_cap = cap;
     }
     idx->alias[idx->alias_used].serial = 0;
+    idx->alias_live++;
     return idx->alias_used++;
 }
 
 static void alias_release(kvt_idx_t *idx, uint32_t a)
 {
     kvt_alias_t *al = &idx->alias[a];
+    idx->alias_live--;
     al->flags = 0;
     al->serial++;
     al->next = idx->alias_free;
@@ -1040,6 +1165,11 @@ static kvt_status_t alias_add(kvt_idx_t *idx, uint32_t nid, uint32_t pod, uint64
             alias_release(idx, a);
             return KVT_ERR_NO_SPACE;
         }
+        st = set_handle_reserve(idx);
+        if (st != KVT_OK) {
+            alias_release(idx, a);
+            return st;
+        }
         wbegin(idx, nid);
         st = node_to_set(idx, nid, SET_MIN);
         wend(idx, nid);
@@ -1193,6 +1323,25 @@ static void node_strip(kvt_idx_t *idx, uint32_t nid)
     }
 }
 
+/* Shrinks the key table when it is mostly empty (about half full after). */
+static void ktab_maybe_shrink(kvt_idx_t *idx)
+{
+    uint32_t kgroups = idx->sh.ktab->ngroups;
+    if (kgroups > KTAB_MIN_GROUPS && (uint64_t)idx->kt_live * 8 <= ktab_cap(idx->sh.ktab)) {
+        uint32_t ng = (uint32_t)(((uint64_t)idx->kt_live * 2 + GSLOTS - 1) / GSLOTS);
+        ktab_rebuild(idx, ng < KTAB_MIN_GROUPS ? KTAB_MIN_GROUPS : ng); /* on failure it stays */
+    }
+}
+
+/* After blocks went: tables that emptied shrink, so the room is real. */
+static void shrink_tables(kvt_idx_t *idx)
+{
+    for (uint32_t p = 0; p < idx->pod_hi; p++)
+        if (idx->pods[p].name != NULL && p != idx->pin_pod)
+            ptab_maybe_shrink(idx, &idx->pods[p]);
+    ktab_maybe_shrink(idx);
+}
+
 /* Max-heap of (age << 32 | node): the oldest leaf on top. */
 static void heap_down(uint64_t *h, size_t n, size_t i)
 {
@@ -1293,14 +1442,7 @@ static size_t evict_batch(kvt_idx_t *idx)
         }
     }
     free(heap);
-    for (uint32_t p = 0; p < idx->pod_hi; p++)
-        if (idx->pods[p].name != NULL && p != idx->pin_pod)
-            ptab_maybe_shrink(idx, &idx->pods[p]);
-    uint32_t kgroups = idx->sh.ktab->ngroups;
-    if (kgroups > KTAB_MIN_GROUPS && (uint64_t)idx->kt_live * 8 <= ktab_cap(idx->sh.ktab)) {
-        uint32_t ng = (uint32_t)(((uint64_t)idx->kt_live * 2 + GSLOTS - 1) / GSLOTS);
-        ktab_rebuild(idx, ng < KTAB_MIN_GROUPS ? KTAB_MIN_GROUPS : ng);
-    }
+    shrink_tables(idx);
     idx->evicted += evicted;
 out:
     idx->evicting = false;
@@ -1368,12 +1510,28 @@ static uint32_t nmap_find(kvt_idx_t *idx, const name_map_t *m, uint64_t h, name_
     }
 }
 
+/* Capacity the next nmap_add() on @m rebuilds it with, or 0 when it has room. */
+static uint32_t nmap_grow_cap(const name_map_t *m)
+{
+    if (m->mask != 0 && (uint64_t)(m->live + m->tomb + 1) * 4 <= (uint64_t)(m->mask + 1) * 3)
+        return 0;
+    uint32_t cap = m->mask ? m->mask + 1 : 16;
+    if ((uint64_t)(m->live + 1) * 2 > cap)
+        cap *= 2;
+    return cap;
+}
+
+/* Bytes the next nmap_add() on @m allocates (callers ask the budget for them first). */
+static size_t nmap_grow_bytes(const name_map_t *m)
+{
+    uint32_t cap = nmap_grow_cap(m);
+    return cap ? nmap_bytes(cap) : 0;
+}
+
 static kvt_status_t nmap_add(kvt_idx_t *idx, name_map_t *m, uint64_t h, uint32_t id)
 {
-    if (m->mask == 0 || (uint64_t)(m->live + m->tomb + 1) * 4 > (uint64_t)(m->mask + 1) * 3) {
-        uint32_t cap = m->mask ? m->mask + 1 : 16;
-        if ((uint64_t)(m->live + 1) * 2 > cap)
-            cap *= 2;
+    uint32_t cap = nmap_grow_cap(m);
+    if (cap != 0) {
         kvt_status_t st = nmap_rebuild(idx, m, cap);
         if (st != KVT_OK)
             return st;
@@ -1389,6 +1547,26 @@ static kvt_status_t nmap_add(kvt_idx_t *idx, name_map_t *m, uint64_t h, uint32_t
     return KVT_OK;
 }
 
+/* Removes the name in slot @i; an emptied map is freed, a sparse one shrinks. */
+static void nmap_del(kvt_idx_t *idx, name_map_t *m, uint32_t i)
+{
+    m->id[i] = NAME_TOMB;
+    m->live--;
+    m->tomb++;
+    uint32_t cap = m->mask + 1;
+    if (m->live == 0) {
+        acct_free(idx, m->hash, nmap_bytes(cap));
+        memset(m, 0, sizeof(*m));
+        return;
+    }
+    if (cap > 16 && (uint64_t)m->live * 8 <= cap) {
+        uint32_t ncap = 16;
+        while ((uint64_t)(m->live + 1) * 2 > ncap)
+            ncap *= 2;
+        nmap_rebuild(idx, m, ncap); /* on failure the bigger map stays */
+    }
+}
+
 static bool pod_eq(kvt_idx_t *idx, uint32_t id, const char *a, const char *b, uint32_t n)
 {
     (void)b;
@@ -1396,11 +1574,11 @@ static bool pod_eq(kvt_idx_t *idx, uint32_t id, const char *a, const char *b, ui
     return p->name != NULL && p->dp_rank == n && strcmp(p->name, a) == 0;
 }
 
-static bool ns_eq(kvt_idx_t *idx, uint32_t id, const char *a, const char *b, uint32_t n)
+static bool ns_eq(kvt_idx_t *idx, uint32_t slot, const char *a, const char *b, uint32_t n)
 {
     (void)n;
-    kvt_ns_t *ns = dir_ns(idx->sh.nss, id);
-    return strcmp(ns->model, a) == 0 && strcmp(ns->lora, b) == 0;
+    const ns_w_t *w = &idx->nsw[slot];
+    return w->model != NULL && strcmp(w->model, a) == 0 && strcmp(w->lora, b) == 0;
 }
 
 static char *acct_strdup(kvt_idx_t *idx, const char *s, size_t *bytes_p)
@@ -1412,6 +1590,260 @@ static char *acct_strdup(kvt_idx_t *idx, const char *s, size_t *bytes_p)
         *bytes_p = len;
     }
     return d;
+}
+
+static void acct_strfree(kvt_idx_t *idx, char *s)
+{
+    if (s != NULL)
+        acct_free(idx, s, strlen(s) + 1);
+}
+
+/* Slot of current namespace id @ns into *@slot_p; false when @ns is not current. */
+static inline bool ns_slot(const kvt_idx_t *idx, uint32_t ns, uint32_t *slot_p)
+{
+    uint32_t slot = NS_SLOT(ns);
+    if (slot >= idx->sh.nns || idx->nsw[slot].id != ns)
+        return false;
+    *slot_p = slot;
+    return true;
+}
+
+/* ---- giving memory back ---------------------------------------------------- */
+
+/*
+ * Swaps in a copy of directory *@dirp that keeps its first @n chunks (readers
+ * take the rest as gone) and returns the old one, still allocated: the caller
+ * retires the chunks past @n, then the old directory (its bytes:
+ * dir_bytes(old->cap)). NULL (nothing changed) when the copy cannot be made.
+ */
+static kvt_dir_t *dir_swap(kvt_idx_t *idx, kvt_dir_t **dirp, uint32_t n)
+{
+    kvt_dir_t *d = *dirp;
+    uint32_t cap = DIR_MIN;
+    while (cap < n)
+        cap *= 2;
+    kvt_dir_t *nd = acct_calloc(idx, dir_bytes(cap));
+    if (nd == NULL)
+        return NULL;
+    nd->n = n;
+    nd->cap = cap;
+    memcpy(nd->chunk, d->chunk, (size_t)n * sizeof(void *));
+    __atomic_store_n(dirp, nd, __ATOMIC_RELEASE);
+    return d;
+}
+
+/* Drops speculative-ring items whose mark is gone (confirmed or dropped); shrinks the ring. */
+static void spec_compact(kvt_idx_t *idx)
+{
+    size_t keep = 0;
+    for (size_t i = 0; i < idx->spec_len; i++) {
+        spec_item_t it = idx->spec[(idx->spec_head + i) % idx->spec_cap];
+        const kvt_alias_t *a = &idx->alias[it.alias];
+        if (a->serial == it.serial && (a->flags & ALIAS_SPEC))
+            idx->spec[(idx->spec_head + keep++) % idx->spec_cap] = it; /* keep <= i: read already */
+    }
+    idx->spec_len = keep;
+    size_t cap = idx->spec_cap;
+    while (cap > 64 && keep * 4 <= cap)
+        cap /= 2;
+    if (keep == 0)
+        cap = 0;
+    if (cap == idx->spec_cap)
+        return;
+    spec_item_t *s = NULL;
+    if (cap > 0 && (s = acct_alloc(idx, cap * sizeof(spec_item_t))) == NULL)
+        return; /* the bigger ring stays */
+    for (size_t i = 0; i < keep; i++)
+        s[i] = idx->spec[(idx->spec_head + i) % idx->spec_cap];
+    acct_free(idx, idx->spec, idx->spec_cap * sizeof(spec_item_t));
+    idx->spec = s;
+    idx->spec_cap = cap;
+    idx->spec_head = 0;
+}
+
+/*
+ * Gives back the node slabs at the end whose nodes are all free: every slab
+ * when no node is live, else those above the highest live node (found by a
+ * scan down from the top, tried again only once the live nodes halved or the
+ * slab grew). Readers may still be reading them: they are retired, and the
+ * published directory stops listing their chunks. Only between writes
+ * (nodes are named by index everywhere).
+ */
+static void nodes_trim(kvt_idx_t *idx)
+{
+    if (idx->nslabs == 0)
+        return;
+    uint32_t keep = 0; /* nodes kept: whole slabs */
+    if (idx->live_nodes != 0) {
+        if (idx->live_nodes > idx->trim_below ||
+            idx->nodes_used - idx->live_nodes < NODE_SLAB_NODES)
+            return;
+        idx->trim_below = idx->live_nodes / 2;
+        uint32_t hi = idx->nodes_used;
+        while (hi > 0 && N(idx, hi - 1)->pods == PODS_FREE)
+            hi--;
+        keep = (hi + NODE_SLAB_NODES - 1) / NODE_SLAB_NODES * NODE_SLAB_NODES;
+        if (keep >= idx->nodes_used)
+            return;
+    }
+    uint32_t nchunks = idx->sh.nodes->n, kchunks = keep / NODE_CHUNK;
+    /* the free list loses the nodes given back (read through the directory still listing them) */
+    uint32_t *link = &idx->node_free;
+    while (*link != KVT_NIL) {
+        if (*link >= keep)
+            *link = N(idx, *link)->parent;
+        else
+            link = &N(idx, *link)->parent;
+    }
+    kvt_dir_t *old = dir_swap(idx, &idx->sh.nodes, kchunks);
+    if (old == NULL) {
+        /* nothing is given back; the nodes past @keep are simply not reused */
+        idx->nodes_used = keep;
+        return;
+    }
+    for (uint32_t sl = keep / NODE_SLAB_NODES; sl < idx->nslabs; sl++) {
+        uint32_t c0 = sl * NODE_SLAB_CHUNKS, c1 = c0 + NODE_SLAB_CHUNKS;
+        if (c1 > nchunks)
+            c1 = nchunks > c0 ? nchunks : c0; /* a slab may be allocated before its first chunk */
+        acct_retire(idx, idx->slabs[sl], (size_t)(c1 - c0) * NODE_CHUNK_BYTES);
+        idx->slabs[sl] = NULL;
+    }
+    acct_retire(idx, old, dir_bytes(old->cap));
+    for (uint32_t c = kchunks; c < nchunks; c++) {
+        acct_free(idx, idx->node_ns[c], NODE_NS_BYTES);
+        idx->node_ns[c] = NULL;
+    }
+    idx->nslabs = keep / NODE_SLAB_NODES;
+    idx->nodes_used = keep;
+    if (idx->nslabs == 0) {
+        acct_free(idx, idx->slabs, (size_t)idx->slabs_cap * sizeof(kvt_node_t *));
+        acct_free(idx, idx->node_ns, (size_t)idx->node_ns_cap * sizeof(uint16_t *));
+        idx->slabs = NULL;
+        idx->node_ns = NULL;
+        idx->slabs_cap = idx->node_ns_cap = 0;
+    }
+}
+
+/* With no holder set left, gives back the set-handle chunks and the free-handle stack. */
+static void sets_trim(kvt_idx_t *idx)
+{
+    if (idx->sets_used == 0 || idx->nset_free != idx->sets_used)
+        return;
+    kvt_dir_t *old = dir_swap(idx, &idx->sh.sets, 0);
+    if (old == NULL)
+        return;
+    for (uint32_t c = 0; c < old->n; c++)
+        acct_retire(idx, old->chunk[c], SET_CHUNK * sizeof(kvt_podset_t *));
+    acct_retire(idx, old, dir_bytes(old->cap));
+    acct_free(idx, idx->set_free, (size_t)idx->set_free_cap * sizeof(uint32_t));
+    idx->set_free = NULL;
+    idx->set_free_cap = idx->nset_free = idx->sets_used = 0;
+}
+
+/* After a namespace drop: trailing free slots, their record chunks and writer entries go. */
+static void ns_trim(kvt_idx_t *idx)
+{
+    uint32_t nns = idx->sh.nns;
+    while (nns > 0 && idx->nsw[nns - 1].model == NULL)
+        nns--;
+    if (nns == idx->sh.nns)
+        return;
+    __atomic_store_n(&idx->sh.nns, nns, __ATOMIC_RELEASE);
+    if (idx->ns_hint > nns)
+        idx->ns_hint = nns;
+    uint32_t kchunks = (nns + NS_CHUNK - 1) / NS_CHUNK;
+    if (kchunks < idx->sh.nss->n) {
+        kvt_dir_t *old = dir_swap(idx, &idx->sh.nss, kchunks);
+        if (old != NULL) {
+            for (uint32_t c = kchunks; c < old->n; c++)
+                acct_retire(idx, old->chunk[c], NS_CHUNK * sizeof(kvt_ns_t));
+            acct_retire(idx, old, dir_bytes(old->cap));
+        }
+    }
+    uint32_t cap = idx->nsw_cap;
+    while (cap > 16 && (uint64_t)nns * 4 <= cap)
+        cap /= 2;
+    if (nns == 0)
+        cap = 0;
+    if (cap != idx->nsw_cap &&
+        acct_resize(idx, (void **)&idx->nsw, sizeof(ns_w_t), nns, idx->nsw_cap, cap) == KVT_OK)
+        idx->nsw_cap = cap;
+}
+
+/* After a pod drop: trailing free pod ids go, and the pod arrays shrink with them. */
+static void pods_trim(kvt_idx_t *idx)
+{
+    uint32_t hi = idx->pod_hi;
+    while (hi > 0 && idx->pods[hi - 1].name == NULL)
+        hi--;
+    if (hi == idx->pod_hi)
+        return;
+    uint32_t k = 0;
+    for (uint32_t i = 0; i < idx->npod_free; i++)
+        if (idx->pod_free[i] < hi)
+            idx->pod_free[k++] = idx->pod_free[i];
+    idx->npod_free = k;
+    idx->pod_hi = hi;
+    uint32_t cap = idx->pods_alloc;
+    while (cap > 16 && (uint64_t)hi * 4 <= cap)
+        cap /= 2;
+    if (hi == 0)
+        cap = 0;
+    if (cap == idx->pods_alloc)
+        return;
+    kvt_pod_t *np = NULL;
+    uint32_t *nf = NULL;
+    if (cap > 0) {
+        np = acct_alloc(idx, (size_t)cap * sizeof(kvt_pod_t));
+        nf = acct_alloc(idx, (size_t)cap * sizeof(uint32_t));
+        if (np == NULL || nf == NULL) {
+            acct_free(idx, np, (size_t)cap * sizeof(kvt_pod_t));
+            acct_free(idx, nf, (size_t)cap * sizeof(uint32_t));
+            return; /* the bigger arrays stay */
+        }
+        memcpy(np, idx->pods, (size_t)hi * sizeof(kvt_pod_t));
+        memcpy(nf, idx->pod_free, (size_t)k * sizeof(uint32_t));
+    }
+    acct_free(idx, idx->pods, (size_t)idx->pods_alloc * sizeof(kvt_pod_t));
+    acct_free(idx, idx->pod_free, (size_t)idx->pods_alloc * sizeof(uint32_t));
+    idx->pods = np;
+    idx->pod_free = nf;
+    idx->pods_alloc = cap;
+}
+
+/*
+ * After drops (and when the index is empty): gives back what no longer holds
+ * anything (stale speculative items, an unused alias array, emptied node
+ * slabs and set chunks) and shrinks sparse tables. Only between writes.
+ */
+static void idx_trim(kvt_idx_t *idx)
+{
+    spec_compact(idx);
+    if (idx->alias_live == 0 && idx->spec_len == 0 && idx->alias_cap > 0) {
+        /* every ring item was stale and is gone: no alias index is referenced */
+        acct_free(idx, idx->alias, (size_t)idx->alias_cap * sizeof(kvt_alias_t));
+        idx->alias = NULL;
+        idx->alias_used = idx->alias_cap = 0;
+        idx->alias_free = KVT_NIL;
+    }
+    nodes_trim(idx);
+    sets_trim(idx);
+    shrink_tables(idx);
+}
+
+/*
+ * Room for @bytes of pods' and namespaces' memory: what the budget has free,
+ * the reserve (admin_reserve()) included, after giving back what drops left
+ * (idx_trim(); between writes only). Blocks are not evicted for it: that
+ * frees slab slots, not bytes, so it would empty much of the index before a
+ * table shrank enough; past the reserve, creation is refused instead.
+ */
+static bool room_admin(kvt_idx_t *idx, size_t bytes)
+{
+    if (!over_limit(idx, bytes, 0))
+        return true;
+    idx_trim(idx);
+    return !over_limit(idx, bytes, 0);
 }
 
 /* ---- public API -------------------------------------------------------------- */
@@ -1434,6 +1866,7 @@ kvt_status_t kvt_idx_create(const kvt_idx_config_t *cfg, kvt_idx_t **idx_p)
     idx->alias_free = KVT_NIL;
     idx->pin[0] = idx->pin[1] = KVT_NIL;
     idx->pin_pod = KVT_NIL;
+    idx->trim_below = UINT64_MAX;
     if (kvt_ebr_init(&idx->sh.ebr, idx->cfg.max_readers) != KVT_OK)
         goto err_free;
     idx->bytes += sizeof(kvt_ebr_slot_t) * idx->cfg.max_readers;
@@ -1476,11 +1909,12 @@ void kvt_idx_destroy(kvt_idx_t *idx)
             free(idx->sh.sets->chunk[i]);
         free(idx->sh.sets);
     }
+    for (uint32_t i = 0; i < idx->sh.nns; i++) {
+        free(idx->nsw[i].model);
+        free(idx->nsw[i].lora);
+    }
+    free(idx->nsw);
     if (idx->sh.nss != NULL) {
-        for (uint32_t i = 0; i < idx->sh.nns; i++) {
-            free(dir_ns(idx->sh.nss, i)->model);
-            free(dir_ns(idx->sh.nss, i)->lora);
-        }
         for (uint32_t i = 0; i < idx->sh.nss->n; i++)
             free(idx->sh.nss->chunk[i]);
         free(idx->sh.nss);
@@ -1488,9 +1922,12 @@ void kvt_idx_destroy(kvt_idx_t *idx)
     if (idx->sh.nodes != NULL) {
         for (uint32_t i = 0; i < idx->nslabs; i++)
             free(idx->slabs[i]);
-        free(idx->slabs);
+        for (uint32_t i = 0; i < idx->sh.nodes->n; i++)
+            free(idx->node_ns[i]);
         free(idx->sh.nodes);
     }
+    free(idx->slabs);
+    free(idx->node_ns);
     free(idx->sh.ktab);
     kvt_ebr_cleanup(&idx->sh.ebr);
     free(idx);
@@ -1506,49 +1943,135 @@ kvt_status_t kvt_idx_ns_get(kvt_idx_t *idx, const char *model, const char *lora,
     if (strlen(model) > KVT_IDX_MAX_NAME || strlen(lora) > KVT_IDX_MAX_NAME)
         return KVT_ERR_TOO_BIG;
     uint64_t h = name_hash(model, lora, 0);
-    uint32_t slot = nmap_find(idx, &idx->ns_map, h, ns_eq, model, lora, 0);
-    if (slot != KVT_NIL) {
-        uint32_t id = idx->ns_map.id[slot];
-        uint32_t bs = dir_ns(idx->sh.nss, id)->block_size;
-        if (block_size != 0 && block_size != bs)
+    uint32_t found = nmap_find(idx, &idx->ns_map, h, ns_eq, model, lora, 0);
+    if (found != KVT_NIL) {
+        ns_w_t *w = &idx->nsw[idx->ns_map.id[found]];
+        if (block_size != 0 && block_size != w->block_size)
             return KVT_ERR_INVAL;
-        *ns_p = id;
+        w->last_use = idx->now_ms;
+        *ns_p = w->id;
         return KVT_OK;
     }
     if (block_size == 0)
         return KVT_ERR_NOT_FOUND;
-    uint32_t id = idx->sh.nns;
-    if (id >= KVT_IDX_MAX_NS)
+    if (idx->ns_live >= KVT_IDX_MAX_NS)
         return KVT_ERR_LIMIT;
-    if (id % NS_CHUNK == 0) {
-        size_t cb = NS_CHUNK * sizeof(kvt_ns_t);
-        kvt_ns_t *c = acct_calloc(idx, cb);
+    /* the lowest free slot, so trailing slots stay free and can be given back */
+    uint32_t slot = idx->ns_hint;
+    while (slot < idx->sh.nns && idx->nsw[slot].model != NULL)
+        slot++;
+    idx->ns_hint = slot;
+    bool new_chunk = (slot >> NS_CHUNK_SHIFT) >= idx->sh.nss->n;
+    uint32_t wcap = idx->nsw_cap;
+    if (slot >= wcap)
+        wcap = wcap ? wcap * 2 : 16;
+    size_t need = strlen(model) + strlen(lora) + 2 + nmap_grow_bytes(&idx->ns_map) +
+                  (wcap != idx->nsw_cap ? (size_t)wcap * sizeof(ns_w_t) : 0) +
+                  (new_chunk ? NS_CHUNK * sizeof(kvt_ns_t) + dir_grow_bytes(idx->sh.nss) : 0);
+    if (!room_admin(idx, need)) {
+        idx->refused++;
+        return KVT_ERR_NO_SPACE;
+    }
+    if (wcap != idx->nsw_cap) {
+        if (acct_resize(idx, (void **)&idx->nsw, sizeof(ns_w_t), idx->sh.nns, idx->nsw_cap, wcap) !=
+            KVT_OK)
+            return KVT_ERR_NO_MEM;
+        idx->nsw_cap = wcap;
+    }
+    if (new_chunk) {
+        kvt_ns_t *c = acct_alloc(idx, NS_CHUNK * sizeof(kvt_ns_t));
         if (c == NULL)
             return KVT_ERR_NO_MEM;
+        for (uint32_t i = 0; i < NS_CHUNK; i++)
+            c[i] = (kvt_ns_t){0, NS_ID_FREE, 0};
         if (dir_append(idx, &idx->sh.nss, c) != KVT_OK) {
-            acct_free(idx, c, cb);
+            acct_free(idx, c, NS_CHUNK * sizeof(kvt_ns_t));
             return KVT_ERR_NO_MEM;
         }
     }
-    kvt_ns_t *ns = dir_ns(idx->sh.nss, id);
     size_t b1 = 0, b2 = 0;
-    ns->model = acct_strdup(idx, model, &b1);
-    ns->lora = acct_strdup(idx, lora, &b2);
-    if (ns->model == NULL || ns->lora == NULL)
+    char *m = acct_strdup(idx, model, &b1), *l = acct_strdup(idx, lora, &b2);
+    if (m == NULL || l == NULL || nmap_add(idx, &idx->ns_map, h, slot) != KVT_OK)
         goto err_names;
-    if (nmap_add(idx, &idx->ns_map, h, id) != KVT_OK)
-        goto err_names;
-    ns->salt = id == 0 ? 0 : kvt_mix64(h | 1);
-    ns->block_size = block_size;
-    __atomic_store_n(&idx->sh.nns, id + 1, __ATOMIC_RELEASE);
+    uint32_t gen = 0;
+    if (slot < idx->ns_hw) {
+        /* a reused slot: ids handed out for it before must not match */
+        idx->ns_gen = idx->ns_gen >= NS_GEN_MAX ? 1 : idx->ns_gen + 1;
+        gen = idx->ns_gen;
+    }
+    /* the very first namespace has salt 0: its keys are the sequence keys themselves */
+    uint64_t salt = idx->ns_hw == 0 ? 0 : kvt_mix64(h | 1);
+    uint32_t id = NS_ID(gen, slot);
+    idx->nsw[slot] = (ns_w_t){m, l, salt, 0, idx->now_ms, id, block_size};
+    kvt_ns_t *r = dir_ns(idx->sh.nss, slot);
+    /* the slot reads free (since its drop or its chunk's creation) while the salt changes */
+    __atomic_store_n(&r->id, NS_ID_FREE, __ATOMIC_RELAXED);
+    __atomic_thread_fence(__ATOMIC_RELEASE);
+    __atomic_store_n(&r->salt, salt, __ATOMIC_RELAXED);
+    __atomic_store_n(&r->id, id, __ATOMIC_RELEASE);
+    if (slot >= idx->sh.nns)
+        __atomic_store_n(&idx->sh.nns, slot + 1, __ATOMIC_RELEASE);
+    if (slot >= idx->ns_hw)
+        idx->ns_hw = slot + 1;
+    idx->ns_hint = slot + 1;
+    idx->ns_live++;
     *ns_p = id;
     return KVT_OK;
 
 err_names:
-    acct_free(idx, ns->model, b1);
-    acct_free(idx, ns->lora, b2);
-    ns->model = ns->lora = NULL;
+    acct_free(idx, m, b1);
+    acct_free(idx, l, b2);
     return KVT_ERR_NO_MEM;
+}
+
+kvt_status_t kvt_idx_ns_drop(kvt_idx_t *idx, uint32_t ns, uint64_t *blocks_p)
+{
+    uint32_t slot;
+    if (!ns_slot(idx, ns, &slot))
+        return KVT_ERR_NOT_FOUND;
+    uint64_t blocks = idx->nsw[slot].blocks;
+    /* from here on queries with the id answer nothing, rather than a namespace half gone */
+    kvt_ns_t *r = dir_ns(idx->sh.nss, slot);
+    __atomic_store_n(&r->id, NS_ID_FREE, __ATOMIC_RELAXED);
+    __atomic_thread_fence(__ATOMIC_RELEASE);
+    /*
+     * Nodes do not list their namespace's other nodes: scan the slab. A node
+     * whose holders are gone frees itself once childless, and so do its
+     * ancestors. Chains stay within a namespace (a parent is looked up with
+     * the store's own salt), so once the count is 0 nothing is left; a node
+     * of another namespace linked to one of these (a salted-key collision)
+     * is unlinked.
+     */
+    for (uint32_t nid = 0; nid < idx->nodes_used && idx->nsw[slot].blocks > 0; nid++) {
+        kvt_node_t *n = N(idx, nid);
+        if (n->pods == PODS_FREE)
+            continue;
+        if (*node_ns(idx, nid) == slot) {
+            node_strip(idx, nid);
+            node_maybe_free(idx, nid); /* one that held nothing; a no-op once freed */
+        } else if (n->parent != KVT_NIL && *node_ns(idx, n->parent) == slot) {
+            uint32_t parent = n->parent;
+            n->parent = KVT_NIL;
+            N(idx, parent)->nchild--;
+            node_maybe_free(idx, parent);
+        }
+    }
+    ns_w_t *w = &idx->nsw[slot];
+    uint32_t mi =
+        nmap_find(idx, &idx->ns_map, name_hash(w->model, w->lora, 0), ns_eq, w->model, w->lora, 0);
+    if (mi != KVT_NIL)
+        nmap_del(idx, &idx->ns_map, mi);
+    acct_strfree(idx, w->model);
+    acct_strfree(idx, w->lora);
+    *w = (ns_w_t){NULL, NULL, 0, 0, 0, NS_ID_FREE, 0};
+    idx->ns_live--;
+    if (slot < idx->ns_hint)
+        idx->ns_hint = slot;
+    ns_trim(idx);
+    idx_trim(idx);
+    if (blocks_p != NULL)
+        *blocks_p = blocks;
+    return KVT_OK;
 }
 
 uint32_t kvt_idx_ns_count(const kvt_idx_t *idx)
@@ -1556,14 +2079,31 @@ uint32_t kvt_idx_ns_count(const kvt_idx_t *idx)
     return __atomic_load_n(&idx_shared((kvt_idx_t *)idx)->nns, __ATOMIC_ACQUIRE);
 }
 
+uint32_t kvt_idx_ns_id(const kvt_idx_t *idx, uint32_t slot)
+{
+    return slot < idx->sh.nns ? idx->nsw[slot].id : KVT_IDX_NS_NONE;
+}
+
 const char *kvt_idx_ns_name(const kvt_idx_t *idx, uint32_t ns, const char **lora_p)
 {
-    if (ns >= idx->sh.nns)
+    uint32_t slot;
+    if (!ns_slot(idx, ns, &slot))
         return NULL;
-    kvt_ns_t *n = dir_ns(idx->sh.nss, ns);
     if (lora_p != NULL)
-        *lora_p = n->lora;
-    return n->model;
+        *lora_p = idx->nsw[slot].lora;
+    return idx->nsw[slot].model;
+}
+
+uint64_t kvt_idx_ns_blocks(const kvt_idx_t *idx, uint32_t ns)
+{
+    uint32_t slot;
+    return ns_slot(idx, ns, &slot) ? idx->nsw[slot].blocks : 0;
+}
+
+uint64_t kvt_idx_ns_last_use(const kvt_idx_t *idx, uint32_t ns)
+{
+    uint32_t slot;
+    return ns_slot(idx, ns, &slot) ? idx->nsw[slot].last_use : 0;
 }
 
 uint32_t kvt_idx_pod_limit(const kvt_idx_t *idx)
@@ -1573,20 +2113,14 @@ uint32_t kvt_idx_pod_limit(const kvt_idx_t *idx)
 
 uint32_t kvt_idx_ns_block_size(const kvt_idx_t *idx, uint32_t ns)
 {
-    kvt_idx_shared_t *sh = idx_shared((kvt_idx_t *)idx);
-    if (ns >= __atomic_load_n(&sh->nns, __ATOMIC_ACQUIRE))
-        return 0;
-    kvt_dir_t *d = __atomic_load_n(&sh->nss, __ATOMIC_ACQUIRE);
-    return dir_ns(d, ns)->block_size;
+    uint32_t slot;
+    return ns_slot(idx, ns, &slot) ? idx->nsw[slot].block_size : 0;
 }
 
 uint64_t kvt_idx_salted_key(const kvt_idx_t *idx, uint32_t ns, uint64_t key)
 {
-    kvt_idx_shared_t *sh = idx_shared((kvt_idx_t *)idx);
-    if (ns >= __atomic_load_n(&sh->nns, __ATOMIC_ACQUIRE))
-        return key;
-    kvt_dir_t *d = __atomic_load_n(&sh->nss, __ATOMIC_ACQUIRE);
-    return key ^ dir_ns(d, ns)->salt;
+    uint32_t slot;
+    return ns_slot(idx, ns, &slot) ? key ^ idx->nsw[slot].salt : key;
 }
 
 kvt_status_t kvt_idx_pod_find(const kvt_idx_t *cidx, const char *name, uint32_t dp_rank,
@@ -1611,39 +2145,45 @@ kvt_status_t kvt_idx_pod_get(kvt_idx_t *idx, const char *name, uint32_t dp_rank,
         return KVT_ERR_TOO_BIG;
     if (kvt_idx_pod_find(idx, name, dp_rank, pod_p) == KVT_OK)
         return KVT_OK;
-    uint32_t id;
     bool fresh = idx->npod_free == 0;
-    if (!fresh) {
-        id = idx->pod_free[idx->npod_free - 1];
-    } else {
-        if (idx->pod_hi >= KVT_IDX_MAX_PODS)
-            return KVT_ERR_LIMIT;
-        id = idx->pod_hi;
-        if (id == idx->pods_alloc) {
-            uint32_t cap = idx->pods_alloc ? idx->pods_alloc * 2 : 16;
-            kvt_pod_t *np = acct_calloc(idx, (size_t)cap * sizeof(kvt_pod_t));
-            uint32_t *nf = acct_alloc(idx, (size_t)cap * sizeof(uint32_t));
-            if (np == NULL || nf == NULL) {
-                acct_free(idx, np, (size_t)cap * sizeof(kvt_pod_t));
-                acct_free(idx, nf, (size_t)cap * sizeof(uint32_t));
-                return KVT_ERR_NO_MEM;
-            }
-            if (idx->pods != NULL) {
-                memcpy(np, idx->pods, (size_t)idx->pods_alloc * sizeof(kvt_pod_t));
-                memcpy(nf, idx->pod_free, (size_t)idx->npod_free * sizeof(uint32_t));
-            }
-            acct_free(idx, idx->pods, (size_t)idx->pods_alloc * sizeof(kvt_pod_t));
-            acct_free(idx, idx->pod_free, (size_t)idx->pods_alloc * sizeof(uint32_t));
-            idx->pods = np;
-            idx->pod_free = nf;
-            idx->pods_alloc = cap;
-        }
+    if (fresh && idx->pod_hi >= KVT_IDX_MAX_PODS)
+        return KVT_ERR_LIMIT;
+    uint32_t cap = idx->pods_alloc;
+    if (fresh && idx->pod_hi == cap)
+        cap = cap ? cap * 2 : 16;
+    size_t need =
+        strlen(name) + 1 + nmap_grow_bytes(&idx->pod_map) +
+        (cap != idx->pods_alloc ? (size_t)cap * (sizeof(kvt_pod_t) + sizeof(uint32_t)) : 0);
+    if (!room_admin(idx, need)) {
+        idx->refused++;
+        return KVT_ERR_NO_SPACE;
     }
+    if (cap != idx->pods_alloc) {
+        kvt_pod_t *np = acct_alloc(idx, (size_t)cap * sizeof(kvt_pod_t));
+        uint32_t *nf = acct_alloc(idx, (size_t)cap * sizeof(uint32_t));
+        if (np == NULL || nf == NULL) {
+            acct_free(idx, np, (size_t)cap * sizeof(kvt_pod_t));
+            acct_free(idx, nf, (size_t)cap * sizeof(uint32_t));
+            return KVT_ERR_NO_MEM;
+        }
+        if (idx->pods != NULL) {
+            memcpy(np, idx->pods, (size_t)idx->pod_hi * sizeof(kvt_pod_t));
+            memcpy(nf, idx->pod_free, (size_t)idx->npod_free * sizeof(uint32_t));
+        }
+        acct_free(idx, idx->pods, (size_t)idx->pods_alloc * sizeof(kvt_pod_t));
+        acct_free(idx, idx->pod_free, (size_t)idx->pods_alloc * sizeof(uint32_t));
+        idx->pods = np;
+        idx->pod_free = nf;
+        idx->pods_alloc = cap;
+    }
+    uint32_t id = fresh ? idx->pod_hi : idx->pod_free[idx->npod_free - 1];
     kvt_pod_t *p = &idx->pods[id];
+    memset(p, 0, sizeof(*p)); /* an entry past pod_hi may be uninitialized */
     p->name = acct_strdup(idx, name, &p->name_bytes);
     if (p->name == NULL)
         return KVT_ERR_NO_MEM;
     p->dp_rank = dp_rank;
+    p->last_write = idx->now_ms;
     if (nmap_add(idx, &idx->pod_map, name_hash(name, "", dp_rank), id) != KVT_OK) {
         acct_free(idx, p->name, p->name_bytes);
         p->name = NULL;
@@ -1651,7 +2191,8 @@ kvt_status_t kvt_idx_pod_get(kvt_idx_t *idx, const char *name, uint32_t dp_rank,
     }
     if (fresh) {
         idx->pod_hi++;
-        __atomic_store_n(&idx->sh.pod_cap, idx->pod_hi, __ATOMIC_RELEASE);
+        if (idx->pod_hi > idx->sh.pod_cap)
+            __atomic_store_n(&idx->sh.pod_cap, idx->pod_hi, __ATOMIC_RELEASE);
     } else {
         idx->npod_free--;
     }
@@ -1683,18 +2224,25 @@ uint64_t kvt_idx_pod_entries(const kvt_idx_t *idx, uint32_t pod)
     return p ? p->entries : 0;
 }
 
+uint64_t kvt_idx_pod_last_write(const kvt_idx_t *idx, uint32_t pod)
+{
+    kvt_pod_t *p = pod_live((kvt_idx_t *)idx, pod);
+    return p ? p->last_write : 0;
+}
+
 kvt_status_t kvt_idx_pod_key(const kvt_idx_t *cidx, uint32_t pod, uint32_t ns, uint64_t ehash,
                              uint64_t *key_p)
 {
     kvt_idx_t *idx = (kvt_idx_t *)cidx;
     kvt_pod_t *p = pod_live(idx, pod);
-    if (p == NULL || ns >= idx->sh.nns)
+    uint32_t slot;
+    if (p == NULL || !ns_slot(idx, ns, &slot))
         return KVT_ERR_INVAL;
-    uint32_t slot = ptab_find(idx, p, ehash, false);
-    if (slot == KVT_NIL)
+    uint32_t ps = ptab_find(idx, p, ehash, false);
+    if (ps == KVT_NIL)
         return KVT_ERR_NOT_FOUND;
-    kvt_node_t *n = N(idx, ref_node(idx, PREF(p, slot)));
-    *key_p = n->key ^ dir_ns(idx->sh.nss, ns)->salt;
+    kvt_node_t *n = N(idx, ref_node(idx, PREF(p, ps)));
+    *key_p = n->key ^ idx->nsw[slot].salt;
     return KVT_OK;
 }
 
@@ -1703,6 +2251,7 @@ kvt_status_t kvt_idx_pod_clear(kvt_idx_t *idx, uint32_t pod, unsigned tiers)
     kvt_pod_t *p = pod_live(idx, pod);
     if (p == NULL || (tiers & ~KVT_TIER_ALL) != 0)
         return KVT_ERR_INVAL;
+    p->last_write = idx->now_ms;
     for (uint32_t i = 0; p->g != NULL && i < PSLOT(p->ngroups, 0); i++) {
         if ((i & 15u) >= GSLOTS || p->g[i >> 4].ctrl[i & 15u] < 0x80u)
             continue;
@@ -1726,28 +2275,26 @@ kvt_status_t kvt_idx_pod_drop(kvt_idx_t *idx, uint32_t pod)
     kvt_idx_pod_clear(idx, pod, KVT_TIER_ALL);
     uint32_t slot = nmap_find(idx, &idx->pod_map, name_hash(p->name, "", p->dp_rank), pod_eq,
                               p->name, "", p->dp_rank);
-    if (slot != KVT_NIL) {
-        idx->pod_map.id[slot] = NAME_TOMB;
-        idx->pod_map.live--;
-        idx->pod_map.tomb++;
-    }
+    if (slot != KVT_NIL)
+        nmap_del(idx, &idx->pod_map, slot);
     if (p->g != NULL)
         acct_free(idx, p->g, ptab_bytes(p->ngroups));
     acct_free(idx, p->name, p->name_bytes);
     memset(p, 0, sizeof(*p));
     idx->pod_free[idx->npod_free++] = pod;
     idx->npods_live--;
+    pods_trim(idx);
+    idx_trim(idx);
     return KVT_OK;
 }
 
-static uint64_t ns_salt(kvt_idx_t *idx, uint32_t ns, bool *ok_p)
+/* Salt and slot of current namespace id @ns; false when it is not current. */
+static inline bool ns_salt(kvt_idx_t *idx, uint32_t ns, uint64_t *salt_p, uint32_t *slot_p)
 {
-    if (ns >= idx->sh.nns) {
-        *ok_p = false;
-        return 0;
-    }
-    *ok_p = true;
-    return dir_ns(idx->sh.nss, ns)->salt;
+    if (!ns_slot(idx, ns, slot_p))
+        return false;
+    *salt_p = idx->nsw[*slot_p].salt;
+    return true;
 }
 
 /* Node @nid was found for a store under @parent: learns a late parent, stamps, pins. */
@@ -1770,12 +2317,12 @@ static void node_found(kvt_idx_t *idx, uint32_t nid, uint32_t parent)
 }
 
 /*
- * Creates the node for salted key @key (absent; @h = kvt_mix64(key)) under
- * @parent, holding @pods (PODS_EMPTY, or one inline element whose table
- * reference the caller adds). Pins it.
+ * Creates the node for salted key @key (absent; @h = kvt_mix64(key)) of
+ * namespace slot @slot under @parent, holding @pods (PODS_EMPTY, or one
+ * inline element whose table reference the caller adds). Pins it.
  */
 static kvt_status_t node_create_h(kvt_idx_t *idx, uint64_t key, uint64_t h, uint64_t eh,
-                                  uint32_t parent, uint32_t pods, uint32_t *nid_p)
+                                  uint32_t parent, uint32_t pods, uint32_t slot, uint32_t *nid_p)
 {
     uint32_t nid;
     /* the node stays PODS_FREE until inserted: a rebuild in between skips it */
@@ -1796,6 +2343,8 @@ static kvt_status_t node_create_h(kvt_idx_t *idx, uint64_t key, uint64_t h, uint
     if (parent != KVT_NIL)
         N(idx, parent)->nchild++;
     idx->live_nodes++;
+    *node_ns(idx, nid) = (uint16_t)slot;
+    idx->nsw[slot].blocks++;
     wbegin(idx, nid);
     __atomic_store_n(&n->key, key, __ATOMIC_RELAXED);
     __atomic_store_n(&n->stamp, idx->sh.clock32, __ATOMIC_RELAXED);
@@ -1812,23 +2361,18 @@ static kvt_status_t node_create_h(kvt_idx_t *idx, uint64_t key, uint64_t h, uint
     return KVT_OK;
 }
 
-/* Finds or creates the node for salted key @key (@h = kvt_mix64(key)) under @parent. Pins it. */
-static kvt_status_t node_get_h(kvt_idx_t *idx, uint64_t key, uint64_t h, uint64_t eh,
-                               uint32_t parent, uint32_t *nid_p)
+/* Finds or creates the node for salted key @key of slot @slot under @parent. Pins it. */
+static kvt_status_t node_get(kvt_idx_t *idx, uint64_t key, uint64_t eh, uint32_t parent,
+                             uint32_t slot, uint32_t *nid_p)
 {
+    uint64_t h = kvt_mix64(key);
     uint32_t nid = ktab_lookup_h(idx, key, h);
     if (nid != KVT_NIL) {
         node_found(idx, nid, parent);
         *nid_p = nid;
         return KVT_OK;
     }
-    return node_create_h(idx, key, h, eh, parent, PODS_EMPTY, nid_p);
-}
-
-static kvt_status_t node_get(kvt_idx_t *idx, uint64_t key, uint64_t eh, uint32_t parent,
-                             uint32_t *nid_p)
-{
-    return node_get_h(idx, key, kvt_mix64(key), eh, parent, nid_p);
+    return node_create_h(idx, key, h, eh, parent, PODS_EMPTY, slot, nid_p);
 }
 
 static bool tier_ok(unsigned tier)
@@ -1895,7 +2439,8 @@ static inline void store_prefetch_node(kvt_idx_t *idx, uint64_t h)
  * the general path (node_get_h, then ref_add_h).
  */
 static kvt_status_t store_one(kvt_idx_t *idx, uint64_t key, uint64_t h, uint64_t eh, uint64_t ph,
-                              uint32_t parent, uint32_t pod, unsigned tier, uint32_t *nid_p)
+                              uint32_t parent, uint32_t pod, unsigned tier, uint32_t slot,
+                              uint32_t *nid_p)
 {
     uint32_t nid = ktab_lookup_h(idx, key, h);
     if (nid != KVT_NIL) {
@@ -1905,13 +2450,13 @@ static kvt_status_t store_one(kvt_idx_t *idx, uint64_t key, uint64_t h, uint64_t
     }
     if (ptab_find_h(idx, &idx->pods[pod], eh, ph, false) != KVT_NIL) {
         /* the pod maps this engine hash to another block: the general path drops that */
-        kvt_status_t st = node_create_h(idx, key, h, eh, parent, PODS_EMPTY, nid_p);
+        kvt_status_t st = node_create_h(idx, key, h, eh, parent, PODS_EMPTY, slot, nid_p);
         return st == KVT_OK ? ref_add_h(idx, *nid_p, pod, eh, ph, tier) : st;
     }
     kvt_status_t st = ptab_reserve(idx, pod); /* may evict; the pod's table is pinned */
     if (st != KVT_OK)
         return st;
-    st = node_create_h(idx, key, h, eh, parent, ELEM_MAKE(pod, tier, tier, 0), nid_p);
+    st = node_create_h(idx, key, h, eh, parent, ELEM_MAKE(pod, tier, tier, 0), slot, nid_p);
     if (st != KVT_OK)
         return st;
     kvt_pod_t *p = &idx->pods[pod];
@@ -1924,10 +2469,13 @@ kvt_status_t kvt_idx_store(kvt_idx_t *idx, uint32_t ns, uint32_t pod, unsigned t
                            const uint64_t *parent_key, const uint64_t *keys,
                            const uint64_t *ehashes, size_t n)
 {
-    bool ok;
-    uint64_t salt = ns_salt(idx, ns, &ok);
-    if (!ok || pod_live(idx, pod) == NULL || !tier_ok(tier) || (n > 0 && keys == NULL))
+    uint64_t salt;
+    uint32_t slot;
+    kvt_pod_t *p = pod_live(idx, pod);
+    if (!ns_salt(idx, ns, &salt, &slot) || p == NULL || !tier_ok(tier) || (n > 0 && keys == NULL))
         return KVT_ERR_INVAL;
+    p->last_write = idx->now_ms;
+    idx->nsw[slot].last_use = idx->now_ms;
     uint32_t parent = parent_key ? ktab_lookup(idx, *parent_key ^ salt) : KVT_NIL;
     kvt_status_t st = KVT_OK;
     uint64_t hk[STORE_CHUNK], hp[STORE_CHUNK];
@@ -1943,7 +2491,7 @@ kvt_status_t kvt_idx_store(kvt_idx_t *idx, uint32_t ns, uint32_t pod, unsigned t
                 store_prefetch_node(idx, hk[j + 4]);
             idx->pin[0] = parent;
             idx->pin[1] = KVT_NIL;
-            st = store_one(idx, keys[i] ^ salt, hk[j], eh, hp[j], parent, pod, tier, &nid);
+            st = store_one(idx, keys[i] ^ salt, hk[j], eh, hp[j], parent, pod, tier, slot, &nid);
             if (st != KVT_OK) {
                 idx->pin[0] = KVT_NIL;
                 idx->pin[1] = KVT_NIL;
@@ -1965,6 +2513,7 @@ kvt_status_t kvt_idx_store_by_ehash(kvt_idx_t *idx, uint32_t pod, unsigned tier,
     kvt_pod_t *p = pod_live(idx, pod);
     if (p == NULL || !tier_ok(tier) || (n > 0 && ehashes == NULL))
         return KVT_ERR_INVAL;
+    p->last_write = idx->now_ms;
     size_t unresolved = 0;
     kvt_status_t st = KVT_OK;
     idx->pin_pod = pod;
@@ -1988,29 +2537,74 @@ kvt_status_t kvt_idx_store_by_ehash(kvt_idx_t *idx, uint32_t pod, unsigned tier,
     return st;
 }
 
-kvt_status_t kvt_idx_remove(kvt_idx_t *idx, uint32_t pod, unsigned tiers, const uint64_t *ehashes,
-                            size_t n, size_t *unresolved_p)
+/* True when removing @tiers from the reference @ref of @pod leaves it no tier (it is dropped). */
+static bool ref_goes(kvt_idx_t *idx, uint32_t pod, uint32_t ref, unsigned tiers)
+{
+    unsigned have;
+    if (ref & ALIAS_BIT) {
+        have = idx->alias[ref & ~ALIAS_BIT].tiers;
+    } else {
+        kvt_node_t *n = N(idx, ref);
+        have = ELEM_MAIN(*node_elem(idx, n, pod));
+    }
+    return (have & tiers) != 0 && (have & ~tiers) == 0;
+}
+
+/* What a reference of node @nid under engine hash @eh named: for kvt_idx_remove_report(). */
+static void gone_fill(kvt_idx_t *idx, uint32_t nid, uint64_t eh, kvt_idx_gone_t *g)
+{
+    const kvt_node_t *n = N(idx, nid);
+    const ns_w_t *w = &idx->nsw[*node_ns(idx, nid)];
+    g->ehash = eh;
+    g->key = n->key ^ w->salt;
+    g->ns = w->id;
+    g->has_parent = n->parent != KVT_NIL;
+    g->parent_key = 0;
+    if (n->parent != KVT_NIL)
+        g->parent_key = N(idx, n->parent)->key ^ idx->nsw[*node_ns(idx, n->parent)].salt;
+}
+
+kvt_status_t kvt_idx_remove_report(kvt_idx_t *idx, uint32_t pod, unsigned tiers,
+                                   const uint64_t *ehashes, size_t n, size_t *unresolved_p,
+                                   kvt_idx_gone_t *gone, size_t *ngone_p)
 {
     kvt_pod_t *p = pod_live(idx, pod);
     if (p == NULL || tiers == 0 || (tiers & ~KVT_TIER_ALL) != 0 || (n > 0 && ehashes == NULL))
         return KVT_ERR_INVAL;
-    size_t unresolved = 0;
+    p->last_write = idx->now_ms;
+    size_t unresolved = 0, ngone = 0;
     for (size_t i = 0; i < n; i++) {
         uint32_t slot = ptab_find(idx, p, ehashes[i], false);
-        if (slot == KVT_NIL)
+        if (slot == KVT_NIL) {
             unresolved++;
-        else
-            ref_clear_tiers(idx, pod, slot, tiers);
+            continue;
+        }
+        if (gone != NULL) {
+            uint32_t ref = PREF(p, slot);
+            if (ref_goes(idx, pod, ref, tiers))
+                gone_fill(idx, ref_node(idx, ref), ehashes[i], &gone[ngone++]);
+        }
+        ref_clear_tiers(idx, pod, slot, tiers);
     }
     if (unresolved_p != NULL)
         *unresolved_p = unresolved;
+    if (ngone_p != NULL)
+        *ngone_p = ngone;
     return KVT_OK;
+}
+
+kvt_status_t kvt_idx_remove(kvt_idx_t *idx, uint32_t pod, unsigned tiers, const uint64_t *ehashes,
+                            size_t n, size_t *unresolved_p)
+{
+    return kvt_idx_remove_report(idx, pod, tiers, ehashes, n, unresolved_p, NULL, NULL);
 }
 
 static kvt_status_t spec_push(kvt_idx_t *idx, uint64_t expiry, uint32_t alias)
 {
     if (idx->spec_len == idx->spec_cap) {
         size_t cap = idx->spec_cap ? idx->spec_cap * 2 : 64;
+        if (!room(idx, cap * sizeof(spec_item_t)))
+            return KVT_ERR_NO_SPACE;
         spec_item_t *s = acct_alloc(idx, cap * sizeof(spec_item_t));
         if (s == NULL)
             return KVT_ERR_NO_MEM;
@@ -2038,10 +2632,13 @@ static kvt_status_t spec_push(kvt_idx_t *idx, uint64_t expiry, uint32_t alias)
 kvt_status_t kvt_idx_speculate(kvt_idx_t *idx, uint32_t ns, uint32_t pod, const uint64_t *keys,
                                size_t n, uint32_t ttl_ms)
 {
-    bool ok;
-    uint64_t salt = ns_salt(idx, ns, &ok);
-    if (!ok || pod_live(idx, pod) == NULL || (n > 0 && keys == NULL))
+    uint64_t salt;
+    uint32_t slot;
+    kvt_pod_t *p = pod_live(idx, pod);
+    if (!ns_salt(idx, ns, &salt, &slot) || p == NULL || (n > 0 && keys == NULL))
         return KVT_ERR_INVAL;
+    p->last_write = idx->now_ms;
+    idx->nsw[slot].last_use = idx->now_ms;
     uint32_t parent = KVT_NIL;
     kvt_status_t st = KVT_OK;
     idx->pin_pod = pod;
@@ -2050,7 +2647,7 @@ kvt_status_t kvt_idx_speculate(kvt_idx_t *idx, uint32_t ns, uint32_t pod, const 
         uint32_t nid = KVT_NIL;
         idx->pin[0] = parent;
         idx->pin[1] = KVT_NIL;
-        st = node_get(idx, key, keys[i], parent, &nid);
+        st = node_get(idx, key, keys[i], parent, slot, &nid);
         if (st != KVT_OK) {
             st = write_stopped(idx, st, n - i);
             break;
@@ -2065,10 +2662,10 @@ kvt_status_t kvt_idx_speculate(kvt_idx_t *idx, uint32_t ns, uint32_t pod, const 
             if (st == KVT_OK)
                 st = spec_push(idx, idx->now_ms + ttl_ms, a);
             if (st != KVT_OK) {
-                uint32_t slot = ptab_find(idx, &idx->pods[pod], spec_marker(key), true);
+                uint32_t ps = ptab_find(idx, &idx->pods[pod], spec_marker(key), true);
                 idx->pin[0] = idx->pin[1] = KVT_NIL;
-                if (slot != KVT_NIL)
-                    ref_drop(idx, pod, slot);
+                if (ps != KVT_NIL)
+                    ref_drop(idx, pod, ps);
                 else
                     node_maybe_free(idx, nid);
                 st = write_stopped(idx, st, n - i);
@@ -2102,6 +2699,8 @@ void kvt_idx_advance(kvt_idx_t *idx, uint64_t now_ms)
         if (slot != KVT_NIL)
             ref_drop(idx, a->pod, slot);
     }
+    if (idx->live_nodes == 0 && (idx->nslabs > 0 || idx->sets_used > 0 || idx->alias_cap > 0))
+        idx_trim(idx); /* everything went (removals, expiries): give the memory back */
 }
 
 void kvt_idx_stats(const kvt_idx_t *cidx, kvt_idx_stats_t *st)
@@ -2113,9 +2712,10 @@ void kvt_idx_stats(const kvt_idx_t *cidx, kvt_idx_stats_t *st)
                 __atomic_load_n(&idx->sh.ebr.limbo_bytes, __ATOMIC_RELAXED);
     st->evicted = __atomic_load_n(&idx->evicted, __ATOMIC_RELAXED);
     st->dropped = __atomic_load_n(&idx->dropped, __ATOMIC_RELAXED);
+    st->refused = __atomic_load_n(&idx->refused, __ATOMIC_RELAXED);
     st->speculative = __atomic_load_n(&idx->spec_live, __ATOMIC_RELAXED);
     for (int t = 0; t < 3; t++)
         st->tier_entries[t] = __atomic_load_n(&idx->tier_entries[t], __ATOMIC_RELAXED);
     st->pods = __atomic_load_n(&idx->npods_live, __ATOMIC_RELAXED);
-    st->namespaces = __atomic_load_n(&idx->sh.nns, __ATOMIC_RELAXED);
+    st->namespaces = __atomic_load_n(&idx->ns_live, __ATOMIC_RELAXED);
 }

@@ -14,10 +14,24 @@
  * writer. docs/architecture.md describes the scheme (striped seqlocks plus
  * epoch-based reclamation).
  *
- * Memory: every byte the index allocates is counted (kvt_idx_stats_t.bytes).
- * With a budget, the writer evicts least-recently-used leaf blocks (blocks no
- * other block extends) before it would grow past the budget, so a chain is
- * never cut in the middle.
+ * Memory: every byte the index allocates is counted (kvt_idx_stats_t.bytes):
+ * blocks, tables, pods, namespaces and their names. With a budget, blocks
+ * and their tables use at most 63/64 of it: before growing further the
+ * writer evicts least-recently-used leaf blocks (blocks no other block
+ * extends), so a chain is never cut in the middle; blocks that cannot be
+ * made room for are not stored (kvt_idx_stats_t.dropped). The last 1/64 is
+ * kept for pods, namespaces and their names, which may also use whatever
+ * else is free; creating one that does not fit fails with KVT_ERR_NO_SPACE
+ * (kvt_idx_stats_t.refused) rather than evicting blocks, which would free
+ * slab slots, not bytes. Dropping pods and namespaces returns their memory,
+ * and what the index no longer needs after that.
+ *
+ * Namespace ids: a namespace's id is (generation << 16 | slot). Slots of
+ * dropped namespaces are reused, under a new generation, so an id taken
+ * before a drop never names the namespace that reuses its slot (until 65534
+ * later reuses wrap the generation): queries with it answer nothing, writer
+ * calls fail with KVT_ERR_INVAL or KVT_ERR_NOT_FOUND. A slot used for the
+ * first time has generation 0, so without drops the ids are 0, 1, 2, ...
  */
 #ifndef KVT_KVINDEX_INDEX_H
 #define KVT_KVINDEX_INDEX_H
@@ -37,6 +51,10 @@ enum {
 
 /* Largest number of pods (engine, DP rank pairs) one index can hold. */
 #define KVT_IDX_MAX_PODS 65534u
+/* Largest number of namespaces one index holds at once. */
+#define KVT_IDX_MAX_NS 65536u
+/* No namespace: kvt_idx_ns_id() of a free slot; never a valid id. */
+#define KVT_IDX_NS_NONE UINT32_MAX
 /* Longest model or LoRA name, and longest pod name, in bytes. */
 #define KVT_IDX_MAX_NAME 255u
 
@@ -73,11 +91,12 @@ typedef struct kvt_idx_stats {
     uint64_t bytes;       /* every byte the index has allocated */
     uint64_t evicted;     /* block nodes evicted for the budget, ever */
     uint64_t dropped;     /* blocks not stored: budget full and nothing evictable, ever */
+    uint64_t refused;     /* pods and namespaces not created: budget full, nothing evictable */
     uint64_t speculative; /* live speculative (block, pod) entries */
     /* entries held in GPU, CPU, DISK ([0] [1] [2]); one in two tiers counts in both */
     uint64_t tier_entries[3];
     uint32_t pods;       /* registered pods */
-    uint32_t namespaces; /* registered namespaces */
+    uint32_t namespaces; /* live namespaces (dropped ones not counted) */
 } kvt_idx_stats_t;
 
 /*
@@ -96,36 +115,73 @@ void kvt_idx_destroy(kvt_idx_t *idx);
  * namespace keeps the block size it was created with, and asking for an
  * existing one with another non-zero size fails with KVT_ERR_INVAL. With
  * @block_size 0 the namespace must exist (KVT_ERR_NOT_FOUND otherwise).
- * Names longer than KVT_IDX_MAX_NAME: KVT_ERR_TOO_BIG.
+ * Names longer than KVT_IDX_MAX_NAME: KVT_ERR_TOO_BIG. Creating one takes the
+ * lowest free slot; KVT_ERR_LIMIT when KVT_IDX_MAX_NS are live,
+ * KVT_ERR_NO_SPACE when its memory does not fit the budget (counted in
+ * kvt_idx_stats_t.refused; see the budget note at the top).
+ * Finding or creating it counts as a use (kvt_idx_ns_last_use()).
  */
 kvt_status_t kvt_idx_ns_get(kvt_idx_t *idx, const char *model, const char *lora,
                             uint32_t block_size, uint32_t *ns_p);
 
-/* Any thread. Namespaces ever created; their ids are 0 .. count-1 (they are never removed). */
+/*
+ * Writer. Drops namespace @ns: every pod forgets every block of it (entries,
+ * engine hashes, aliases, speculative marks), its nodes and key-table slots
+ * are freed, its names freed and its slot made reusable (under a new id).
+ * Blocks it removes are not reported to on_evict. *@blocks_p (may be NULL)
+ * gets the number of block nodes freed (kvt_idx_ns_blocks() before the drop).
+ * Costs O(block nodes ever allocated), not only the namespace's: a scan of
+ * the node slab. Returns KVT_OK or KVT_ERR_NOT_FOUND (not a current id).
+ */
+kvt_status_t kvt_idx_ns_drop(kvt_idx_t *idx, uint32_t ns, uint64_t *blocks_p);
+
+/*
+ * Any thread. Namespace slots: every live namespace's slot is below this.
+ * Iterate slots with kvt_idx_ns_id() (writer), which skips free ones.
+ */
 uint32_t kvt_idx_ns_count(const kvt_idx_t *idx);
+
+/* Writer. Current id of namespace slot @slot, or KVT_IDX_NS_NONE when the slot is free. */
+uint32_t kvt_idx_ns_id(const kvt_idx_t *idx, uint32_t slot);
 
 /*
  * Writer. Model name of namespace @ns and, in *@lora_p (may be NULL), its
- * LoRA name ("" for the base model); NULL for an unknown id. The strings
- * live as long as the index.
+ * LoRA name ("" for the base model); NULL for an id that is not current.
+ * The strings stay valid until the namespace is dropped.
  */
 const char *kvt_idx_ns_name(const kvt_idx_t *idx, uint32_t ns, const char **lora_p);
 
-/* Writer. Every pod id ever handed out is below this (dropped ids included). */
+/* Writer. Block nodes of namespace @ns (blocks held, and chain links kept for them); 0 if unknown.
+ */
+uint64_t kvt_idx_ns_blocks(const kvt_idx_t *idx, uint32_t ns);
+
+/*
+ * Writer. Index-clock time (ms, kvt_idx_advance()) of namespace @ns's
+ * creation or last use (kvt_idx_ns_get(), a store or a speculative mark in
+ * it); 0 if unknown. With kvt_idx_ns_blocks() == 0, tells how long a
+ * namespace has been empty and idle.
+ */
+uint64_t kvt_idx_ns_last_use(const kvt_idx_t *idx, uint32_t ns);
+
+/* Writer. Every live pod id is below this (ids of dropped pods below it are reused first). */
 uint32_t kvt_idx_pod_limit(const kvt_idx_t *idx);
 
-/* Any thread. Block size of namespace @ns, or 0 if @ns does not exist. */
+/* Writer. Block size of namespace @ns, or 0 if @ns is not a current id. */
 uint32_t kvt_idx_ns_block_size(const kvt_idx_t *idx, uint32_t ns);
 
 /*
- * Any thread. The key under which @key of namespace @ns is stored (keys are
- * salted per namespace so one table serves all); what on_evict reports.
+ * Writer. The key under which @key of namespace @ns is stored (keys are
+ * salted per namespace so one table serves all); what on_evict reports. @key
+ * itself when @ns is not a current id.
  */
 uint64_t kvt_idx_salted_key(const kvt_idx_t *idx, uint32_t ns, uint64_t key);
 
 /*
  * Writer. Finds or creates the pod (@name, @dp_rank) and returns its dense id.
- * Ids of dropped pods are reused. KVT_ERR_LIMIT past KVT_IDX_MAX_PODS.
+ * Ids of dropped pods are reused. KVT_ERR_LIMIT past KVT_IDX_MAX_PODS,
+ * KVT_ERR_NO_SPACE when the pod's memory does not fit the budget (counted in
+ * kvt_idx_stats_t.refused; see the budget note at the top).
+ * Creating a pod counts as a write (kvt_idx_pod_last_write()).
  */
 kvt_status_t kvt_idx_pod_get(kvt_idx_t *idx, const char *name, uint32_t dp_rank, uint32_t *pod_p);
 
@@ -141,6 +197,14 @@ const char *kvt_idx_pod_name(const kvt_idx_t *idx, uint32_t pod, uint32_t *dp_ra
 
 /* Writer. Number of (block, pod) entries @pod holds, speculative ones included. */
 uint64_t kvt_idx_pod_entries(const kvt_idx_t *idx, uint32_t pod);
+
+/*
+ * Writer. Index-clock time (ms) of @pod's creation or last write naming it
+ * (store, store by engine hash, remove, clear, speculate), hit or not; 0 for
+ * an unknown id. A pod with no entries whose last write is old enough can be
+ * forgotten with kvt_idx_pod_drop().
+ */
+uint64_t kvt_idx_pod_last_write(const kvt_idx_t *idx, uint32_t pod);
 
 /*
  * Writer. The key (in namespace @ns) of the block @pod holds under engine
@@ -159,7 +223,12 @@ kvt_status_t kvt_idx_pod_key(const kvt_idx_t *idx, uint32_t pod, uint32_t ns, ui
  */
 kvt_status_t kvt_idx_pod_clear(kvt_idx_t *idx, uint32_t pod, unsigned tiers);
 
-/* Writer. Clears every tier of @pod and unregisters it; its id may be reused. */
+/*
+ * Writer. Clears every tier of @pod and unregisters it; its id may be reused.
+ * Its memory (tables, name) is freed, and memory the index no longer needs
+ * after that (emptied node slabs, holder-set directories, sparse tables) is
+ * returned too. KVT_ERR_NOT_FOUND for an unknown id.
+ */
 kvt_status_t kvt_idx_pod_drop(kvt_idx_t *idx, uint32_t pod);
 
 /*
@@ -195,6 +264,29 @@ kvt_status_t kvt_idx_store_by_ehash(kvt_idx_t *idx, uint32_t pod, unsigned tier,
 kvt_status_t kvt_idx_remove(kvt_idx_t *idx, uint32_t pod, unsigned tiers, const uint64_t *ehashes,
                             size_t n, size_t *unresolved_p);
 
+/* A block a pod no longer holds under an engine hash (kvt_idx_remove_report()). */
+typedef struct kvt_idx_gone {
+    uint64_t ehash;      /* the engine hash removed */
+    uint64_t key;        /* the block's sequence key (unsalted) */
+    uint64_t parent_key; /* its parent block's sequence key (unsalted), when has_parent */
+    uint32_t ns;         /* the block's namespace id */
+    uint32_t has_parent; /* 1 when the index knows the block's parent, else 0 */
+} kvt_idx_gone_t;
+
+/*
+ * Writer. kvt_idx_remove(), and for every hash of @ehashes whose last tier
+ * on @pod went (the pod no longer knows the hash: its entry was dropped, or
+ * kept only through another of the pod's hashes for the same block), in
+ * order, one element of @gone (capacity @n, may be NULL when @n is 0 or no
+ * report is wanted): what the hash named, so a token-less store of the same
+ * hash that follows (vLLM offloading a block it just evicted from GPU) can
+ * still be resolved. *@ngone_p (may be NULL) gets the count. Allocates
+ * nothing.
+ */
+kvt_status_t kvt_idx_remove_report(kvt_idx_t *idx, uint32_t pod, unsigned tiers,
+                                   const uint64_t *ehashes, size_t n, size_t *unresolved_p,
+                                   kvt_idx_gone_t *gone, size_t *ngone_p);
+
 /*
  * Writer. A router's decision before the engine reports it: @pod will hold
  * @keys[0..n) (a chain from block 0). The entries count as GPU in queries
@@ -228,13 +320,12 @@ void kvt_idx_reader_destroy(kvt_idx_reader_t *reader);
 
 /*
  * Reader (one thread per handle). For the chain @keys[0..n) in namespace
- * @ns, finds every pod holding keys[0] and the length of its run of
- * consecutive blocks from block 0, split by fastest tier. With @pods not NULL
- * only those @npods pod ids are considered. Stops as soon as no pod can
- * extend its run. *@res_p points at *@nres_p results in no particular order,
- * owned by the reader and valid until its next query. Does not allocate once
- * the reader has seen the index's pod count. Returns KVT_OK (zero results
- * when nothing matches or @ns is unknown) or KVT_ERR_NO_MEM.
+ * @ns (an id that may have gone stale: then nothing matches), finds every pod holding keys[0] and
+ * the length of its run of consecutive blocks from block 0, split by fastest tier. With @pods not
+ * NULL only those @npods pod ids are considered. Stops as soon as no pod can extend its run.
+ * *@res_p points at *@nres_p results in no particular order, owned by the reader and valid until
+ * its next query. Does not allocate once the reader has seen the index's pod count. Returns KVT_OK
+ * (zero results when nothing matches or @ns is not a current id) or KVT_ERR_NO_MEM.
  */
 kvt_status_t kvt_idx_query(kvt_idx_reader_t *reader, uint32_t ns, const uint64_t *keys, size_t n,
                            const uint32_t *pods, size_t npods, const kvt_idx_match_t **res_p,

@@ -15,6 +15,9 @@
  *   readers copy a node's holders and retry if the counter moved.
  * - Each pod has a private (writer-only) table engine hash -> node, which is
  *   also the reverse index used by clear and drop.
+ * - A writer-only side array, parallel to the node slab, gives each node's
+ *   namespace slot (u16): what dropping a namespace and reporting removals
+ *   need, kept out of the 32-byte node.
  */
 #ifndef KVT_KVINDEX_INDEX_INT_H
 #define KVT_KVINDEX_INDEX_INT_H
@@ -166,17 +169,27 @@ static inline void grp_init(kvt_group_t *g, size_t n)
     }
 }
 
-/* Namespace info readers need; stored in chunks of NS_CHUNK. */
+/*
+ * Namespace records readers need (the rest is writer-only, in index.c),
+ * in chunks of NS_CHUNK. A namespace id is (generation << 16 | slot); a
+ * record's id is the id of the namespace in its slot, or NS_ID_FREE. The
+ * writer frees a slot by setting its id to NS_ID_FREE (then a release
+ * fence) and fills a reused slot's salt before publishing the new id, so a
+ * reader that sees the same id before and after loading the salt has the
+ * salt of that id (ns_read_salt()).
+ */
 #define NS_CHUNK_SHIFT 8u
 #define NS_CHUNK (1u << NS_CHUNK_SHIFT)
-#define KVT_IDX_MAX_NS 65536u
+#define NS_SLOT_BITS 16u
+#define NS_SLOT(id) ((id) & ((1u << NS_SLOT_BITS) - 1))
+#define NS_ID(gen, slot) (((uint32_t)(gen) << NS_SLOT_BITS) | (uint32_t)(slot))
+#define NS_ID_FREE KVT_IDX_NS_NONE
+#define NS_GEN_MAX 0xfffeu /* generations 0..NS_GEN_MAX: an id is never NS_ID_FREE */
 
 typedef struct kvt_ns {
-    uint64_t salt;
-    uint32_t block_size; /* 0: unused */
+    uint64_t salt; /* readers load it atomically */
+    uint32_t id;   /* readers load it atomically; NS_ID_FREE while the slot is free */
     uint32_t pad;
-    char *model;
-    char *lora;
 } kvt_ns_t;
 
 /* Striped sequence counters: node i uses stripe i & (NSTRIPES - 1). */
@@ -202,8 +215,8 @@ typedef struct kvt_idx_shared {
     kvt_ktab_t *ktab; /* published */
     kvt_dir_t *nodes; /* published; chunks of kvt_node_t */
     kvt_dir_t *sets;  /* published; chunks of kvt_podset_t * */
-    kvt_dir_t *nss;   /* published; chunks of kvt_ns_t */
-    uint32_t nns;     /* namespaces allocated (ids < nns) */
+    kvt_dir_t *nss; /* published; chunks of kvt_ns_t; a chunk past the last live slot's is freed */
+    uint32_t nns;   /* namespace slots: every live namespace's slot is below */
     uint32_t pod_cap; /* highest pod id + 1 ever used */
     uint32_t clock32; /* index clock, ms truncated */
     uint32_t pad;
@@ -268,6 +281,32 @@ static inline kvt_ns_t *dir_ns(kvt_dir_t *d, uint32_t i)
 {
     kvt_ns_t *c = __atomic_load_n((kvt_ns_t **)&d->chunk[i >> NS_CHUNK_SHIFT], __ATOMIC_ACQUIRE);
     return &c[i & (NS_CHUNK - 1)];
+}
+
+/*
+ * Reader, inside an EBR critical section: the salt of namespace id @id into
+ * *@salt_p, or false when @id is not current (dropped, reused or never
+ * created). Trailing chunks of free slots may be gone: a NULL chunk means no
+ * namespace.
+ */
+static inline bool ns_read_salt(kvt_idx_shared_t *sh, uint32_t id, uint64_t *salt_p)
+{
+    uint32_t slot = NS_SLOT(id);
+    kvt_dir_t *d = __atomic_load_n(&sh->nss, __ATOMIC_ACQUIRE);
+    if ((slot >> NS_CHUNK_SHIFT) >= d->cap)
+        return false;
+    kvt_ns_t *c = __atomic_load_n((kvt_ns_t **)&d->chunk[slot >> NS_CHUNK_SHIFT], __ATOMIC_ACQUIRE);
+    if (c == NULL)
+        return false;
+    kvt_ns_t *r = &c[slot & (NS_CHUNK - 1)];
+    if (__atomic_load_n(&r->id, __ATOMIC_ACQUIRE) != id)
+        return false;
+    uint64_t salt = __atomic_load_n(&r->salt, __ATOMIC_RELAXED);
+    __atomic_thread_fence(__ATOMIC_ACQUIRE);
+    if (__atomic_load_n(&r->id, __ATOMIC_RELAXED) != id)
+        return false; /* dropped meanwhile: the salt may be the next namespace's */
+    *salt_p = salt;
+    return true;
 }
 
 #endif

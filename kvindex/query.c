@@ -365,7 +365,7 @@ kvt_status_t kvt_idx_query(kvt_idx_reader_t *r, uint32_t ns, const uint64_t *key
     kvt_idx_shared_t *sh = idx_shared(r->idx);
     *res_p = r->res;
     *nres_p = 0;
-    if (n == 0 || ns >= __atomic_load_n(&sh->nns, __ATOMIC_ACQUIRE))
+    if (n == 0 || NS_SLOT(ns) >= __atomic_load_n(&sh->nns, __ATOMIC_ACQUIRE))
         return KVT_OK;
     uint32_t pod_cap = __atomic_load_n(&sh->pod_cap, __ATOMIC_ACQUIRE);
     if (reader_fit(r, pod_cap) != KVT_OK || reader_fit_snap(r, 16) != KVT_OK)
@@ -383,8 +383,16 @@ kvt_status_t kvt_idx_query(kvt_idx_reader_t *r, uint32_t ns, const uint64_t *key
                 r->allow[pods[i]] = gen;
 
     kvt_ebr_enter(&sh->ebr, r->slot);
-    kvt_dir_t *nss = __atomic_load_n(&sh->nss, __ATOMIC_ACQUIRE);
-    const uint64_t salt = dir_ns(nss, ns)->salt;
+    /*
+     * The id is checked once, here: a namespace dropped later in the query
+     * (or its slot reused) is seen as any concurrent removal is, since the
+     * salt is the dropped one's and so are the nodes it finds.
+     */
+    uint64_t salt;
+    if (!ns_read_salt(sh, ns, &salt)) {
+        kvt_ebr_exit(&sh->ebr, r->slot);
+        return KVT_OK;
+    }
     kvt_ktab_t *t = __atomic_load_n(&sh->ktab, __ATOMIC_ACQUIRE);
     kvt_dir_t *nodes = __atomic_load_n(&sh->nodes, __ATOMIC_ACQUIRE);
     kvt_dir_t *sets = __atomic_load_n(&sh->sets, __ATOMIC_ACQUIRE);

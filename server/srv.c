@@ -256,8 +256,9 @@ static void reg_publish(kvt_srv_t *srv)
     js_off[npods] = (uint32_t)js.len;
     names += js.len;
     for (uint32_t i = 0; i < nns; i++) {
-        const char *lora, *model = kvt_idx_ns_name(srv->idx, i, &lora);
-        names += strlen(model) + strlen(lora) + 2;
+        const char *lora, *model = kvt_idx_ns_name(srv->idx, kvt_idx_ns_id(srv->idx, i), &lora);
+        if (model != NULL) /* NULL: a dropped namespace's free slot */
+            names += strlen(model) + strlen(lora) + 2;
     }
     uint32_t nb = 16;
     while (nb < npods * 2u)
@@ -305,20 +306,26 @@ static void reg_publish(kvt_srv_t *srv)
         r->pods[i].next = r->bucket[b];
         r->bucket[b] = i;
     }
+    uint32_t j = 0;
     for (uint32_t i = 0; i < nns; i++) {
-        const char *lora, *model = kvt_idx_ns_name(srv->idx, i, &lora);
+        uint32_t id = kvt_idx_ns_id(srv->idx, i);
+        const char *lora, *model = kvt_idx_ns_name(srv->idx, id, &lora);
+        if (model == NULL)
+            continue;
         size_t ml = strlen(model), ll = strlen(lora);
-        r->nss[i].model_off = (uint32_t)off;
+        r->nss[j].model_off = (uint32_t)off;
         memcpy(r->names + off, model, ml + 1);
         off += ml + 1;
-        r->nss[i].lora_off = (uint32_t)off;
+        r->nss[j].lora_off = (uint32_t)off;
         memcpy(r->names + off, lora, ll + 1);
         off += ll + 1;
-        r->nss[i].ns = i;
-        r->nss[i].block_size = kvt_idx_ns_block_size(srv->idx, i);
+        r->nss[j].ns = id;
+        r->nss[j].block_size = kvt_idx_ns_block_size(srv->idx, id);
+        j++;
     }
+    r->nns = j;
     srv->reg_pods = kvt_idx_pod_limit(srv->idx);
-    srv->reg_nns = nns;
+    srv->reg_nns = j; /* live namespaces, as kvt_idx_stats_t.namespaces counts them */
     srv->reg_live_pods = 0;
     for (uint32_t i = 0; i < npods; i++)
         srv->reg_live_pods += r->pods[i].live;

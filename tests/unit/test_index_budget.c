@@ -1,4 +1,8 @@
-/* Memory-budget eviction: leaves first, least recently used first, budget held. */
+/*
+ * Memory budget: eviction (leaves first, least recently used first), the
+ * budget held, pods and namespaces refused when nothing fits, and memory
+ * given back when pods and namespaces are dropped.
+ */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -72,8 +76,7 @@ static void test_chain_cut_from_tail_only(void **state)
         kvt_idx_advance(idx, c);
         for (uint64_t i = 0; i < LEN_B; i++)
             kb[i] = key_of(c, i);
-        assert_int_equal(kvt_idx_store(idx, ns, pod, KVT_TIER_GPU, NULL, kb, NULL, LEN_B),
-                         KVT_OK);
+        assert_int_equal(kvt_idx_store(idx, ns, pod, KVT_TIER_GPU, NULL, kb, NULL, LEN_B), KVT_OK);
         assert_true(bytes_of(idx) <= budget);
         assert_int_equal(query1(r, ns, kb, LEN_B, pod).matched, LEN_B);
         /* every chain's held blocks form its matched run: no chain has a hole */
@@ -205,12 +208,233 @@ static void test_budget_many_pods(void **state)
     kvt_idx_destroy(idx);
 }
 
+/*
+ * A budget too small for anything beyond the empty index: creating a pod or
+ * a namespace is refused (KVT_ERR_NO_SPACE, counted), changes nothing, and
+ * succeeds once the budget has room.
+ */
+static void test_no_space_for_pods_and_namespaces(void **state)
+{
+    (void)state;
+    kvt_idx_t *idx;
+    assert_int_equal(kvt_idx_create(NULL, &idx), KVT_OK);
+    uint64_t empty = bytes_of(idx);
+    kvt_idx_destroy(idx);
+
+    kvt_idx_config_t cfg = {.budget_bytes = empty + 8};
+    assert_int_equal(kvt_idx_create(&cfg, &idx), KVT_OK);
+    uint32_t ns, pod;
+    assert_int_equal(kvt_idx_ns_get(idx, "m", NULL, 16, &ns), KVT_ERR_NO_SPACE);
+    assert_int_equal(kvt_idx_pod_get(idx, "a", 0, &pod), KVT_ERR_NO_SPACE);
+    assert_int_equal(kvt_idx_pod_get(idx, "b", 1, &pod), KVT_ERR_NO_SPACE);
+    kvt_idx_stats_t st;
+    kvt_idx_stats(idx, &st);
+    assert_int_equal(st.refused, 3);
+    assert_int_equal(st.pods, 0);
+    assert_int_equal(st.namespaces, 0);
+    assert_int_equal(st.bytes, empty);
+    assert_int_equal(kvt_idx_ns_count(idx), 0);
+    assert_int_equal(kvt_idx_pod_limit(idx), 0);
+    assert_int_equal(kvt_idx_ns_get(idx, "m", NULL, 0, &ns), KVT_ERR_NOT_FOUND);
+    assert_int_equal(kvt_idx_pod_find(idx, "a", 0, &pod), KVT_ERR_NOT_FOUND);
+    kvt_idx_destroy(idx);
+
+    /* room for one namespace and one pod, not for a second pod's name and array */
+    cfg.budget_bytes = 0;
+    assert_int_equal(kvt_idx_create(&cfg, &idx), KVT_OK);
+    assert_int_equal(kvt_idx_ns_get(idx, "m", NULL, 16, &ns), KVT_OK);
+    assert_int_equal(kvt_idx_pod_get(idx, "a", 0, &pod), KVT_OK);
+    uint64_t one = bytes_of(idx);
+    kvt_idx_destroy(idx);
+    cfg.budget_bytes = one + 2;
+    assert_int_equal(kvt_idx_create(&cfg, &idx), KVT_OK);
+    assert_int_equal(kvt_idx_ns_get(idx, "m", NULL, 16, &ns), KVT_OK);
+    assert_int_equal(kvt_idx_pod_get(idx, "a", 0, &pod), KVT_OK);
+    uint32_t pod2;
+    assert_int_equal(kvt_idx_pod_get(idx, "a-second-pod", 0, &pod2), KVT_ERR_NO_SPACE);
+    assert_int_equal(kvt_idx_ns_get(idx, "another-model", NULL, 16, &ns), KVT_ERR_NO_SPACE);
+    kvt_idx_stats(idx, &st);
+    assert_int_equal(st.refused, 2);
+    assert_int_equal(st.pods, 1);
+    assert_int_equal(st.namespaces, 1);
+    /* what exists is still found: finding takes no memory */
+    assert_int_equal(kvt_idx_pod_get(idx, "a", 0, &pod2), KVT_OK);
+    assert_int_equal(pod2, pod);
+    /* dropping the pod makes room for the other */
+    assert_int_equal(kvt_idx_pod_drop(idx, pod), KVT_OK);
+    assert_int_equal(kvt_idx_pod_get(idx, "b", 0, &pod2), KVT_OK);
+    kvt_idx_destroy(idx);
+}
+
+/*
+ * With the index full of blocks, creating pods and namespaces uses the
+ * budget's reserve: no block is evicted for them. Once the reserve is gone,
+ * creation is refused; the blocks stay.
+ */
+static void test_pods_under_full_budget(void **state)
+{
+    (void)state;
+    const uint64_t budget = 4u << 20;
+    kvt_idx_config_t cfg = {.budget_bytes = budget};
+    kvt_idx_t *idx;
+    uint32_t ns, pods[64];
+    char name[32];
+    assert_int_equal(kvt_idx_create(&cfg, &idx), KVT_OK);
+    assert_int_equal(kvt_idx_ns_get(idx, "m", NULL, 16, &ns), KVT_OK);
+    for (int p = 0; p < 64; p++) {
+        snprintf(name, sizeof(name), "p%d", p);
+        assert_int_equal(kvt_idx_pod_get(idx, name, 0, &pods[p]), KVT_OK);
+    }
+    uint64_t k[32];
+    for (uint64_t c = 0; c < 20000; c++) {
+        kvt_idx_advance(idx, c + 1);
+        for (int i = 0; i < 32; i++)
+            k[i] = key_of(c, (uint64_t)i);
+        assert_int_equal(kvt_idx_store(idx, ns, pods[c % 64], KVT_TIER_GPU, NULL, k, NULL, 32),
+                         KVT_OK);
+    }
+    kvt_idx_stats_t before, after;
+    kvt_idx_stats(idx, &before);
+    assert_true(before.evicted > 0);
+    for (int p = 0; p < 8; p++) {
+        snprintf(name, sizeof(name), "new-pod-%d", p);
+        uint32_t pod;
+        assert_int_equal(kvt_idx_pod_get(idx, name, 0, &pod), KVT_OK);
+        snprintf(name, sizeof(name), "new-model-%d", p);
+        assert_int_equal(kvt_idx_ns_get(idx, name, NULL, 16, &pod), KVT_OK);
+    }
+    kvt_idx_stats(idx, &after);
+    assert_int_equal(after.evicted, before.evicted);
+    assert_int_equal(after.blocks, before.blocks);
+    assert_true(after.bytes <= budget);
+    /* a flood of long names eats the reserve; then creation is refused, the blocks stay */
+    char longname[KVT_IDX_MAX_NAME + 1];
+    memset(longname, 'x', KVT_IDX_MAX_NAME);
+    longname[KVT_IDX_MAX_NAME] = '\0';
+    uint32_t refused_at = 0;
+    for (uint32_t i = 0; i < 4000 && refused_at == 0; i++) {
+        uint32_t pod;
+        snprintf(longname, sizeof(longname), "%u", i);
+        longname[strlen(longname)] = 'x';
+        kvt_status_t st = kvt_idx_pod_get(idx, longname, 0, &pod);
+        if (st == KVT_ERR_NO_SPACE)
+            refused_at = i;
+        else
+            assert_int_equal(st, KVT_OK);
+        assert_true(bytes_of(idx) <= budget);
+    }
+    kvt_idx_stats(idx, &after);
+    print_message("full budget: %llu blocks, pod %u (of ~256-byte names) refused\n",
+                  (unsigned long long)before.blocks, refused_at);
+    assert_true(refused_at > 100);
+    assert_int_equal(after.refused, 1);
+    assert_int_equal(after.blocks, before.blocks);
+    assert_int_equal(after.evicted, before.evicted);
+    /* dropping pods gives the room back */
+    for (int p = 0; p < 8; p++)
+        assert_int_equal(kvt_idx_pod_drop(idx, pods[p]), KVT_OK);
+    uint32_t pod;
+    assert_int_equal(kvt_idx_pod_get(idx, "after-drops", 0, &pod), KVT_OK);
+    kvt_idx_destroy(idx);
+}
+
+static void drop_all(kvt_idx_t *idx)
+{
+    for (uint32_t p = 0; p < kvt_idx_pod_limit(idx); p++)
+        if (kvt_idx_pod_name(idx, p, NULL) != NULL)
+            assert_int_equal(kvt_idx_pod_drop(idx, p), KVT_OK);
+    for (uint32_t s = 0; s < kvt_idx_ns_count(idx); s++) {
+        uint32_t id = kvt_idx_ns_id(idx, s);
+        if (id != KVT_IDX_NS_NONE)
+            assert_int_equal(kvt_idx_ns_drop(idx, id, NULL), KVT_OK);
+    }
+}
+
+/*
+ * A flood of namespaces, pods, blocks (aliases, holder sets and speculative
+ * marks included), then every pod and namespace dropped: the memory goes back
+ * to an empty index's, and everything works again.
+ */
+static void test_flood_then_drop_returns_memory(void **state)
+{
+    (void)state;
+    kvt_idx_t *idx;
+    kvt_idx_reader_t *r;
+    assert_int_equal(kvt_idx_create(NULL, &idx), KVT_OK);
+    assert_int_equal(kvt_idx_reader_create(idx, &r), KVT_OK);
+    const uint64_t empty = bytes_of(idx);
+    enum { NSS = 300, PODS = 700, LEN = 24 };
+    for (int round = 0; round < 2; round++) {
+        uint32_t ns[NSS], pods[PODS];
+        char name[40];
+        for (int i = 0; i < NSS; i++) {
+            snprintf(name, sizeof(name), "model-%d-with-a-longer-name", i);
+            assert_int_equal(kvt_idx_ns_get(idx, name, i % 3 ? "lora" : NULL, 16, &ns[i]), KVT_OK);
+        }
+        for (int p = 0; p < PODS; p++) {
+            snprintf(name, sizeof(name), "pod-%d.example.internal", p);
+            assert_int_equal(kvt_idx_pod_get(idx, name, (uint32_t)p % 4, &pods[p]), KVT_OK);
+        }
+        uint64_t k[LEN], eh[LEN];
+        for (uint64_t step = 0; step < 12000; step++) {
+            kvt_idx_advance(idx, (uint64_t)round * 100000 + step + 1);
+            uint32_t p = pods[(step * 13) % PODS];
+            uint32_t n = ns[step % NSS];
+            uint64_t c = step % 4 == 0 ? 7 : step; /* shared chains: holder sets */
+            for (int i = 0; i < LEN; i++) {
+                k[i] = key_of(c, (uint64_t)i);
+                eh[i] = k[i] ^ (step % 3 == 0 ? (uint64_t)p << 40 : 0); /* aliases */
+            }
+            if (step % 5 == 0) /* another pod's: the store does not confirm it */
+                assert_int_equal(kvt_idx_speculate(idx, n, pods[(step * 7) % PODS], k, LEN, 1000),
+                                 KVT_OK);
+            assert_int_equal(kvt_idx_store(idx, n, p, 1u << (step % 3), NULL, k, eh, LEN), KVT_OK);
+        }
+        kvt_idx_stats_t st;
+        kvt_idx_stats(idx, &st);
+        assert_true(st.blocks > 100000 && st.speculative > 0);
+        print_message("flood %d: %llu blocks, %llu entries, %llu bytes (empty: %llu)\n", round,
+                      (unsigned long long)st.blocks, (unsigned long long)st.entries,
+                      (unsigned long long)st.bytes, (unsigned long long)empty);
+        /* half the pods and namespaces, then the rest: both orders of trimming */
+        for (int p = 0; p < PODS; p += 2)
+            assert_int_equal(kvt_idx_pod_drop(idx, pods[p]), KVT_OK);
+        for (int i = 1; i < NSS; i += 2)
+            assert_int_equal(kvt_idx_ns_drop(idx, ns[i], NULL), KVT_OK);
+        drop_all(idx);
+        kvt_idx_advance(idx,
+                        (uint64_t)round * 100000 + 50000); /* readers idle: retired memory goes */
+        kvt_idx_stats(idx, &st);
+        print_message("after dropping everything: %llu bytes\n", (unsigned long long)st.bytes);
+        assert_int_equal(st.blocks, 0);
+        assert_int_equal(st.entries, 0);
+        assert_int_equal(st.speculative, 0);
+        assert_int_equal(st.pods, 0);
+        assert_int_equal(st.namespaces, 0);
+        assert_int_equal(kvt_idx_ns_count(idx), 0);
+        assert_int_equal(kvt_idx_pod_limit(idx), 0);
+        assert_int_equal(st.bytes, empty); /* every byte came back */
+    }
+    /* and it works again */
+    uint32_t ns, pod;
+    uint64_t k[4] = {1, 2, 3, 4};
+    assert_int_equal(kvt_idx_ns_get(idx, "m", NULL, 16, &ns), KVT_OK);
+    assert_int_equal(kvt_idx_pod_get(idx, "a", 0, &pod), KVT_OK);
+    assert_int_equal(kvt_idx_store(idx, ns, pod, KVT_TIER_GPU, NULL, k, NULL, 4), KVT_OK);
+    assert_int_equal(query1(r, ns, k, 4, pod).matched, 4);
+    kvt_idx_reader_destroy(r);
+    kvt_idx_destroy(idx);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_chain_cut_from_tail_only),
         cmocka_unit_test(test_lru_order),
         cmocka_unit_test(test_budget_many_pods),
+        cmocka_unit_test(test_no_space_for_pods_and_namespaces),
+        cmocka_unit_test(test_pods_under_full_budget),
+        cmocka_unit_test(test_flood_then_drop_returns_memory),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

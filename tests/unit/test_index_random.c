@@ -1,15 +1,20 @@
 /*
  * Randomized test: kvindex/index against the naive reference model
  * (bench/naive_index), operation by operation, over >= 1 M mixed operations:
- * store (whole chains and continuations), CPU placeholder stores, removals,
- * clears, pod drops, speculative marks, clock advances, queries with and
+ * store (whole chains and continuations), CPU placeholder stores, removals
+ * (some reporting what left, checked against the model and the chains),
+ * clears, pod drops (re-registered at once, or forgotten for a while),
+ * namespace drops (re-created later under a new id; queries with the old ids
+ * must find nothing), speculative marks, clock advances, queries with and
  * without a pod filter, and budget evictions (mirrored into the model through
- * the eviction callback, each checked to be a leaf).
+ * the eviction callback, each checked to be a leaf). Entry counts are
+ * compared after every operation.
  *
  * KVT_RANDOM_OPS overrides the number of operations; KVT_RANDOM_SEED the seed.
  */
 #include <setjmp.h>
 #include <stdarg.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -21,14 +26,17 @@
 #include "bench/naive_index.h"
 #include "kvindex/index.h"
 
-enum { NS = 2, PODS = 6, KEYS = 1500, MAXCHAIN = 24 };
+enum { NS = 2, PODS = 6, KEYS = 1500, MAXCHAIN = 24, STALE = 8 };
+
+#define NONE UINT32_MAX
 
 typedef struct world {
     kvt_idx_t *idx;
     kvt_idx_reader_t *r;
     kvt_naive_t *ref;
-    uint32_t ns[NS];
-    uint32_t pod[PODS];
+    uint32_t ns[NS];       /* current id, NONE while dropped */
+    uint32_t pod[PODS];    /* current id, NONE while forgotten */
+    uint32_t stale[STALE]; /* ids of dropped namespaces */
     /* a random trie of keys: parent[i] < i or -1 */
     int parent[KEYS];
     uint64_t key[KEYS];
@@ -38,9 +46,13 @@ typedef struct world {
     uint64_t salted[NS][KEYS];
     uint64_t rng;
     uint64_t now;
+    uint64_t op; /* the operation running, for messages */
     uint64_t evictions;
     uint64_t eviction_checks;
+    uint64_t ns_drops, pod_forgets, gone_checked, stale_queries;
 } world_t;
+
+static const char *const ns_lora[NS] = {NULL, "lora"};
 
 static uint64_t rnd(world_t *w)
 {
@@ -76,13 +88,19 @@ static int chain(world_t *w, int i, int *out)
     return w->depth[i] + 1;
 }
 
-static world_t *g_world;
-
-/* Called by the index for each evicted block: it must be a leaf; mirror it. */
+/*
+ * Called by the index for each evicted block: it must be a leaf; mirror it.
+ * Leaf means no pod holds a descendant in the index itself, asked with a
+ * query (a hit would move a stamp, but a hit already fails the test): the
+ * model may differ while the write runs (writes reach the model after the
+ * index, so that evictions are mirrored in order).
+ */
 static void on_evict(void *arg, uint64_t salted)
 {
     world_t *w = arg;
     for (int ns = 0; ns < NS; ns++) {
+        if (w->ns[ns] == NONE)
+            continue;
         for (int i = 0; i < KEYS; i++) {
             if (w->salted[ns][i] != salted)
                 continue;
@@ -92,10 +110,13 @@ static void on_evict(void *arg, uint64_t salted)
                 stack[sp++] = w->children[i][c];
             while (sp > 0) {
                 int d = stack[--sp];
-                kvt_idx_match_t out[PODS];
-                size_t n = kvt_naive_query(w->ref, w->ns[ns], &w->key[d], 1, NULL, 0, out, PODS);
+                const kvt_idx_match_t *res;
+                size_t n;
+                assert_int_equal(kvt_idx_query(w->r, w->ns[ns], &w->key[d], 1, NULL, 0, &res, &n),
+                                 KVT_OK);
                 if (n != 0)
-                    fail_msg("evicted key %d has a held descendant %d", i, d);
+                    fail_msg("op %llu: evicted key %d has a held descendant %d",
+                             (unsigned long long)w->op, i, d);
                 for (int c = 0; c < w->nchildren[d]; c++)
                     stack[sp++] = w->children[d][c];
             }
@@ -105,24 +126,55 @@ static void on_evict(void *arg, uint64_t salted)
             return;
         }
     }
-    fail_msg("evicted key %llx is not one of ours", (unsigned long long)salted);
+    fail_msg("op %llu: evicted key %llx is not one of ours", (unsigned long long)w->op,
+             (unsigned long long)salted);
+}
+
+/* (Re)creates namespace @ns; false when the budget refused it (the model never refuses). */
+static bool ns_create(world_t *w, int ns)
+{
+    uint32_t id;
+    kvt_status_t st = kvt_idx_ns_get(w->idx, "model", ns_lora[ns], 16, &id);
+    if (st == KVT_ERR_NO_SPACE)
+        return false;
+    assert_int_equal(st, KVT_OK);
+    for (int s = 0; s < STALE; s++)
+        if (w->stale[s] == id)
+            fail_msg("op %llu: namespace id %u handed out again", (unsigned long long)w->op, id);
+    assert_int_equal(kvt_idx_ns_blocks(w->idx, id), 0);
+    assert_int_equal(kvt_idx_ns_last_use(w->idx, id), w->now);
+    w->ns[ns] = id;
+    for (int i = 0; i < KEYS; i++)
+        w->salted[ns][i] = kvt_idx_salted_key(w->idx, id, w->key[i]);
+    return true;
+}
+
+static bool pod_register(world_t *w, int p)
+{
+    char name[16];
+    snprintf(name, sizeof(name), "pod%d", p);
+    uint32_t id;
+    kvt_status_t st = kvt_idx_pod_get(w->idx, name, (uint32_t)p % 2, &id);
+    if (st == KVT_ERR_NO_SPACE)
+        return false;
+    assert_int_equal(st, KVT_OK);
+    assert_int_equal(kvt_idx_pod_entries(w->idx, id), 0);
+    assert_int_equal(kvt_naive_pod_entries(w->ref, id), 0); /* a reused id starts empty */
+    assert_int_equal(kvt_idx_pod_last_write(w->idx, id), w->now);
+    w->pod[p] = id;
+    return true;
 }
 
 static void build_world(world_t *w, uint64_t seed, uint64_t budget)
 {
     memset(w, 0, sizeof(*w));
     w->rng = seed;
+    for (int s = 0; s < STALE; s++)
+        w->stale[s] = NONE;
     kvt_idx_config_t cfg = {.budget_bytes = budget, .on_evict = on_evict, .on_evict_arg = w};
     assert_int_equal(kvt_idx_create(&cfg, &w->idx), KVT_OK);
     assert_int_equal(kvt_idx_reader_create(w->idx, &w->r), KVT_OK);
     assert_int_equal(kvt_naive_create(&w->ref), KVT_OK);
-    assert_int_equal(kvt_idx_ns_get(w->idx, "model", NULL, 16, &w->ns[0]), KVT_OK);
-    assert_int_equal(kvt_idx_ns_get(w->idx, "model", "lora", 16, &w->ns[1]), KVT_OK);
-    char name[16];
-    for (int p = 0; p < PODS; p++) {
-        snprintf(name, sizeof(name), "pod%d", p);
-        assert_int_equal(kvt_idx_pod_get(w->idx, name, (uint32_t)p % 2, &w->pod[p]), KVT_OK);
-    }
     for (int i = 0; i < KEYS; i++) {
         /* shallow fan-out near the root, long chains below, some special keys */
         int par = -1;
@@ -140,8 +192,11 @@ static void build_world(world_t *w, uint64_t seed, uint64_t budget)
         }
     }
     for (int ns = 0; ns < NS; ns++)
-        for (int i = 0; i < KEYS; i++)
-            w->salted[ns][i] = kvt_idx_salted_key(w->idx, w->ns[ns], w->key[i]);
+        assert_true(ns_create(w, ns));
+    assert_int_equal(w->ns[0], 0); /* the first namespace: id 0, salt 0 */
+    assert_int_equal(w->salted[0][5], w->key[5]);
+    for (int p = 0; p < PODS; p++)
+        assert_true(pod_register(w, p));
 }
 
 static void free_world(world_t *w)
@@ -159,22 +214,22 @@ static int cmp_match(const void *a, const void *b)
     return x->pod < y->pod ? -1 : x->pod > y->pod;
 }
 
-static void compare_query(world_t *w, int ns, const uint64_t *keys, size_t n, const uint32_t *pods,
-                          size_t npods, uint64_t op)
+static void compare_query(world_t *w, uint32_t ns, const uint64_t *keys, size_t n,
+                          const uint32_t *pods, size_t npods)
 {
     kvt_idx_match_t want[PODS], got[PODS + 1];
-    size_t nw = kvt_naive_query(w->ref, w->ns[ns], keys, n, pods, npods, want, PODS);
+    size_t nw = kvt_naive_query(w->ref, ns, keys, n, pods, npods, want, PODS);
     const kvt_idx_match_t *res;
     size_t ng;
-    assert_int_equal(kvt_idx_query(w->r, w->ns[ns], keys, n, pods, npods, &res, &ng), KVT_OK);
+    assert_int_equal(kvt_idx_query(w->r, ns, keys, n, pods, npods, &res, &ng), KVT_OK);
     if (ng != nw)
-        fail_msg("op %llu: index answered %zu pods, model %zu", (unsigned long long)op, ng, nw);
+        fail_msg("op %llu: index answered %zu pods, model %zu", (unsigned long long)w->op, ng, nw);
     memcpy(got, res, ng * sizeof(*got));
     qsort(got, ng, sizeof(*got), cmp_match);
     for (size_t i = 0; i < nw; i++) {
         if (memcmp(&got[i], &want[i], sizeof(want[i])) != 0)
             fail_msg("op %llu pod %u: index m=%u g=%u c=%u d=%u, model pod %u m=%u g=%u c=%u d=%u",
-                     (unsigned long long)op, got[i].pod, got[i].matched, got[i].gpu, got[i].cpu,
+                     (unsigned long long)w->op, got[i].pod, got[i].matched, got[i].gpu, got[i].cpu,
                      got[i].disk, want[i].pod, want[i].matched, want[i].gpu, want[i].cpu,
                      want[i].disk);
     }
@@ -186,19 +241,88 @@ static unsigned rand_tier(world_t *w)
     return t[below(w, 3)];
 }
 
+/* Trie index of @key in namespace slot @ns, looking in @idxs[0..n) first. */
+static int key_index(const world_t *w, uint64_t key, const int *idxs, int n)
+{
+    for (int j = 0; j < n; j++)
+        if (w->key[idxs[j]] == key)
+            return idxs[j];
+    for (int i = 0; i < KEYS; i++)
+        if (w->key[i] == key)
+            return i;
+    return -1;
+}
+
+/*
+ * Removal with a report: the index and the model must name the same
+ * hashes, blocks and namespaces, in order; the index's parents must be the
+ * trie's (every chain here is stored from its root or after its parent).
+ */
+static void remove_reported(world_t *w, uint32_t pod, unsigned tiers, const uint64_t *ehs, size_t n,
+                            const int *idxs, int nidx)
+{
+    kvt_idx_gone_t got[MAXCHAIN], want[MAXCHAIN];
+    size_t unres = 0, ngot = 99, nwant = 99;
+    size_t wunres = kvt_naive_remove_report(w->ref, pod, tiers, ehs, n, want, &nwant);
+    assert_int_equal(kvt_idx_remove_report(w->idx, pod, tiers, ehs, n, &unres, got, &ngot), KVT_OK);
+    assert_int_equal(unres, wunres);
+    if (ngot != nwant)
+        fail_msg("op %llu: index reports %zu gone, model %zu", (unsigned long long)w->op, ngot,
+                 nwant);
+    for (size_t i = 0; i < ngot; i++) {
+        if (got[i].ehash != want[i].ehash || got[i].key != want[i].key || got[i].ns != want[i].ns)
+            fail_msg("op %llu gone %zu: index %llx key %llx ns %u, model %llx key %llx ns %u",
+                     (unsigned long long)w->op, i, (unsigned long long)got[i].ehash,
+                     (unsigned long long)got[i].key, got[i].ns, (unsigned long long)want[i].ehash,
+                     (unsigned long long)want[i].key, want[i].ns);
+        int k = key_index(w, got[i].key, idxs, nidx);
+        assert_true(k >= 0);
+        int par = w->parent[k];
+        if (got[i].has_parent != (par >= 0) || (par >= 0 && got[i].parent_key != w->key[par]))
+            fail_msg("op %llu: key %d reported with parent %u/%llx, trie parent %d",
+                     (unsigned long long)w->op, k, got[i].has_parent,
+                     (unsigned long long)got[i].parent_key, par);
+        w->gone_checked++;
+    }
+}
+
+/* Drops namespace @ns in both; its id becomes stale. */
+static void ns_drop(world_t *w, int ns)
+{
+    uint32_t id = w->ns[ns];
+    uint64_t blocks = 99, before = kvt_idx_ns_blocks(w->idx, id);
+    uint64_t held = kvt_naive_ns_drop(w->ref, id);
+    assert_int_equal(kvt_idx_ns_drop(w->idx, id, &blocks), KVT_OK);
+    assert_int_equal(blocks, before);
+    assert_true(blocks >= held); /* chain links kept for held blocks count too */
+    assert_int_equal(kvt_idx_ns_drop(w->idx, id, NULL), KVT_ERR_NOT_FOUND);
+    assert_int_equal(kvt_idx_ns_blocks(w->idx, id), 0);
+    assert_null(kvt_idx_ns_name(w->idx, id, NULL));
+    w->stale[w->ns_drops % STALE] = id;
+    w->ns[ns] = NONE;
+    w->ns_drops++;
+}
+
 static void run(world_t *w, uint64_t ops, uint64_t budget)
 {
     int idxs[MAXCHAIN];
     uint64_t keys[MAXCHAIN + 1], ehs[MAXCHAIN];
     for (uint64_t op = 0; op < ops; op++) {
+        w->op = op;
         int ns = (int)below(w, NS);
         int p = (int)below(w, PODS);
-        uint32_t pod = w->pod[p];
         int leaf = (int)below(w, KEYS);
         int n = chain(w, leaf, idxs);
         for (int j = 0; j < n; j++)
             keys[j] = w->key[idxs[j]];
         uint32_t r = below(w, 1000);
+        /* a dropped namespace or forgotten pod comes back when an operation needs it */
+        if (w->ns[ns] == NONE && !ns_create(w, ns))
+            continue;
+        if (w->pod[p] == NONE && !pod_register(w, p))
+            continue;
+        uint32_t nsid = w->ns[ns];
+        uint32_t pod = w->pod[p];
         if (r < 380) {
             /* store a whole chain, or the tail of one after its parent */
             unsigned tier = rand_tier(w);
@@ -207,7 +331,7 @@ static void run(world_t *w, uint64_t ops, uint64_t budget)
             if (from > 0) {
                 /* continue after a parent only where its block exists, as engines do */
                 kvt_idx_match_t tmp[PODS];
-                if (kvt_naive_query(w->ref, w->ns[ns], &keys[from - 1], 1, NULL, 0, tmp, PODS) == 0)
+                if (kvt_naive_query(w->ref, nsid, &keys[from - 1], 1, NULL, 0, tmp, PODS) == 0)
                     from = 0;
             }
             for (int j = 0; j < n; j++)
@@ -215,11 +339,12 @@ static void run(world_t *w, uint64_t ops, uint64_t budget)
             if (below(w, 200) == 0 && n > 1)
                 ehs[n - 1] = ehs[0]; /* the engine reuses a hash for another block */
             const uint64_t *parent = from > 0 ? &keys[from - 1] : NULL;
-            assert_int_equal(kvt_idx_store(w->idx, w->ns[ns], pod, tier, parent, keys + from,
-                                           ehs + from, (size_t)(n - from)),
+            assert_int_equal(kvt_idx_store(w->idx, nsid, pod, tier, parent, keys + from, ehs + from,
+                                           (size_t)(n - from)),
                              KVT_OK);
-            kvt_naive_store(w->ref, w->ns[ns], pod, tier, keys + from, ehs + from,
-                            (size_t)(n - from));
+            kvt_naive_store(w->ref, nsid, pod, tier, keys + from, ehs + from, (size_t)(n - from));
+            assert_int_equal(kvt_idx_pod_last_write(w->idx, pod), w->now);
+            assert_int_equal(kvt_idx_ns_last_use(w->idx, nsid), w->now);
         } else if (r < 470) {
             /* CPU placeholder stores: engine hashes only, some unknown */
             for (int j = 0; j < n; j++)
@@ -231,40 +356,68 @@ static void run(world_t *w, uint64_t ops, uint64_t budget)
                              KVT_OK);
             assert_int_equal(unres, kvt_naive_store_by_ehash(w->ref, pod, tier, ehs, (size_t)n));
         } else if (r < 640) {
-            /* removals of a chain's tail, with one or several tiers */
+            /* removals of a chain's tail, with one or several tiers; half report what left */
             int variant = below(w, 6) == 0 ? 1 : below(w, 20) == 0 ? 2 : 0;
             int from = (int)below(w, (uint32_t)n);
             for (int j = 0; j < n; j++)
                 ehs[j] = ehash_of(idxs[j], p, variant) + (uint64_t)ns * 0x100000000ull;
             unsigned tiers = below(w, 4) == 0 ? (1u + below(w, 7)) : rand_tier(w);
-            size_t unres = 0;
-            assert_int_equal(
-                kvt_idx_remove(w->idx, pod, tiers, ehs + from, (size_t)(n - from), &unres), KVT_OK);
-            assert_int_equal(unres,
-                             kvt_naive_remove(w->ref, pod, tiers, ehs + from, (size_t)(n - from)));
+            if (below(w, 2) == 0) {
+                remove_reported(w, pod, tiers, ehs + from, (size_t)(n - from), idxs, n);
+            } else {
+                size_t unres = 0;
+                assert_int_equal(
+                    kvt_idx_remove(w->idx, pod, tiers, ehs + from, (size_t)(n - from), &unres),
+                    KVT_OK);
+                assert_int_equal(
+                    unres, kvt_naive_remove(w->ref, pod, tiers, ehs + from, (size_t)(n - from)));
+            }
+            assert_int_equal(kvt_idx_pod_last_write(w->idx, pod), w->now);
         } else if (r < 650) {
             unsigned tiers = below(w, 3) == 0 ? KVT_TIER_ALL : KVT_TIER_GPU;
             assert_int_equal(kvt_idx_pod_clear(w->idx, pod, tiers), KVT_OK);
             kvt_naive_pod_clear(w->ref, pod, tiers);
         } else if (r < 652) {
-            /* drop and re-register the pod: its id comes back, empty */
-            uint32_t rank;
-            char name[16];
-            snprintf(name, sizeof(name), "%s", kvt_idx_pod_name(w->idx, pod, &rank));
+            /* drop and re-register the pod: it comes back empty (under its id, if no other is free)
+             */
+            bool others_free = false;
+            for (int q = 0; q < PODS; q++)
+                others_free |= w->pod[q] == NONE;
             assert_int_equal(kvt_idx_pod_drop(w->idx, pod), KVT_OK);
             kvt_naive_pod_clear(w->ref, pod, KVT_TIER_ALL);
-            uint32_t again;
-            assert_int_equal(kvt_idx_pod_get(w->idx, name, rank, &again), KVT_OK);
-            assert_int_equal(again, pod);
+            assert_true(pod_register(w, p));
+            if (!others_free)
+                assert_int_equal(w->pod[p], pod);
+        } else if (r < 654) {
+            /* forget the pod; it comes back (maybe under another id) when next needed */
+            assert_int_equal(kvt_idx_pod_drop(w->idx, pod), KVT_OK);
+            kvt_naive_pod_clear(w->ref, pod, KVT_TIER_ALL);
+            assert_null(kvt_idx_pod_name(w->idx, pod, NULL));
+            assert_int_equal(kvt_idx_pod_drop(w->idx, pod), KVT_ERR_NOT_FOUND);
+            w->pod[p] = NONE;
+            w->pod_forgets++;
+            for (int q = 0; q < PODS; q++)
+                if (w->pod[q] != NONE)
+                    assert_true(w->pod[q] < kvt_idx_pod_limit(w->idx));
+        } else if (r < 656) {
+            /* drop the namespace; queries with its old id must find nothing from now on */
+            ns_drop(w, ns);
+            compare_query(w, nsid, keys, (size_t)n, NULL, 0);
         } else if (r < 700) {
             uint32_t ttl = below(w, 50);
-            assert_int_equal(kvt_idx_speculate(w->idx, w->ns[ns], pod, keys, (size_t)n, ttl),
-                             KVT_OK);
-            kvt_naive_speculate(w->ref, w->ns[ns], pod, keys, (size_t)n, ttl);
+            assert_int_equal(kvt_idx_speculate(w->idx, nsid, pod, keys, (size_t)n, ttl), KVT_OK);
+            kvt_naive_speculate(w->ref, nsid, pod, keys, (size_t)n, ttl);
         } else if (r < 740) {
             w->now += below(w, 20);
             kvt_idx_advance(w->idx, w->now);
             kvt_naive_advance(w->ref, w->now);
+        } else if (r < 750) {
+            /* a router still holding a dropped namespace's id */
+            uint32_t old = w->stale[below(w, STALE)];
+            if (old != NONE) {
+                compare_query(w, old, keys, (size_t)n, NULL, 0);
+                w->stale_queries++;
+            }
         } else {
             /* queries: sometimes with a filter, sometimes past a chain's end */
             size_t qn = (size_t)n;
@@ -277,26 +430,27 @@ static void run(world_t *w, uint64_t ops, uint64_t budget)
                 for (size_t j = 0; j < nf; j++)
                     filt[j] = below(w, 10) == 0 ? 999 : w->pod[below(w, PODS)];
             }
-            compare_query(w, ns, keys, qn, nf ? filt : NULL, nf, op);
+            compare_query(w, nsid, keys, qn, nf ? filt : NULL, nf);
         }
-        if ((op & 1023) == 0 || budget != 0) {
-            kvt_idx_stats_t st;
-            kvt_idx_stats(w->idx, &st);
-            if (st.entries != kvt_naive_entries(w->ref))
-                fail_msg("op %llu: index has %llu entries, model %llu", (unsigned long long)op,
-                         (unsigned long long)st.entries,
-                         (unsigned long long)kvt_naive_entries(w->ref));
-            if (budget != 0 && st.bytes > budget)
-                fail_msg("op %llu: %llu bytes over the budget of %llu", (unsigned long long)op,
-                         (unsigned long long)st.bytes, (unsigned long long)budget);
-        }
-        if ((op & 4095) == 0) {
-            for (int q = 0; q < PODS; q++)
+        kvt_idx_stats_t st;
+        kvt_idx_stats(w->idx, &st);
+        if (st.entries != kvt_naive_entries(w->ref))
+            fail_msg("op %llu: index has %llu entries, model %llu", (unsigned long long)op,
+                     (unsigned long long)st.entries, (unsigned long long)kvt_naive_entries(w->ref));
+        if (st.dropped != 0 || st.refused != 0)
+            fail_msg("op %llu: %llu blocks dropped, %llu pods/namespaces refused: the model "
+                     "cannot follow",
+                     (unsigned long long)op, (unsigned long long)st.dropped,
+                     (unsigned long long)st.refused);
+        if (budget != 0 && st.bytes > budget)
+            fail_msg("op %llu: %llu bytes over the budget of %llu", (unsigned long long)op,
+                     (unsigned long long)st.bytes, (unsigned long long)budget);
+        for (int q = 0; q < PODS; q++)
+            if (w->pod[q] != NONE)
                 assert_int_equal(kvt_idx_pod_entries(w->idx, w->pod[q]),
                                  kvt_naive_pod_entries(w->ref, w->pod[q]));
-            kvt_idx_stats_t st;
+        if ((op & 4095) == 0) {
             uint64_t want[3];
-            kvt_idx_stats(w->idx, &st);
             kvt_naive_tier_entries(w->ref, want);
             for (int t = 0; t < 3; t++)
                 if (st.tier_entries[t] != want[t])
@@ -313,15 +467,26 @@ static uint64_t env_u64(const char *name, uint64_t def)
     return v ? strtoull(v, NULL, 0) : def;
 }
 
+static void report(const world_t *w)
+{
+    print_message("evictions mirrored %llu (leaf checks %llu); namespace drops %llu, stale-id "
+                  "queries %llu, pods forgotten %llu, removals reported %llu\n",
+                  (unsigned long long)w->evictions, (unsigned long long)w->eviction_checks,
+                  (unsigned long long)w->ns_drops, (unsigned long long)w->stale_queries,
+                  (unsigned long long)w->pod_forgets, (unsigned long long)w->gone_checked);
+}
+
 static void test_random_unbounded(void **state)
 {
     (void)state;
     static world_t w;
     uint64_t seed = env_u64("KVT_RANDOM_SEED", 0x5eed);
-    g_world = &w;
     build_world(&w, seed, 0);
     run(&w, env_u64("KVT_RANDOM_OPS", 700000), 0);
+    report(&w);
     assert_int_equal(w.evictions, 0);
+    assert_true(w.ns_drops > 100 && w.stale_queries > 1000 && w.pod_forgets > 100 &&
+                w.gone_checked > 2000);
     free_world(&w);
 }
 
@@ -334,8 +499,7 @@ static void test_random_budget(void **state)
     const uint64_t budget = 200 * 1024;
     build_world(&w, seed, budget);
     run(&w, env_u64("KVT_RANDOM_OPS", 700000) / 2, budget);
-    print_message("evictions mirrored: %llu (leaf checks %llu)\n", (unsigned long long)w.evictions,
-                  (unsigned long long)w.eviction_checks);
+    report(&w);
     assert_true(w.evictions > 1000);
     free_world(&w);
 }
