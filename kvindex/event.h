@@ -209,6 +209,9 @@ typedef struct kvt_ev_counters {
     uint64_t recovered;    /* placeholder hashes resolved through recently removed blocks */
 } kvt_ev_counters_t;
 
+/* Adds every counter of @b to @a. */
+void kvt_ev_counters_add(kvt_ev_counters_t *a, const kvt_ev_counters_t *b);
+
 /*
  * Writer-side memory that outlives a batch, shared by every source of events:
  *  - per pod, the KV cache groups known not to be indexed (hybrid models),

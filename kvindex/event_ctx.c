@@ -299,8 +299,20 @@ kvt_status_t ev_ctx_remove(kvt_ev_ctx_t *ctx, kvt_idx_t *idx, uint32_t pod, cons
                            kvt_ev_counters_t *c)
 {
     size_t unresolved = 0;
-    (void)ctx; /* TODO(index merge): kvt_idx_remove_report() feeds kvt_ev_ctx_removed_put() */
-    kvt_status_t st = kvt_idx_remove(idx, pod, e->tier, e->hashes, e->nhashes, &unresolved);
-    c->unresolved += unresolved;
+    if (ctx == NULL || ctx->budget == 0) {
+        kvt_status_t st = kvt_idx_remove(idx, pod, e->tier, e->hashes, e->nhashes, &unresolved);
+        c->unresolved += unresolved;
+        return st;
+    }
+    kvt_idx_gone_t gone[CTX_CHUNK]; /* on the stack: no malloc per removal */
+    kvt_status_t st = KVT_OK;
+    for (uint32_t i = 0; i < e->nhashes && st == KVT_OK; i += CTX_CHUNK) {
+        size_t n = e->nhashes - i < CTX_CHUNK ? e->nhashes - i : CTX_CHUNK, ngone = 0;
+        st = kvt_idx_remove_report(idx, pod, e->tier, e->hashes + i, n, &unresolved, gone, &ngone);
+        c->unresolved += unresolved;
+        for (size_t k = 0; k < ngone; k++)
+            kvt_ev_ctx_removed_put(ctx, pod, gone[k].ehash, gone[k].ns, gone[k].key,
+                                   gone[k].has_parent ? &gone[k].parent_key : NULL);
+    }
     return st;
 }

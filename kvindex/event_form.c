@@ -52,3 +52,15 @@ uint8_t kvt_ev_group_kind(const char *name, size_t len)
             return kinds[i].kind;
     return KVT_EV_GROUP_ANY;
 }
+
+_Static_assert(sizeof(kvt_ev_counters_t) == 11 * sizeof(uint64_t),
+               "kvt_ev_counters_add() adds uint64_t fields: keep kvt_ev_counters_t all of them");
+
+void kvt_ev_counters_add(kvt_ev_counters_t *a, const kvt_ev_counters_t *b)
+{
+    /* every field is a uint64_t counter */
+    uint64_t *d = (uint64_t *)(void *)a;
+    const uint64_t *v = (const uint64_t *)(const void *)b;
+    for (size_t i = 0; i < sizeof(*a) / sizeof(uint64_t); i++)
+        d[i] += v[i];
+}

@@ -58,6 +58,7 @@ typedef struct pub {
     kvt_zsub_stream_info_t *streams; /* engines' event streams */
     size_t nstreams;
     kvt_zsub_pub_info_t publisher;
+    kvt_ev_ctx_stats_t evctx;
 } pub_t;
 
 static void pub_get(kvt_srv_t *srv, pub_t *p)
@@ -75,6 +76,7 @@ static void pub_get(kvt_srv_t *srv, pub_t *p)
     else
         p->npods = 0;
     p->publisher = srv->st_pub;
+    p->evctx = srv->st_evctx;
     p->nstreams = srv->st_nstreams;
     p->streams = p->nstreams ? malloc(p->nstreams * sizeof(*p->streams)) : NULL;
     if (p->streams)
@@ -99,7 +101,9 @@ typedef struct stream_ctr {
     uint64_t v;
 } stream_ctr_t;
 
-static size_t stream_ctrs(const kvt_zsub_stream_info_t *s, stream_ctr_t out[14])
+#define STREAM_NCTRS 20
+
+static size_t stream_ctrs(const kvt_zsub_stream_info_t *s, stream_ctr_t out[STREAM_NCTRS])
 {
     const kvt_zsub_counters_t *c = &s->c;
     const stream_ctr_t all[] = {
@@ -115,7 +119,22 @@ static size_t stream_ctrs(const kvt_zsub_stream_info_t *s, stream_ctr_t out[14])
         {"ignored", "kvtier_stream_ignored_total",
          "Unknown events and fields skipped in a stream's batches.", c->ignored},
         {"undecodable", "kvtier_stream_undecodable_total",
-         "A stream's batches that could not be decoded or applied (skipped).", c->undecodable},
+         "A stream's payloads that were no batch, or that the index refused (state dropped).",
+         c->undecodable},
+        {"bad_events", "kvtier_stream_bad_events_total",
+         "A stream's events that did not decode or apply (skipped alone).", c->ev.bad},
+        {"remote", "kvtier_stream_remote_events_total",
+         "A stream's events with locality REMOTE (skipped).", c->ev.remote},
+        {"other_groups", "kvtier_stream_other_group_events_total",
+         "A stream's events of KV cache groups kvtier does not index (skipped).",
+         c->ev.other_groups},
+        {"unknown_medium", "kvtier_stream_unknown_medium_events_total",
+         "A stream's events on a medium kvtier does not model (skipped).", c->ev.unknown_medium},
+        {"recovered", "kvtier_stream_recovered_total",
+         "Placeholder hashes of a stream resolved through recently removed blocks.",
+         c->ev.recovered},
+        {"dropped", "kvtier_stream_dropped_blocks_total",
+         "A stream's blocks the index had no room for.", c->ev.dropped},
         {"bad_frames", "kvtier_stream_bad_frames_total",
          "A stream's messages not shaped [topic, seq, payload] (skipped).", c->bad_frames},
         {"gaps", "kvtier_stream_gaps_total", "Times a stream's seq skipped ahead.", c->gaps},
@@ -128,7 +147,8 @@ static size_t stream_ctrs(const kvt_zsub_stream_info_t *s, stream_ctr_t out[14])
         {"restarts", "kvtier_stream_restarts_total",
          "Engine restarts seen (a stream's seq went back).", c->restarts},
         {"state_drops", "kvtier_stream_state_drops_total",
-         "Times a pod's engine state was dropped (restart or unfilled gap).", c->state_drops},
+         "Times a pod's engine state was dropped (restart, unfilled gap, no batch, bad removal).",
+         c->state_drops + c->ev.state_drops},
     };
     memcpy(out, all, sizeof(all));
     return sizeof(all) / sizeof(all[0]);
@@ -150,11 +170,22 @@ static void streams_json(const pub_t *p, kvt_jbuf_t *o)
             kvt_jbuf_u64(o, s->last_seq);
         else
             kvt_jbuf_cstr(o, "null");
-        stream_ctr_t ctr[14];
+        stream_ctr_t ctr[STREAM_NCTRS];
         size_t n = stream_ctrs(s, ctr);
         for (size_t k = 0; k < n; k++)
             kvt_jbuf_printf(o, ",\"%s\":%llu", ctr[k].json, (unsigned long long)ctr[k].v);
-        kvt_jbuf_cstr(o, "}");
+        kvt_jbuf_cstr(o, ",\"mediums\":{");
+        bool firstm = true;
+        for (int k = 0; k < KVT_ZSUB_MEDIUM_NAMES && s->c.mediums[k].name[0]; k++) {
+            kvt_jbuf_cstr(o, firstm ? "" : ",");
+            firstm = false;
+            kvt_jbuf_str(o, s->c.mediums[k].name, strlen(s->c.mediums[k].name));
+            kvt_jbuf_printf(o, ":%llu", (unsigned long long)s->c.mediums[k].events);
+        }
+        if (s->c.mediums_other > 0)
+            kvt_jbuf_printf(o, "%s\"(other)\":%llu", firstm ? "" : ",",
+                            (unsigned long long)s->c.mediums_other);
+        kvt_jbuf_cstr(o, "}}");
     }
     kvt_jbuf_cstr(o, "],\"publisher\":");
     const kvt_zsub_pub_info_t *pi = &p->publisher;
@@ -187,24 +218,35 @@ void srv_stats_json(kvt_srv_worker_t *w, kvt_jbuf_t *o)
     kvt_jbuf_printf(o, "{\"uptime_s\":%.3f,", (double)(srv_now_ns() - srv->started_ns) / 1e9);
     kvt_jbuf_printf(o,
                     "\"index\":{\"blocks\":%llu,\"entries\":%llu,\"bytes\":%llu,"
-                    "\"budget_bytes\":%llu,\"evicted\":%llu,\"dropped\":%llu,"
+                    "\"budget_bytes\":%llu,\"evicted\":%llu,\"dropped\":%llu,\"refused\":%llu,"
                     "\"speculative\":%llu,\"pods\":%u,\"namespaces\":%u,"
                     "\"tiers\":{\"gpu\":%llu,\"cpu\":%llu,\"disk\":%llu}},",
                     (unsigned long long)p.idx.blocks, (unsigned long long)p.idx.entries,
                     (unsigned long long)p.idx.bytes, (unsigned long long)srv->cfg.index_budget,
                     (unsigned long long)p.idx.evicted, (unsigned long long)p.idx.dropped,
-                    (unsigned long long)p.idx.speculative, p.idx.pods, p.idx.namespaces,
+                    (unsigned long long)p.idx.refused, (unsigned long long)p.idx.speculative,
+                    p.idx.pods, p.idx.namespaces,
                     (unsigned long long)p.idx.tier_entries[0],
                     (unsigned long long)p.idx.tier_entries[1],
                     (unsigned long long)p.idx.tier_entries[2]);
     kvt_jbuf_printf(o,
                     "\"events\":{\"batches\":%llu,\"rejected_batches\":%llu,\"applied\":%llu,"
-                    "\"blocks\":%llu,\"unresolved\":%llu,\"orphans\":%llu,"
-                    "\"engines_dropped\":%llu},",
+                    "\"blocks\":%llu,\"unresolved\":%llu,\"orphans\":%llu,\"dropped\":%llu,"
+                    "\"bad_events\":%llu,\"remote\":%llu,\"other_groups\":%llu,"
+                    "\"unknown_medium\":%llu,\"recovered\":%llu,\"engines_dropped\":%llu,"
+                    "\"removed_map\":{\"entries\":%llu,\"capacity\":%llu,\"bytes\":%llu,"
+                    "\"hits\":%llu,\"evicted\":%llu}},",
                     (unsigned long long)p.batches, (unsigned long long)p.rejected,
                     (unsigned long long)p.ev.events, (unsigned long long)p.ev.blocks,
                     (unsigned long long)p.ev.unresolved, (unsigned long long)p.ev.orphans,
-                    (unsigned long long)p.drops);
+                    (unsigned long long)p.ev.dropped, (unsigned long long)p.ev.bad,
+                    (unsigned long long)p.ev.remote, (unsigned long long)p.ev.other_groups,
+                    (unsigned long long)p.ev.unknown_medium, (unsigned long long)p.ev.recovered,
+                    (unsigned long long)p.drops, (unsigned long long)p.evctx.removed_entries,
+                    (unsigned long long)p.evctx.removed_capacity,
+                    (unsigned long long)p.evctx.removed_bytes,
+                    (unsigned long long)p.evctx.removed_hits,
+                    (unsigned long long)p.evctx.removed_evicted);
     kvt_jbuf_printf(o, "\"connections\":{\"open\":%d", atomic_load(&srv->nconns));
     for (int pr = 0; pr < NPROTOS; pr++)
         kvt_jbuf_printf(o, ",\"%s_accepted\":%llu,\"%s_refused\":%llu", proto_name[pr],
@@ -278,14 +320,32 @@ static void streams_metrics(const pub_t *p, kvt_jbuf_t *o)
     for (size_t i = 0; i < p->nstreams; i++)
         stream_sample(o, "kvtier_stream_replaying", &p->streams[i],
                       strcmp(p->streams[i].state, "replaying") == 0);
-    stream_ctr_t ctr[14];
+    stream_ctr_t ctr[STREAM_NCTRS];
     size_t n = stream_ctrs(&p->streams[0], ctr);
     for (size_t k = 0; k < n; k++) {
         metric_head(o, ctr[k].metric, "counter", ctr[k].help);
         for (size_t i = 0; i < p->nstreams; i++) {
-            stream_ctr_t c[14];
+            stream_ctr_t c[STREAM_NCTRS];
             stream_ctrs(&p->streams[i], c);
             stream_sample(o, ctr[k].metric, &p->streams[i], c[k].v);
+        }
+    }
+    metric_head(o, "kvtier_stream_medium_events_total", "counter",
+                "A stream's events skipped for their medium, by medium name (\"(other)\" past "
+                "the first names).");
+    for (size_t i = 0; i < p->nstreams; i++) {
+        const kvt_zsub_stream_info_t *s = &p->streams[i];
+        for (int k = 0; k <= KVT_ZSUB_MEDIUM_NAMES; k++) {
+            bool other = k == KVT_ZSUB_MEDIUM_NAMES;
+            const char *name = other ? "(other)" : s->c.mediums[k].name;
+            uint64_t v = other ? s->c.mediums_other : s->c.mediums[k].events;
+            if (name[0] == '\0' || (other && v == 0))
+                continue;
+            kvt_jbuf_cstr(o, "kvtier_stream_medium_events_total{pod=\"");
+            label_value(o, s->pod);
+            kvt_jbuf_printf(o, "\",dp_rank=\"%u\",medium=\"", s->rank);
+            label_value(o, name);
+            kvt_jbuf_printf(o, "\"} %llu\n", (unsigned long long)v);
         }
     }
 }
@@ -371,6 +431,8 @@ void srv_metrics_text(kvt_srv_worker_t *w, kvt_jbuf_t *o)
          "Blocks evicted to stay within the budget.", p.idx.evicted},
         {"kvtier_index_dropped_blocks_total", "counter", "Blocks not stored: budget full.",
          p.idx.dropped},
+        {"kvtier_index_refused_total", "counter",
+         "Pods and namespaces not created: budget full.", p.idx.refused},
         {"kvtier_index_speculative_entries", "gauge", "Live speculative entries.",
          p.idx.speculative},
         {"kvtier_index_pods", "gauge", "Registered pods (engine, DP rank).", p.idx.pods},
@@ -385,6 +447,19 @@ void srv_metrics_text(kvt_srv_worker_t *w, kvt_jbuf_t *o)
          p.ev.unresolved},
         {"kvtier_events_orphans_total", "counter", "BlockStored whose parent the pod did not know.",
          p.ev.orphans},
+        {"kvtier_events_dropped_blocks_total", "counter",
+         "Blocks of applied events the index had no room for.", p.ev.dropped},
+        {"kvtier_events_bad_total", "counter", "Engine events that did not decode (skipped).",
+         p.ev.bad},
+        {"kvtier_events_skipped_total", "counter",
+         "Events skipped: REMOTE, a KV cache group not indexed, or an unknown medium.",
+         p.ev.remote + p.ev.other_groups + p.ev.unknown_medium},
+        {"kvtier_events_recovered_total", "counter",
+         "Placeholder hashes resolved through recently removed blocks.", p.ev.recovered},
+        {"kvtier_removed_map_entries", "gauge", "Engine-hash mappings of removed blocks kept.",
+         p.evctx.removed_entries},
+        {"kvtier_removed_map_bytes", "gauge", "Bytes of the removed-block mappings table.",
+         p.evctx.removed_bytes},
         {"kvtier_engines_dropped_total", "counter", "Engines dropped through the API.", p.drops},
         {"kvtier_rpc_bad_frames_total", "counter", "RPC connections closed for a malformed frame.",
          t.bad_frames},

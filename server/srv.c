@@ -591,12 +591,11 @@ static void stats_publish(kvt_srv_t *srv)
     kvt_ev_counters_t ev = srv->st_ev;
     uint64_t batches = srv->st_batches;
     for (size_t i = 0; i < nst; i++) {
-        ev.events += streams[i].c.ev.events;
-        ev.blocks += streams[i].c.ev.blocks;
-        ev.unresolved += streams[i].c.ev.unresolved;
-        ev.orphans += streams[i].c.ev.orphans;
+        kvt_ev_counters_add(&ev, &streams[i].c.ev);
         batches += streams[i].c.batches;
     }
+    kvt_ev_ctx_stats_t evctx;
+    kvt_ev_ctx_stats(srv->ev_ctx, &evctx);
     pthread_mutex_lock(&srv->stats_mu);
     srv->st_idx = s;
     srv->st_ev_pub = ev;
@@ -606,6 +605,7 @@ static void stats_publish(kvt_srv_t *srv)
     srv->st_nstreams = nst;
     srv->st_rejected_pub = srv->st_rejected;
     srv->st_drops_pub = srv->st_drops;
+    srv->st_evctx = evctx;
     kvt_zsub_publish_info(srv->zsub, &srv->st_pub);
     uint64_t *old = srv->st_pod_entries;
     srv->st_pod_entries = ent;

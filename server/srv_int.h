@@ -228,6 +228,7 @@ struct kvt_srv {
     uint64_t st_rejected, st_rejected_pub; /* batches refused as bad input */
     uint64_t st_drops, st_drops_pub;       /* engines dropped */
     kvt_zsub_pub_info_t st_pub;            /* the publisher, published copy */
+    kvt_ev_ctx_stats_t st_evctx;           /* removed-block mappings, published copy */
     uint64_t *st_pod_entries;              /* per pod id, published copy */
     uint32_t st_npods;
     kvt_zsub_stream_info_t *st_streams; /* engines' streams, published copy */

@@ -218,6 +218,28 @@ class TestIngest(Base):
         self.assertEqual(s["unresolved"], 1, s)  # hash 999 was never stored with tokens
         self.assertEqual(s["ignored"], 1, s)     # the unknown event type
 
+    def test_cpu_store_after_gpu_eviction(self):
+        # vLLM under memory pressure: BlockRemoved GPU, then the offloading connector's
+        # token-less CPU BlockStored for the same hashes, in the same batch or the next one
+        pub = self.publisher()
+        self.add_engine("ev", pub)
+        self.sync("ev", pub)
+        t = tokens(4, 4)
+        h = [81, 82, 83, 84]
+        pub.publish(kv.encode_batch([kv.stored(h, t, BS)], form="map"))
+        pub.publish(kv.encode_batch([kv.removed(h[2:], medium="GPU"),
+                                     kv.stored(h[2:], [], 0, medium="CPU")], form="map",
+                                    hash_form="bytes32"))
+        self.settle("ev", pub)
+        self.assertEqual(self.matched(t)[("ev", 0)], (4, 2, 2))
+        pub.publish(kv.encode_batch([kv.removed(h[:2], medium="GPU")], form="map"))
+        pub.publish(kv.encode_batch([kv.stored(h[:2], [], 0, medium="CPU")], form="map",
+                                    hash_form="bytes32"))
+        self.settle("ev", pub)
+        self.assertEqual(self.matched(t)[("ev", 0)], (4, 0, 4))
+        s = self.stream("ev")
+        self.assertEqual((s["unresolved"], s["recovered"]), (0, 4), s)
+
     def test_dp_ranks_on_port_plus_rank(self):
         port = free_port_pair()
         rport = free_port_pair()
@@ -538,6 +560,10 @@ class TestForms(Base):
         self.assertEqual(self.by_keys(salted)[("sg", 0)], (3, 0, 1, 2))
         s = self.stream("sg")
         self.assertEqual((s["undecodable"], s["state_drops"], s["unresolved"]), (0, 0, 0), s)
+        self.assertEqual((s["unknown_medium"], s["mediums"]), (1, {"HBM9": 1}), s)
+        samples, _ = fx.parse_prometheus(self.d.http("GET", "/metrics")[1])
+        self.assertEqual(samples[("kvtier_stream_medium_events_total",
+                                  (("pod", "sg"), ("dp_rank", "0"), ("medium", "HBM9")))], 1)
 
     def test_vllm_extra_keys_salt(self):
         pub = self.publisher()
@@ -573,6 +599,7 @@ class TestForms(Base):
         pub.publish(kv.encode_batch([kv.removed(h[1:2], group_idx=0)]))
         self.settle("hy", pub)
         self.assertEqual(self.matched(t)[("hy", 0)][0], 1)
+        self.assertEqual(self.stream("hy")["other_groups"], 2)
 
     def test_remote_blocks_are_not_local(self):
         pub = self.publisher()
@@ -586,6 +613,7 @@ class TestForms(Base):
         pub.publish(kv.encode_batch([kv.stored([1, 2], t, BS, locality="LOCAL")]))
         self.settle("rm", pub)
         self.assertEqual(self.matched(t)[("rm", 0)][0], 2)
+        self.assertEqual(self.stream("rm")["remote"], 2)
 
     def test_one_bad_event_never_drops_its_batch(self):
         pub = self.publisher()
@@ -613,6 +641,7 @@ class TestForms(Base):
         self.assertEqual(self.matched(tc)[("be", 0)][0], 2)
         s = self.stream("be")
         self.assertEqual((s["undecodable"], s["batches"] >= 3), (0, True), s)
+        self.assertEqual((s["bad_events"], s["state_drops"]), (2, 1), s)
         log = self.d.read_log()
         self.assertIn("may have been a removal: state dropped", log)
 

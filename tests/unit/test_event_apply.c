@@ -516,6 +516,74 @@ static void test_dropped_blocks(void **state)
     kvt_idx_destroy(idx);
 }
 
+/*
+ * vLLM under memory pressure: a block leaves HBM (BlockRemoved GPU) in the
+ * same batch as, or a batch before, the token-less CPU store its offloading
+ * connector emits. The store still resolves, to the same key and chain.
+ */
+static void test_cpu_store_after_gpu_removal(void **state)
+{
+    fix_t *f = *state;
+    kvt_ev_counters_t c = {0};
+    uint64_t h[] = {71, 72, 73};
+    kvt_event_t st = stored(h, 3, f->tok, 4);
+    assert_int_equal(apply_stream(f, "V", &st, 1, &c), KVT_OK);
+    /* the same batch: 72 and 73 leave the GPU, then come back as CPU placeholders */
+    kvt_event_t rm = {.type = KVT_EV_REMOVED, .tier = KVT_TIER_GPU, .nhashes = 2, .hashes = h + 1,
+                      .group = -1};
+    kvt_event_t cpu = stored(h + 1, 2, NULL, 0);
+    cpu.tier = KVT_TIER_CPU;
+    kvt_event_t same[2] = {rm, cpu};
+    assert_int_equal(apply_stream(f, "V", same, 2, &c), KVT_OK);
+    assert_int_equal(c.recovered, 2);
+    assert_int_equal(c.unresolved, 0);
+    uint32_t g = 0, cp = 0;
+    assert_int_equal(matched(f, "V", 12, &g, &cp), 3);
+    assert_true(g == 1 && cp == 2);
+    /* a batch later: 71 goes, and its CPU store follows in the next batch */
+    rm.hashes = h;
+    rm.nhashes = 1;
+    assert_int_equal(apply_stream(f, "V", &rm, 1, &c), KVT_OK);
+    assert_int_equal(matched(f, "V", 12, &g, &cp), 0); /* block 0 gone: no prefix */
+    cpu.hashes = h;
+    cpu.nhashes = 1;
+    assert_int_equal(apply_stream(f, "V", &cpu, 1, &c), KVT_OK);
+    assert_int_equal(c.recovered, 3);
+    assert_int_equal(matched(f, "V", 12, &g, &cp), 3);
+    assert_true(g == 0 && cp == 3);
+    /* what the pod still knows needs no recovery; a hash never seen stays unresolved */
+    uint64_t more[] = {71, 999};
+    kvt_event_t disk = stored(more, 2, NULL, 0);
+    disk.tier = KVT_TIER_DISK;
+    assert_int_equal(apply_stream(f, "V", &disk, 1, &c), KVT_OK);
+    assert_int_equal(c.unresolved, 1);
+    /* after the pod's state is dropped its mappings are forgotten */
+    kvt_event_t all = {.type = KVT_EV_REMOVED, .tier = KVT_TIER_ALL, .nhashes = 3, .hashes = h,
+                       .group = -1};
+    assert_int_equal(apply_stream(f, "V", &all, 1, &c), KVT_OK);
+    assert_true(kvt_ev_drop_state(f->idx, f->ctx, "V", 0));
+    cpu.hashes = h;
+    cpu.nhashes = 3;
+    uint64_t unresolved = c.unresolved;
+    assert_int_equal(apply_stream(f, "V", &cpu, 1, &c), KVT_OK);
+    assert_int_equal(c.unresolved, unresolved + 3);
+    assert_int_equal(matched(f, "V", 12, NULL, NULL), 0);
+    /* without a context nothing is remembered */
+    kvt_event_t st2 = stored(h, 3, f->tok, 4);
+    kvt_event_t again[3] = {st2, rm, cpu};
+    again[2].nhashes = 1;
+    kvt_evbatch_t b = {.pod = "W", .model = "m", .ev = again, .nev = 3};
+    char err[200];
+    kvt_ev_counters_t c2 = {0};
+    assert_int_equal(kvt_ev_apply(f->idx, NULL, &b, 4, 0, &c2, err, sizeof(err)), KVT_OK);
+    assert_true(c2.unresolved == 1 && c2.recovered == 0);
+    kvt_ev_ctx_stats_t cs;
+    kvt_ev_ctx_stats(f->ctx, &cs);
+    /* 71's DISK store resolved through its mapping too (it is looked up first) */
+    assert_true(cs.removed_hits == c.recovered && c.recovered == 4);
+    assert_true(cs.removed_entries >= 3);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -527,6 +595,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_bad_events_and_skips, setup, teardown),
         cmocka_unit_test_setup_teardown(test_cache_salt_and_extra_keys, setup, teardown),
         cmocka_unit_test(test_dropped_blocks),
+        cmocka_unit_test_setup_teardown(test_cpu_store_after_gpu_removal, setup, teardown),
         cmocka_unit_test_setup_teardown(test_lora_namespaces_in_one_batch, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
