@@ -674,6 +674,14 @@ bool kvt_zsub_remove(kvt_zsub_t *z, const char *pod)
     return false;
 }
 
+bool kvt_zsub_subscribed(const kvt_zsub_t *z, const char *pod)
+{
+    for (size_t i = 0; i < z->neng; i++)
+        if (strcmp(z->eng[i]->spec.pod, pod) == 0)
+            return true;
+    return false;
+}
+
 size_t kvt_zsub_streams(const kvt_zsub_t *z, kvt_zsub_stream_info_t *out, size_t cap)
 {
     size_t n = 0;

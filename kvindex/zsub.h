@@ -130,6 +130,9 @@ kvt_status_t kvt_zsub_add(kvt_zsub_t *z, const kvt_zsub_engine_t *e, char *err, 
 /* Unsubscribes from @pod's streams; true when it was subscribed. Index entries stay. */
 bool kvt_zsub_remove(kvt_zsub_t *z, const char *pod);
 
+/* Whether engine @pod is subscribed (its streams feed the index). */
+bool kvt_zsub_subscribed(const kvt_zsub_t *z, const char *pod);
+
 /*
  * Waits up to @timeout_ms (-1: no limit; shortened to the next replay
  * deadline) for messages on every stream or for @fd (-1: none) to become

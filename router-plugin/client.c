@@ -942,28 +942,41 @@ kvt_status_t kvt_client_ping(kvt_client_t *c)
     return cl_json_call(c, KVT_PROTO_OP_PING, NULL, 0, true, NULL);
 }
 
-kvt_status_t kvt_client_drop_engine(kvt_client_t *c, const char *pod, char **answer_p)
+/* ENGINE_DROP or MODEL_DROP of @name: a body of one name, answered with JSON. */
+static kvt_status_t cl_drop(kvt_client_t *c, bool model, const char *name, char **answer_p)
 {
     kvt_proto_wr_t req;
+    const char *what = model ? "model drop" : "engine drop";
 
     if (c == NULL)
         return KVT_ERR_INVAL;
     c->err[0] = '\0';
-    size_t plen = pod != NULL ? strlen(pod) : 0;
-    if (plen == 0 || plen > KVT_PROTO_MAX_STR)
-        return cl_fail(c, KVT_ERR_INVAL, "engine drop: pod name empty or longer than %u bytes",
-                       KVT_PROTO_MAX_STR);
+    size_t n = name != NULL ? strlen(name) : 0;
+    if (n == 0 || n > KVT_PROTO_MAX_STR)
+        return cl_fail(c, KVT_ERR_INVAL, "%s: %s name empty or longer than %u bytes", what,
+                       model ? "model" : "pod", KVT_PROTO_MAX_STR);
     kvt_proto_wr_init(&req);
-    kvt_proto_str_t s = {pod, (uint16_t)plen};
-    kvt_status_t st = kvt_proto_drop_req_encode(&req, 0, s);
+    kvt_proto_str_t s = {name, (uint16_t)n};
+    kvt_status_t st = model ? kvt_proto_model_drop_req_encode(&req, 0, s)
+                            : kvt_proto_drop_req_encode(&req, 0, s);
     if (st != KVT_OK) {
-        st = cl_fail(c, st, "engine drop: cannot encode the request: %s", kvt_status_str(st));
+        st = cl_fail(c, st, "%s: cannot encode the request: %s", what, kvt_status_str(st));
         goto out;
     }
     st = cl_call_text(c, &req, false, answer_p);
 out:
     kvt_proto_wr_cleanup(&req);
     return st;
+}
+
+kvt_status_t kvt_client_drop_engine(kvt_client_t *c, const char *pod, char **answer_p)
+{
+    return cl_drop(c, false, pod, answer_p);
+}
+
+kvt_status_t kvt_client_drop_model(kvt_client_t *c, const char *model, char **answer_p)
+{
+    return cl_drop(c, true, model, answer_p);
 }
 
 /* ---- asynchronous queries ------------------------------------------------------------------- */

@@ -69,6 +69,7 @@ bool kvt_proto_op_known(uint8_t op)
     case KVT_PROTO_OP_EVENTS:
     case KVT_PROTO_OP_ENGINE_DROP:
     case KVT_PROTO_OP_ENGINE_ADD:
+    case KVT_PROTO_OP_MODEL_DROP:
     case KVT_PROTO_OP_STATS: return true;
     }
     return false;
@@ -83,6 +84,7 @@ const char *kvt_proto_op_name(uint8_t op)
     case KVT_PROTO_OP_EVENTS: return "EVENTS";
     case KVT_PROTO_OP_ENGINE_DROP: return "ENGINE_DROP";
     case KVT_PROTO_OP_ENGINE_ADD: return "ENGINE_ADD";
+    case KVT_PROTO_OP_MODEL_DROP: return "MODEL_DROP";
     case KVT_PROTO_OP_STATS: return "STATS";
     }
     return "UNKNOWN";
@@ -91,7 +93,7 @@ const char *kvt_proto_op_name(uint8_t op)
 bool kvt_proto_op_mutating(uint8_t op)
 {
     return op == KVT_PROTO_OP_EVENTS || op == KVT_PROTO_OP_ENGINE_DROP ||
-           op == KVT_PROTO_OP_ENGINE_ADD;
+           op == KVT_PROTO_OP_ENGINE_ADD || op == KVT_PROTO_OP_MODEL_DROP;
 }
 
 uint16_t kvt_proto_http_status(kvt_status_t st)
@@ -817,38 +819,69 @@ bool kvt_proto_query_ans_next(kvt_proto_rd_t *r, kvt_proto_pod_ans_t *pod_p)
     return true;
 }
 
-/* ---- ENGINE_DROP ---------------------------------------------------------------------------- */
+/* ---- ENGINE_DROP and MODEL_DROP: a body of one name ------------------------------------------ */
+
+static kvt_status_t name_req_encode(kvt_proto_wr_t *w, uint8_t op, uint64_t req_id,
+                                    kvt_proto_str_t name)
+{
+    if (name.len == 0)
+        return KVT_ERR_INVAL;
+    size_t off = kvt_proto_wr_frame_begin(w, op, 0, req_id);
+    kvt_proto_wr_str(w, name.p, name.len);
+    return kvt_proto_wr_frame_end(w, off);
+}
+
+/* @what names the request and its field in messages: "engine drop: bad pod name ...". */
+static kvt_status_t name_req_decode(const uint8_t *body, size_t len, const char *bad,
+                                    const char *empty, const char *trailing,
+                                    kvt_proto_str_t *name_p, const char **why_p)
+{
+    kvt_proto_rd_t r;
+
+    kvt_proto_rd_init(&r, body, len);
+    kvt_proto_str_t name = kvt_proto_rd_str(&r);
+    if (r.bad) {
+        set_why(why_p, bad);
+        return KVT_ERR_INVAL;
+    }
+    if (name.len == 0) {
+        set_why(why_p, empty);
+        return KVT_ERR_INVAL;
+    }
+    if (!kvt_proto_rd_done(&r)) {
+        set_why(why_p, trailing);
+        return KVT_ERR_INVAL;
+    }
+    *name_p = name;
+    return KVT_OK;
+}
 
 kvt_status_t kvt_proto_drop_req_encode(kvt_proto_wr_t *w, uint64_t req_id, kvt_proto_str_t pod)
 {
-    if (pod.len == 0)
-        return KVT_ERR_INVAL;
-    size_t off = kvt_proto_wr_frame_begin(w, KVT_PROTO_OP_ENGINE_DROP, 0, req_id);
-    kvt_proto_wr_str(w, pod.p, pod.len);
-    return kvt_proto_wr_frame_end(w, off);
+    return name_req_encode(w, KVT_PROTO_OP_ENGINE_DROP, req_id, pod);
 }
 
 kvt_status_t kvt_proto_drop_req_decode(const uint8_t *body, size_t len, kvt_proto_str_t *pod_p,
                                        const char **why_p)
 {
-    kvt_proto_rd_t r;
+    return name_req_decode(body, len, "engine drop: bad pod name (truncated, too long or NUL byte)",
+                           "engine drop: empty pod name",
+                           "engine drop: trailing bytes after the pod name", pod_p, why_p);
+}
 
-    kvt_proto_rd_init(&r, body, len);
-    kvt_proto_str_t pod = kvt_proto_rd_str(&r);
-    if (r.bad) {
-        set_why(why_p, "engine drop: bad pod name (truncated, too long or NUL byte)");
-        return KVT_ERR_INVAL;
-    }
-    if (pod.len == 0) {
-        set_why(why_p, "engine drop: empty pod name");
-        return KVT_ERR_INVAL;
-    }
-    if (!kvt_proto_rd_done(&r)) {
-        set_why(why_p, "engine drop: trailing bytes after the pod name");
-        return KVT_ERR_INVAL;
-    }
-    *pod_p = pod;
-    return KVT_OK;
+kvt_status_t kvt_proto_model_drop_req_encode(kvt_proto_wr_t *w, uint64_t req_id,
+                                             kvt_proto_str_t model)
+{
+    return name_req_encode(w, KVT_PROTO_OP_MODEL_DROP, req_id, model);
+}
+
+kvt_status_t kvt_proto_model_drop_req_decode(const uint8_t *body, size_t len,
+                                             kvt_proto_str_t *model_p, const char **why_p)
+{
+    return name_req_decode(body, len,
+                           "model drop: bad model name (truncated, too long or NUL byte)",
+                           "model drop: empty model name",
+                           "model drop: trailing bytes after the model name", model_p, why_p);
 }
 
 /* ---- error answers -------------------------------------------------------------------------- */

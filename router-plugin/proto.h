@@ -345,6 +345,15 @@ kvt_status_t kvt_proto_drop_req_encode(kvt_proto_wr_t *w, uint64_t req_id, kvt_p
 kvt_status_t kvt_proto_drop_req_decode(const uint8_t *body, size_t len, kvt_proto_str_t *pod_p,
                                        const char **why_p);
 
+/* ---- MODEL_DROP request --------------------------------------------------------------------- */
+
+/* Appends a MODEL_DROP request for @model (1..255 bytes). Returns as kvt_proto_drop_req_encode(). */
+kvt_status_t kvt_proto_model_drop_req_encode(kvt_proto_wr_t *w, uint64_t req_id,
+                                             kvt_proto_str_t model);
+/* Decodes a MODEL_DROP request body. KVT_OK or KVT_ERR_INVAL (+ @why_p). */
+kvt_status_t kvt_proto_model_drop_req_decode(const uint8_t *body, size_t len,
+                                             kvt_proto_str_t *model_p, const char **why_p);
+
 /* ---- error answers -------------------------------------------------------------------------- */
 
 typedef struct kvt_proto_err {

@@ -446,12 +446,13 @@ kvt_status_t srv_api_engine_add_job(kvt_srv_worker_t *w, const char *body, size_
     return KVT_OK;
 }
 
-kvt_status_t srv_api_drop_job(kvt_srv_worker_t *w, const char *pod, srv_job_t **job_p, char *msg,
-                              size_t msglen)
+kvt_status_t srv_api_drop_job(kvt_srv_worker_t *w, job_kind_t kind, const char *name,
+                              srv_job_t **job_p, char *msg, size_t msglen)
 {
-    size_t n = strlen(pod);
+    size_t n = strlen(name);
     if (n == 0 || n > KVT_IDX_MAX_NAME) {
-        snprintf(msg, msglen, "pod name must be 1..%u bytes", KVT_IDX_MAX_NAME);
+        snprintf(msg, msglen, "%s name must be 1..%u bytes", kind == JOB_DROP ? "pod" : "model",
+                 KVT_IDX_MAX_NAME);
         return KVT_ERR_INVAL;
     }
     srv_job_t *job = calloc(1, sizeof(*job));
@@ -459,9 +460,9 @@ kvt_status_t srv_api_drop_job(kvt_srv_worker_t *w, const char *pod, srv_job_t **
         snprintf(msg, msglen, "out of memory");
         return KVT_ERR_NO_MEM;
     }
-    job->kind = JOB_DROP;
+    job->kind = kind;
     job->worker = w;
-    memcpy(job->pod, pod, n + 1);
+    memcpy(job->name, name, n + 1);
     *job_p = job;
     return KVT_OK;
 }

@@ -28,9 +28,13 @@ kvt_status_t srv_api_query_rpc(kvt_srv_worker_t *w, uint64_t req_id, const uint8
 kvt_status_t srv_api_events_job(kvt_srv_worker_t *w, const char *body, size_t len,
                                 srv_job_t **job_p, char *msg, size_t msglen);
 
-/* A job dropping every DP rank of @pod (NUL-terminated, 1..255 bytes). */
-kvt_status_t srv_api_drop_job(kvt_srv_worker_t *w, const char *pod, srv_job_t **job_p, char *msg,
-                              size_t msglen);
+/*
+ * A job dropping @name (NUL-terminated, 1..255 bytes): with @kind JOB_DROP
+ * every DP rank of that pod, with JOB_MODEL_DROP every namespace (base and
+ * LoRAs) of that model.
+ */
+kvt_status_t srv_api_drop_job(kvt_srv_worker_t *w, job_kind_t kind, const char *name,
+                              srv_job_t **job_p, char *msg, size_t msglen);
 
 /* Worker: decodes a POST /v1/engines body (also the RPC ENGINE_ADD body) into a job. */
 kvt_status_t srv_api_engine_add_job(kvt_srv_worker_t *w, const char *body, size_t len,

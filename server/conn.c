@@ -504,9 +504,11 @@ static enum srv_call http_dispatch(kvt_srv_conn_t *c, const kvt_http_req_t *r, c
         else
             http_error(c, status, why ? why : kvt_status_str(st), ka);
     } else if (path_is(r, "/v1/events") || path_is(r, "/v1/engines") ||
-               path_is(r, "/v1/engines/") || path_under(r, "/v1/engines/")) {
+               path_is(r, "/v1/engines/") || path_under(r, "/v1/engines/") ||
+               path_is(r, "/v1/models/") || path_under(r, "/v1/models/")) {
         bool events = path_is(r, "/v1/events"), add = path_is(r, "/v1/engines");
-        call = events ? CALL_EVENTS : CALL_ENGINES;
+        bool model = r->path_len >= 11 && memcmp(r->path, "/v1/models/", 11) == 0;
+        call = events ? CALL_EVENTS : model ? CALL_MODELS : CALL_ENGINES;
         METHOD_ONLY(events || add ? KVT_HTTP_POST : KVT_HTTP_DELETE);
         if (!http_authorized(c, r)) {
             status = 401;
@@ -522,29 +524,36 @@ static enum srv_call http_dispatch(kvt_srv_conn_t *c, const kvt_http_req_t *r, c
             st = srv_api_engine_add_job(w, body, r->body_len, &job, msg, sizeof(msg));
         } else {
             /*
-             * The segment after /v1/engines/ is the pod name, percent-decoded: a
-             * name holding '/', '%', '?', '#', spaces or non-ASCII bytes is sent
-             * escaped (%2F for '/'), so any name that can be created can be
-             * deleted. A raw '/' would start another segment: no such path.
+             * The segment after /v1/engines/ (/v1/models/) is the pod (model)
+             * name, percent-decoded: a name holding '/', '%', '?', '#', spaces
+             * or non-ASCII bytes is sent escaped (%2F for '/': model names such
+             * as meta-llama/Llama-3.1-8B have one), so any name that can be
+             * created can be deleted. A raw '/' would start another segment: no
+             * such path.
              */
-            char pod[KVT_IDX_MAX_NAME + 1];
-            const char *enc = r->path + strlen("/v1/engines/");
-            size_t elen = r->path_len - strlen("/v1/engines/");
+            char name[KVT_IDX_MAX_NAME + 1];
+            const char *what = model ? "model" : "pod";
+            size_t at = model ? strlen("/v1/models/") : strlen("/v1/engines/");
+            const char *enc = r->path + at;
+            size_t elen = r->path_len - at;
             long n = memchr(enc, '/', elen) != NULL
                          ? -2
-                         : kvt_http_pct_decode(enc, elen, pod, sizeof(pod));
+                         : kvt_http_pct_decode(enc, elen, name, sizeof(name));
             if (n == -2) {
                 status = 404;
-                http_error(c, status, "no such path (escape a '/' in a pod name as %2F)", ka);
+                snprintf(msg, sizeof(msg), "no such path (escape a '/' in a %s name as %%2F)",
+                         what);
+                http_error(c, status, msg, ka);
                 goto out;
             }
             if (n < 0) {
                 st = KVT_ERR_INVAL;
                 snprintf(msg, sizeof(msg),
-                         "bad pod name in path: a bad %%-escape, %%00, or over %u bytes",
+                         "bad %s name in path: a bad %%-escape, %%00, or over %u bytes", what,
                          KVT_IDX_MAX_NAME);
             } else {
-                st = srv_api_drop_job(w, pod, &job, msg, sizeof(msg));
+                st = srv_api_drop_job(w, model ? JOB_MODEL_DROP : JOB_DROP, name, &job, msg,
+                                      sizeof(msg));
             }
         }
         if (st == KVT_OK)
@@ -689,6 +698,7 @@ static enum srv_call rpc_call_of(uint8_t op)
     case KVT_PROTO_OP_EVENTS: return CALL_EVENTS;
     case KVT_PROTO_OP_ENGINE_DROP:
     case KVT_PROTO_OP_ENGINE_ADD: return CALL_ENGINES;
+    case KVT_PROTO_OP_MODEL_DROP: return CALL_MODELS;
     case KVT_PROTO_OP_STATS: return CALL_STATS;
     default: return CALL_OTHER;
     }
@@ -756,7 +766,8 @@ static int rpc_dispatch(kvt_srv_conn_t *c, const kvt_proto_hdr_t *h, const uint8
     }
     case KVT_PROTO_OP_EVENTS:
     case KVT_PROTO_OP_ENGINE_ADD:
-    case KVT_PROTO_OP_ENGINE_DROP: {
+    case KVT_PROTO_OP_ENGINE_DROP:
+    case KVT_PROTO_OP_MODEL_DROP: {
         srv_job_t *job = NULL;
         char msg[256];
         kvt_status_t st;
@@ -765,13 +776,16 @@ static int rpc_dispatch(kvt_srv_conn_t *c, const kvt_proto_hdr_t *h, const uint8
         } else if (h->op == KVT_PROTO_OP_ENGINE_ADD) {
             st = srv_api_engine_add_job(w, (const char *)body, h->body_len, &job, msg, sizeof(msg));
         } else {
-            kvt_proto_str_t pod;
+            bool model = h->op == KVT_PROTO_OP_MODEL_DROP;
+            kvt_proto_str_t s;
             char name[KVT_IDX_MAX_NAME + 1];
-            st = kvt_proto_drop_req_decode(body, h->body_len, &pod, &why);
+            st = model ? kvt_proto_model_drop_req_decode(body, h->body_len, &s, &why)
+                       : kvt_proto_drop_req_decode(body, h->body_len, &s, &why);
             if (st == KVT_OK) {
-                memcpy(name, pod.p, pod.len);
-                name[pod.len] = '\0';
-                st = srv_api_drop_job(w, name, &job, msg, sizeof(msg));
+                memcpy(name, s.p, s.len);
+                name[s.len] = '\0';
+                st = srv_api_drop_job(w, model ? JOB_MODEL_DROP : JOB_DROP, name, &job, msg,
+                                      sizeof(msg));
             } else {
                 snprintf(msg, sizeof(msg), "%s", why);
             }
@@ -860,6 +874,7 @@ void srv_conn_job_done(srv_job_t *job)
             kvt_proto_wr_t *wr = rpc_batch(c);
             uint8_t op = job->kind == JOB_EVENTS       ? KVT_PROTO_OP_EVENTS
                          : job->kind == JOB_ENGINE_ADD ? KVT_PROTO_OP_ENGINE_ADD
+                         : job->kind == JOB_MODEL_DROP ? KVT_PROTO_OP_MODEL_DROP
                                                        : KVT_PROTO_OP_ENGINE_DROP;
             if (job->http_status == 200)
                 kvt_proto_raw_encode(wr, op, KVT_PROTO_F_RESPONSE, job->req_id, job->answer.buf,

@@ -66,6 +66,10 @@ static const kvt_cfg_opt_t opts[] = {
      &kvt_cfg_string, O(ipc_dir), 0},
     {"engine", NULL, "subscribe to an engine's KV events at start: a POST /v1/engines JSON object",
      &kvt_cfg_string_list, O(engines), 0},
+    {"forget-idle", "10m",
+     "forget pods with no entries (not subscribed) and namespaces with no blocks, idle this long "
+     "(0: never)",
+     &kvt_cfg_duration, O(forget_idle_ms), 0},
     {"removed-map", "8MiB",
      "memory for engine-hash mappings of recently removed blocks (resolves vLLM's CPU stores)",
      &kvt_cfg_size, O(removed_map_bytes), 0},

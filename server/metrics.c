@@ -13,8 +13,9 @@ static const double bucket_le[NBUCKETS - 1] = {0.00001, 0.000025, 0.00005, 0.000
                                                0.001,   0.0025,   0.005,   0.01,   0.025,   0.05,
                                                0.1,     0.25,     0.5,     1.0,    2.5};
 
-static const char *const call_name[NCALLS] = {"healthz", "readyz",  "metrics", "stats", "events",
-                                              "query",   "engines", "hello",   "ping",  "other"};
+static const char *const call_name[NCALLS] = {"healthz", "readyz",  "metrics", "stats",
+                                              "events",  "query",   "engines", "models",
+                                              "hello",   "ping",    "other"};
 static const char *const proto_name[NPROTOS] = {"http", "rpc"};
 static const char *const class_name[NCLASSES] = {"2xx", "4xx", "5xx"};
 
@@ -52,7 +53,7 @@ static void sum_counters(kvt_srv_t *srv, srv_counters_t *t)
 typedef struct pub {
     kvt_idx_stats_t idx;
     kvt_ev_counters_t ev;
-    uint64_t batches, rejected, drops;
+    uint64_t batches, rejected, drops, forgotten;
     uint64_t *pod_entries;
     uint32_t npods;
     kvt_zsub_stream_info_t *streams; /* engines' event streams */
@@ -69,6 +70,7 @@ static void pub_get(kvt_srv_t *srv, pub_t *p)
     p->batches = srv->st_batches_pub;
     p->rejected = srv->st_rejected_pub;
     p->drops = srv->st_drops_pub;
+    p->forgotten = srv->st_forgotten_pub;
     p->npods = srv->st_npods;
     p->pod_entries = p->npods ? malloc(p->npods * sizeof(uint64_t)) : NULL;
     if (p->pod_entries)
@@ -219,12 +221,14 @@ void srv_stats_json(kvt_srv_worker_t *w, kvt_jbuf_t *o)
     kvt_jbuf_printf(o,
                     "\"index\":{\"blocks\":%llu,\"entries\":%llu,\"bytes\":%llu,"
                     "\"budget_bytes\":%llu,\"evicted\":%llu,\"dropped\":%llu,\"refused\":%llu,"
+                    "\"forgotten\":%llu,"
                     "\"speculative\":%llu,\"pods\":%u,\"namespaces\":%u,"
                     "\"tiers\":{\"gpu\":%llu,\"cpu\":%llu,\"disk\":%llu}},",
                     (unsigned long long)p.idx.blocks, (unsigned long long)p.idx.entries,
                     (unsigned long long)p.idx.bytes, (unsigned long long)srv->cfg.index_budget,
                     (unsigned long long)p.idx.evicted, (unsigned long long)p.idx.dropped,
-                    (unsigned long long)p.idx.refused, (unsigned long long)p.idx.speculative,
+                    (unsigned long long)p.idx.refused, (unsigned long long)p.forgotten,
+                    (unsigned long long)p.idx.speculative,
                     p.idx.pods, p.idx.namespaces,
                     (unsigned long long)p.idx.tier_entries[0],
                     (unsigned long long)p.idx.tier_entries[1],
@@ -433,6 +437,8 @@ void srv_metrics_text(kvt_srv_worker_t *w, kvt_jbuf_t *o)
          p.idx.dropped},
         {"kvtier_index_refused_total", "counter",
          "Pods and namespaces not created: budget full.", p.idx.refused},
+        {"kvtier_index_forgotten_total", "counter",
+         "Pods and namespaces forgotten: empty and idle for --forget-idle.", p.forgotten},
         {"kvtier_index_speculative_entries", "gauge", "Live speculative entries.",
          p.idx.speculative},
         {"kvtier_index_pods", "gauge", "Registered pods (engine, DP rank).", p.idx.pods},

@@ -456,7 +456,6 @@ static void job_events(kvt_srv_t *srv, srv_job_t *job)
     char err[256];
     job->st = kvt_ev_apply(srv->idx, srv->ev_ctx, b, srv->cfg.block_size, KVT_EV_STRICT,
                            &srv->st_ev, err, sizeof(err));
-    reg_maybe_publish(srv);
     if (job->st != KVT_OK) {
         srv->st_rejected += job->st == KVT_ERR_INVAL;
         answer_error(job, status_http(job->st), err[0] ? err : kvt_status_str(job->st));
@@ -491,18 +490,18 @@ static void job_drop(kvt_srv_t *srv, srv_job_t *job)
     uint64_t entries = 0;
     for (uint32_t id = 0; id < kvt_idx_pod_limit(srv->idx); id++) {
         const char *n = kvt_idx_pod_name(srv->idx, id, NULL);
-        if (n == NULL || strcmp(n, job->pod) != 0)
+        if (n == NULL || strcmp(n, job->name) != 0)
             continue;
         entries += kvt_idx_pod_entries(srv->idx, id);
         kvt_ev_ctx_pod_reset(srv->ev_ctx, id); /* the id may go to another pod */
         if (kvt_idx_pod_drop(srv->idx, id) == KVT_OK)
             ranks++;
     }
-    bool unsubscribed = kvt_zsub_remove(srv->zsub, job->pod);
+    bool unsubscribed = kvt_zsub_remove(srv->zsub, job->name);
     if (ranks == 0 && !unsubscribed) {
         job->st = KVT_ERR_NOT_FOUND;
         char msg[KVT_IDX_MAX_NAME + 32];
-        snprintf(msg, sizeof(msg), "unknown pod '%s'", job->pod);
+        snprintf(msg, sizeof(msg), "unknown pod '%s'", job->name);
         answer_error(job, 404, msg);
         return;
     }
@@ -511,13 +510,47 @@ static void job_drop(kvt_srv_t *srv, srv_job_t *job)
     job->st = KVT_OK;
     job->http_status = 200;
     kvt_jbuf_cstr(&job->answer, "{\"pod\":");
-    kvt_jbuf_str(&job->answer, job->pod, strlen(job->pod));
+    kvt_jbuf_str(&job->answer, job->name, strlen(job->name));
     kvt_jbuf_cstr(&job->answer, ",\"dp_ranks\":");
     kvt_jbuf_u64(&job->answer, ranks);
     kvt_jbuf_cstr(&job->answer, ",\"entries\":");
     kvt_jbuf_u64(&job->answer, entries);
     kvt_jbuf_cstr(&job->answer,
                   unsubscribed ? ",\"unsubscribed\":true}" : ",\"unsubscribed\":false}");
+}
+
+/* Drops every namespace (base model and LoRAs) of model job->name: what DELETE /v1/models does. */
+static void job_model_drop(kvt_srv_t *srv, srv_job_t *job)
+{
+    uint32_t nss = 0;
+    uint64_t blocks = 0;
+    for (uint32_t slot = 0; slot < kvt_idx_ns_count(srv->idx); slot++) {
+        uint32_t ns = kvt_idx_ns_id(srv->idx, slot);
+        const char *model = ns == KVT_IDX_NS_NONE ? NULL : kvt_idx_ns_name(srv->idx, ns, NULL);
+        uint64_t b = 0;
+        if (model == NULL || strcmp(model, job->name) != 0 ||
+            kvt_idx_ns_drop(srv->idx, ns, &b) != KVT_OK)
+            continue;
+        nss++;
+        blocks += b;
+    }
+    if (nss == 0) {
+        job->st = KVT_ERR_NOT_FOUND;
+        char msg[KVT_IDX_MAX_NAME + 32];
+        snprintf(msg, sizeof(msg), "unknown model '%s'", job->name);
+        answer_error(job, 404, msg);
+        return;
+    }
+    reg_publish(srv); /* a slot reused under a new id would not change the counts */
+    job->st = KVT_OK;
+    job->http_status = 200;
+    kvt_jbuf_cstr(&job->answer, "{\"model\":");
+    kvt_jbuf_str(&job->answer, job->name, strlen(job->name));
+    kvt_jbuf_cstr(&job->answer, ",\"namespaces\":");
+    kvt_jbuf_u64(&job->answer, nss);
+    kvt_jbuf_cstr(&job->answer, ",\"blocks\":");
+    kvt_jbuf_u64(&job->answer, blocks);
+    kvt_jbuf_cstr(&job->answer, "}");
 }
 
 /* kvt_zsub_add(), after refusing a non-loopback bind without --allow-remote. */
@@ -605,6 +638,7 @@ static void stats_publish(kvt_srv_t *srv)
     srv->st_nstreams = nst;
     srv->st_rejected_pub = srv->st_rejected;
     srv->st_drops_pub = srv->st_drops;
+    srv->st_forgotten_pub = srv->st_forgotten;
     srv->st_evctx = evctx;
     kvt_zsub_publish_info(srv->zsub, &srv->st_pub);
     uint64_t *old = srv->st_pod_entries;
@@ -630,10 +664,45 @@ static void deliver(srv_job_t *job)
     event_active(w->wake, EV_READ, 0);
 }
 
+/*
+ * Writer. Forgets pods that hold nothing, are fed by no stream and were last
+ * written more than --forget-idle ago, and namespaces with no block unused
+ * as long: a flood of names (pods, models, LoRAs) that came and went gives
+ * its memory and ids back without a restart. Returns how many went.
+ */
+static size_t srv_forget(kvt_srv_t *srv, uint64_t now_ms)
+{
+    const uint64_t idle = srv->cfg.forget_idle_ms;
+    size_t gone = 0;
+    for (uint32_t id = kvt_idx_pod_limit(srv->idx); id-- > 0;) {
+        const char *name = kvt_idx_pod_name(srv->idx, id, NULL);
+        if (name == NULL || kvt_idx_pod_entries(srv->idx, id) != 0 ||
+            now_ms - kvt_idx_pod_last_write(srv->idx, id) < idle ||
+            kvt_zsub_subscribed(srv->zsub, name))
+            continue;
+        kvt_ev_ctx_pod_reset(srv->ev_ctx, id); /* the id may go to another pod */
+        if (kvt_idx_pod_drop(srv->idx, id) == KVT_OK)
+            gone++;
+    }
+    for (uint32_t slot = 0; slot < kvt_idx_ns_count(srv->idx); slot++) {
+        uint32_t ns = kvt_idx_ns_id(srv->idx, slot);
+        if (ns == KVT_IDX_NS_NONE || kvt_idx_ns_blocks(srv->idx, ns) != 0 ||
+            now_ms - kvt_idx_ns_last_use(srv->idx, ns) < idle)
+            continue;
+        if (kvt_idx_ns_drop(srv->idx, ns, NULL) == KVT_OK)
+            gone++;
+    }
+    if (gone > 0) {
+        srv->st_forgotten += gone;
+        reg_publish(srv); /* a slot reused under a new id would not change the counts */
+    }
+    return gone;
+}
+
 static void *writer_main(void *arg)
 {
     kvt_srv_t *srv = arg;
-    uint64_t last_stats = 0;
+    uint64_t last_stats = 0, last_forget = 0;
     for (;;) {
         /* for /readyz: the loop came round (again below, after the poll's wait) */
         __atomic_store_n(&srv->writer_beat_ns, srv_now_ns(), __ATOMIC_RELAXED);
@@ -662,21 +731,43 @@ static void *writer_main(void *arg)
         __atomic_store_n(&srv->writer_beat_ns, now, __ATOMIC_RELAXED);
         kvt_idx_advance(srv->idx, now / 1000000);
         reg_maybe_publish(srv); /* the streams may have registered pods or namespaces */
-        while (jobs != NULL) {
-            srv_job_t *j = jobs;
-            jobs = j->next;
+        bool others = false;
+        for (srv_job_t *j = jobs; j != NULL; j = j->next) {
             kvt_jbuf_init(&j->answer);
             if (j->kind == JOB_EVENTS)
                 job_events(srv, j);
             else if (j->kind == JOB_ENGINE_ADD)
                 job_engine_add(srv, j);
+            else if (j->kind == JOB_MODEL_DROP)
+                job_model_drop(srv, j);
             else
                 job_drop(srv, j);
-            if (j->kind != JOB_EVENTS) { /* published at once: a caller reads its own change */
-                stats_publish(srv);
-                last_stats = now;
-            }
+            others |= j->kind != JOB_EVENTS;
+        }
+        /*
+         * Pods and namespaces the jobs registered are published once for all of
+         * them (a snapshot costs O(pods): once per job, a flood of new pods
+         * would cost O(pods^2)), and before any answer goes: a caller that
+         * queries after its answer finds its pod.
+         */
+        if (jobs != NULL)
+            reg_maybe_publish(srv);
+        if (others) { /* published at once: a caller reads its own change */
+            stats_publish(srv);
+            last_stats = now;
+        }
+        while (jobs != NULL) {
+            srv_job_t *j = jobs;
+            jobs = j->next;
             deliver(j);
+        }
+        /* forgetting looks at every pod and namespace: a few times per --forget-idle */
+        uint64_t forget_every = srv->cfg.forget_idle_ms / 4 < 1000 ? srv->cfg.forget_idle_ms / 4
+                                                                    : 1000;
+        if (srv->cfg.forget_idle_ms != 0 && now - last_forget >= forget_every * 1000000ull) {
+            last_forget = now;
+            if (srv_forget(srv, now / 1000000) > 0)
+                last_stats = 0; /* publish at once */
         }
         kvt_ebr_reclaim(&srv->ebr);
         if (stop || now - last_stats >= srv->cfg.stats_period_ms * 1000000ull) {

@@ -45,6 +45,7 @@ typedef struct kvt_srv_config {
     char *publish_replay;        /* its ROUTER replay endpoint; "": none */
     uint32_t publish_buffer;     /* batches kept for replay */
     uint64_t removed_map_bytes;  /* engine-hash -> key mappings of removed blocks, bytes */
+    uint64_t forget_idle_ms;     /* pods and namespaces empty and idle this long go; 0: never */
 } kvt_srv_config_t;
 
 typedef struct kvt_srv kvt_srv_t;

@@ -79,6 +79,7 @@ enum srv_call {
     CALL_EVENTS,
     CALL_QUERY,
     CALL_ENGINES,
+    CALL_MODELS,
     CALL_HELLO,
     CALL_PING,
     CALL_OTHER,
@@ -120,7 +121,7 @@ typedef struct srv_counters {
 
 /* ---- jobs for the writer ---------------------------------------------------- */
 
-typedef enum job_kind { JOB_EVENTS = 1, JOB_DROP, JOB_ENGINE_ADD } job_kind_t;
+typedef enum job_kind { JOB_EVENTS = 1, JOB_DROP, JOB_ENGINE_ADD, JOB_MODEL_DROP } job_kind_t;
 
 typedef struct srv_job {
     struct srv_job *next;
@@ -130,7 +131,7 @@ typedef struct srv_job {
     uint64_t req_id;                /* RPC request id (0 for HTTP) */
     uint64_t t0_ns;                 /* for the latency histogram */
     kvt_evbatch_t batch;            /* JOB_EVENTS; owned */
-    char pod[KVT_IDX_MAX_NAME + 1]; /* JOB_DROP */
+    char name[KVT_IDX_MAX_NAME + 1]; /* JOB_DROP: the pod; JOB_MODEL_DROP: the model */
     kvt_zsub_engine_t *engine;      /* JOB_ENGINE_ADD; owned */
     /* the writer's answer */
     int http_status;
@@ -227,6 +228,7 @@ struct kvt_srv {
     uint64_t st_batches, st_batches_pub;   /* event batches applied */
     uint64_t st_rejected, st_rejected_pub; /* batches refused as bad input */
     uint64_t st_drops, st_drops_pub;       /* engines dropped */
+    uint64_t st_forgotten, st_forgotten_pub; /* idle, empty pods and namespaces forgotten */
     kvt_zsub_pub_info_t st_pub;            /* the publisher, published copy */
     kvt_ev_ctx_stats_t st_evctx;           /* removed-block mappings, published copy */
     uint64_t *st_pod_entries;              /* per pod id, published copy */

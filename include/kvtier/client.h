@@ -165,6 +165,15 @@ kvt_status_t kvt_client_add_engine(kvt_client_t *c, const char *json, size_t len
  * *@answer_p (when not NULL) receives the JSON answer as for report_events. */
 kvt_status_t kvt_client_drop_engine(kvt_client_t *c, const char *pod, char **answer_p);
 
+/*
+ * Drops every namespace of @model (its base model and its LoRAs) and all
+ * their blocks from the index (DELETE /v1/models/{model}). KVT_ERR_NOT_FOUND
+ * when the index has no such model. *@answer_p (when not NULL) receives the
+ * JSON answer ({"model","namespaces","blocks"}) as for report_events. Not
+ * retried (it may have been applied).
+ */
+kvt_status_t kvt_client_drop_model(kvt_client_t *c, const char *model, char **answer_p);
+
 /* ---- asynchronous queries (event-loop routers) ---------------------------------------------- */
 
 /*

@@ -47,7 +47,7 @@
  * HELLO   req: u32 client_version, str auth_token (empty when none)
  *         ans: u32 server_version, u32 max_body
  *         A server with an auth token refuses mutating calls (EVENTS,
- *         ENGINE_DROP) on a connection that has not said HELLO with it.
+ *         ENGINE_DROP, MODEL_DROP) on a connection that has not said HELLO with it.
  * PING    req: empty. ans: empty.
  * QUERY   req: str model, str lora (empty: base model), u8 kind
  *              (KVT_PROTO_Q_TOKENS | KVT_PROTO_Q_KEYS |
@@ -63,6 +63,7 @@
  *         ans: the JSON answer of that call
  * STATS   req: empty. ans: the JSON of GET /v1/stats
  * ENGINE_DROP req: str pod. ans: the JSON answer of DELETE /v1/engines/{pod}
+ * MODEL_DROP req: str model. ans: the JSON answer of DELETE /v1/models/{model}
  *
  * Error answer body (flags RESPONSE|ERROR): i32 kvt_status_t, u16 http-like
  * status (400, 401, 404, 413, 429, 500, 501, 503), str message.
@@ -74,6 +75,7 @@ enum kvt_proto_op {
     KVT_PROTO_OP_EVENTS = 0x20,
     KVT_PROTO_OP_ENGINE_DROP = 0x21,
     KVT_PROTO_OP_ENGINE_ADD = 0x22,
+    KVT_PROTO_OP_MODEL_DROP = 0x23,
     KVT_PROTO_OP_STATS = 0x30,
 };
 

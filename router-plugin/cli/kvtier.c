@@ -824,7 +824,10 @@ static void kvt_cli_unsubscribe_usage(FILE *out)
             KVT_CLIENT_DEFAULT_ADDR);
 }
 
-static int kvt_cli_unsubscribe_main(int argc, char **argv)
+/* A command that names one thing (a pod, a model) to drop, and prints the JSON answer. */
+static int kvt_cli_drop_main(const char *cmd, const char *what, int argc, char **argv,
+                             void (*usage)(FILE *),
+                             kvt_status_t (*drop)(kvt_client_t *, const char *, char **))
 {
     const char *val[KVT_COPT_COUNT] = {NULL};
     const char *pos[1] = {NULL};
@@ -832,22 +835,45 @@ static int kvt_cli_unsubscribe_main(int argc, char **argv)
     char *answer = NULL;
     kvt_client_t *c = NULL;
 
-    int rc = kvt_cli_opts("unsubscribe", argc, argv, kvt_cli_conn_opts, val, pos, 1, &npos,
-                          kvt_cli_unsubscribe_usage);
+    int rc = kvt_cli_opts(cmd, argc, argv, kvt_cli_conn_opts, val, pos, 1, &npos, usage);
     if (rc != 0)
         return rc == 1 ? KVT_CLI_EXIT_OK : rc;
     if (npos != 1)
-        return kvt_cli_fail("unsubscribe: give the pod");
-    rc = kvt_cli_connect("unsubscribe", val[KVT_COPT_ADDR], val[KVT_COPT_TIMEOUT],
-                         val[KVT_COPT_TOKEN], &c);
+        return kvt_cli_fail("%s: give the %s", cmd, what);
+    rc = kvt_cli_connect(cmd, val[KVT_COPT_ADDR], val[KVT_COPT_TIMEOUT], val[KVT_COPT_TOKEN], &c);
     if (rc == KVT_CLI_EXIT_OK) {
-        kvt_status_t st = kvt_client_drop_engine(c, pos[0], &answer);
-        rc = st != KVT_OK ? kvt_cli_call_failed("unsubscribe", c, st)
-                          : kvt_cli_print_answer("unsubscribe", answer);
+        kvt_status_t st = drop(c, pos[0], &answer);
+        rc = st != KVT_OK ? kvt_cli_call_failed(cmd, c, st) : kvt_cli_print_answer(cmd, answer);
     }
     free(answer);
     kvt_client_destroy(c);
     return rc;
+}
+
+static int kvt_cli_unsubscribe_main(int argc, char **argv)
+{
+    return kvt_cli_drop_main("unsubscribe", "pod", argc, argv, kvt_cli_unsubscribe_usage,
+                             kvt_client_drop_engine);
+}
+
+static void kvt_cli_drop_model_usage(FILE *out)
+{
+    fprintf(out,
+            "usage: kvtier drop-model [--addr A] [--timeout MS] [--auth-token T] MODEL\n"
+            "\n"
+            "Drops every namespace of MODEL (its base model and its LoRAs) and all their\n"
+            "blocks from a running kvtierd's index, as DELETE /v1/models/MODEL does; prints\n"
+            "the server's JSON answer. Engines still publishing for MODEL fill it again.\n"
+            "\n" KVT_CLI_CONN_HELP "\n"
+            "Exit codes: 0 ok, 1 server or connection error (also an unknown model),\n"
+            "2 bad usage.\n",
+            KVT_CLIENT_DEFAULT_ADDR);
+}
+
+static int kvt_cli_drop_model_main(int argc, char **argv)
+{
+    return kvt_cli_drop_main("drop-model", "model", argc, argv, kvt_cli_drop_model_usage,
+                             kvt_client_drop_model);
 }
 
 static int kvt_cli_stats_main(int argc, char **argv)
@@ -918,6 +944,8 @@ static const kvt_cli_cmd_t kvt_cli_cmds[] = {
      kvt_cli_subscribe_main, kvt_cli_subscribe_usage},
     {"unsubscribe", "unsubscribe a running kvtierd from an engine, dropping what it held",
      kvt_cli_unsubscribe_main, kvt_cli_unsubscribe_usage},
+    {"drop-model", "drop a model (its base and LoRA namespaces) from a running kvtierd's index",
+     kvt_cli_drop_model_main, kvt_cli_drop_model_usage},
     {"stats", "print a running kvtierd's statistics (JSON)", kvt_cli_stats_main,
      kvt_cli_stats_usage},
     {"ping", "check that a kvtierd answers", kvt_cli_ping_main, kvt_cli_ping_usage},

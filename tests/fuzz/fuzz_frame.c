@@ -205,16 +205,20 @@ static void fuzz_body(const kvt_proto_hdr_t *h, const uint8_t *body, const uint8
             fuzz_query_req(h, body, frame, frame_len);
         return;
     case KVT_PROTO_OP_ENGINE_DROP:
+    case KVT_PROTO_OP_MODEL_DROP:
         if (!answer) {
-            kvt_proto_str_t pod;
-            st = kvt_proto_drop_req_decode(body, h->body_len, &pod, &why);
+            bool model = h->op == KVT_PROTO_OP_MODEL_DROP;
+            kvt_proto_str_t name;
+            st = model ? kvt_proto_model_drop_req_decode(body, h->body_len, &name, &why)
+                       : kvt_proto_drop_req_decode(body, h->body_len, &name, &why);
             if (st != KVT_OK) {
                 check_why(st, why);
                 return;
             }
-            check_str(pod, body, h->body_len);
+            check_str(name, body, h->body_len);
             kvt_proto_wr_reset(&wr);
-            CHECK(kvt_proto_drop_req_encode(&wr, h->req_id, pod) == KVT_OK);
+            CHECK((model ? kvt_proto_model_drop_req_encode(&wr, h->req_id, name)
+                         : kvt_proto_drop_req_encode(&wr, h->req_id, name)) == KVT_OK);
             check_same(frame, frame_len);
             return;
         }

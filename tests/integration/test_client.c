@@ -1484,6 +1484,21 @@ static void test_drop(kvt_client_t *c)
           "stats after drop: %s", json);
     kvt_client_free(json);
     CHECK_OK(c, kvt_client_drop_engine(c, "A", NULL)); /* no answer wanted */
+    /* a model: every namespace of it goes; a second time it is unknown */
+    g_phase = "drop_model";
+    CHECK_OK(c, kvt_client_drop_model(c, MODEL, &ans));
+    CHECK(ans != NULL && strstr(ans, "\"model\":\"" MODEL "\"") != NULL &&
+              json_num(ans, NULL, "namespaces") >= 1,
+          "model drop answer %s", ans ? ans : "(null)");
+    kvt_client_free(ans);
+    CHECK_OK(c, kvt_client_query(c, MODEL, NULL, g_tok, NTOK, NULL, 0, &r));
+    CHECK(r.npods == 0, "pods after the model drop: %zu", r.npods);
+    kvt_client_result_free(&r);
+    st = kvt_client_drop_model(c, MODEL, NULL);
+    CHECK(st == KVT_ERR_NOT_FOUND, "second model drop: status %d: %s", st,
+          kvt_client_last_error(c));
+    CHECK(kvt_client_drop_model(c, "", NULL) == KVT_ERR_INVAL, "empty model");
+    CHECK(kvt_client_drop_model(NULL, MODEL, NULL) == KVT_ERR_INVAL, "no client");
 }
 
 /* ---- reconnect ------------------------------------------------------------------------------ */

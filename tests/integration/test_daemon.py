@@ -176,6 +176,46 @@ class TestApi(Base):
         self.assertEqual(s, 404, a)
         self.assertIn("error", a)
 
+    def test_drop_model(self):
+        self.post_events("A", [stored([1, 2], TOK[:8])])
+        self.post_events("A", [stored([11, 12], TOK[:8], lora="ad")])  # LoRAs hash apart
+        self.post_events("B", [stored([1, 2, 3], TOK[:12])], model="org/model-2")
+        st = wait_stats(self.d, lambda s: s["index"]["namespaces"] == 3)
+        self.assertEqual(st["index"]["namespaces"], 3, st)
+        s, a = self.d.http("DELETE", "/v1/models/m")
+        self.assertEqual(s, 200, a)
+        self.assertEqual(a, {"model": "m", "namespaces": 2, "blocks": 4})
+        self.assertEqual(self.query(TOK)["pods"], [])
+        self.assertEqual(self.query(TOK, lora_name="ad")["pods"], [])
+        self.assertEqual(self.matched(self.query(TOK, model="org/model-2")), {("B", 0): 3})
+        self.assertEqual(self.d.http("DELETE", "/v1/models/m")[0], 404)
+        # a model name with '/' is sent escaped; a raw '/' is another path
+        self.assertEqual(self.d.http("DELETE", "/v1/models/org/model-2")[0], 404)
+        s, a = self.d.http("DELETE", "/v1/models/org%2Fmodel-2")
+        self.assertEqual((s, a.get("blocks")), (200, 3), a)
+        self.assertEqual(self.query(TOK, model="org/model-2")["pods"], [])
+        for bad in ("/v1/models/", "/v1/models/%zz", "/v1/models/a%00b"):
+            s, a = self.d.http("DELETE", bad)
+            self.assertIn(s, (400, 404), (bad, a))
+        self.assertEqual(self.d.http("GET", "/v1/models/x")[0], 405)
+        # the model can be reported again, with another block size even
+        self.assertEqual(self.post_events("A", [stored([1], TOK[:8], bs=8)])[0], 200)
+        self.assertEqual(self.matched(self.query(TOK)), {("A", 0): 1})
+        st = wait_stats(self.d, lambda s: s["index"]["namespaces"] == 1)
+        self.assertEqual(st["index"]["namespaces"], 1, st)
+        # over the RPC too
+        r = self.d.connect()
+        r.sendall(fx.frame(0x23, 7, fx.pstr("m")))
+        h, b = fx.read_frame(r)
+        self.assertEqual((h["req_id"], json.loads(b)["namespaces"]), (7, 1))
+        r.sendall(fx.frame(0x23, 8, fx.pstr("m")))
+        h, b = fx.read_frame(r)
+        self.assertEqual(fx.parse_error(b)[1], 404)
+        r.sendall(fx.frame(0x23, 9, fx.pstr("")))
+        h, b = fx.read_frame(r)
+        self.assertEqual(fx.parse_error(b)[1], 400)
+        r.close()
+
     def test_metrics_parse(self):
         self.post_events("pod\"x", [stored([1, 2], TOK[:8])])
         # the answer carries the name escaped once by the registry
@@ -486,6 +526,7 @@ class TestAuth(Base):
         self.assertEqual(self.post_events("A", ev)[0], 401)
         self.assertEqual(self.post_events("A", ev, headers={"Authorization": "Bearer nope"})[0], 401)
         self.assertEqual(self.d.http("DELETE", "/v1/engines/A")[0], 401)
+        self.assertEqual(self.d.http("DELETE", "/v1/models/m")[0], 401)
         s, a = self.post_events("A", ev, headers={"Authorization": "Bearer s3cret"})
         self.assertEqual(s, 200, a)
         self.assertEqual(len(self.query(TOK)["pods"]), 1)  # reads need no token
@@ -545,6 +586,68 @@ def http_answers(sock, n, timeout=30.0):
 def metric(d, name, labels=()):
     samples, _ = fx.parse_prometheus(d.http("GET", "/metrics", raw=True)[1].decode())
     return samples.get((name, tuple(labels)), 0)
+
+
+class TestFloods(Base):
+    """A flood of names (pods, models) fills the budget, is refused with a reason, and goes
+    away without a restart: empty idle pods and namespaces are forgotten, models dropped."""
+    flags = ("--index-budget", "2MiB", "--forget-idle", "3s", "--stats-period", "20ms")
+
+    def flood(self, bodies):
+        """Sends every EVENTS body pipelined on one RPC connection; returns the index of the
+        first refusal (its error says the budget) or None, and the count of answers."""
+        r = self.d.connect(timeout=30)
+        try:
+            r.sendall(b"".join(fx.frame(fx.OP_EVENTS, i + 1, json.dumps(b).encode())
+                               for i, b in enumerate(bodies)))
+            first = None
+            for _ in bodies:
+                h, b = fx.read_frame(r)
+                if h["flags"] & fx.F_ERROR:
+                    st, http_status, msg = fx.parse_error(b)
+                    self.assertEqual(http_status, 503, msg)
+                    self.assertIn("no space", msg.lower())
+                    if first is None or h["req_id"] - 1 < first:
+                        first = h["req_id"] - 1
+        finally:
+            r.close()
+        return first
+
+    def test_pods_and_models_flood_then_recover(self):
+        base = wait_stats(self.d, lambda s: True)["index"]["bytes"]
+        name = "x" * 200
+        # pods that hold nothing (a removal registers them): refused once the budget is full
+        first = self.flood([{"pod": "%s-%06d" % (name, i), "model": "m",
+                             "events": [{"type": "BlockRemoved", "block_hashes": [1]}]}
+                            for i in range(20000)])
+        self.assertIsNotNone(first, "no pod was refused")
+        self.assertGreater(first, 100)
+        st = wait_stats(self.d, lambda s: s["index"]["refused"] > 0)
+        self.assertGreater(st["index"]["refused"], 0, st)
+        self.assertGreater(st["index"]["bytes"], 2 * 1024 * 1024 * 9 // 10, st)
+        # forgotten after --forget-idle: the memory comes back, new pods are welcome again
+        st = wait_stats(self.d, lambda s: s["index"]["pods"] == 0, timeout=20)
+        self.assertEqual(st["index"]["pods"], 0, st)
+        self.assertGreaterEqual(st["index"]["forgotten"], first, st)
+        self.assertLess(st["index"]["bytes"], base + 256 * 1024, st)
+        self.assertEqual(self.post_events("after", [stored([1, 2], TOK[:8])])[0], 200)
+        self.assertEqual(self.matched(self.query(TOK)), {("after", 0): 2})
+        # models, each with a block: refused when full; dropping them gives the room back
+        models = ["%s-%06d" % (name, i) for i in range(20000)]
+        first = self.flood([{"pod": "p", "model": m, "events": [stored([7], TOK[:4])]}
+                            for m in models])
+        self.assertIsNotNone(first, "no model was refused")
+        self.assertGreater(first, 10)
+        for m in models[:first]:
+            s, a = self.d.http("DELETE", "/v1/models/" + m)
+            self.assertEqual(s, 200, (m, a))
+        self.assertEqual(self.post_events("p", [stored([7], TOK[:4])], model="fresh")[0], 200)
+        self.assertEqual(self.matched(self.query(TOK[:4], model="fresh")), {("p", 0): 1})
+        # a model whose blocks all went is forgotten too (its namespace was empty and idle)
+        self.post_events("p", [{"type": "BlockRemoved", "block_hashes": [7]}], model="fresh")
+        st = wait_stats(self.d, lambda s: s["index"]["namespaces"] == 1, timeout=20)
+        self.assertEqual(st["index"]["namespaces"], 1, st)  # "m", of "after", stays
+        self.assertTrue(self.d.alive())
 
 
 class TestOutputBudget(Base):

@@ -283,6 +283,31 @@ class TestClient(Base):
             c.add_engine(["not", "a", "dict"])
         self.assertEqual(c.drop_engine("E")["unsubscribed"], True)
 
+    def test_drop_model(self):
+        c = self.client()
+        c.report_events(batch("A", [stored([1, 2], TOK[:8])]))
+        c.report_events(dict(batch("A", [stored([3, 4], TOK[:8])]), lora_name="ad"))
+        c.report_events(dict(batch("A", [stored([1], TOK[:4])]), model="other/model"))
+        self.assertEqual(c.drop_model("m"), {"model": "m", "namespaces": 2, "blocks": 4})
+        self.assertEqual(c.query("m", TOK), [])
+        self.assertEqual([p["pod"] for p in c.query_answer("other/model", TOK)["pods"]], ["A"])
+        with self.assertRaises(kvtier.Error) as e:
+            c.drop_model("m")
+        self.assertIn("unknown model", str(e.exception))
+        with self.assertRaises(ValueError):
+            c.drop_model("")
+        self.assertEqual(c.drop_model("other/model")["blocks"], 1)
+        # the CLI, as documented in docs/cli.md
+        p = subprocess.run([CLI, "drop-model", "--addr", "127.0.0.1:%d" % self.d.rpc_port, "m"],
+                           capture_output=True, text=True, timeout=20)
+        self.assertEqual(p.returncode, 1, p)
+        self.assertIn("unknown model", p.stderr)
+        c.report_events(batch("A", [stored([1, 2], TOK[:8])]))
+        p = subprocess.run([CLI, "drop-model", "--addr", "127.0.0.1:%d" % self.d.rpc_port, "m"],
+                           capture_output=True, text=True, timeout=20)
+        self.assertEqual(p.returncode, 0, p)
+        self.assertEqual(json.loads(p.stdout), {"model": "m", "namespaces": 1, "blocks": 2})
+
     def test_drop_engine(self):
         c = self.client()
         for pod in ("A", "A2"):

@@ -465,6 +465,10 @@ static kvt_status_t dec_drop(const uint8_t *b, size_t n, void *o, const char **w
 {
     return kvt_proto_drop_req_decode(b, n, o, why);
 }
+static kvt_status_t dec_model_drop(const uint8_t *b, size_t n, void *o, const char **why)
+{
+    return kvt_proto_model_drop_req_decode(b, n, o, why);
+}
 static kvt_status_t dec_err(const uint8_t *b, size_t n, void *o, const char **why)
 {
     return kvt_proto_err_decode(b, n, o, why);
@@ -551,6 +555,27 @@ static void test_drop_and_raw(void **state)
     const char *why = NULL;
     assert_int_equal(kvt_proto_drop_req_decode(empty_pod, 2, &pod, &why), KVT_ERR_INVAL);
     assert_non_null(strstr(why, "empty"));
+
+    /* MODEL_DROP: the same one-name body under its own opcode, mutating */
+    kvt_proto_wr_reset(&w);
+    assert_int_equal(kvt_proto_model_drop_req_encode(&w, 7, S("org/model")), KVT_OK);
+    body = frame_body(&w, 0, KVT_PROTO_OP_MODEL_DROP, 0, 7, &len);
+    kvt_proto_str_t model;
+    assert_int_equal(kvt_proto_model_drop_req_decode(body, len, &model, NULL), KVT_OK);
+    assert_true(str_eq(model, "org/model", 9));
+    expect_truncations_fail(body, len, dec_model_drop, sizeof(model));
+    keep = w.len;
+    assert_int_equal(kvt_proto_model_drop_req_encode(&w, 8, S("")), KVT_ERR_INVAL);
+    assert_int_equal(w.len, keep);
+    assert_int_equal(kvt_proto_model_drop_req_decode(empty_pod, 2, &model, &why), KVT_ERR_INVAL);
+    assert_non_null(strstr(why, "model drop: empty model name"));
+    static const uint8_t trailing[] = {1, 0, 'm', 0};
+    assert_int_equal(kvt_proto_model_drop_req_decode(trailing, 4, &model, &why), KVT_ERR_INVAL);
+    assert_non_null(strstr(why, "trailing"));
+    assert_true(kvt_proto_op_known(KVT_PROTO_OP_MODEL_DROP));
+    assert_true(kvt_proto_op_mutating(KVT_PROTO_OP_MODEL_DROP));
+    assert_string_equal(kvt_proto_op_name(KVT_PROTO_OP_MODEL_DROP), "MODEL_DROP");
+    kvt_proto_wr_reset(&w);
 
     /* Raw frames: events JSON, empty ping / stats. */
     kvt_proto_wr_reset(&w);

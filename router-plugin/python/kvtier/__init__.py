@@ -180,6 +180,7 @@ def _declare(lib):
         "kvt_client_stats": (st, [c_client, P(ctypes.c_void_p)]),
         "kvt_client_ping": (st, [c_client]),
         "kvt_client_drop_engine": (st, [c_client, ctypes.c_char_p, P(ctypes.c_void_p)]),
+        "kvt_client_drop_model": (st, [c_client, ctypes.c_char_p, P(ctypes.c_void_p)]),
         "kvt_client_add_engine": (st, [c_client, ctypes.c_char_p, ctypes.c_size_t,
                                        P(ctypes.c_void_p)]),
         "kvt_client_hash_tokens": (ctypes.c_size_t, [P(ctypes.c_uint32), ctypes.c_size_t,
@@ -422,16 +423,24 @@ class Client:
                 self._raise(st)
         return json.loads(self._take_string(out))
 
-    def drop_engine(self, pod):
-        """Unsubscribes engine pod and drops what it held; returns the answer as a dict."""
-        pod_b = _name(pod, "pod")
+    def _drop(self, fn, name):
         out = ctypes.c_void_p()
         with self._lock:
             c = self._handle()
-            st = self._lib.kvt_client_drop_engine(c, pod_b, ctypes.byref(out))
+            st = fn(c, name, ctypes.byref(out))
             if st != 0:
                 self._raise(st)
         return json.loads(self._take_string(out))
+
+    def drop_engine(self, pod):
+        """Unsubscribes engine pod and drops what it held; returns the answer as a dict."""
+        return self._drop(self._lib.kvt_client_drop_engine, _name(pod, "pod"))
+
+    def drop_model(self, model):
+        """Drops every namespace of model (base and LoRAs) and their blocks from the index;
+        returns the answer as a dict ({"model", "namespaces", "blocks"}). Error 404 (status
+        KVT_ERR_NOT_FOUND) for a model the index does not have."""
+        return self._drop(self._lib.kvt_client_drop_model, _name(model, "model"))
 
     def close(self):
         """Closes the connection; later calls raise Error. Idempotent."""
