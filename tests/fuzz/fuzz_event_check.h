@@ -2,7 +2,9 @@
 #ifndef KVT_FUZZ_EVENT_CHECK_H
 #define KVT_FUZZ_EVENT_CHECK_H
 
+#include <malloc.h>
 #include <stdbool.h>
+#include <stdint.h>
 #include <string.h>
 
 #include "kvindex/event.h"
@@ -37,6 +39,25 @@ static inline void fuzz_check_event_type(const kvt_event_t *e)
         break;
     default: CHECK(!"unknown event type in a batch");
     }
+}
+
+/* Whether @p[0..n) lies inside the malloc'd block @arena. */
+static inline bool fuzz_inside(const void *arena, const void *p, size_t n)
+{
+    const char *lo = arena, *hi = lo + malloc_usable_size((void *)(uintptr_t)arena);
+    return (const char *)p >= lo && n <= (size_t)(hi - (const char *)p);
+}
+
+/* Aborts unless @e's medium name, cache salt and extra seeds lie inside @arena, aligned. */
+static inline void fuzz_check_event_arena(const void *arena, const kvt_event_t *e)
+{
+    if (e->medium != NULL)
+        CHECK(fuzz_inside(arena, e->medium, e->medium_len));
+    if (e->cache_salt != NULL)
+        CHECK(fuzz_inside(arena, e->cache_salt, e->cache_salt_len + 1));
+    if (e->extra_seeds != NULL)
+        CHECK(fuzz_inside(arena, e->extra_seeds, e->nhashes * 8u) &&
+              (uintptr_t)e->extra_seeds % 8 == 0);
 }
 
 #endif

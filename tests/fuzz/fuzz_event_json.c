@@ -36,8 +36,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
 static bool inside(const kvt_evbatch_t *b, const void *p, size_t n)
 {
-    const char *lo = b->arena, *hi = lo + malloc_usable_size(b->arena);
-    return (const char *)p >= lo && n <= (size_t)(hi - (const char *)p);
+    return fuzz_inside(b->arena, p, n);
 }
 
 static void check_name(const kvt_evbatch_t *b, const char *s, size_t min)
@@ -71,13 +70,7 @@ static size_t check_batch(const kvt_evbatch_t *b, size_t len)
     for (size_t i = 0; i < b->nev; i++) {
         const kvt_event_t *e = &b->ev[i];
         CHECK(one_tier(e->tier) || (e->tier == 0 && e->skip == KVT_EV_SKIP_MEDIUM));
-        if (e->medium != NULL)
-            CHECK(inside(b, e->medium, e->medium_len));
-        if (e->cache_salt != NULL)
-            CHECK(inside(b, e->cache_salt, e->cache_salt_len + 1));
-        if (e->extra_seeds != NULL)
-            CHECK(inside(b, e->extra_seeds, e->nhashes * 8u) &&
-                  (uintptr_t)e->extra_seeds % 8 == 0);
+        fuzz_check_event_arena(b->arena, e);
         CHECK((e->hashes == NULL) == (e->nhashes == 0));
         CHECK((e->tokens == NULL) == (e->ntokens == 0));
         if (e->nhashes > 0)

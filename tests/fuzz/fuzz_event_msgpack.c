@@ -38,8 +38,7 @@ static const char POD[] = "pod-f", MODEL[] = "model-f";
 
 static bool inside(const kvt_evbatch_t *b, const void *p, size_t n)
 {
-    const char *lo = b->arena, *hi = lo + malloc_usable_size(b->arena);
-    return (const char *)p >= lo && n <= (size_t)(hi - (const char *)p);
+    return fuzz_inside(b->arena, p, n);
 }
 
 static size_t check_batch(const kvt_evbatch_t *b)
@@ -53,13 +52,7 @@ static size_t check_batch(const kvt_evbatch_t *b)
         const kvt_event_t *e = &b->ev[i];
         CHECK(e->tier == KVT_TIER_GPU || e->tier == KVT_TIER_CPU || e->tier == KVT_TIER_DISK ||
               e->tier == 0);
-        if (e->medium != NULL)
-            CHECK(inside(b, e->medium, e->medium_len));
-        if (e->cache_salt != NULL)
-            CHECK(inside(b, e->cache_salt, e->cache_salt_len + 1));
-        if (e->extra_seeds != NULL)
-            CHECK(inside(b, e->extra_seeds, e->nhashes * 8u) &&
-                  (uintptr_t)e->extra_seeds % 8 == 0);
+        fuzz_check_event_arena(b->arena, e);
         CHECK((e->hashes == NULL) == (e->nhashes == 0));
         CHECK((e->tokens == NULL) == (e->ntokens == 0));
         if (e->nhashes > 0)

@@ -761,19 +761,25 @@ class TestPublish(Base):
             self.assertEqual(b.stop(), 0)
             b.cleanup()
 
-    def test_live_format_and_replay_layout(self):
-        pubinfo = self.d.stats()["publisher"]
+    def live_sub(self):
+        """A SUB on kvtierd's publisher that has joined (every message before now read)."""
         sub = self.ctx.socket(zmq.SUB)
         sub.setsockopt(zmq.LINGER, 0)
         sub.setsockopt(zmq.SUBSCRIBE, b"")
-        sub.connect(pubinfo["endpoint"])
+        sub.connect(self.d.stats()["publisher"]["endpoint"])
+
+        def got_one():
+            self.post(self.d, [])
+            return sub.poll(50) and sub.recv_multipart()
+        wait_for(got_one, what="a live message")
+        while sub.poll(100):
+            sub.recv_multipart()
+        return sub
+
+    def test_live_format_and_replay_layout(self):
+        pubinfo = self.d.stats()["publisher"]
+        sub = self.live_sub()
         try:
-            def got_one():
-                self.post(self.d, [])
-                return sub.poll(50) and sub.recv_multipart()
-            wait_for(got_one, what="a live message")
-            while sub.poll(100):
-                sub.recv_multipart()
             t = tokens(32, 2)
             self.post(self.d, [fx.stored([9, 10], t, bs=BS, parent=None, lora="ad")], dp_rank=2)
             topic, seq, payload = sub.recv_multipart()
@@ -824,18 +830,8 @@ class TestPublish(Base):
         self.assertEqual(samples[("kvtier_publish_batches_total", ())], st["batches"])
 
     def test_salt_groups_and_skips_as_published(self):
-        pubinfo = self.d.stats()["publisher"]
-        sub = self.ctx.socket(zmq.SUB)
-        sub.setsockopt(zmq.LINGER, 0)
-        sub.setsockopt(zmq.SUBSCRIBE, b"")
-        sub.connect(pubinfo["endpoint"])
+        sub = self.live_sub()
         try:
-            def got_one():
-                self.post(self.d, [])
-                return sub.poll(50) and sub.recv_multipart()
-            wait_for(got_one, what="a live message")
-            while sub.poll(100):
-                sub.recv_multipart()
             t = tokens(33, 2)
             self.post(self.d, [dict(fx.stored([1, 2], t, bs=BS), cache_salt="t-1"),
                                dict(fx.stored([3], t[:BS], bs=BS, parent=2), cache_salt="t-1"),
