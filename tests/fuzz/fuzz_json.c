@@ -1,5 +1,5 @@
 /*
- * libFuzzer target for the pull parser and the writer (common/json.c).
+ * libFuzzer target for the pull parser and the writer (common/json*.c).
  *
  * Invariants checked on every input:
  *  - the input is copied to an exactly-sized heap buffer, so ASan reports any
