@@ -1,7 +1,7 @@
 /*
- * bench/floor_index: see floor_index.h. The table and growth rules copy
- * kvindex/index.c on purpose (a floor for *that* layout); the per-block work
- * is only what those tables need.
+ * bench/floor_index: see floor_index.h. The tables are kvindex's group tables
+ * (kvindex/gtab.h) with index.c's growth rules, on purpose (a floor for
+ * *that* layout); the per-block work is only what those tables need.
  */
 #include "bench/floor_index.h"
 
@@ -10,7 +10,7 @@
 #include <string.h>
 #include <sys/mman.h>
 
-#include "kvindex/index_int.h" /* kvt_group_t, grp_* helpers, kvt_mix64 */
+#include "kvindex/gtab.h"
 
 #define FL_NIL UINT32_MAX
 #define FL_SLAB_SHIFT 16u /* 65536 nodes of 32 bytes: one 2 MiB huge page */
@@ -57,7 +57,7 @@ static kvt_group_t *fl_groups_new(kvt_floor_t *f, uint32_t ngroups)
         return NULL;
     if (bytes >= FL_HUGE)
         (void)madvise(p, bytes & ~(FL_HUGE - 1), MADV_HUGEPAGE);
-    grp_init(p, ngroups);
+    kvt_grp_init(p, ngroups);
     f->bytes += bytes;
     return p;
 }
@@ -69,34 +69,21 @@ static void fl_groups_free(kvt_floor_t *f, fl_tab_t *t)
     t->g = NULL;
 }
 
-static inline void fl_put(kvt_group_t *g, uint32_t ngroups, uint64_t h, uint32_t v)
-{
-    for (uint32_t gi = grp_home(h, ngroups);; gi = grp_next(gi, ngroups)) {
-        uint32_t m = grp_free(&g[gi]);
-        if (m == 0)
-            continue;
-        uint32_t si = (uint32_t)__builtin_ctz(m);
-        g[gi].slot[si] = v;
-        g[gi].ctrl[si] = ktab_tag(h);
-        return;
-    }
-}
-
 /* Key table: grows by half at 3/4 full, re-hashed from the node slabs in order. */
 static kvt_status_t fl_keys_reserve(kvt_floor_t *f)
 {
     fl_tab_t *t = &f->keys;
-    if ((uint64_t)(t->live + 1) * 4 <= (uint64_t)t->ngroups * GSLOTS * 3)
+    if ((uint64_t)(t->live + 1) * 4 <= (uint64_t)t->ngroups * KVT_GRP_SLOTS * 3)
         return KVT_OK;
-    uint32_t ng = grp_grow(t->ngroups);
+    uint32_t ng = kvt_grp_grow(t->ngroups);
     kvt_group_t *g = fl_groups_new(f, ng);
     if (g == NULL)
         return KVT_ERR_NO_MEM;
     enum { AHEAD = 16 };
     for (uint32_t i = 0; i < f->nodes; i++) {
         if (i + AHEAD < f->nodes)
-            __builtin_prefetch(&g[grp_home(kvt_mix64(fl_node(f, i + AHEAD)->key), ng)]);
-        fl_put(g, ng, kvt_mix64(fl_node(f, i)->key), i);
+            __builtin_prefetch(&g[kvt_grp_home(kvt_mix64(fl_node(f, i + AHEAD)->key), ng)]);
+        kvt_grp_put(g, ng, kvt_mix64(fl_node(f, i)->key), i);
     }
     fl_groups_free(f, t);
     t->g = g;
@@ -107,9 +94,9 @@ static kvt_status_t fl_keys_reserve(kvt_floor_t *f)
 /* Pod table: x4 while small, then by half, at 7/8 full; re-hashing reads each entry's node. */
 static kvt_status_t fl_pod_reserve(kvt_floor_t *f, fl_tab_t *t)
 {
-    if (t->g != NULL && (uint64_t)(t->live + 1) * 8 <= (uint64_t)t->ngroups * GSLOTS * 7)
+    if (t->g != NULL && (uint64_t)(t->live + 1) * 8 <= (uint64_t)t->ngroups * KVT_GRP_SLOTS * 7)
         return KVT_OK;
-    uint32_t ng = t->g == NULL ? 1 : t->ngroups < 8 ? t->ngroups * 4 : grp_grow(t->ngroups);
+    uint32_t ng = t->g == NULL ? 1 : t->ngroups < 8 ? t->ngroups * 4 : kvt_grp_grow(t->ngroups);
     kvt_group_t *g = fl_groups_new(f, ng);
     if (g == NULL)
         return KVT_ERR_NO_MEM;
@@ -117,13 +104,13 @@ static kvt_status_t fl_pod_reserve(kvt_floor_t *f, fl_tab_t *t)
         /* batches of refs gathered on the stack, as ptab_rebuild() does */
         enum { BATCH = 256, AHEAD = 8 };
         uint32_t refs[BATCH];
-        uint32_t gi = 0, m = ~grp_free(&t->g[0]) & ((1u << GSLOTS) - 1);
+        uint32_t gi = 0, m = ~kvt_grp_free(&t->g[0]) & ((1u << KVT_GRP_SLOTS) - 1);
         for (;;) {
             uint32_t nr = 0;
             while (nr < BATCH && gi < t->ngroups) {
                 if (m == 0) {
                     if (++gi < t->ngroups)
-                        m = ~grp_free(&t->g[gi]) & ((1u << GSLOTS) - 1);
+                        m = ~kvt_grp_free(&t->g[gi]) & ((1u << KVT_GRP_SLOTS) - 1);
                     continue;
                 }
                 refs[nr++] = t->g[gi].slot[__builtin_ctz(m)];
@@ -134,7 +121,7 @@ static kvt_status_t fl_pod_reserve(kvt_floor_t *f, fl_tab_t *t)
             for (uint32_t k = 0; k < nr; k++) {
                 if (k + AHEAD < nr)
                     __builtin_prefetch(&fl_node(f, refs[k + AHEAD])->ehash);
-                fl_put(g, ng, kvt_mix64(fl_node(f, refs[k])->ehash), refs[k]);
+                kvt_grp_put(g, ng, kvt_mix64(fl_node(f, refs[k])->ehash), refs[k]);
             }
         }
         fl_groups_free(f, t);
@@ -170,15 +157,15 @@ static kvt_status_t fl_node_new(kvt_floor_t *f, uint32_t *nid_p)
 static inline uint32_t fl_find_key(const kvt_floor_t *f, uint64_t key, uint64_t h)
 {
     const fl_tab_t *t = &f->keys;
-    uint8_t tag = ktab_tag(h);
-    for (uint32_t gi = grp_home(h, t->ngroups);; gi = grp_next(gi, t->ngroups)) {
+    uint8_t tag = kvt_grp_tag(h);
+    for (uint32_t gi = kvt_grp_home(h, t->ngroups);; gi = kvt_grp_next(gi, t->ngroups)) {
         const kvt_group_t *g = &t->g[gi];
-        for (uint32_t m = grp_match(g, tag); m != 0; m &= m - 1) {
+        for (uint32_t m = kvt_grp_match(g, tag); m != 0; m &= m - 1) {
             uint32_t nid = g->slot[__builtin_ctz(m)];
             if (fl_node(f, nid)->key == key)
                 return nid;
         }
-        if (grp_match(g, CTRL_EMPTY) != 0)
+        if (kvt_grp_match(g, KVT_GRP_EMPTY) != 0)
             return FL_NIL;
     }
 }
@@ -188,13 +175,13 @@ static inline bool fl_pod_has(const fl_tab_t *t, uint64_t h, uint32_t nid)
 {
     if (t->g == NULL)
         return false;
-    uint8_t tag = ktab_tag(h);
-    for (uint32_t gi = grp_home(h, t->ngroups);; gi = grp_next(gi, t->ngroups)) {
+    uint8_t tag = kvt_grp_tag(h);
+    for (uint32_t gi = kvt_grp_home(h, t->ngroups);; gi = kvt_grp_next(gi, t->ngroups)) {
         const kvt_group_t *g = &t->g[gi];
-        for (uint32_t m = grp_match(g, tag); m != 0; m &= m - 1)
+        for (uint32_t m = kvt_grp_match(g, tag); m != 0; m &= m - 1)
             if (g->slot[__builtin_ctz(m)] == nid)
                 return true;
-        if (grp_match(g, CTRL_EMPTY) != 0)
+        if (kvt_grp_match(g, KVT_GRP_EMPTY) != 0)
             return false;
     }
 }
@@ -250,15 +237,15 @@ kvt_status_t kvt_floor_store(kvt_floor_t *f, uint32_t pod, const uint64_t *keys,
         for (size_t j = 0; j < cn; j++) {
             hk[j] = kvt_mix64(keys[c0 + j]);
             hp[j] = kvt_mix64(ehashes[c0 + j]);
-            __builtin_prefetch(&f->keys.g[grp_home(hk[j], f->keys.ngroups)]);
+            __builtin_prefetch(&f->keys.g[kvt_grp_home(hk[j], f->keys.ngroups)]);
             if (pt->g != NULL)
-                __builtin_prefetch(&pt->g[grp_home(hp[j], pt->ngroups)]);
+                __builtin_prefetch(&pt->g[kvt_grp_home(hp[j], pt->ngroups)]);
         }
         for (size_t j = 0; j < cn; j++) {
             if (j + FL_NODE_AHEAD < cn) {
                 uint64_t ha = hk[j + FL_NODE_AHEAD];
-                const kvt_group_t *g = &f->keys.g[grp_home(ha, f->keys.ngroups)];
-                uint32_t m = grp_match(g, ktab_tag(ha));
+                const kvt_group_t *g = &f->keys.g[kvt_grp_home(ha, f->keys.ngroups)];
+                uint32_t m = kvt_grp_match(g, kvt_grp_tag(ha));
                 if (m != 0)
                     __builtin_prefetch(fl_node(f, g->slot[__builtin_ctz(m)]));
             }
@@ -271,7 +258,7 @@ kvt_status_t kvt_floor_store(kvt_floor_t *f, uint32_t pod, const uint64_t *keys,
                 if (nd->pod != pod && !fl_pod_has(pt, hp[j], nid)) {
                     if ((st = fl_pod_reserve(f, pt)) != KVT_OK)
                         return st;
-                    fl_put(pt->g, pt->ngroups, hp[j], nid);
+                    kvt_grp_put(pt->g, pt->ngroups, hp[j], nid);
                     pt->live++;
                     f->entries++;
                 }
@@ -289,9 +276,9 @@ kvt_status_t kvt_floor_store(kvt_floor_t *f, uint32_t pod, const uint64_t *keys,
                               .pod = pod};
             if (parent != FL_NIL)
                 fl_node(f, parent)->nchild++;
-            fl_put(f->keys.g, f->keys.ngroups, hk[j], nid);
+            kvt_grp_put(f->keys.g, f->keys.ngroups, hk[j], nid);
             f->keys.live++;
-            fl_put(pt->g, pt->ngroups, hp[j], nid);
+            kvt_grp_put(pt->g, pt->ngroups, hp[j], nid);
             pt->live++;
             f->entries++;
             parent = nid;

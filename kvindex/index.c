@@ -418,7 +418,7 @@ static size_t ktab_bytes(uint32_t groups)
 
 static uint64_t ktab_cap(const kvt_ktab_t *t)
 {
-    return (uint64_t)t->ngroups * GSLOTS;
+    return (uint64_t)t->ngroups * KVT_GRP_SLOTS;
 }
 
 static kvt_ktab_t *ktab_new(kvt_idx_t *idx, uint32_t groups)
@@ -430,7 +430,7 @@ static kvt_ktab_t *ktab_new(kvt_idx_t *idx, uint32_t groups)
     idx->bytes += bytes;
     memset(t, 0, sizeof(*t));
     t->ngroups = groups;
-    grp_init(t->g, groups);
+    kvt_grp_init(t->g, groups);
     return t;
 }
 
@@ -438,10 +438,10 @@ static kvt_ktab_t *ktab_new(kvt_idx_t *idx, uint32_t groups)
 static inline bool ktab_find_h(kvt_idx_t *idx, const kvt_ktab_t *t, uint64_t key, uint64_t h,
                                uint32_t *gi_p, uint32_t *si_p)
 {
-    uint8_t tag = ktab_tag(h);
-    for (uint32_t gi = grp_home(h, t->ngroups);; gi = grp_next(gi, t->ngroups)) {
+    uint8_t tag = kvt_grp_tag(h);
+    for (uint32_t gi = kvt_grp_home(h, t->ngroups);; gi = kvt_grp_next(gi, t->ngroups)) {
         const kvt_group_t *g = &t->g[gi];
-        for (uint32_t m = grp_match(g, tag); m != 0; m &= m - 1) {
+        for (uint32_t m = kvt_grp_match(g, tag); m != 0; m &= m - 1) {
             uint32_t si = (uint32_t)__builtin_ctz(m);
             if (N(idx, g->slot[si])->key == key) {
                 *gi_p = gi;
@@ -449,7 +449,7 @@ static inline bool ktab_find_h(kvt_idx_t *idx, const kvt_ktab_t *t, uint64_t key
                 return true;
             }
         }
-        if (grp_match(g, CTRL_EMPTY) != 0)
+        if (kvt_grp_match(g, KVT_GRP_EMPTY) != 0)
             return false;
     }
 }
@@ -472,42 +472,10 @@ static uint32_t ktab_lookup(kvt_idx_t *idx, uint64_t key)
     return ktab_lookup_h(idx, key, kvt_mix64(key));
 }
 
-/* Inserts (key, nid) into the first free slot; publishes the control byte last. */
-/*
- * Both group tables: puts @v at the first free slot of hash @h's probe
- * sequence, publishing the control byte last (readers of the key table rely
- * on that; the writer-only pod tables do not mind).
- */
-static void grp_put(kvt_group_t *groups, uint32_t ngroups, uint64_t h, uint32_t v)
-{
-    for (uint32_t gi = grp_home(h, ngroups);; gi = grp_next(gi, ngroups)) {
-        kvt_group_t *g = &groups[gi];
-        uint32_t m = grp_free(g);
-        if (m == 0)
-            continue;
-        uint32_t si = (uint32_t)__builtin_ctz(m);
-        __atomic_store_n(&g->slot[si], v, __ATOMIC_RELEASE);
-        __atomic_store_n(&g->ctrl[si], ktab_tag(h), __ATOMIC_RELEASE);
-        return;
-    }
-}
-
-/*
- * Both group tables: frees slot @si of group @g. A group that still has an
- * empty slot never overflowed, so no probe passes it and the slot can become
- * empty; otherwise it becomes a tombstone. Returns true for a tombstone.
- */
-static bool grp_erase(kvt_group_t *g, uint32_t si)
-{
-    bool tomb = grp_match(g, CTRL_EMPTY) == 0;
-    __atomic_store_n(&g->ctrl[si], tomb ? CTRL_TOMB : CTRL_EMPTY, __ATOMIC_RELEASE);
-    return tomb;
-}
-
 /* Writer: inserts @nid under hash @h (kvt_mix64 of its salted key). */
 static inline void ktab_put_h(kvt_ktab_t *t, uint64_t h, uint32_t nid)
 {
-    grp_put(t->g, t->ngroups, h, nid);
+    kvt_grp_put(t->g, t->ngroups, h, nid);
 }
 
 /*
@@ -532,7 +500,7 @@ static kvt_status_t ktab_rebuild(kvt_idx_t *idx, uint32_t groups)
             end = NODE_CHUNK;
         for (uint32_t i = 0; i < end && i < AHEAD; i++) {
             ring[i] = chunk[i].pods != PODS_FREE ? kvt_mix64(chunk[i].key) : 0;
-            __builtin_prefetch(&t->g[grp_home(ring[i], groups)]);
+            __builtin_prefetch(&t->g[kvt_grp_home(ring[i], groups)]);
         }
         for (uint32_t i = 0; i < end; i++) {
             uint64_t h = ring[i % AHEAD];
@@ -541,10 +509,10 @@ static kvt_status_t ktab_rebuild(kvt_idx_t *idx, uint32_t groups)
                 uint64_t ha =
                     chunk[i + AHEAD].pods != PODS_FREE ? kvt_mix64(chunk[i + AHEAD].key) : 0;
                 ring[(i + AHEAD) % AHEAD] = ha;
-                __builtin_prefetch(&t->g[grp_home(ha, groups)]);
+                __builtin_prefetch(&t->g[kvt_grp_home(ha, groups)]);
             }
             if (chunk[i].pods != PODS_FREE)
-                grp_put(t->g, groups, h, c * NODE_CHUNK + i);
+                kvt_grp_put(t->g, groups, h, c * NODE_CHUNK + i);
         }
     }
     __atomic_store_n(&idx->sh.ktab, t, __ATOMIC_RELEASE);
@@ -565,8 +533,8 @@ static kvt_status_t ktab_reserve(kvt_idx_t *idx)
             return ktab_rebuild(idx, groups);
         if (groups >= 0x40000000u)
             return KVT_ERR_NO_SPACE;
-        if (!over_budget(idx, ktab_bytes(grp_grow(groups) - groups)))
-            return ktab_rebuild(idx, grp_grow(groups));
+        if (!over_budget(idx, ktab_bytes(kvt_grp_grow(groups) - groups)))
+            return ktab_rebuild(idx, kvt_grp_grow(groups));
         if (evict_batch(idx) == 0)
             return KVT_ERR_NO_SPACE;
     }
@@ -579,7 +547,7 @@ static void ktab_delete(kvt_idx_t *idx, uint64_t key)
     if (!ktab_find(idx, t, key, &gi, &si))
         return;
     idx->kt_live--;
-    if (grp_erase(&t->g[gi], si))
+    if (kvt_grp_erase(&t->g[gi], si))
         idx->kt_tomb++;
 }
 
@@ -916,16 +884,16 @@ static inline uint32_t ptab_find_h(kvt_idx_t *idx, kvt_pod_t *p, uint64_t eh, ui
 {
     if (p->g == NULL)
         return KVT_NIL;
-    uint8_t tag = ktab_tag(h);
-    for (uint32_t gi = grp_home(h, p->ngroups);; gi = grp_next(gi, p->ngroups)) {
+    uint8_t tag = kvt_grp_tag(h);
+    for (uint32_t gi = kvt_grp_home(h, p->ngroups);; gi = kvt_grp_next(gi, p->ngroups)) {
         const kvt_group_t *g = &p->g[gi];
-        for (uint32_t m = grp_match(g, tag); m != 0; m &= m - 1) {
+        for (uint32_t m = kvt_grp_match(g, tag); m != 0; m &= m - 1) {
             uint32_t si = (uint32_t)__builtin_ctz(m);
             bool is_spec;
             if (ref_ehash(idx, g->slot[si], &is_spec) == eh && is_spec == spec)
                 return PSLOT(gi, si);
         }
-        if (grp_match(g, CTRL_EMPTY) != 0)
+        if (kvt_grp_match(g, KVT_GRP_EMPTY) != 0)
             return KVT_NIL;
     }
 }
@@ -942,7 +910,7 @@ static kvt_status_t ptab_rebuild(kvt_idx_t *idx, kvt_pod_t *p, uint32_t groups)
     if (g == NULL)
         return KVT_ERR_NO_MEM;
     idx->bytes += ptab_bytes(groups);
-    grp_init(g, groups);
+    kvt_grp_init(g, groups);
     if (p->g != NULL) {
         /*
          * Re-hashing needs each entry's engine hash, which lives in its node
@@ -951,13 +919,13 @@ static kvt_status_t ptab_rebuild(kvt_idx_t *idx, kvt_pod_t *p, uint32_t groups)
          */
         enum { BATCH = 256, AHEAD = 8 };
         uint32_t refs[BATCH];
-        uint32_t gi = 0, m = p->ngroups ? ~grp_free(&p->g[0]) & ((1u << GSLOTS) - 1) : 0;
+        uint32_t gi = 0, m = p->ngroups ? ~kvt_grp_free(&p->g[0]) & ((1u << KVT_GRP_SLOTS) - 1) : 0;
         for (;;) {
             uint32_t nb = 0;
             while (nb < BATCH && gi < p->ngroups) {
                 if (m == 0) {
                     if (++gi < p->ngroups)
-                        m = ~grp_free(&p->g[gi]) & ((1u << GSLOTS) - 1);
+                        m = ~kvt_grp_free(&p->g[gi]) & ((1u << KVT_GRP_SLOTS) - 1);
                     continue;
                 }
                 refs[nb++] = p->g[gi].slot[__builtin_ctz(m)];
@@ -972,7 +940,7 @@ static kvt_status_t ptab_rebuild(kvt_idx_t *idx, kvt_pod_t *p, uint32_t groups)
                 if (k + AHEAD < nb && !(refs[k + AHEAD] & ALIAS_BIT))
                     __builtin_prefetch(&N(idx, refs[k + AHEAD])->ehash);
                 bool spec;
-                grp_put(g, groups, kvt_mix64(ref_ehash(idx, refs[k], &spec)), refs[k]);
+                kvt_grp_put(g, groups, kvt_mix64(ref_ehash(idx, refs[k], &spec)), refs[k]);
             }
         }
         acct_free(idx, p->g, ptab_bytes(p->ngroups));
@@ -985,7 +953,7 @@ static kvt_status_t ptab_rebuild(kvt_idx_t *idx, kvt_pod_t *p, uint32_t groups)
 
 static uint64_t ptab_cap(const kvt_pod_t *p)
 {
-    return (uint64_t)p->ngroups * GSLOTS;
+    return (uint64_t)p->ngroups * KVT_GRP_SLOTS;
 }
 
 /* Makes room for one more reference in @pod's table; may evict rather than grow. */
@@ -1007,7 +975,7 @@ static kvt_status_t ptab_reserve(kvt_idx_t *idx, uint32_t pod)
         if (groups >= 0x08000000u)
             return KVT_ERR_NO_SPACE;
         /* small tables grow x4 (fewer re-hashes), big ones by half (less slack) */
-        uint32_t ng = groups < 8 ? groups * 4 : grp_grow(groups);
+        uint32_t ng = groups < 8 ? groups * 4 : kvt_grp_grow(groups);
         if (!over_budget(idx, ptab_bytes(ng - groups)))
             return ptab_rebuild(idx, p, ng);
         if (evict_batch(idx) == 0)
@@ -1018,14 +986,14 @@ static kvt_status_t ptab_reserve(kvt_idx_t *idx, uint32_t pod)
 static void ptab_insert(kvt_idx_t *idx, kvt_pod_t *p, uint32_t ref)
 {
     bool spec;
-    grp_put(p->g, p->ngroups, kvt_mix64(ref_ehash(idx, ref, &spec)), ref);
+    kvt_grp_put(p->g, p->ngroups, kvt_mix64(ref_ehash(idx, ref, &spec)), ref);
     p->live++;
 }
 
 static void ptab_delete(kvt_pod_t *p, uint32_t slot)
 {
     p->live--;
-    if (grp_erase(&p->g[slot >> 4], slot & 15u))
+    if (kvt_grp_erase(&p->g[slot >> 4], slot & 15u))
         p->tomb++;
 }
 
@@ -1045,7 +1013,7 @@ static void ptab_maybe_shrink(kvt_idx_t *idx, kvt_pod_t *p)
     if (groups <= PTAB_MIN_GROUPS || (uint64_t)p->live * 8 > ptab_cap(p))
         return;
     /* target about half full */
-    uint32_t ng = (uint32_t)(((uint64_t)p->live * 2 + GSLOTS - 1) / GSLOTS);
+    uint32_t ng = (uint32_t)(((uint64_t)p->live * 2 + KVT_GRP_SLOTS - 1) / KVT_GRP_SLOTS);
     if (ng < PTAB_MIN_GROUPS)
         ng = PTAB_MIN_GROUPS;
     ptab_rebuild(idx, p, ng); /* on failure the bigger table stays */
@@ -1272,7 +1240,7 @@ static kvt_status_t ref_add_h(kvt_idx_t *idx, uint32_t nid, uint32_t pod, uint64
                 node_elem_set(idx, nid, ep,
                               ELEM_MAKE(pod, ELEM_TIERS(e) | tier, tier, ELEM_NALIAS(e)));
             }
-            grp_put(p->g, p->ngroups, ph, nid); /* n->ehash == eh */
+            kvt_grp_put(p->g, p->ngroups, ph, nid); /* n->ehash == eh */
             p->live++;
         } else {
             uint32_t a;
@@ -1328,7 +1296,7 @@ static void ktab_maybe_shrink(kvt_idx_t *idx)
 {
     uint32_t kgroups = idx->sh.ktab->ngroups;
     if (kgroups > KTAB_MIN_GROUPS && (uint64_t)idx->kt_live * 8 <= ktab_cap(idx->sh.ktab)) {
-        uint32_t ng = (uint32_t)(((uint64_t)idx->kt_live * 2 + GSLOTS - 1) / GSLOTS);
+        uint32_t ng = (uint32_t)(((uint64_t)idx->kt_live * 2 + KVT_GRP_SLOTS - 1) / KVT_GRP_SLOTS);
         ktab_rebuild(idx, ng < KTAB_MIN_GROUPS ? KTAB_MIN_GROUPS : ng); /* on failure it stays */
     }
 }
@@ -2253,7 +2221,7 @@ kvt_status_t kvt_idx_pod_clear(kvt_idx_t *idx, uint32_t pod, unsigned tiers)
         return KVT_ERR_INVAL;
     p->last_write = idx->now_ms;
     for (uint32_t i = 0; p->g != NULL && i < PSLOT(p->ngroups, 0); i++) {
-        if ((i & 15u) >= GSLOTS || p->g[i >> 4].ctrl[i & 15u] < 0x80u)
+        if ((i & 15u) >= KVT_GRP_SLOTS || p->g[i >> 4].ctrl[i & 15u] < 0x80u)
             continue;
         uint32_t ref = PREF(p, i);
         if ((ref & ALIAS_BIT) && (idx->alias[ref & ~ALIAS_BIT].flags & ALIAS_SPEC)) {
@@ -2416,9 +2384,9 @@ static inline void store_hash_chunk(kvt_idx_t *idx, uint32_t pod, uint64_t salt,
     for (size_t j = 0; j < n; j++) {
         hk[j] = kvt_mix64(keys[j] ^ salt);
         hp[j] = kvt_mix64(ehashes ? ehashes[j] : keys[j]);
-        __builtin_prefetch(&t->g[grp_home(hk[j], t->ngroups)]);
+        __builtin_prefetch(&t->g[kvt_grp_home(hk[j], t->ngroups)]);
         if (p->g != NULL)
-            __builtin_prefetch(&p->g[grp_home(hp[j], p->ngroups)]);
+            __builtin_prefetch(&p->g[kvt_grp_home(hp[j], p->ngroups)]);
     }
 }
 
@@ -2426,8 +2394,8 @@ static inline void store_hash_chunk(kvt_idx_t *idx, uint32_t pod, uint64_t salt,
 static inline void store_prefetch_node(kvt_idx_t *idx, uint64_t h)
 {
     const kvt_ktab_t *t = idx->sh.ktab;
-    const kvt_group_t *g = &t->g[grp_home(h, t->ngroups)];
-    uint32_t m = grp_match(g, ktab_tag(h));
+    const kvt_group_t *g = &t->g[kvt_grp_home(h, t->ngroups)];
+    uint32_t m = kvt_grp_match(g, kvt_grp_tag(h));
     if (m != 0)
         __builtin_prefetch(N(idx, g->slot[__builtin_ctz(m)]));
 }
@@ -2460,7 +2428,7 @@ static kvt_status_t store_one(kvt_idx_t *idx, uint64_t key, uint64_t h, uint64_t
     if (st != KVT_OK)
         return st;
     kvt_pod_t *p = &idx->pods[pod];
-    grp_put(p->g, p->ngroups, ph, *nid_p); /* the node's own hash: a main reference */
+    kvt_grp_put(p->g, p->ngroups, ph, *nid_p); /* the node's own hash: a main reference */
     p->live++;
     return KVT_OK;
 }

@@ -27,6 +27,7 @@
 #include <string.h>
 
 #include "kvindex/ebr.h"
+#include "kvindex/gtab.h"
 #include "kvindex/index.h"
 
 #define KVT_NIL UINT32_MAX
@@ -88,86 +89,12 @@ typedef struct kvt_dir {
     void *chunk[]; /* readers load entries atomically */
 } kvt_dir_t;
 
-/*
- * Group tables (key table and per-pod tables): open addressing over 64-byte
- * groups, each one cache line with 12 control bytes and 12 slots, so a probe
- * usually costs one miss. ctrl: 0 empty, 1 tombstone (also the 4 padding
- * bytes), 0x80|7-bit tag live. A probe scans groups from grp_home() onward
- * and stops at the first group holding an empty slot. Group counts are not
- * powers of two (the home group is a multiply-shift of the hash's high
- * bits), so tables grow by half and stay about 3/4 full.
- */
-#define CTRL_EMPTY 0u
-#define CTRL_TOMB 1u
-#define GSLOTS 12u
-
-typedef struct kvt_group {
-    uint8_t ctrl[16]; /* [12..15] stay CTRL_TOMB */
-    uint32_t slot[GSLOTS];
-} __attribute__((aligned(64))) kvt_group_t;
-
 /* Key table: salted key -> node index. Readers probe it without locks. */
 typedef struct kvt_ktab {
-    uint32_t ngroups; /* any count >= 1: see grp_home() */
+    uint32_t ngroups; /* any count >= 1: see kvt_grp_home() */
     uint32_t pad[15];
     kvt_group_t g[]; /* 64-byte aligned */
 } kvt_ktab_t;
-
-#if defined(__SANITIZE_THREAD__)
-#define KVT_TSAN 1
-#elif defined(__has_feature)
-#if __has_feature(thread_sanitizer)
-#define KVT_TSAN 1
-#endif
-#endif
-
-#if defined(__SSE2__) && !defined(KVT_TSAN)
-#include <emmintrin.h>
-/*
- * Bit i set when group slot i has control byte @c. One 16-byte load: a
- * reader may race the writer's single-byte stores, which x86 keeps coherent
- * byte by byte; the slot is then read with acquire after a fence, and its
- * node's key is checked anyway. TSan builds use the atomic loop below.
- */
-static inline uint32_t grp_match(const kvt_group_t *g, uint8_t c)
-{
-    __m128i v = _mm_load_si128((const __m128i *)(const void *)g->ctrl);
-    __m128i m = _mm_cmpeq_epi8(v, _mm_set1_epi8((char)c));
-    return (uint32_t)_mm_movemask_epi8(m) & ((1u << GSLOTS) - 1);
-}
-
-/* Slots that are empty or tombstones (control byte < 0x80). */
-static inline uint32_t grp_free(const kvt_group_t *g)
-{
-    __m128i v = _mm_load_si128((const __m128i *)(const void *)g->ctrl);
-    return ~(uint32_t)_mm_movemask_epi8(v) & ((1u << GSLOTS) - 1);
-}
-#else
-/* Bit i set when group slot i has control byte @c (atomic loads: readers race the writer). */
-static inline uint32_t grp_match(const kvt_group_t *g, uint8_t c)
-{
-    uint32_t m = 0;
-    for (uint32_t i = 0; i < GSLOTS; i++)
-        m |= (uint32_t)(__atomic_load_n(&g->ctrl[i], __ATOMIC_RELAXED) == c) << i;
-    return m;
-}
-
-static inline uint32_t grp_free(const kvt_group_t *g)
-{
-    uint32_t m = 0;
-    for (uint32_t i = 0; i < GSLOTS; i++)
-        m |= (uint32_t)(__atomic_load_n(&g->ctrl[i], __ATOMIC_RELAXED) < 0x80u) << i;
-    return m;
-}
-#endif
-
-static inline void grp_init(kvt_group_t *g, size_t n)
-{
-    for (size_t i = 0; i < n; i++) {
-        memset(g[i].ctrl, CTRL_EMPTY, GSLOTS);
-        memset(g[i].ctrl + GSLOTS, CTRL_TOMB, sizeof(g[i].ctrl) - GSLOTS);
-    }
-}
 
 /*
  * Namespace records readers need (the rest is writer-only, in index.c),
@@ -227,39 +154,6 @@ typedef struct kvt_idx_shared {
 static inline kvt_idx_shared_t *idx_shared(kvt_idx_t *idx)
 {
     return (kvt_idx_shared_t *)(void *)idx;
-}
-
-static inline uint64_t kvt_mix64(uint64_t x)
-{
-    /* murmur3 finalizer: spreads any 64-bit id over the table */
-    x ^= x >> 33;
-    x *= 0xff51afd7ed558ccdull;
-    x ^= x >> 33;
-    x *= 0xc4ceb9fe1a85ec53ull;
-    x ^= x >> 33;
-    return x;
-}
-
-/* Tag from the low bits: independent of grp_home(), which uses the high ones. */
-static inline uint8_t ktab_tag(uint64_t h)
-{
-    return (uint8_t)(0x80u | (h & 0x7fu));
-}
-
-static inline uint32_t grp_home(uint64_t h, uint32_t ngroups)
-{
-    return (uint32_t)(((h >> 32) * (uint64_t)ngroups) >> 32);
-}
-
-static inline uint32_t grp_next(uint32_t gi, uint32_t ngroups)
-{
-    return gi + 1 == ngroups ? 0 : gi + 1;
-}
-
-/* Group count after growing by half (at least one more). */
-static inline uint32_t grp_grow(uint32_t ngroups)
-{
-    return ngroups + (ngroups / 2 ? ngroups / 2 : 1);
 }
 
 /* Atomic accessors for chunked arrays (reader side). */

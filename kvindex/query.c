@@ -139,10 +139,10 @@ static inline kvt_node_t *rnode(kvt_idx_shared_t *sh, kvt_dir_t **nodes, uint32_
 static uint32_t probe(kvt_idx_shared_t *sh, kvt_ktab_t *t, kvt_dir_t **nodes, uint64_t key)
 {
     uint64_t h = kvt_mix64(key);
-    uint8_t tag = ktab_tag(h);
-    for (uint32_t gi = grp_home(h, t->ngroups);; gi = grp_next(gi, t->ngroups)) {
+    uint8_t tag = kvt_grp_tag(h);
+    for (uint32_t gi = kvt_grp_home(h, t->ngroups);; gi = kvt_grp_next(gi, t->ngroups)) {
         const kvt_group_t *g = &t->g[gi];
-        uint32_t m = grp_match(g, tag);
+        uint32_t m = kvt_grp_match(g, tag);
         __atomic_thread_fence(__ATOMIC_ACQUIRE); /* slots were published before their ctrl */
         for (; m != 0; m &= m - 1) {
             uint32_t nid = __atomic_load_n(&g->slot[__builtin_ctz(m)], __ATOMIC_ACQUIRE);
@@ -150,7 +150,7 @@ static uint32_t probe(kvt_idx_shared_t *sh, kvt_ktab_t *t, kvt_dir_t **nodes, ui
             if (nd != NULL && __atomic_load_n(&nd->key, __ATOMIC_RELAXED) == key)
                 return nid;
         }
-        if (grp_match(g, CTRL_EMPTY) != 0)
+        if (kvt_grp_match(g, KVT_GRP_EMPTY) != 0)
             return KVT_NIL;
     }
 }
@@ -163,14 +163,14 @@ static uint32_t probe(kvt_idx_shared_t *sh, kvt_ktab_t *t, kvt_dir_t **nodes, ui
  */
 static uint32_t probe_candidate(kvt_ktab_t *t, uint64_t h)
 {
-    uint8_t tag = ktab_tag(h);
-    for (uint32_t gi = grp_home(h, t->ngroups);; gi = grp_next(gi, t->ngroups)) {
+    uint8_t tag = kvt_grp_tag(h);
+    for (uint32_t gi = kvt_grp_home(h, t->ngroups);; gi = kvt_grp_next(gi, t->ngroups)) {
         const kvt_group_t *g = &t->g[gi];
-        uint32_t m = grp_match(g, tag);
+        uint32_t m = kvt_grp_match(g, tag);
         __atomic_thread_fence(__ATOMIC_ACQUIRE);
         if (m != 0)
             return __atomic_load_n(&g->slot[__builtin_ctz(m)], __ATOMIC_ACQUIRE);
-        if (grp_match(g, CTRL_EMPTY) != 0)
+        if (kvt_grp_match(g, KVT_GRP_EMPTY) != 0)
             return KVT_NIL;
     }
 }
@@ -189,7 +189,7 @@ static inline void prefetch_set(kvt_idx_shared_t *sh, kvt_dir_t **sets, const kv
 
 static inline void prefetch_group(const kvt_ktab_t *t, uint64_t h)
 {
-    __builtin_prefetch(&t->g[grp_home(h, t->ngroups)]);
+    __builtin_prefetch(&t->g[kvt_grp_home(h, t->ngroups)]);
 }
 
 #ifdef KVT_TSAN
@@ -212,7 +212,7 @@ static void elems_copy(kvt_elem_t *dst, const kvt_elem_t *live, uint32_t n)
 /*
  * Plain block reads that may race the writer's element stores: whatever they
  * see is used only if the stripe's sequence did not move meanwhile (the
- * caller checks), as with grp_match()'s 16-byte control loads.
+ * caller checks), as with kvt_grp_match()'s 16-byte control loads.
  */
 static bool elems_equal(const kvt_elem_t *live, const kvt_elem_t *b, uint32_t n)
 {
