@@ -667,4 +667,3 @@ kvt_status_t kvt_json_end(kvt_json_t *j)
         return kvt_json_expected(j, j->pos, "end of input");
     return KVT_OK;
 }
-

@@ -260,4 +260,3 @@ kvt_status_t kvt_json_hash_array(kvt_json_t *j, uint64_t *out, size_t cap, size_
 {
     return kvt_json_int_array(j, true, out, cap, UINT64_MAX, n_p);
 }
-

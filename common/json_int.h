@@ -34,7 +34,8 @@ static inline void kvt_json_value_done(kvt_json_t *j)
 #if defined(__GNUC__)
 __attribute__((format(printf, 4, 5)))
 #endif
-kvt_status_t kvt_json_fail(kvt_json_t *j, kvt_status_t st, size_t off, const char *fmt, ...);
+kvt_status_t
+kvt_json_fail(kvt_json_t *j, kvt_status_t st, size_t off, const char *fmt, ...);
 
 /* Describes the byte at @off for a message: "'x'", "byte 0xc3", "end of input". */
 const char *kvt_json_got(const kvt_json_t *j, size_t off, char *buf, size_t cap);

@@ -125,7 +125,7 @@ static size_t kvt_json_utf8_put(uint32_t cp, char *o)
  * On success moves past the closing quote and sets *@len_p.
  */
 kvt_status_t kvt_json_scan_string(kvt_json_t *j, char *out, size_t cap, const char *what,
-                                         size_t *len_p)
+                                  size_t *len_p)
 {
     const char *s = j->s;
     const size_t len = j->len, start = j->pos;
@@ -472,4 +472,3 @@ kvt_status_t kvt_json_member_add(kvt_json_t *j, size_t kpos, bool decoded)
         (uint16_t)j->depth, (uint16_t)(len | (esc ? KVT_JSON_KEY_ESCAPED : 0)), h, kpos + 1};
     return KVT_OK;
 }
-

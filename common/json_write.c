@@ -284,4 +284,3 @@ void kvt_jbuf_printf(kvt_jbuf_t *b, const char *fmt, ...)
     va_end(ap);
     b->len += (size_t)n;
 }
-
