@@ -139,28 +139,66 @@ void kvt_bench_sort_u64(uint64_t *v, size_t n);
  */
 double kvt_bench_percentile(const uint64_t *sorted, size_t n, double p);
 
-/*
- * Option matcher for subcommand mains: when argv[*i] is @name ("--seconds")
- * as "--seconds V" or "--seconds=V", sets *@val_p to V, advances *@i past the
- * value and returns 1. Returns 0 when argv[*i] is another option, and -1 after
- * printing "kvtier-bench: option NAME needs a value" when V is missing.
- */
-int kvt_bench_opt(int argc, char **argv, int *i, const char *name, const char **val_p);
+/* What an option of a subcommand takes, and where it goes (kvt_bench_arg_t.dst). */
+typedef enum kvt_bench_arg_kind {
+    KVT_BENCH_FLAG,   /* bool *: set to true; takes no value */
+    KVT_BENCH_STR,    /* const char **: the value, not empty */
+    KVT_BENCH_U32,    /* uint32_t *: an integer in [min, max] */
+    KVT_BENCH_U64,    /* uint64_t *: an integer in [min, max] */
+    KVT_BENCH_DOUBLE, /* double *: a finite number in [lo, hi] */
+    KVT_BENCH_CHOICE, /* uint32_t *: the index of the value in @choices (NULL-terminated) */
+    KVT_BENCH_CUSTOM, /* parse(name, value, dst): 0, or -1 after printing why */
+} kvt_bench_arg_kind_t;
 
-/* An unsigned option stored in a uint32_t field, within [lo, hi]. */
-typedef struct kvt_bench_u32_opt {
+/* One option of a subcommand's table. */
+typedef struct kvt_bench_arg {
     const char *name; /* "--pods" */
-    uint32_t *field;
-    uint64_t lo, hi;
-} kvt_bench_u32_opt_t;
+    kvt_bench_arg_kind_t kind;
+    void *dst;
+    uint64_t min, max;                                          /* U32, U64 */
+    double lo, hi;                                              /* DOUBLE */
+    const char *const *choices;                                 /* CHOICE */
+    int (*parse)(const char *name, const char *val, void *dst); /* CUSTOM */
+} kvt_bench_arg_t;
+
+/* Table entries, one per kind. */
+#define KVT_BENCH_ARG_FLAG(n, d)                                                                   \
+    {                                                                                              \
+        .name = (n), .kind = KVT_BENCH_FLAG, .dst = (d)                                            \
+    }
+#define KVT_BENCH_ARG_STR(n, d)                                                                    \
+    {                                                                                              \
+        .name = (n), .kind = KVT_BENCH_STR, .dst = (d)                                             \
+    }
+#define KVT_BENCH_ARG_U32(n, d, mn, mx)                                                            \
+    {                                                                                              \
+        .name = (n), .kind = KVT_BENCH_U32, .dst = (d), .min = (mn), .max = (mx)                   \
+    }
+#define KVT_BENCH_ARG_U64(n, d, mn, mx)                                                            \
+    {                                                                                              \
+        .name = (n), .kind = KVT_BENCH_U64, .dst = (d), .min = (mn), .max = (mx)                   \
+    }
+#define KVT_BENCH_ARG_DOUBLE(n, d, l, h)                                                           \
+    {                                                                                              \
+        .name = (n), .kind = KVT_BENCH_DOUBLE, .dst = (d), .lo = (l), .hi = (h)                    \
+    }
+#define KVT_BENCH_ARG_CHOICE(n, d, c)                                                              \
+    {                                                                                              \
+        .name = (n), .kind = KVT_BENCH_CHOICE, .dst = (d), .choices = (c)                          \
+    }
+#define KVT_BENCH_ARG_CUSTOM(n, d, f)                                                              \
+    {                                                                                              \
+        .name = (n), .kind = KVT_BENCH_CUSTOM, .dst = (d), .parse = (f)                            \
+    }
 
 /*
- * Matches argv[*i] against the @n options of @opts (as kvt_bench_opt()) and
- * parses its value (kvt_bench_parse_u64()). Returns 1 when one matched and
- * its field is set, 0 when none matched, -1 after printing why on a missing
- * or bad value.
+ * Parses argv[1..argc) against the @n options of @args, each given as
+ * "--name V" or "--name=V" (a FLAG as "--name"). Returns 0 when all are
+ * parsed, 1 on "--help" or "-h" (the caller prints its usage), and -1 after
+ * printing one line "kvtier-bench: ..." on stderr for an unknown option, a
+ * missing value or a bad one.
  */
-int kvt_bench_opt_u32(int argc, char **argv, int *i, const kvt_bench_u32_opt_t *opts, size_t n);
+int kvt_bench_parse_args(int argc, char **argv, const kvt_bench_arg_t *args, size_t n);
 
 /*
  * Strict parsers for option values: unsigned decimal (no sign, no spaces)

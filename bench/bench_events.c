@@ -69,64 +69,25 @@ static void be_usage(FILE *out)
 static int be_parse(int argc, char **argv, be_opts_t *o)
 {
     *o = (be_opts_t){NULL, 2000000, 16, 8, 200000, false, false};
-    for (int i = 1; i < argc; i++) {
-        const char *v = NULL;
-        uint64_t u;
-        int r;
-        if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
-            be_usage(stdout);
-            return 1;
-        }
-        if ((r = kvt_bench_opt(argc, argv, &i, "--kvtierd", &v)) != 0) {
-            if (r < 0)
-                return -1;
-            o->kvtierd = v;
-            continue;
-        }
-        if ((r = kvt_bench_opt(argc, argv, &i, "--form", &v)) != 0) {
-            if (r < 0 || (strcmp(v, "array") != 0 && strcmp(v, "map") != 0)) {
-                fprintf(stderr, "kvtier-bench: --form wants array or map\n");
-                return -1;
-            }
-            o->map_form = strcmp(v, "map") == 0;
-            continue;
-        }
-        if ((r = kvt_bench_opt(argc, argv, &i, "--hash", &v)) != 0) {
-            if (r < 0 || (strcmp(v, "uint") != 0 && strcmp(v, "bytes") != 0)) {
-                fprintf(stderr, "kvtier-bench: --hash wants uint or bytes\n");
-                return -1;
-            }
-            o->bytes_hash = strcmp(v, "bytes") == 0;
-            continue;
-        }
-        struct {
-            const char *name;
-            uint64_t lo, hi;
-        } nums[] = {{"--blocks", 1000, 1000000000},
-                    {"--blocks-per-event", 1, BE_TOKENS / BE_BS},
-                    {"--events-per-batch", 1, 4096},
-                    {"--cache-blocks", BE_TOKENS / BE_BS, 100000000}};
-        bool found = false;
-        for (size_t k = 0; k < sizeof(nums) / sizeof(nums[0]) && !found; k++) {
-            if ((r = kvt_bench_opt(argc, argv, &i, nums[k].name, &v)) == 0)
-                continue;
-            if (r < 0 || kvt_bench_parse_u64(nums[k].name, v, nums[k].lo, nums[k].hi, &u) != 0)
-                return -1;
-            if (k == 0)
-                o->blocks = u;
-            else if (k == 1)
-                o->per_event = (uint32_t)u;
-            else if (k == 2)
-                o->per_batch = (uint32_t)u;
-            else
-                o->cache_blocks = u;
-            found = true;
-        }
-        if (!found) {
-            fprintf(stderr, "kvtier-bench: unknown option '%s' (try --help)\n", argv[i]);
-            return -1;
-        }
-    }
+    static const char *const forms[] = {"array", "map", NULL}, *const hashes[] = {"uint", "bytes",
+                                                                                  NULL};
+    uint32_t form = 0, hash = 0;
+    const kvt_bench_arg_t args[] = {
+        KVT_BENCH_ARG_STR("--kvtierd", &o->kvtierd),
+        KVT_BENCH_ARG_CHOICE("--form", &form, forms),
+        KVT_BENCH_ARG_CHOICE("--hash", &hash, hashes),
+        KVT_BENCH_ARG_U64("--blocks", &o->blocks, 1000, 1000000000),
+        KVT_BENCH_ARG_U32("--blocks-per-event", &o->per_event, 1, BE_TOKENS / BE_BS),
+        KVT_BENCH_ARG_U32("--events-per-batch", &o->per_batch, 1, 4096),
+        KVT_BENCH_ARG_U64("--cache-blocks", &o->cache_blocks, BE_TOKENS / BE_BS, 100000000),
+    };
+    int r = kvt_bench_parse_args(argc, argv, args, sizeof(args) / sizeof(args[0]));
+    if (r > 0)
+        be_usage(stdout);
+    if (r != 0)
+        return r;
+    o->map_form = form == 1;
+    o->bytes_hash = hash == 1;
     if ((BE_TOKENS / BE_BS) % o->per_event != 0) {
         fprintf(stderr, "kvtier-bench: --blocks-per-event must divide %u\n", BE_TOKENS / BE_BS);
         return -1;

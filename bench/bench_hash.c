@@ -86,24 +86,15 @@ int kvt_bench_hash_main(int argc, char **argv)
     uint64_t mib = 64;
     int rc = 1;
 
-    for (int i = 1; i < argc; i++) {
-        const char *val = NULL;
-        int m;
-        if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
-            kvt_bh_usage(stdout);
-            return 0;
-        }
-        if ((m = kvt_bench_opt(argc, argv, &i, "--seconds", &val)) != 0) {
-            if (m < 0 || kvt_bench_parse_double("--seconds", val, 0.01, 600, &seconds) != 0)
-                return 2;
-        } else if ((m = kvt_bench_opt(argc, argv, &i, "--mib", &val)) != 0) {
-            if (m < 0 || kvt_bench_parse_u64("--mib", val, 1, 4096, &mib) != 0)
-                return 2;
-        } else {
-            fprintf(stderr, "kvtier-bench: hash: unknown argument '%s'\n", argv[i]);
-            return 2;
-        }
-    }
+    const kvt_bench_arg_t args[] = {
+        KVT_BENCH_ARG_DOUBLE("--seconds", &seconds, 0.01, 600),
+        KVT_BENCH_ARG_U64("--mib", &mib, 1, 4096),
+    };
+    int r = kvt_bench_parse_args(argc, argv, args, sizeof(args) / sizeof(args[0]));
+    if (r > 0)
+        kvt_bh_usage(stdout);
+    if (r != 0)
+        return r > 0 ? 0 : 2;
 
     size_t bytes = (size_t)mib << 20;
     size_t ntokens = bytes / sizeof(uint32_t);

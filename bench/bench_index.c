@@ -129,111 +129,52 @@ static int bi_parse_u64(const char *s, int suffix, uint64_t *v_p)
     return 0;
 }
 
-static int bi_bad(const char *opt, const char *val)
+/* kvt_bench_arg_t parser for --budget-bytes: bytes, K/M/G allowed, at least 1. */
+static int bi_budget(const char *opt, const char *val, void *dst)
 {
-    fprintf(stderr, "kvtier-bench: bad value for %s: '%s' (see --help)\n", opt, val);
-    return 2;
+    uint64_t v;
+    if (bi_parse_u64(val, 1, &v) != 0 || v == 0) {
+        fprintf(stderr, "kvtier-bench: bad value for %s: '%s' (see --help)\n", opt, val);
+        return -1;
+    }
+    *(uint64_t *)dst = v;
+    return 0;
 }
 
 /* Returns 0 on success, 2 on a bad command line, -1 after --help. */
 static int bi_parse_opts(int argc, char **argv, bi_opts_t *o)
 {
-    *o = (bi_opts_t){.block_size = 16,
-                     .route = BI_BEST,
-                     .impls = BI_IMPL_KVTIER | BI_IMPL_NAIVE | BI_IMPL_FLOOR,
-                     .load_weight = 1.0,
-                     .repeat = 3};
-    int have_pods = 0;
-    for (int i = 1; i < argc; i++) {
-        const char *arg = argv[i];
-        if (strcmp(arg, "-h") == 0 || strcmp(arg, "--help") == 0) {
-            bi_usage(stdout);
-            return -1;
-        }
-        static const char *const known[] = {"--trace",       "--pods",         "--block-size",
-                                            "--route",       "--budget-bytes", "--impl",
-                                            "--load-weight", "--repeat"};
-        const char *val = NULL;
-        const char *opt = NULL;
-        size_t optlen = 0;
-        for (size_t k = 0; k < sizeof(known) / sizeof(known[0]); k++) {
-            size_t n = strlen(known[k]);
-            if (strncmp(arg, known[k], n) == 0 && (arg[n] == '\0' || arg[n] == '=')) {
-                opt = known[k];
-                optlen = n;
-                break;
-            }
-        }
-        if (opt == NULL) {
-            fprintf(stderr, "kvtier-bench: unknown option '%s' (see --help)\n", arg);
-            return 2;
-        }
-        if (arg[optlen] == '=') {
-            val = arg + optlen + 1;
-        } else if (i + 1 < argc) {
-            val = argv[++i];
-        } else {
-            fprintf(stderr, "kvtier-bench: %s needs a value\n", opt);
-            return 2;
-        }
-        uint64_t v;
-        if (strcmp(opt, "--trace") == 0) {
-            if (*val == '\0')
-                return bi_bad(opt, val);
-            o->trace = val;
-        } else if (strcmp(opt, "--pods") == 0) {
-            if (bi_parse_u64(val, 0, &v) != 0 || v == 0 || v > KVT_IDX_MAX_PODS)
-                return bi_bad(opt, val);
-            o->pods = (uint32_t)v;
-            have_pods = 1;
-        } else if (strcmp(opt, "--block-size") == 0) {
-            if (bi_parse_u64(val, 0, &v) != 0 || v == 0 || v > BI_MAX_BLOCK)
-                return bi_bad(opt, val);
-            o->block_size = (uint32_t)v;
-        } else if (strcmp(opt, "--route") == 0) {
-            if (strcmp(val, "best") == 0)
-                o->route = BI_BEST;
-            else if (strcmp(val, "spread") == 0)
-                o->route = BI_SPREAD;
-            else if (strcmp(val, "rr") == 0)
-                o->route = BI_RR;
-            else
-                return bi_bad(opt, val);
-        } else if (strcmp(opt, "--budget-bytes") == 0) {
-            if (bi_parse_u64(val, 1, &v) != 0)
-                return bi_bad(opt, val);
-            o->budget = v;
-        } else if (strcmp(opt, "--impl") == 0) {
-            if (strcmp(val, "all") == 0)
-                o->impls = BI_IMPL_KVTIER | BI_IMPL_NAIVE | BI_IMPL_FLOOR;
-            else if (strcmp(val, "both") == 0)
-                o->impls = BI_IMPL_KVTIER | BI_IMPL_NAIVE;
-            else if (strcmp(val, "floor") == 0)
-                o->impls = BI_IMPL_KVTIER | BI_IMPL_FLOOR;
-            else if (strcmp(val, "kvtier") == 0)
-                o->impls = BI_IMPL_KVTIER;
-            else if (strcmp(val, "naive") == 0)
-                o->impls = BI_IMPL_NAIVE;
-            else
-                return bi_bad(opt, val);
-        } else if (strcmp(opt, "--repeat") == 0) {
-            if (bi_parse_u64(val, 0, &v) != 0 || v == 0 || v > 100)
-                return bi_bad(opt, val);
-            o->repeat = (uint32_t)v;
-        } else { /* --load-weight */
-            char *end;
-            errno = 0;
-            double w = strtod(val, &end);
-            if (*val == '\0' || *end != '\0' || errno != 0 || !isfinite(w) || w < 0)
-                return bi_bad(opt, val);
-            o->load_weight = w;
-        }
+    *o = (bi_opts_t){.block_size = 16, .route = BI_BEST, .load_weight = 1.0, .repeat = 3};
+    static const char *const routes[] = {"best", "spread", "rr", NULL};
+    static const char *const impls[] = {"all", "both", "floor", "kvtier", "naive", NULL};
+    static const unsigned impl_sets[] = {
+        BI_IMPL_KVTIER | BI_IMPL_NAIVE | BI_IMPL_FLOOR, BI_IMPL_KVTIER | BI_IMPL_NAIVE,
+        BI_IMPL_KVTIER | BI_IMPL_FLOOR, BI_IMPL_KVTIER, BI_IMPL_NAIVE};
+    uint32_t route = 0, impl = 0;
+    const kvt_bench_arg_t args[] = {
+        KVT_BENCH_ARG_STR("--trace", &o->trace),
+        KVT_BENCH_ARG_U32("--pods", &o->pods, 1, KVT_IDX_MAX_PODS),
+        KVT_BENCH_ARG_U32("--block-size", &o->block_size, 1, BI_MAX_BLOCK),
+        KVT_BENCH_ARG_CHOICE("--route", &route, routes),
+        KVT_BENCH_ARG_CUSTOM("--budget-bytes", &o->budget, bi_budget),
+        KVT_BENCH_ARG_CHOICE("--impl", &impl, impls),
+        KVT_BENCH_ARG_DOUBLE("--load-weight", &o->load_weight, 0, 1e9),
+        KVT_BENCH_ARG_U32("--repeat", &o->repeat, 1, 100),
+    };
+    int r = kvt_bench_parse_args(argc, argv, args, sizeof(args) / sizeof(args[0]));
+    if (r > 0) {
+        bi_usage(stdout);
+        return -1;
     }
+    if (r < 0)
+        return 2;
+    o->route = route == 0 ? BI_BEST : route == 1 ? BI_SPREAD : BI_RR;
+    o->impls = impl_sets[impl];
     if (o->trace == NULL) {
         fprintf(stderr, "kvtier-bench: --trace is required (see --help)\n");
         return 2;
     }
-    if (!have_pods) {
+    if (o->pods == 0) {
         fprintf(stderr, "kvtier-bench: --pods is required (see --help)\n");
         return 2;
     }

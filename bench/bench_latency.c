@@ -105,32 +105,47 @@ static void bl_usage(FILE *out)
                  "The last line is JSON.\n");
 }
 
-/* Parses "a,b,c" into @out (at most @cap entries) with kvt_bench_parse_double; 0 or -1. */
-static int bl_list(const char *opt, const char *s, double lo, double hi, double *out, size_t cap,
-                   size_t *n_p)
+/* A list option's destination: up to @cap values in [lo, hi] (whole numbers when @whole). */
+typedef struct bl_list {
+    double *out;
+    size_t cap, *n_p;
+    double lo, hi;
+    bool whole;
+    bool *abs_p, abs; /* rate lists: which of --rates / --rates-per-sec was given last */
+} bl_list_t;
+
+/* kvt_bench_arg_t parser for "a,b,c" into a bl_list_t; 0 or -1. */
+static int bl_list(const char *opt, const char *s, void *dst)
 {
+    const bl_list_t *l = dst;
     char buf[512];
     if (strlen(s) >= sizeof(buf)) {
         fprintf(stderr, "kvtier-bench: %s: list too long\n", opt);
+        return -1;
+    }
+    if (s[0] == '\0' || s[0] == ',' || s[strlen(s) - 1] == ',' || strstr(s, ",,") != NULL) {
+        fprintf(stderr, "kvtier-bench: %s must be a comma-separated list, got '%s'\n", opt, s);
         return -1;
     }
     strcpy(buf, s);
     size_t n = 0;
     char *save = NULL;
     for (char *t = strtok_r(buf, ",", &save); t != NULL; t = strtok_r(NULL, ",", &save)) {
-        if (n == cap) {
-            fprintf(stderr, "kvtier-bench: %s: at most %zu values\n", opt, cap);
+        if (n == l->cap) {
+            fprintf(stderr, "kvtier-bench: %s: at most %zu values\n", opt, l->cap);
             return -1;
         }
-        if (kvt_bench_parse_double(opt, t, lo, hi, &out[n]) != 0)
+        if (kvt_bench_parse_double(opt, t, l->lo, l->hi, &l->out[n]) != 0)
             return -1;
+        if (l->whole && l->out[n] != floor(l->out[n])) {
+            fprintf(stderr, "kvtier-bench: %s takes whole numbers, got '%s'\n", opt, s);
+            return -1;
+        }
         n++;
     }
-    if (n == 0 || s[0] == ',' || s[strlen(s) - 1] == ',' || strstr(s, ",,") != NULL) {
-        fprintf(stderr, "kvtier-bench: %s must be a comma-separated list, got '%s'\n", opt, s);
-        return -1;
-    }
-    *n_p = n;
+    *l->n_p = n;
+    if (l->abs_p != NULL)
+        *l->abs_p = l->abs;
     return 0;
 }
 
@@ -156,7 +171,6 @@ static const char *bl_redis_on_path(void)
 static int bl_parse(int argc, char **argv, bl_opts_t *o)
 {
     *o = (bl_opts_t){.seconds = 2.0,
-                     .conns = {1, 4, 16},
                      .nconns = 3,
                      .rates = {0.1, 0.25, 0.5, 0.75},
                      .nrates = 4,
@@ -167,80 +181,34 @@ static int bl_parse(int argc, char **argv, bl_opts_t *o)
                      .tokens = 1024,
                      .max_others = 20,
                      .retries = 1};
-    for (int i = 1; i < argc; i++) {
-        const char *v = NULL;
-        int r;
-        if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
-            bl_usage(stdout);
-            return 1;
-        }
-        if (strcmp(argv[i], "--no-redis") == 0) {
-            o->no_redis = true;
-            continue;
-        }
-        if ((r = kvt_bench_opt(argc, argv, &i, "--kvtierd", &v)) != 0) {
-            if (r < 0)
-                return -1;
-            o->kvtierd = v;
-            continue;
-        }
-        if ((r = kvt_bench_opt(argc, argv, &i, "--redis-server", &v)) != 0) {
-            if (r < 0)
-                return -1;
-            o->redis = v;
-            o->redis_asked = true;
-            continue;
-        }
-        if ((r = kvt_bench_opt(argc, argv, &i, "--seconds", &v)) != 0) {
-            if (r < 0 || kvt_bench_parse_double("--seconds", v, 0.05, 600, &o->seconds) != 0)
-                return -1;
-            continue;
-        }
-        if ((r = kvt_bench_opt(argc, argv, &i, "--max-others", &v)) != 0) {
-            if (r < 0 || kvt_bench_parse_double("--max-others", v, 0, 100, &o->max_others) != 0)
-                return -1;
-            continue;
-        }
-        if ((r = kvt_bench_opt(argc, argv, &i, "--connections", &v)) != 0) {
-            double c[BL_MAX_CONNS];
-            if (r < 0 ||
-                bl_list("--connections", v, 1, BL_MAX_POOL, c, BL_MAX_CONNS, &o->nconns) != 0)
-                return -1;
-            for (size_t k = 0; k < o->nconns; k++) {
-                if (c[k] != floor(c[k])) {
-                    fprintf(stderr, "kvtier-bench: --connections takes whole numbers, got '%s'\n",
-                            v);
-                    return -1;
-                }
-                o->conns[k] = (uint32_t)c[k];
-            }
-            continue;
-        }
-        if ((r = kvt_bench_opt(argc, argv, &i, "--rates", &v)) != 0) {
-            if (r < 0 || bl_list("--rates", v, 0.001, 4, o->rates, BL_MAX_RATES, &o->nrates) != 0)
-                return -1;
-            o->rates_abs = false;
-            continue;
-        }
-        if ((r = kvt_bench_opt(argc, argv, &i, "--rates-per-sec", &v)) != 0) {
-            if (r < 0 ||
-                bl_list("--rates-per-sec", v, 1, 1e7, o->rates, BL_MAX_RATES, &o->nrates) != 0)
-                return -1;
-            o->rates_abs = true;
-            continue;
-        }
-        const kvt_bench_u32_opt_t u32s[] = {
-            {"--slices", &o->slices, 1, 64},       {"--retries", &o->retries, 0, 10},
-            {"--workers", &o->workers, 0, 64},     {"--pods", &o->pods, 1, 10000},
-            {"--prompts", &o->prompts, 1, 100000}, {"--tokens", &o->tokens, 16, 65536}};
-        if ((r = kvt_bench_opt_u32(argc, argv, &i, u32s, sizeof(u32s) / sizeof(u32s[0]))) < 0)
-            return -1;
-        bool found = r > 0;
-        if (!found) {
-            fprintf(stderr, "kvtier-bench: unknown option '%s' (try --help)\n", argv[i]);
-            return -1;
-        }
-    }
+    double conns[BL_MAX_CONNS] = {1, 4, 16};
+    bl_list_t lconns = {conns, BL_MAX_CONNS, &o->nconns, 1, BL_MAX_POOL, true, NULL, false};
+    bl_list_t lrates = {o->rates, BL_MAX_RATES, &o->nrates, 0.001, 4, false, &o->rates_abs, false};
+    bl_list_t lrps = {o->rates, BL_MAX_RATES, &o->nrates, 1, 1e7, false, &o->rates_abs, true};
+    const kvt_bench_arg_t args[] = {
+        KVT_BENCH_ARG_STR("--kvtierd", &o->kvtierd),
+        KVT_BENCH_ARG_STR("--redis-server", &o->redis),
+        KVT_BENCH_ARG_FLAG("--no-redis", &o->no_redis),
+        KVT_BENCH_ARG_DOUBLE("--seconds", &o->seconds, 0.05, 600),
+        KVT_BENCH_ARG_DOUBLE("--max-others", &o->max_others, 0, 100),
+        KVT_BENCH_ARG_CUSTOM("--connections", &lconns, bl_list),
+        KVT_BENCH_ARG_CUSTOM("--rates", &lrates, bl_list),
+        KVT_BENCH_ARG_CUSTOM("--rates-per-sec", &lrps, bl_list),
+        KVT_BENCH_ARG_U32("--slices", &o->slices, 1, 64),
+        KVT_BENCH_ARG_U32("--retries", &o->retries, 0, 10),
+        KVT_BENCH_ARG_U32("--workers", &o->workers, 0, 64),
+        KVT_BENCH_ARG_U32("--pods", &o->pods, 1, 10000),
+        KVT_BENCH_ARG_U32("--prompts", &o->prompts, 1, 100000),
+        KVT_BENCH_ARG_U32("--tokens", &o->tokens, 16, 65536),
+    };
+    int r = kvt_bench_parse_args(argc, argv, args, sizeof(args) / sizeof(args[0]));
+    if (r > 0)
+        bl_usage(stdout);
+    if (r != 0)
+        return r;
+    for (size_t k = 0; k < o->nconns; k++)
+        o->conns[k] = (uint32_t)conns[k];
+    o->redis_asked = o->redis != NULL;
     if (o->no_redis && o->redis_asked) {
         fprintf(stderr, "kvtier-bench: --no-redis and --redis-server exclude each other\n");
         return -1;

@@ -75,41 +75,26 @@ static void br_usage(FILE *out)
 static int br_parse(int argc, char **argv, br_opts_t *o)
 {
     *o = (br_opts_t){NULL, 3.0, 4, 32, 16, 16, 64, 256, 1024, 2, true};
-    for (int i = 1; i < argc; i++) {
-        const char *v = NULL;
-        int r;
-        if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
-            br_usage(stdout);
-            return 1;
-        }
-        if (strcmp(argv[i], "--no-redis") == 0) {
-            o->redis = false;
-            continue;
-        }
-        if ((r = kvt_bench_opt(argc, argv, &i, "--kvtierd", &v)) != 0) {
-            if (r < 0)
-                return -1;
-            o->kvtierd = v;
-            continue;
-        }
-        if ((r = kvt_bench_opt(argc, argv, &i, "--seconds", &v)) != 0) {
-            if (r < 0 || kvt_bench_parse_double("--seconds", v, 0.1, 600, &o->seconds) != 0)
-                return -1;
-            continue;
-        }
-        const kvt_bench_u32_opt_t u32s[] = {
-            {"--conns", &o->conns, 1, 256},      {"--depth", &o->depth, 1, 1024},
-            {"--batch", &o->batch, 1, 1024},     {"--http-conns", &o->http_conns, 1, 256},
-            {"--pods", &o->pods, 1, 10000},      {"--prompts", &o->prompts, 1, 100000},
-            {"--tokens", &o->tokens, 16, 65536}, {"--workers", &o->workers, 1, 64}};
-        if ((r = kvt_bench_opt_u32(argc, argv, &i, u32s, sizeof(u32s) / sizeof(u32s[0]))) < 0)
-            return -1;
-        bool found = r > 0;
-        if (!found) {
-            fprintf(stderr, "kvtier-bench: unknown option '%s' (try --help)\n", argv[i]);
-            return -1;
-        }
-    }
+    bool no_redis = false;
+    const kvt_bench_arg_t args[] = {
+        KVT_BENCH_ARG_STR("--kvtierd", &o->kvtierd),
+        KVT_BENCH_ARG_FLAG("--no-redis", &no_redis),
+        KVT_BENCH_ARG_DOUBLE("--seconds", &o->seconds, 0.1, 600),
+        KVT_BENCH_ARG_U32("--conns", &o->conns, 1, 256),
+        KVT_BENCH_ARG_U32("--depth", &o->depth, 1, 1024),
+        KVT_BENCH_ARG_U32("--batch", &o->batch, 1, 1024),
+        KVT_BENCH_ARG_U32("--http-conns", &o->http_conns, 1, 256),
+        KVT_BENCH_ARG_U32("--pods", &o->pods, 1, 10000),
+        KVT_BENCH_ARG_U32("--prompts", &o->prompts, 1, 100000),
+        KVT_BENCH_ARG_U32("--tokens", &o->tokens, 16, 65536),
+        KVT_BENCH_ARG_U32("--workers", &o->workers, 1, 64),
+    };
+    int r = kvt_bench_parse_args(argc, argv, args, sizeof(args) / sizeof(args[0]));
+    if (r > 0)
+        br_usage(stdout);
+    if (r != 0)
+        return r;
+    o->redis = !no_redis;
     if (o->batch > o->depth) {
         fprintf(stderr, "kvtier-bench: --batch %u is more than --depth %u\n", o->batch, o->depth);
         return -1;

@@ -60,28 +60,6 @@ double kvt_bench_percentile(const uint64_t *sorted, size_t n, double p)
     return (double)sorted[lo] + frac * ((double)sorted[lo + 1] - (double)sorted[lo]);
 }
 
-int kvt_bench_opt(int argc, char **argv, int *i, const char *name, const char **val_p)
-{
-    const char *arg = argv[*i];
-    size_t len = strlen(name);
-
-    if (strncmp(arg, name, len) != 0)
-        return 0;
-    if (arg[len] == '=') {
-        *val_p = arg + len + 1;
-        return 1;
-    }
-    if (arg[len] != '\0')
-        return 0;
-    if (*i + 1 >= argc) {
-        fprintf(stderr, "kvtier-bench: option %s needs a value\n", name);
-        return -1;
-    }
-    *i += 1;
-    *val_p = argv[*i];
-    return 1;
-}
-
 int kvt_bench_parse_u64(const char *opt, const char *s, uint64_t lo, uint64_t hi, uint64_t *out_p)
 {
     uint64_t v = 0;
@@ -123,22 +101,6 @@ int kvt_bench_parse_double(const char *opt, const char *s, double lo, double hi,
     return 0;
 }
 
-int kvt_bench_opt_u32(int argc, char **argv, int *i, const kvt_bench_u32_opt_t *opts, size_t n)
-{
-    for (size_t k = 0; k < n; k++) {
-        const char *v = NULL;
-        uint64_t u;
-        int r = kvt_bench_opt(argc, argv, i, opts[k].name, &v);
-        if (r == 0)
-            continue;
-        if (r < 0 || kvt_bench_parse_u64(opts[k].name, v, opts[k].lo, opts[k].hi, &u) != 0)
-            return -1;
-        *opts[k].field = (uint32_t)u;
-        return 1;
-    }
-    return 0;
-}
-
 /* ---- dispatch ----------------------------------------------------------------------------- */
 
 static void kvt_bench_usage(FILE *out)
@@ -166,4 +128,96 @@ int main(int argc, char **argv)
             return kvt_bench_cmds[i].main(argc - 1, argv + 1);
     fprintf(stderr, "kvtier-bench: unknown subcommand '%s' (try 'kvtier-bench --help')\n", name);
     return KVT_BENCH_EXIT_USAGE;
+}
+
+/*
+ * When argv[*i] is @name as "--name V" or "--name=V", sets *@val_p to V,
+ * advances *@i past the value and returns 1; 0 for another option; -1 after
+ * printing why when V is missing.
+ */
+static int bench_opt(int argc, char **argv, int *i, const char *name, const char **val_p)
+{
+    const char *arg = argv[*i];
+    size_t len = strlen(name);
+
+    if (strncmp(arg, name, len) != 0)
+        return 0;
+    if (arg[len] == '=') {
+        *val_p = arg + len + 1;
+        return 1;
+    }
+    if (arg[len] != '\0')
+        return 0;
+    if (*i + 1 >= argc) {
+        fprintf(stderr, "kvtier-bench: option %s needs a value\n", name);
+        return -1;
+    }
+    *i += 1;
+    *val_p = argv[*i];
+    return 1;
+}
+
+/* Sets *@a's destination from @v; 0, or -1 after printing why. */
+static int bench_arg_set(const kvt_bench_arg_t *a, const char *v)
+{
+    uint64_t u;
+    switch (a->kind) {
+    case KVT_BENCH_FLAG: *(bool *)a->dst = true; return 0;
+    case KVT_BENCH_STR:
+        if (v[0] == '\0') {
+            fprintf(stderr, "kvtier-bench: %s needs a value, got ''\n", a->name);
+            return -1;
+        }
+        *(const char **)a->dst = v;
+        return 0;
+    case KVT_BENCH_U32:
+    case KVT_BENCH_U64:
+        if (kvt_bench_parse_u64(a->name, v, a->min, a->max, &u) != 0)
+            return -1;
+        if (a->kind == KVT_BENCH_U32)
+            *(uint32_t *)a->dst = (uint32_t)u;
+        else
+            *(uint64_t *)a->dst = u;
+        return 0;
+    case KVT_BENCH_DOUBLE: return kvt_bench_parse_double(a->name, v, a->lo, a->hi, a->dst);
+    case KVT_BENCH_CHOICE:
+        for (uint32_t k = 0; a->choices[k] != NULL; k++)
+            if (strcmp(v, a->choices[k]) == 0) {
+                *(uint32_t *)a->dst = k;
+                return 0;
+            }
+        fprintf(stderr, "kvtier-bench: %s must be one of", a->name);
+        for (uint32_t k = 0; a->choices[k] != NULL; k++)
+            fprintf(stderr, "%s %s", k ? "," : "", a->choices[k]);
+        fprintf(stderr, "; got '%s'\n", v);
+        return -1;
+    case KVT_BENCH_CUSTOM: return a->parse(a->name, v, a->dst);
+    }
+    return -1;
+}
+
+int kvt_bench_parse_args(int argc, char **argv, const kvt_bench_arg_t *args, size_t n)
+{
+    for (int i = 1; i < argc; i++) {
+        if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0)
+            return 1;
+        size_t k = 0;
+        int r = 0;
+        const char *v = NULL;
+        for (; k < n; k++) {
+            if (args[k].kind == KVT_BENCH_FLAG) {
+                if ((r = strcmp(argv[i], args[k].name) == 0) != 0)
+                    break;
+            } else if ((r = bench_opt(argc, argv, &i, args[k].name, &v)) != 0) {
+                break;
+            }
+        }
+        if (k == n) {
+            fprintf(stderr, "kvtier-bench: unknown option '%s' (try --help)\n", argv[i]);
+            return -1;
+        }
+        if (r < 0 || bench_arg_set(&args[k], v) != 0)
+            return -1;
+    }
+    return 0;
 }

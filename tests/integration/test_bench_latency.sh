@@ -25,14 +25,7 @@ if ! command -v redis-server >/dev/null 2>&1; then
     exit 77
 fi
 
-TMP=$(mktemp -d) || exit 1
-trap 'rm -rf "$TMP"' EXIT INT TERM
-FAILS=0
-
-fail() {
-    echo "FAIL: $*" >&2
-    FAILS=$((FAILS + 1))
-}
+. "$(dirname "$0")/../support/bench_lib.sh"
 
 # check FILE REDIS(True|False): the last line of FILE is the JSON of a run
 # with one closed-loop point (1 connection) and one open-loop point.
@@ -118,39 +111,23 @@ else
 fi
 
 # ---- bad options: one line on stderr, nothing on stdout, exit 2 ----
-expect_usage() {
-    "$BENCH" latency "$@" >"$TMP/out" 2>"$TMP/err"
-    got=$?
-    if [ "$got" -ne 2 ]; then
-        fail "kvtier-bench latency $*: exit $got, want 2"
-        return
-    fi
-    lines=$(wc -l <"$TMP/err")
-    [ "$lines" -eq 1 ] || fail "kvtier-bench latency $*: $lines lines on stderr, want 1"
-    [ -s "$TMP/out" ] && fail "kvtier-bench latency $*: wrote to stdout"
-}
-expect_usage --seconds 0
-expect_usage --seconds abc
-expect_usage --connections 0
-expect_usage --connections 1,,4
-expect_usage --connections 1.5
-expect_usage --connections 1,2,3,4,5,6,7,8,9
-expect_usage --rates 0
-expect_usage --rates 0.5,
-expect_usage --rates-per-sec -5
-expect_usage --slices 0
-expect_usage --max-others 101
-expect_usage --retries 11
-expect_usage --workers
-expect_usage --no-redis --redis-server /usr/bin/redis-server
-expect_usage --frobnicate
+expect_exit 2 latency --seconds 0
+expect_exit 2 latency --seconds abc
+expect_exit 2 latency --connections 0
+expect_exit 2 latency --connections 1,,4
+expect_exit 2 latency --connections 1.5
+expect_exit 2 latency --connections 1,2,3,4,5,6,7,8,9
+expect_exit 2 latency --rates 0
+expect_exit 2 latency --rates 0.5,
+expect_exit 2 latency --rates-per-sec -5
+expect_exit 2 latency --slices 0
+expect_exit 2 latency --max-others 101
+expect_exit 2 latency --retries 11
+expect_exit 2 latency --workers
+expect_exit 2 latency --no-redis --redis-server /usr/bin/redis-server
+expect_exit 2 latency --frobnicate
 
 "$BENCH" latency --help >"$TMP/out" 2>&1 || fail "--help: exit status $?"
 grep -q -- '--rates-per-sec' "$TMP/out" || fail "--help: no usage text"
 
-if [ "$FAILS" -ne 0 ]; then
-    echo "$FAILS check(s) failed" >&2
-    exit 1
-fi
-echo "test_bench_latency: all checks passed"
-exit 0
+finish test_bench_latency
