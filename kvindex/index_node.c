@@ -3,6 +3,7 @@
  * holder elements and overflow sets, alias records, and the references that
  * tie a pod's engine hashes to nodes.
  */
+#include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
 

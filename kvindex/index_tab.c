@@ -2,6 +2,7 @@
  * kvindex/index_tab.c: the key table (salted key -> node, probed by readers without locks) and
  * the per-pod engine-hash tables (writer only): creation, growth, deletion.
  */
+#include <stdlib.h>
 #include <string.h>
 
 #include "kvindex/index_writer_int.h"
