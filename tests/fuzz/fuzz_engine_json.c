@@ -1,5 +1,5 @@
 /*
- * libFuzzer target for kvt_zsub_engine_json_decode() (kvindex/zsub.c), the
+ * libFuzzer target for kvt_zsub_engine_json_decode() (kvindex/zsub_spec.c), the
  * POST /v1/engines body.
  *
  * Invariants checked on every input:
