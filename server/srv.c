@@ -207,10 +207,6 @@ bool srv_ready(kvt_srv_t *srv, char *why, size_t whylen)
         return false;
     }
     uint64_t beat = __atomic_load_n(&srv->writer_beat_ns, __ATOMIC_RELAXED), now = srv_now_ns();
-    if (beat == 0) {
-        snprintf(why, whylen, "the index writer has not started");
-        return false;
-    }
     /* the writer comes round its loop every 5 ms when idle; a long stall is a stuck apply */
     if (now > beat && now - beat > srv->cfg.writer_stall_ms * 1000000ull) {
         snprintf(why, whylen, "the index writer has made no progress for %.3f s",
@@ -1169,6 +1165,9 @@ kvt_status_t kvt_srv_run(kvt_srv_t *srv)
     if (pthread_create(&srv->writer, NULL, writer_main, srv) != 0)
         return KVT_ERR_NO_MEM;
     pthread_setname_np(srv->writer, "kvt-writer"); /* kvtier-bench events reads its CPU time */
+    /* serve only once the writer came round its loop: /readyz is then true from the first request */
+    while (__atomic_load_n(&srv->writer_beat_ns, __ATOMIC_RELAXED) == 0)
+        usleep(200);
     int started = 0;
     for (; started < srv->nworkers; started++)
         if (pthread_create(&srv->workers[started].thread, NULL, worker_main,
