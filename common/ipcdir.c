@@ -62,10 +62,11 @@ kvt_status_t kvt_ipcdir_open(const char *path, char *out, size_t cap, char *err,
         IPC_FAIL("ipc dir %s is not a directory", real);
     if (st.st_uid != geteuid())
         IPC_FAIL("ipc dir %s belongs to another user", real);
-    if ((st.st_mode & 0777) != 0700 && chmod(real, 0700) != 0) {
-        snprintf(err, errlen, "ipc dir %s: chmod 0700: %s", real, strerror(errno));
-        return KVT_ERR_IO;
-    }
+    /* mkdir above made it 0700; one that was there already is not ours to change */
+    if ((st.st_mode & 077) != 0)
+        IPC_FAIL("ipc dir %s is open to other users (mode %03o): give a private directory "
+                 "(chmod 0700) or one kvtierd may create",
+                 real, (unsigned)(st.st_mode & 0777));
     if (strlen(real) + 1 > cap || strlen(real) + 2 > KVT_IPCDIR_MAX_PATH) {
         snprintf(err, errlen, "ipc dir %s: path too long for Unix sockets", real);
         return KVT_ERR_RANGE;
@@ -151,13 +152,19 @@ kvt_status_t kvt_ipcdir_check_free(const char *endpoint, char *err, size_t errle
     if (strlen(path) >= sizeof(sa.sun_path))
         IPC_FAIL("binding %s: path too long for a Unix socket", endpoint);
     strcpy(sa.sun_path, path);
-    int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
     if (fd < 0)
         IPC_FAIL("binding %s: socket: %s", endpoint, strerror(errno));
     int rc = connect(fd, (struct sockaddr *)&sa, sizeof(sa));
+    int e = errno;
     close(fd);
-    if (rc == 0)
+    /* only a refused connection proves nobody listens (a full backlog says EAGAIN, a live
+     * socket of another type EPROTOTYPE) */
+    if (rc == 0 || e == EAGAIN || e == EINPROGRESS)
         IPC_FAIL("binding %s: the socket is in use by another listener", endpoint);
+    if (e != ECONNREFUSED)
+        IPC_FAIL("binding %s: cannot tell whether the socket there is in use: %s", endpoint,
+                 strerror(e));
     return KVT_OK;
 }
 

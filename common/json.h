@@ -84,7 +84,7 @@ typedef struct kvt_json {
     kvt_status_t err;                           /* KVT_OK until the first error, then that error */
     uint32_t depth;                             /* containers open */
     uint32_t max_depth;                         /* limit on depth */
-    int expect;                                 /* what may come next (private enum in json.c) */
+    int expect;                                 /* what may come next (private enum, json_int.h) */
     uint64_t is_obj[KVT_JSON_DEPTH_LIMIT / 64]; /* bit d: container at depth d+1 is an object */
     char msg[128];                              /* error message; "" when none */
     char key[KVT_JSON_KEY_MAX + 1];             /* the last key, decoded */

@@ -387,8 +387,8 @@ static bool kvt_json_key_eq(const kvt_json_t *j, size_t a, bool esc_a, size_t b,
     }
 }
 
-/* The decoded key at @p for a one-line message: control bytes and quotes as '?',
- * cut (at a UTF-8 boundary) to fit @cap. */
+/* The decoded key at @p for a one-line message: control bytes, DEL and single quotes
+ * (the message quotes it with them) as '?', cut (at a UTF-8 boundary) to fit @cap. */
 static void kvt_json_key_shown(const char *s, size_t p, char *out, size_t cap)
 {
     size_t o = 0, n;
@@ -405,11 +405,16 @@ static void kvt_json_key_shown(const char *s, size_t p, char *out, size_t cap)
         }
     }
     if (cut) {
-        /* drop a multi-byte character the cut may have split (raw UTF-8 comes bytewise) */
-        while (o > 0 && ((unsigned char)out[o - 1] & 0xc0) == 0x80)
-            o--;
-        if (o > 0 && (unsigned char)out[o - 1] >= 0xc0)
-            o--;
+        /* drop a multi-byte character the cut split (raw UTF-8 comes bytewise); keep a whole one */
+        size_t lead = o, cont = 0;
+        while (lead > 0 && cont < 3 && ((unsigned char)out[lead - 1] & 0xc0) == 0x80)
+            lead--, cont++;
+        if (lead > 0 && (unsigned char)out[lead - 1] >= 0xc0) {
+            unsigned char b = (unsigned char)out[lead - 1];
+            size_t want = b >= 0xf0 ? 3 : b >= 0xe0 ? 2 : 1;
+            if (cont < want)
+                o = lead - 1;
+        }
         out[o++] = '.', out[o++] = '.', out[o++] = '.';
     }
     out[o] = '\0';

@@ -831,7 +831,7 @@ static kvt_status_t name_req_encode(kvt_proto_wr_t *w, uint8_t op, uint64_t req_
     return kvt_proto_wr_frame_end(w, off);
 }
 
-/* @what names the request and its field in messages: "engine drop: bad pod name ...". */
+/* A body that is one name; @bad, @empty and @trailing are the messages for its three faults. */
 static kvt_status_t name_req_decode(const uint8_t *body, size_t len, const char *bad,
                                     const char *empty, const char *trailing,
                                     kvt_proto_str_t *name_p, const char **why_p)

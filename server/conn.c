@@ -277,6 +277,11 @@ static void deadline_cb(evutil_socket_t fd, short what, void *arg)
     if (c->proto == PROTO_HTTP && !c->busy) {
         http_error(c, 408, "request took too long", false);
         conn_flush(c);
+        /* sent whole: close now (reads are off, nothing else would); else conn_write_cb() does */
+        if (c->bev != NULL && evbuffer_get_length(bufferevent_get_output(c->bev)) == 0) {
+            conn_close(c);
+            return;
+        }
         conn_update_reading(c);
         return;
     }
@@ -677,6 +682,11 @@ static void rpc_error(kvt_srv_conn_t *c, uint8_t op, uint64_t req_id, kvt_status
 static void rpc_answer_blob(kvt_srv_conn_t *c, uint8_t op, uint64_t req_id, srv_blob_t *b)
 {
     kvt_srv_worker_t *w = c->w;
+    if (b->len > KVT_PROTO_MAX_BODY_LIMIT) { /* what every answer is held to (protocol.md) */
+        srv_blob_unref(b);
+        rpc_error(c, op, req_id, KVT_ERR_TOO_BIG, 500, "answer over the frame limit");
+        return;
+    }
     struct evbuffer *out = bufferevent_get_output(c->bev);
     if (w->rpc_owner == c && w->rpc_out.len > 0) {
         evbuffer_add(out, w->rpc_out.buf, w->rpc_out.len);
@@ -1068,6 +1078,7 @@ void srv_conn_accept(kvt_srv_worker_t *w, enum srv_proto proto, int fd)
             c->timeout_ms = SRV_PROBE_TIMEOUT_MS;
     }
     /* answers go out through conn_flush(): the write event is off until output is left over */
+    bufferevent_disable(bev, EV_WRITE);
     bufferevent_set_max_single_write(bev, 256 * 1024);
     conn_watch_reads(c);
     /* the first request is due at once: a connection that stays silent is closed like a

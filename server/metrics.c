@@ -13,9 +13,9 @@ static const double bucket_le[NBUCKETS - 1] = {0.00001, 0.000025, 0.00005, 0.000
                                                0.001,   0.0025,   0.005,   0.01,   0.025,   0.05,
                                                0.1,     0.25,     0.5,     1.0,    2.5};
 
-static const char *const call_name[NCALLS] = {"healthz", "readyz",  "metrics", "stats",
-                                              "events",  "query",   "engines", "models",
-                                              "hello",   "ping",    "other"};
+static const char *const call_name[NCALLS] = {"healthz", "readyz", "metrics", "stats",
+                                              "events",  "query",  "engines", "models",
+                                              "hello",   "ping",   "other"};
 static const char *const proto_name[NPROTOS] = {"http", "rpc"};
 static const char *const class_name[NCLASSES] = {"2xx", "4xx", "5xx"};
 
@@ -152,6 +152,7 @@ static size_t stream_ctrs(const kvt_zsub_stream_info_t *s, stream_ctr_t out[STRE
          "Times a pod's engine state was dropped (restart, unfilled gap, no batch, bad removal).",
          c->state_drops + c->ev.state_drops},
     };
+    _Static_assert(sizeof(all) / sizeof(all[0]) <= STREAM_NCTRS, "STREAM_NCTRS too small");
     memcpy(out, all, sizeof(all));
     return sizeof(all) / sizeof(all[0]);
 }
@@ -228,29 +229,27 @@ void srv_stats_json(kvt_srv_worker_t *w, kvt_jbuf_t *o)
                     (unsigned long long)p.idx.bytes, (unsigned long long)srv->cfg.index_budget,
                     (unsigned long long)p.idx.evicted, (unsigned long long)p.idx.dropped,
                     (unsigned long long)p.idx.refused, (unsigned long long)p.forgotten,
-                    (unsigned long long)p.idx.speculative,
-                    p.idx.pods, p.idx.namespaces,
+                    (unsigned long long)p.idx.speculative, p.idx.pods, p.idx.namespaces,
                     (unsigned long long)p.idx.tier_entries[0],
                     (unsigned long long)p.idx.tier_entries[1],
                     (unsigned long long)p.idx.tier_entries[2]);
-    kvt_jbuf_printf(o,
-                    "\"events\":{\"batches\":%llu,\"rejected_batches\":%llu,\"applied\":%llu,"
-                    "\"blocks\":%llu,\"unresolved\":%llu,\"orphans\":%llu,\"dropped\":%llu,"
-                    "\"bad_events\":%llu,\"remote\":%llu,\"other_groups\":%llu,"
-                    "\"unknown_medium\":%llu,\"recovered\":%llu,\"engines_dropped\":%llu,"
-                    "\"removed_map\":{\"entries\":%llu,\"capacity\":%llu,\"bytes\":%llu,"
-                    "\"hits\":%llu,\"evicted\":%llu}},",
-                    (unsigned long long)p.batches, (unsigned long long)p.rejected,
-                    (unsigned long long)p.ev.events, (unsigned long long)p.ev.blocks,
-                    (unsigned long long)p.ev.unresolved, (unsigned long long)p.ev.orphans,
-                    (unsigned long long)p.ev.dropped, (unsigned long long)p.ev.bad,
-                    (unsigned long long)p.ev.remote, (unsigned long long)p.ev.other_groups,
-                    (unsigned long long)p.ev.unknown_medium, (unsigned long long)p.ev.recovered,
-                    (unsigned long long)p.drops, (unsigned long long)p.evctx.removed_entries,
-                    (unsigned long long)p.evctx.removed_capacity,
-                    (unsigned long long)p.evctx.removed_bytes,
-                    (unsigned long long)p.evctx.removed_hits,
-                    (unsigned long long)p.evctx.removed_evicted);
+    kvt_jbuf_printf(
+        o,
+        "\"events\":{\"batches\":%llu,\"rejected_batches\":%llu,\"applied\":%llu,"
+        "\"blocks\":%llu,\"unresolved\":%llu,\"orphans\":%llu,\"dropped\":%llu,"
+        "\"bad_events\":%llu,\"remote\":%llu,\"other_groups\":%llu,"
+        "\"unknown_medium\":%llu,\"recovered\":%llu,\"engines_dropped\":%llu,"
+        "\"removed_map\":{\"entries\":%llu,\"capacity\":%llu,\"bytes\":%llu,"
+        "\"hits\":%llu,\"evicted\":%llu}},",
+        (unsigned long long)p.batches, (unsigned long long)p.rejected,
+        (unsigned long long)p.ev.events, (unsigned long long)p.ev.blocks,
+        (unsigned long long)p.ev.unresolved, (unsigned long long)p.ev.orphans,
+        (unsigned long long)p.ev.dropped, (unsigned long long)p.ev.bad,
+        (unsigned long long)p.ev.remote, (unsigned long long)p.ev.other_groups,
+        (unsigned long long)p.ev.unknown_medium, (unsigned long long)p.ev.recovered,
+        (unsigned long long)p.drops, (unsigned long long)p.evctx.removed_entries,
+        (unsigned long long)p.evctx.removed_capacity, (unsigned long long)p.evctx.removed_bytes,
+        (unsigned long long)p.evctx.removed_hits, (unsigned long long)p.evctx.removed_evicted);
     kvt_jbuf_printf(o, "\"connections\":{\"open\":%d", atomic_load(&srv->nconns));
     for (int pr = 0; pr < NPROTOS; pr++)
         kvt_jbuf_printf(o, ",\"%s_accepted\":%llu,\"%s_refused\":%llu", proto_name[pr],
@@ -435,8 +434,8 @@ void srv_metrics_text(kvt_srv_worker_t *w, kvt_jbuf_t *o)
          "Blocks evicted to stay within the budget.", p.idx.evicted},
         {"kvtier_index_dropped_blocks_total", "counter", "Blocks not stored: budget full.",
          p.idx.dropped},
-        {"kvtier_index_refused_total", "counter",
-         "Pods and namespaces not created: budget full.", p.idx.refused},
+        {"kvtier_index_refused_total", "counter", "Pods and namespaces not created: budget full.",
+         p.idx.refused},
         {"kvtier_index_forgotten_total", "counter",
          "Pods and namespaces forgotten: empty and idle for --forget-idle.", p.forgotten},
         {"kvtier_index_speculative_entries", "gauge", "Live speculative entries.",
@@ -527,10 +526,13 @@ srv_blob_t *srv_blob_get(kvt_srv_worker_t *w, enum srv_blob_kind kind)
 {
     kvt_srv_t *srv = w->srv;
     /* read before encoding: a body made while the writer publishes is older than its label */
-    uint64_t gen = __atomic_load_n(&srv->st_gen, __ATOMIC_ACQUIRE);
+    uint64_t gen = __atomic_load_n(&srv->st_gen, __ATOMIC_ACQUIRE), now = srv_now_ns();
+    /* also renewed each period by the clock: a stalled writer publishes nothing, but the
+     * workers' own counters, connections and uptime still move */
+    uint64_t period = srv->cfg.stats_period_ms * 1000000ull;
     pthread_mutex_lock(&srv->blob_mu);
     srv_blob_t *b = srv->blobs[kind];
-    if (b != NULL && b->gen == gen) {
+    if (b != NULL && b->gen == gen && now - b->made_ns < period) {
         atomic_fetch_add(&b->refs, 1);
         pthread_mutex_unlock(&srv->blob_mu);
         return b;
@@ -550,12 +552,14 @@ srv_blob_t *srv_blob_get(kvt_srv_worker_t *w, enum srv_blob_kind kind)
         return NULL;
     atomic_init(&b->refs, 1); /* the caller's */
     b->gen = gen;
+    b->made_ns = now;
     b->len = o->len;
     memcpy(b->data, o->buf, o->len);
     pthread_mutex_lock(&srv->blob_mu);
     srv_blob_t *old = srv->blobs[kind];
-    if (old == NULL || old->gen <= gen) { /* never replace a newer one */
-        atomic_fetch_add(&b->refs, 1);    /* the cache's */
+    if (old == NULL || old->gen < gen || (old->gen == gen && old->made_ns <= now)) {
+        /* never replace a newer one */
+        atomic_fetch_add(&b->refs, 1); /* the cache's */
         srv->blobs[kind] = b;
     } else {
         old = NULL;

@@ -758,8 +758,8 @@ static void *writer_main(void *arg)
             deliver(j);
         }
         /* forgetting looks at every pod and namespace: a few times per --forget-idle */
-        uint64_t forget_every = srv->cfg.forget_idle_ms / 4 < 1000 ? srv->cfg.forget_idle_ms / 4
-                                                                    : 1000;
+        uint64_t forget_every =
+            srv->cfg.forget_idle_ms / 4 < 1000 ? srv->cfg.forget_idle_ms / 4 : 1000;
         if (srv->cfg.forget_idle_ms != 0 && now - last_forget >= forget_every * 1000000ull) {
             last_forget = now;
             if (srv_forget(srv, now / 1000000) > 0)
@@ -928,7 +928,8 @@ bool srv_zmq_local(const char *ep)
            strncmp(h, "[::1]:", 6) == 0;
 }
 
-/* --ipc-dir (default <data-dir>/ipc): created 0700, its canonical path kept for zsub. */
+/* --ipc-dir (default <data-dir>/ipc): created 0700 or an existing private one, its canonical
+ * path kept for zsub. */
 static kvt_status_t srv_ipc_dir_open(kvt_srv_t *srv)
 {
     char path[4096], err[320];
@@ -1165,7 +1166,8 @@ kvt_status_t kvt_srv_run(kvt_srv_t *srv)
     if (pthread_create(&srv->writer, NULL, writer_main, srv) != 0)
         return KVT_ERR_NO_MEM;
     pthread_setname_np(srv->writer, "kvt-writer"); /* kvtier-bench events reads its CPU time */
-    /* serve only once the writer came round its loop: /readyz is then true from the first request */
+    /* serve only once the writer came round its loop: /readyz is then true from the first request
+     */
     while (__atomic_load_n(&srv->writer_beat_ns, __ATOMIC_RELAXED) == 0)
         usleep(200);
     int started = 0;

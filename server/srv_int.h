@@ -87,7 +87,7 @@ enum srv_call {
 };
 enum srv_proto { PROTO_HTTP, PROTO_RPC, NPROTOS };
 enum srv_class { CLASS_2XX, CLASS_4XX, CLASS_5XX, NCLASSES };
-#define NBUCKETS 18 /* latency histogram: bounds in srv_metrics.c, +Inf last */
+#define NBUCKETS 18 /* latency histogram: bounds in metrics.c, +Inf last */
 
 /*
  * An answer body encoded once and shared by every request for it until the
@@ -98,8 +98,9 @@ enum srv_class { CLASS_2XX, CLASS_4XX, CLASS_5XX, NCLASSES };
  */
 typedef struct srv_blob {
     atomic_uint refs;
-    uint64_t gen; /* kvt_srv_t.st_gen of the counters it shows */
-    size_t len;   /* bytes of data */
+    uint64_t gen;     /* kvt_srv_t.st_gen of the counters it shows */
+    uint64_t made_ns; /* when it was encoded: renewed after --stats-period even if gen stays */
+    size_t len;       /* bytes of data */
     char data[];
 } srv_blob_t;
 
@@ -126,13 +127,13 @@ typedef enum job_kind { JOB_EVENTS = 1, JOB_DROP, JOB_ENGINE_ADD, JOB_MODEL_DROP
 typedef struct srv_job {
     struct srv_job *next;
     job_kind_t kind;
-    kvt_srv_worker_t *worker;       /* whose done-queue gets the answer */
-    kvt_srv_conn_t *conn;           /* holds a reference until the answer is delivered */
-    uint64_t req_id;                /* RPC request id (0 for HTTP) */
-    uint64_t t0_ns;                 /* for the latency histogram */
-    kvt_evbatch_t batch;            /* JOB_EVENTS; owned */
+    kvt_srv_worker_t *worker;        /* whose done-queue gets the answer */
+    kvt_srv_conn_t *conn;            /* holds a reference until the answer is delivered */
+    uint64_t req_id;                 /* RPC request id (0 for HTTP) */
+    uint64_t t0_ns;                  /* for the latency histogram */
+    kvt_evbatch_t batch;             /* JOB_EVENTS; owned */
     char name[KVT_IDX_MAX_NAME + 1]; /* JOB_DROP: the pod; JOB_MODEL_DROP: the model */
-    kvt_zsub_engine_t *engine;      /* JOB_ENGINE_ADD; owned */
+    kvt_zsub_engine_t *engine;       /* JOB_ENGINE_ADD; owned */
     /* the writer's answer */
     int http_status;
     kvt_status_t st;
@@ -212,9 +213,9 @@ struct kvt_srv {
 
     /* writer */
     pthread_t writer;
-    kvt_zsub_t *zsub;       /* engines' event streams, polled by the writer */
-    kvt_ev_ctx_t *ev_ctx;   /* what applying events remembers across batches (writer) */
-    int q_efd;        /* eventfd: srv_submit() wakes the writer's poll */
+    kvt_zsub_t *zsub;     /* engines' event streams, polled by the writer */
+    kvt_ev_ctx_t *ev_ctx; /* what applying events remembers across batches (writer) */
+    int q_efd;            /* eventfd: srv_submit() wakes the writer's poll */
     pthread_mutex_t q_mu;
     srv_job_t *q_head, *q_tail;
     size_t q_len;
@@ -225,13 +226,13 @@ struct kvt_srv {
     kvt_idx_stats_t st_idx;
     kvt_ev_counters_t st_ev; /* writer-only running total, copied below */
     kvt_ev_counters_t st_ev_pub;
-    uint64_t st_batches, st_batches_pub;   /* event batches applied */
-    uint64_t st_rejected, st_rejected_pub; /* batches refused as bad input */
-    uint64_t st_drops, st_drops_pub;       /* engines dropped */
+    uint64_t st_batches, st_batches_pub;     /* event batches applied */
+    uint64_t st_rejected, st_rejected_pub;   /* batches refused as bad input */
+    uint64_t st_drops, st_drops_pub;         /* engines dropped */
     uint64_t st_forgotten, st_forgotten_pub; /* idle, empty pods and namespaces forgotten */
-    kvt_zsub_pub_info_t st_pub;            /* the publisher, published copy */
-    kvt_ev_ctx_stats_t st_evctx;           /* removed-block mappings, published copy */
-    uint64_t *st_pod_entries;              /* per pod id, published copy */
+    kvt_zsub_pub_info_t st_pub;              /* the publisher, published copy */
+    kvt_ev_ctx_stats_t st_evctx;             /* removed-block mappings, published copy */
+    uint64_t *st_pod_entries;                /* per pod id, published copy */
     uint32_t st_npods;
     kvt_zsub_stream_info_t *st_streams; /* engines' streams, published copy */
     size_t st_nstreams;

@@ -196,7 +196,7 @@ class TestApi(Base):
         self.assertEqual(self.query(TOK, model="org/model-2")["pods"], [])
         for bad in ("/v1/models/", "/v1/models/%zz", "/v1/models/a%00b"):
             s, a = self.d.http("DELETE", bad)
-            self.assertIn(s, (400, 404), (bad, a))
+            self.assertEqual(s, 400, (bad, a))
         self.assertEqual(self.d.http("GET", "/v1/models/x")[0], 405)
         # the model can be reported again, with another block size even
         self.assertEqual(self.post_events("A", [stored([1], TOK[:8], bs=8)])[0], 200)
@@ -781,6 +781,10 @@ class TestSilentAndProbes(Base):
         time.sleep(0.8)  # twice the request timeout, idle between requests
         h.sendall(b"GET /healthz HTTP/1.1\r\n\r\n")
         self.assertEqual(http_answers(h, 1), [(200, b'{"status":"ok"}')])
+        # a request that stalls after answered ones: 408, then closed (the slot comes back)
+        h.sendall(b"GET /healthz HTTP/1.1\r\nHost: x")
+        data = recv_all(h)
+        self.assertIn(b" 408 ", data.split(b"\r\n")[0])
         h.close()
 
 
@@ -874,7 +878,7 @@ class TestReadiness(Base):
                 st, body = d.http("GET", "/readyz")
                 self.assertIn(st, (200, 503))
                 self.assertEqual(d.http("GET", "/healthz"), (200, {"status": "ok"}))
-                if st == 503 and "started" not in body["reason"]:  # not the first instants
+                if st == 503:
                     seen = body
                     break
             self.assertIsNotNone(seen, "/readyz never reported the stall")

@@ -55,14 +55,21 @@ static void write_file(const char *path)
 }
 
 /* A Unix socket at @path; listening (the caller closes the fd) or left dead (-1). */
-static int make_socket(const char *path, bool listening)
+/* A Unix socket of @type bound at @path. */
+static int bind_unix(const char *path, int type)
 {
     struct sockaddr_un sa = {.sun_family = AF_UNIX};
     assert_true(strlen(path) < sizeof(sa.sun_path));
     strcpy(sa.sun_path, path);
-    int fd = socket(AF_UNIX, SOCK_STREAM, 0);
+    int fd = socket(AF_UNIX, type, 0);
     assert_true(fd >= 0);
     assert_int_equal(bind(fd, (struct sockaddr *)&sa, sizeof(sa)), 0);
+    return fd;
+}
+
+static int make_socket(const char *path, bool listening)
+{
+    int fd = bind_unix(path, SOCK_STREAM);
     if (listening) {
         assert_int_equal(listen(fd, 1), 0);
         return fd;
@@ -79,13 +86,17 @@ static void test_open(void **state)
     assert_true(S_ISDIR(st.st_mode));
     assert_int_equal(st.st_mode & 0777, 0700);
     assert_int_equal(g_dir[0], '/');
-    /* an existing directory with a wider mode is tightened; the same path comes back */
+    /* an existing directory others may enter is refused and left as it is */
     char out[PATH_MAX], err[256], path[256];
-    assert_int_equal(chmod(g_dir, 0755), 0);
+    assert_int_equal(chmod(g_dir, 0750), 0);
+    assert_int_equal(kvt_ipcdir_open(g_dir, out, sizeof(out), err, sizeof(err)), KVT_ERR_INVAL);
+    assert_non_null(strstr(err, "open to other users"));
+    assert_int_equal(stat(g_dir, &st), 0);
+    assert_int_equal(st.st_mode & 0777, 0750);
+    /* a private one: the same path comes back */
+    assert_int_equal(chmod(g_dir, 0700), 0);
     assert_int_equal(kvt_ipcdir_open(g_dir, out, sizeof(out), err, sizeof(err)), KVT_OK);
     assert_string_equal(out, g_dir);
-    assert_int_equal(stat(g_dir, &st), 0);
-    assert_int_equal(st.st_mode & 0777, 0700);
     /* through a symlink: the canonical path */
     snprintf(path, sizeof(path), "%s/link", g_tmp);
     assert_int_equal(symlink(g_dir, path), 0);
@@ -223,10 +234,22 @@ static void test_check_free_and_release(void **state)
     assert_int_equal(kvt_ipcdir_check_free(ep, err, sizeof(err)), KVT_ERR_INVAL);
     assert_non_null(strstr(err, "in use"));
     close(fd);
+    /* a live datagram socket there (connect says EPROTOTYPE, not refused): in use too */
+    char dpath[512], dep[600];
+    snprintf(dpath, sizeof(dpath), "%s/dgram", g_dir);
+    snprintf(dep, sizeof(dep), "ipc://%s", dpath);
+    int dg = bind_unix(dpath, SOCK_DGRAM);
+    assert_int_equal(kvt_ipcdir_check_free(dep, err, sizeof(err)), KVT_ERR_INVAL);
+    assert_non_null(strstr(err, "cannot tell"));
+    close(dg);
+    assert_int_equal(unlink(dpath), 0);
     /* the same socket, dead (its listener gone): may be bound over */
     assert_int_equal(kvt_ipcdir_check_free(ep, err, sizeof(err)), KVT_OK);
     /* release removes a socket, and only for ipc endpoints */
-    kvt_ipcdir_release("tcp://127.0.0.1:1");
+    char tcp_ep[600];
+    snprintf(tcp_ep, sizeof(tcp_ep), "tcp://%s", path); /* same prefix length as ipc:// */
+    kvt_ipcdir_release(tcp_ep);
+    assert_int_equal(lstat(path, &st), 0);
     kvt_ipcdir_release(ep);
     assert_int_not_equal(lstat(path, &st), 0);
     kvt_ipcdir_release(ep); /* already gone: nothing happens */

@@ -880,6 +880,67 @@ static void test_duplicate_keys(void **state)
     assert_int_equal(kvt_json_u64(&j, &u), KVT_OK);
     assert_int_equal(kvt_json_object_next(&j, &key, &klen), KVT_ERR_INVAL);
     check_err_state(&j, KVT_ERR_INVAL, 13, "restored");
+
+    /* mark, a string too long for its buffer, rewind, skip it: the error is forgotten and the
+     * keys read before the mark are still remembered */
+    kvt_json_mark_t m;
+    char small[4];
+    size_t slen;
+    init(&j, "{\"a\":\"long string\",\"b\":1,\"a\":2}");
+    assert_int_equal(kvt_json_object_begin(&j), KVT_OK);
+    assert_int_equal(kvt_json_object_next(&j, &key, &klen), 1);
+    kvt_json_mark(&j, &m);
+    assert_int_equal(kvt_json_string(&j, small, sizeof(small), &slen), KVT_ERR_TOO_BIG);
+    assert_int_not_equal(kvt_json_status(&j), KVT_OK);
+    kvt_json_rewind(&j, &m);
+    assert_int_equal(kvt_json_status(&j), KVT_OK);
+    assert_int_equal(kvt_json_skip(&j), KVT_OK);
+    assert_int_equal(kvt_json_object_next(&j, &key, &klen), 1);
+    assert_string_equal(key, "b");
+    /* a mark inside an object, rewound after reading on: the members seen since are forgotten */
+    kvt_json_mark(&j, &m);
+    assert_int_equal(kvt_json_u64(&j, &u), KVT_OK);
+    kvt_json_rewind(&j, &m);
+    assert_int_equal(kvt_json_u64(&j, &u), KVT_OK);
+    assert_int_equal(u, 1);
+    assert_int_equal(kvt_json_object_next(&j, &key, &klen), KVT_ERR_INVAL);
+    check_err_state(&j, KVT_ERR_INVAL, 25, "rewound");
+    assert_non_null(strstr(kvt_json_error(&j), "duplicate field 'a'"));
+}
+
+/* The duplicate message cuts a long key at a character boundary, never inside one. */
+static void test_duplicate_key_shown(void **state)
+{
+    (void)state;
+    char doc[512], key[128], want[64];
+    /* 40 ASCII bytes then 2-byte characters: wherever the cut lands, the message ends in
+     * whole characters and "..." */
+    for (int pre = 36; pre <= 44; pre++) {
+        size_t o = 0;
+        for (int i = 0; i < pre; i++)
+            key[o++] = 'k';
+        for (int i = 0; i < 10; i++)
+            key[o++] = (char)0xc3, key[o++] = (char)0xa9;
+        key[o] = '\0';
+        snprintf(doc, sizeof(doc), "{\"%s\":1,\"%s\":2}", key, key);
+        kvt_json_t j;
+        init(&j, doc);
+        assert_int_equal(read_object(&j), KVT_ERR_INVAL);
+        const char *msg = strstr(kvt_json_error(&j), "duplicate field '");
+        assert_non_null(msg);
+        msg += strlen("duplicate field '");
+        const char *end = strstr(msg, "...'");
+        assert_non_null(end);
+        size_t shown = (size_t)(end - msg);
+        snprintf(want, sizeof(want), "%.*s", (int)shown, key);
+        assert_memory_equal(msg, want, shown);
+        /* as much as fits (a 48-byte buffer: 44 bytes, "..." and the NUL), less only the
+         * byte of a character the cut split */
+        bool split = pre <= 43 && (43 - pre) % 2 == 0; /* a character's lead byte at 43 */
+        assert_int_equal(shown, split ? 43 : 44);
+        /* never half a character */
+        assert_true(shown <= (size_t)pre || (shown - (size_t)pre) % 2 == 0);
+    }
 }
 
 /* KVT_JSON_MEMBERS_MAX: the keys of all objects open at once; closed ones free theirs. */
@@ -2263,6 +2324,7 @@ int main(void)
         cmocka_unit_test(test_whitespace_and_end),
         cmocka_unit_test(test_skip),
         cmocka_unit_test(test_duplicate_keys),
+        cmocka_unit_test(test_duplicate_key_shown),
         cmocka_unit_test(test_member_limit),
         cmocka_unit_test(test_u32_array),
         cmocka_unit_test(test_u32_array_random),
