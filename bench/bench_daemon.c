@@ -18,7 +18,7 @@
 #include <unistd.h>
 
 #include "bench/bench.h"
-#include "router-plugin/proto.h"
+#include "proto/proto.h"
 
 int kvt_bench_connect(uint16_t port)
 {

@@ -44,7 +44,7 @@
 #include "bench/bench.h"
 #include "bench/bench_latency.h"
 #include "common/clock.h"
-#include "router-plugin/proto.h"
+#include "proto/proto.h"
 
 typedef struct bl_opts {
     const char *kvtierd;

@@ -40,7 +40,7 @@
 #include "kvindex/hash.h"
 #include "kvindex/index.h"
 #include "kvindex/score.h"
-#include "router-plugin/proto.h"
+#include "proto/proto.h"
 
 typedef struct br_opts {
     const char *kvtierd;

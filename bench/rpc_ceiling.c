@@ -21,7 +21,7 @@
 #include <unistd.h>
 
 #include "bench/bench.h"
-#include "router-plugin/proto.h"
+#include "proto/proto.h"
 
 typedef struct ce_conn {
     int fd;

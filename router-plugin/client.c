@@ -24,7 +24,7 @@
 
 #include "common/clock.h"
 #include "kvindex/hash.h"
-#include "router-plugin/proto.h"
+#include "proto/proto.h"
 
 #ifndef KVT_VERSION
 #define KVT_VERSION "0.1.0"

@@ -10,7 +10,7 @@
 #include <stdint.h>
 
 #include "common/json.h"
-#include "router-plugin/proto.h"
+#include "proto/proto.h"
 #include "server/srv_int.h"
 
 /* POST /v1/query: decodes @body, runs the query, writes the JSON answer to @out.

@@ -26,7 +26,7 @@
 #include <event2/listener.h>
 
 #include "common/log.h"
-#include "router-plugin/proto.h"
+#include "proto/proto.h"
 #include "server/api.h"
 #include "server/http.h"
 #include "server/srv_int.h"
@@ -564,7 +564,7 @@ static enum srv_call http_dispatch(kvt_srv_conn_t *c, const kvt_http_req_t *r, c
         if (st == KVT_OK)
             st = conn_submit(c, job, 0, t0, msg, sizeof(msg));
         if (st != KVT_OK) {
-            status = st == KVT_ERR_LIMIT ? 503 : kvt_proto_http_status(st);
+            status = kvt_proto_http_status(st);
             http_error(c, status, msg, ka);
             goto out;
         }
@@ -803,7 +803,7 @@ static int rpc_dispatch(kvt_srv_conn_t *c, const kvt_proto_hdr_t *h, const uint8
         if (st == KVT_OK)
             st = conn_submit(c, job, h->req_id, srv_now_ns(), msg, sizeof(msg));
         if (st != KVT_OK) {
-            uint16_t hs = st == KVT_ERR_LIMIT ? 503 : kvt_proto_http_status(st);
+            uint16_t hs = kvt_proto_http_status(st);
             rpc_error(c, h->op, h->req_id, st, hs, msg);
             return hs;
         }

@@ -418,22 +418,6 @@ static void answer_error(srv_job_t *job, int status, const char *msg)
     kvt_jbuf_cstr(&job->answer, "}");
 }
 
-static int status_http(kvt_status_t st)
-{
-    switch (st) {
-    case KVT_ERR_INVAL:
-    case KVT_ERR_PARSE:
-    case KVT_ERR_RANGE: return 400;
-    case KVT_ERR_TOO_BIG: return 413;
-    case KVT_ERR_NOT_FOUND: return 404;
-    case KVT_ERR_EXISTS: return 409;
-    case KVT_ERR_LIMIT:
-    case KVT_ERR_NO_SPACE:
-    case KVT_ERR_NO_MEM: return 503;
-    default: return 500;
-    }
-}
-
 /* Ids are handed out, reused and namespaces created only by applying events: republish on change.
  */
 static void reg_maybe_publish(kvt_srv_t *srv)
@@ -454,7 +438,7 @@ static void job_events(kvt_srv_t *srv, srv_job_t *job)
                            &srv->st_ev, err, sizeof(err));
     if (job->st != KVT_OK) {
         srv->st_rejected += job->st == KVT_ERR_INVAL;
-        answer_error(job, status_http(job->st), err[0] ? err : kvt_status_str(job->st));
+        answer_error(job, kvt_proto_http_status(job->st), err[0] ? err : kvt_status_str(job->st));
         return;
     }
     srv->st_batches++;
@@ -566,7 +550,8 @@ static void job_engine_add(kvt_srv_t *srv, srv_job_t *job)
     char err[320];
     job->st = srv_engine_add(srv, job->engine, err, sizeof(err));
     if (job->st != KVT_OK) {
-        answer_error(job, job->st == KVT_ERR_IO ? 400 : status_http(job->st),
+        /* IO here is an endpoint that would not bind or connect: the request's fault */
+        answer_error(job, job->st == KVT_ERR_IO ? 400 : kvt_proto_http_status(job->st),
                      err[0] ? err : kvt_status_str(job->st));
         return;
     }

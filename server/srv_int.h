@@ -35,7 +35,7 @@
 #include "kvindex/index.h"
 #include "kvindex/score.h"
 #include "kvindex/zsub.h"
-#include "router-plugin/proto.h"
+#include "proto/proto.h"
 #include "server/srv.h"
 
 typedef struct kvt_srv_worker kvt_srv_worker_t;

@@ -1,5 +1,5 @@
 /*
- * libFuzzer target for the binary RPC codec (router-plugin/proto.c).
+ * libFuzzer target for the binary RPC codec (proto/proto.c).
  *
  * The input is read as a stream of frames, as a server or client reads a
  * connection: header decode, then the body decoder of the frame's opcode and
@@ -20,7 +20,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "router-plugin/proto.h"
+#include "proto/proto.h"
 
 #include "tests/fuzz/fuzz_check.h"
 

@@ -1,4 +1,4 @@
-/* router-plugin/proto: the binary RPC codec, round trips and every rejection. */
+/* proto/: the binary RPC codec, round trips and every rejection. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -11,7 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "router-plugin/proto.h"
+#include "proto/proto.h"
 
 /* ---- helpers -------------------------------------------------------------------------------- */
 
@@ -252,7 +252,9 @@ static void test_http_status(void **state)
     assert_int_equal(kvt_proto_http_status(KVT_ERR_PARSE), 400);
     assert_int_equal(kvt_proto_http_status(KVT_ERR_NOT_FOUND), 404);
     assert_int_equal(kvt_proto_http_status(KVT_ERR_TOO_BIG), 413);
-    assert_int_equal(kvt_proto_http_status(KVT_ERR_LIMIT), 429);
+    assert_int_equal(kvt_proto_http_status(KVT_ERR_LIMIT), 503); /* the server's limits */
+    assert_int_equal(kvt_proto_http_status(KVT_ERR_EXISTS), 409);
+    assert_int_equal(kvt_proto_http_status(KVT_ERR_NO_SPACE), 503);
     assert_int_equal(kvt_proto_http_status(KVT_ERR_UNSUPPORTED), 501);
     assert_int_equal(kvt_proto_http_status(KVT_ERR_NO_MEM), 503);
     assert_int_equal(kvt_proto_http_status(KVT_ERR_INTERNAL), 500);

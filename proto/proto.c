@@ -1,11 +1,11 @@
 /*
- * router-plugin/proto.c: the binary RPC codec (proto.h, docs/protocol.md).
+ * proto/proto.c: the binary RPC codec (proto.h, docs/protocol.md).
  *
  * Byte order is handled byte by byte, so the code is independent of the host
  * order and of alignment: bodies are parsed in place and their numbers may sit
  * at any address.
  */
-#include "router-plugin/proto.h"
+#include "proto/proto.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -106,8 +106,8 @@ uint16_t kvt_proto_http_status(kvt_status_t st)
     case KVT_ERR_NOT_FOUND: return 404;
     case KVT_ERR_EXISTS: return 409;
     case KVT_ERR_TOO_BIG: return 413;
-    case KVT_ERR_LIMIT: return 429;
     case KVT_ERR_UNSUPPORTED: return 501;
+    case KVT_ERR_LIMIT: /* a limit of the server (queue, connections, streams): retry later */
     case KVT_ERR_NO_SPACE:
     case KVT_ERR_NO_MEM:
     case KVT_ERR_TIMEOUT:

@@ -1,6 +1,6 @@
 /*
- * router-plugin/proto: the binary RPC codec shared by kvtierd (server/) and
- * libkvtier. include/kvtier/protocol.h fixes the wire layout; docs/protocol.md
+ * proto/proto.h: the binary RPC codec shared by kvtierd (server/), libkvtier
+ * (router-plugin/) and kvtier-bench. include/kvtier/protocol.h fixes the wire layout; docs/protocol.md
  * is the specification.
  *
  * Decoders never allocate and never log: bodies are parsed in place, strings
@@ -16,8 +16,8 @@
  * Every str field on the wire is 0..KVT_PROTO_MAX_STR bytes with no NUL byte;
  * model and pod names are at least 1 byte.
  */
-#ifndef KVT_ROUTER_PROTO_H
-#define KVT_ROUTER_PROTO_H
+#ifndef KVT_PROTO_PROTO_H
+#define KVT_PROTO_PROTO_H
 
 #include <stdbool.h>
 #include <stddef.h>
