@@ -12,6 +12,7 @@
 
 #include "common/config.h"
 #include "common/log.h"
+#include "common/version.h"
 #include "server/srv.h"
 
 typedef struct daemon_cfg {
@@ -107,6 +108,10 @@ int main(int argc, char **argv)
     memset(&cfg, 0, sizeof(cfg));
     kvt_cfg_result_t res;
     char err[512];
+    if (kvt_version_asked(argc, argv)) {
+        kvt_version_print(stdout, "kvtierd");
+        return 0;
+    }
     if (kvt_cfg_load(opts, NOPTS, &cfg, sizeof(cfg), argc, argv, NULL, &res, err, sizeof(err)) !=
         KVT_OK) {
         fprintf(stderr, "kvtierd: %s\n", err);

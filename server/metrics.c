@@ -2,10 +2,14 @@
  * server/metrics.c: request accounting (per-worker counters, summed when
  * scraped), the GET /v1/stats JSON and the GET /metrics Prometheus text.
  */
+#include <dirent.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
+#include <unistd.h>
 
+#include "common/version.h"
 #include "server/srv_int.h"
 
 /* Upper bounds of the latency buckets, seconds; the last bucket is +Inf. */
@@ -31,6 +35,42 @@ void srv_count(kvt_srv_worker_t *w, enum srv_proto proto, enum srv_call call, in
     CTR_INC(w->ctr.requests[proto][call][cl]);
     CTR_INC(w->ctr.hist[proto][call][b]);
     __atomic_fetch_add(&w->ctr.lat_sum_ns[proto][call], ns, __ATOMIC_RELAXED);
+}
+
+/* What the process holds, read from /proc and getrusage(); a figure that cannot be read is 0. */
+typedef struct proc_info {
+    uint64_t rss_bytes;
+    uint64_t open_fds;
+    uint64_t max_fds;
+    double cpu_s; /* user + system */
+} proc_info_t;
+
+static void proc_read(proc_info_t *pi)
+{
+    memset(pi, 0, sizeof(*pi));
+    FILE *f = fopen("/proc/self/statm", "r");
+    if (f != NULL) {
+        unsigned long long size, resident;
+        if (fscanf(f, "%llu %llu", &size, &resident) == 2)
+            pi->rss_bytes = resident * (uint64_t)sysconf(_SC_PAGESIZE);
+        fclose(f);
+    }
+    DIR *d = opendir("/proc/self/fd");
+    if (d != NULL) {
+        uint64_t n = 0;
+        for (struct dirent *e; (e = readdir(d)) != NULL;)
+            if (e->d_name[0] != '.')
+                n++;
+        closedir(d);
+        pi->open_fds = n > 0 ? n - 1 : 0; /* not the directory's own descriptor */
+    }
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY)
+        pi->max_fds = (uint64_t)rl.rlim_cur;
+    struct rusage ru;
+    if (getrusage(RUSAGE_SELF, &ru) == 0)
+        pi->cpu_s = (double)ru.ru_utime.tv_sec + (double)ru.ru_utime.tv_usec / 1e6 +
+                    (double)ru.ru_stime.tv_sec + (double)ru.ru_stime.tv_usec / 1e6;
 }
 
 static uint64_t ld(const uint64_t *p)
@@ -218,7 +258,22 @@ void srv_stats_json(kvt_srv_worker_t *w, kvt_jbuf_t *o)
     pub_get(srv, &p);
     srv_counters_t t;
     sum_counters(srv, &t);
+    proc_info_t pi;
+    proc_read(&pi);
     kvt_jbuf_printf(o, "{\"uptime_s\":%.3f,", (double)(srv_now_ns() - srv->started_ns) / 1e9);
+    kvt_jbuf_cstr(o, "\"build\":{\"version\":");
+    kvt_jbuf_str(o, kvt_version(), strlen(kvt_version()));
+    kvt_jbuf_cstr(o, ",\"revision\":");
+    kvt_jbuf_str(o, kvt_build_rev(), strlen(kvt_build_rev()));
+    kvt_jbuf_cstr(o, ",\"build_type\":");
+    kvt_jbuf_str(o, kvt_build_type(), strlen(kvt_build_type()));
+    kvt_jbuf_cstr(o, ",\"compiler\":");
+    kvt_jbuf_str(o, kvt_build_compiler(), strlen(kvt_build_compiler()));
+    kvt_jbuf_printf(o,
+                    "},\"process\":{\"rss_bytes\":%llu,\"open_fds\":%llu,\"max_fds\":%llu,"
+                    "\"cpu_s\":%.3f},",
+                    (unsigned long long)pi.rss_bytes, (unsigned long long)pi.open_fds,
+                    (unsigned long long)pi.max_fds, pi.cpu_s);
     kvt_jbuf_printf(o,
                     "\"index\":{\"blocks\":%llu,\"entries\":%llu,\"bytes\":%llu,"
                     "\"budget_bytes\":%llu,\"evicted\":%llu,\"dropped\":%llu,\"refused\":%llu,"
@@ -250,7 +305,8 @@ void srv_stats_json(kvt_srv_worker_t *w, kvt_jbuf_t *o)
         (unsigned long long)p.drops, (unsigned long long)p.evctx.removed_entries,
         (unsigned long long)p.evctx.removed_capacity, (unsigned long long)p.evctx.removed_bytes,
         (unsigned long long)p.evctx.removed_hits, (unsigned long long)p.evctx.removed_evicted);
-    kvt_jbuf_printf(o, "\"connections\":{\"open\":%d", atomic_load(&srv->nconns));
+    kvt_jbuf_printf(o, "\"connections\":{\"open\":%d,\"probes\":%d", atomic_load(&srv->nconns),
+                    atomic_load(&srv->nprobes));
     for (int pr = 0; pr < NPROTOS; pr++)
         kvt_jbuf_printf(o, ",\"%s_accepted\":%llu,\"%s_refused\":%llu", proto_name[pr],
                         (unsigned long long)t.conns_accepted[pr], proto_name[pr],
@@ -506,9 +562,35 @@ void srv_metrics_text(kvt_srv_worker_t *w, kvt_jbuf_t *o)
                         (unsigned long long)p.pod_entries[i]);
     }
     srv_reg_exit(w);
+    double uptime = (double)(srv_now_ns() - srv->started_ns) / 1e9;
     metric_head(o, "kvtier_uptime_seconds", "gauge", "Seconds since kvtierd started.");
-    kvt_jbuf_printf(o, "kvtier_uptime_seconds %.3f\n",
-                    (double)(srv_now_ns() - srv->started_ns) / 1e9);
+    kvt_jbuf_printf(o, "kvtier_uptime_seconds %.3f\n", uptime);
+    metric_head(o, "kvtier_build_info", "gauge",
+                "Always 1; the labels name the version and build of this kvtierd.");
+    kvt_jbuf_cstr(o, "kvtier_build_info{version=\"");
+    label_value(o, kvt_version());
+    kvt_jbuf_cstr(o, "\",revision=\"");
+    label_value(o, kvt_build_rev());
+    kvt_jbuf_cstr(o, "\",build_type=\"");
+    label_value(o, kvt_build_type());
+    kvt_jbuf_cstr(o, "\",compiler=\"");
+    label_value(o, kvt_build_compiler());
+    kvt_jbuf_cstr(o, "\"} 1\n");
+    /* the names every Prometheus client library exports for its process */
+    proc_info_t pi;
+    proc_read(&pi);
+    metric_head(o, "process_resident_memory_bytes", "gauge", "Resident memory size in bytes.");
+    kvt_jbuf_printf(o, "process_resident_memory_bytes %llu\n", (unsigned long long)pi.rss_bytes);
+    metric_head(o, "process_open_fds", "gauge", "Number of open file descriptors.");
+    kvt_jbuf_printf(o, "process_open_fds %llu\n", (unsigned long long)pi.open_fds);
+    metric_head(o, "process_max_fds", "gauge", "Maximum number of open file descriptors.");
+    kvt_jbuf_printf(o, "process_max_fds %llu\n", (unsigned long long)pi.max_fds);
+    metric_head(o, "process_cpu_seconds_total", "counter",
+                "Total user and system CPU time spent in seconds.");
+    kvt_jbuf_printf(o, "process_cpu_seconds_total %.3f\n", pi.cpu_s);
+    metric_head(o, "process_start_time_seconds", "gauge",
+                "Start time of the process since unix epoch in seconds.");
+    kvt_jbuf_printf(o, "process_start_time_seconds %.3f\n", srv->started_wall_s);
     streams_metrics(&p, o);
     free(p.pod_entries);
     free(p.streams);

@@ -1013,6 +1013,9 @@ kvt_status_t kvt_srv_create(const kvt_srv_config_t *cfg, kvt_srv_t **srv_p)
     pthread_mutex_init(&srv->blob_mu, NULL);
     kvt_score_weights_default(&srv->weights);
     srv->started_ns = srv_now_ns();
+    struct timespec wall;
+    clock_gettime(CLOCK_REALTIME, &wall);
+    srv->started_wall_s = (double)wall.tv_sec + (double)wall.tv_nsec / 1e9;
     kvt_status_t st = KVT_ERR_NO_MEM;
     if (!srv->cfg.http_listen || !srv->cfg.rpc_listen || !srv->cfg.rpc_unix || !srv->cfg.data_dir ||
         !srv->cfg.auth_token_file || !srv->cfg.publish || !srv->cfg.publish_replay ||

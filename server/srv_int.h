@@ -205,6 +205,7 @@ struct kvt_srv {
     char ipc_dir[KVT_IPCDIR_MAX_PATH + 1]; /* canonical; "" when ipc binds are off */
     atomic_uint next_worker;               /* round-robin target for the next accepted connection */
     uint64_t started_ns;
+    double started_wall_s; /* the same instant, seconds since the epoch */
 
     /* registry snapshots */
     kvt_ebr_t ebr;

@@ -15,6 +15,7 @@
 #include <time.h>
 
 #include "common/status.h"
+#include "common/version.h"
 #include "kvindex/hash.h"
 #include "kvindex/tokens.h"
 #include "kvtier/client.h"
@@ -959,6 +960,7 @@ static void kvt_cli_usage(FILE *out)
     for (size_t i = 0; i < KVT_CLI_NCMDS; i++)
         fprintf(out, "  %-10s %s\n", kvt_cli_cmds[i].name, kvt_cli_cmds[i].summary);
     fprintf(out, "  %-10s %s\n", "help", "this text, or 'help <subcommand>' for one");
+    fprintf(out, "\n'kvtier --version' prints the version and build.\n");
     fprintf(out, "\nexit codes: 0 ok, 1 runtime failure, 2 bad usage or input\n");
 }
 
@@ -976,6 +978,10 @@ int main(int argc, char **argv)
         return kvt_cli_fail("missing subcommand (try 'kvtier --help')");
 
     const char *name = argv[1];
+    if (strcmp(name, "--version") == 0) {
+        kvt_version_print(stdout, "kvtier");
+        return KVT_CLI_EXIT_OK;
+    }
     if (strcmp(name, "--help") == 0 || strcmp(name, "-h") == 0 || strcmp(name, "help") == 0) {
         if (argc > 2) {
             const kvt_cli_cmd_t *cmd = kvt_cli_find(argv[2]);

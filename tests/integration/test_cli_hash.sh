@@ -194,6 +194,16 @@ for args in "--help" "help" "-h" "hash --help" "help hash"; do
     fi
 done
 
+# ---- version: the project's, one line on stdout ----------------------------------------
+checks=$((checks + 1))
+want_version=$(sed -n 's/^project(kvtier VERSION \([0-9.]*\).*/\1/p' "$SRC/CMakeLists.txt")
+"$KVTIER" --version >"$TMP/out" 2>"$TMP/err"
+rc=$?
+if [ $rc -ne 0 ] || [ -s "$TMP/err" ] || [ "$(wc -l <"$TMP/out")" -ne 1 ] ||
+    ! grep -Eq "^kvtier $want_version \([^,]+, [^,]*, (gcc|clang) [0-9.]+\)\$" "$TMP/out"; then
+    fail "kvtier --version: rc=$rc, got '$(cat "$TMP/out")', want version $want_version"
+fi
+
 # ---- every malformed input: exit 2, one 'kvtier: ' line, nothing on stdout ---------------
 printf '1,2,,3' >"$TMP/bad.txt"
 printf '1,2\0003' >"$TMP/nul.txt"

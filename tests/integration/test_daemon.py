@@ -236,8 +236,12 @@ class TestApi(Base):
                        (("proto", "http"), ("call", "query"), ("le", "+Inf")))]
         self.assertEqual(inf, samples[("kvtier_request_duration_seconds_count",
                                        (("proto", "http"), ("call", "query")))])
+        # kvtier's own, and the process figures under the names Prometheus clients use
+        process = {"process_resident_memory_bytes", "process_open_fds", "process_max_fds",
+                   "process_cpu_seconds_total", "process_start_time_seconds"}
         for name, t in types.items():
-            self.assertTrue(name.startswith("kvtier_"), name)
+            self.assertTrue(name.startswith("kvtier_") or name in process, name)
+        self.assertTrue(process <= set(types), process - set(types))
 
     def test_expect_continue_and_keep_alive_pipelining(self):
         body = json.dumps({"model": "m", "token_ids": TOK}).encode()
@@ -887,6 +891,76 @@ class TestReadiness(Base):
         finally:
             self.assertEqual(d.stop(), 0)
             d.cleanup()
+
+
+def project_version():
+    """The version CMakeLists.txt gives the project."""
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    with open(os.path.join(root, "CMakeLists.txt")) as f:
+        return re.search(r"project\(kvtier VERSION (\d+\.\d+\.\d+)", f.read()).group(1)
+
+
+VERSION_LINE = re.compile(r"^kvtierd (\d+\.\d+\.\d+) \(([^,]+), ([^,]*), ((?:gcc|clang) [\d.]+)\)$")
+
+
+class TestBuildAndProcess(Base):
+    flags = ("--stats-period", "50ms")
+
+    def version(self):
+        p = subprocess.run([BIN, "--version", "--no-such-flag"], capture_output=True, text=True,
+                           timeout=20)
+        self.assertEqual((p.returncode, p.stderr), (0, ""))
+        m = VERSION_LINE.match(p.stdout.rstrip("\n"))
+        self.assertIsNotNone(m, p.stdout)
+        return m.groups()
+
+    def test_version_everywhere(self):
+        version, rev, build_type, compiler = self.version()
+        self.assertEqual(version, project_version())
+        s, st = self.d.http("GET", "/v1/stats")
+        self.assertEqual(s, 200)
+        self.assertEqual(st["build"], {"version": version, "revision": rev,
+                                       "build_type": build_type if build_type != "no build type"
+                                       else "", "compiler": compiler})
+        samples, types = fx.parse_prometheus(self.d.http("GET", "/metrics", raw=True)[1].decode())
+        info = [(k, v) for k, v in samples.items() if k[0] == "kvtier_build_info"]
+        self.assertEqual(info, [(("kvtier_build_info", (("version", version), ("revision", rev),
+                                                        ("build_type", st["build"]["build_type"]),
+                                                        ("compiler", compiler))), 1)])
+
+    def test_process_figures_follow_the_process(self):
+        def figures():
+            st = self.d.http("GET", "/v1/stats")[1]["process"]
+            samples, _ = fx.parse_prometheus(
+                self.d.http("GET", "/metrics", raw=True)[1].decode())
+            return st, samples
+        st, samples = figures()
+        rss = self.d.status_kib("VmRSS") * 1024
+        self.assertLess(abs(st["rss_bytes"] - rss), rss // 2 + (4 << 20), (st, rss))
+        self.assertGreater(samples[("process_resident_memory_bytes", ())], 1 << 20)
+        self.assertGreater(samples[("process_max_fds", ())], 0)
+        self.assertGreater(samples[("process_start_time_seconds", ())], time.time() - 600)
+        self.assertLessEqual(samples[("process_start_time_seconds", ())], time.time())
+        base = self.d.open_fds()
+        self.assertLessEqual(abs(st["open_fds"] - base), 2, (st, base))
+        # 8 more connections held open: both bodies count them once renewed (every 50 ms)
+        held = [self.d.connect(self.d.http_port) for _ in range(8)]
+        try:
+            for _ in range(200):
+                if self.d.open_fds() >= base + 8:
+                    break
+                time.sleep(0.01)
+            for _ in range(200):
+                st, samples = figures()
+                if st["open_fds"] >= base + 8 and samples[("process_open_fds", ())] >= base + 8:
+                    break
+                time.sleep(0.02)
+            self.assertGreaterEqual(st["open_fds"], base + 8)
+            self.assertGreaterEqual(samples[("process_open_fds", ())], base + 8)
+            self.assertGreaterEqual(self.d.http("GET", "/v1/stats")[1]["connections"]["open"], 8)
+        finally:
+            for h in held:
+                h.close()
 
 
 class TestProtocolAsDocumented(Base):

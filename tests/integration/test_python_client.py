@@ -160,6 +160,16 @@ class Base(unittest.TestCase):
             self.assertEqual(a["applied"], 1, a)
 
 
+class TestVersion(unittest.TestCase):
+    def test_versions_agree(self):
+        root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+        with open(os.path.join(root, "CMakeLists.txt")) as f:
+            want = f.read().split("project(kvtier VERSION ", 1)[1].split()[0]
+        self.assertEqual(kvtier.__version__, want)
+        self.assertEqual(kvtier.library_version(), want)
+        self.assertIn("__version__", kvtier.__all__)
+
+
 class TestClient(Base):
     def test_query_is_exactly_http(self):
         c = self.client()

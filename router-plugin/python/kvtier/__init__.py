@@ -30,7 +30,12 @@ import json
 import os
 import threading
 
-__all__ = ["Client", "Error", "hash_tokens", "library_path", "DEFAULT_ADDR"]
+__all__ = ["Client", "Error", "hash_tokens", "library_path", "library_version", "DEFAULT_ADDR",
+           "__version__"]
+
+# The project version this binding belongs to (CMakeLists.txt); library_version() is the
+# loaded libkvtier's, which should be the same.
+__version__ = "0.1.0"
 
 DEFAULT_ADDR = "127.0.0.1:7420"
 
@@ -201,6 +206,11 @@ def library_path():
     """The path of the libkvtier that was loaded (loads it if needed)."""
     _load()
     return _lib_path
+
+
+def library_version():
+    """The version of the libkvtier that was loaded ("0.1.0"; loads it if needed)."""
+    return _load().kvt_client_version().decode()
 
 
 def _u32_array(values, what):
