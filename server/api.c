@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "kvindex/hash.h"
+#include "server/registry.h"
 
 /* ---- scratch ---------------------------------------------------------------------- */
 

@@ -13,6 +13,48 @@
 #include "proto/proto.h"
 #include "server/srv_int.h"
 
+typedef struct srv_query {
+    const char *model;
+    size_t model_len;
+    const char *lora;
+    size_t lora_len;
+    bool by_keys;
+    size_t n;
+    const uint32_t *tokens; /* !by_keys: host order (le_tokens NULL) */
+    const void *le_tokens;  /* !by_keys: little-endian bytes, any alignment (RPC frames) */
+    const uint64_t *keys;   /* by_keys */
+    size_t npods;           /* pod-name filter; 0: every pod */
+    const char *const *pod_names;
+    const size_t *pod_name_lens;
+    const char *salt; /* !by_keys: the request's cache salt (not NUL-terminated); NULL: none */
+    size_t salt_len;  /* bytes; 0: no salt */
+} srv_query_t;
+
+typedef struct srv_answer_pod {
+    const char *pod; /* valid until srv_query_done() */
+    uint32_t pod_len;
+    const char *pod_json; /* the name as a JSON string (quoted, escaped); not NUL-terminated */
+    uint32_t pod_json_len;
+    uint32_t dp_rank;
+    uint32_t matched, gpu, cpu, disk;
+    double score;
+} srv_answer_pod_t;
+
+typedef struct srv_answer {
+    uint32_t block_size, num_blocks;
+    size_t npods;
+    const kvt_scored_t *scored; /* [npods], best first */
+} srv_answer_t;
+
+/* Runs a query on the worker; on KVT_OK call srv_query_pod() for each pod, then srv_query_done().
+ */
+kvt_status_t srv_query_run(kvt_srv_worker_t *w, const srv_query_t *q, srv_answer_t *a,
+                           const char **why_p);
+void srv_query_pod(kvt_srv_worker_t *w, const srv_answer_t *a, size_t i, srv_answer_pod_t *p);
+void srv_query_done(kvt_srv_worker_t *w);
+/* Grows worker scratch to hold @nkeys keys, @ntokens tokens (0: none needed) and @nfilter pods. */
+kvt_status_t srv_scratch(kvt_srv_worker_t *w, size_t nkeys, size_t ntokens, size_t nfilter);
+
 /* POST /v1/query: decodes @body, runs the query, writes the JSON answer to @out.
  * On error returns the status and a one-line reason in *@why_p (valid until the
  * worker's next call). */

@@ -25,11 +25,17 @@
 #include <event2/bufferevent.h>
 #include <event2/listener.h>
 
+#include "common/clock.h"
 #include "common/log.h"
 #include "proto/proto.h"
 #include "server/api.h"
+#include "server/auth.h"
+#include "server/conn.h"
 #include "server/http.h"
-#include "server/srv_int.h"
+#include "server/listen.h"
+#include "server/mailbox.h"
+#include "server/metrics.h"
+#include "server/writer.h"
 
 struct kvt_srv_conn {
     kvt_srv_worker_t *w;
@@ -409,7 +415,7 @@ static kvt_status_t conn_submit(kvt_srv_conn_t *c, srv_job_t *job, uint64_t req_
     job->req_id = req_id;
     job->t0_ns = t0;
     c->refs++;
-    kvt_status_t st = srv_submit(c->w->srv, job);
+    kvt_status_t st = srv_mbox_post(&c->w->srv->inbox, job);
     if (st != KVT_OK) {
         c->refs--;
         srv_job_free(job);
@@ -596,7 +602,7 @@ static void http_read(kvt_srv_conn_t *c)
         size_t len = evbuffer_get_length(in);
         if (len == 0)
             return;
-        uint64_t t0 = srv_now_ns();
+        uint64_t t0 = kvt_clock_ns();
         size_t look = len < srv->cfg.max_header ? len : srv->cfg.max_header;
         const char *p = (const char *)evbuffer_pullup(in, (ssize_t)look);
         kvt_http_req_t r;
@@ -801,7 +807,7 @@ static int rpc_dispatch(kvt_srv_conn_t *c, const kvt_proto_hdr_t *h, const uint8
             }
         }
         if (st == KVT_OK)
-            st = conn_submit(c, job, h->req_id, srv_now_ns(), msg, sizeof(msg));
+            st = conn_submit(c, job, h->req_id, kvt_clock_ns(), msg, sizeof(msg));
         if (st != KVT_OK) {
             uint16_t hs = kvt_proto_http_status(st);
             rpc_error(c, h->op, h->req_id, st, hs, msg);
@@ -847,7 +853,7 @@ static void rpc_read(kvt_srv_conn_t *c)
             rpc_error(c, raw.op, st == KVT_ERR_TOO_BIG ? raw.req_id : 0, st,
                       kvt_proto_http_status(st), why);
             c->close_after = true;
-            srv_count(w, PROTO_RPC, CALL_OTHER, kvt_proto_http_status(st), srv_now_ns());
+            srv_count(w, PROTO_RPC, CALL_OTHER, kvt_proto_http_status(st), kvt_clock_ns());
             break;
         }
         size_t total = KVT_PROTO_HDR_SIZE + (size_t)h.body_len;
@@ -855,7 +861,7 @@ static void rpc_read(kvt_srv_conn_t *c)
             request_started(c);
             return;
         }
-        uint64_t t0 = srv_now_ns();
+        uint64_t t0 = kvt_clock_ns();
         p = evbuffer_pullup(in, (ssize_t)total);
         int status = rpc_dispatch(c, &h, p + KVT_PROTO_HDR_SIZE);
         evbuffer_drain(in, total);
@@ -1105,7 +1111,7 @@ static void accept_cb(struct evconnlistener *l, evutil_socket_t fd, struct socka
      */
     kvt_srv_t *srv = a->w->srv;
     unsigned target = atomic_fetch_add(&srv->next_worker, 1) % (unsigned)srv->nworkers;
-    if ((int)target != a->w->id && srv_handoff(&srv->workers[target], proto, fd))
+    if ((int)target != a->w->id && srv_mbox_post_fd(&srv->workers[target].box, fd, proto))
         return;
     srv_conn_accept(a->w, proto, fd);
 }

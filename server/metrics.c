@@ -9,8 +9,10 @@
 #include <sys/resource.h>
 #include <unistd.h>
 
+#include "common/clock.h"
 #include "common/version.h"
-#include "server/srv_int.h"
+#include "server/metrics.h"
+#include "server/registry.h"
 
 /* Upper bounds of the latency buckets, seconds; the last bucket is +Inf. */
 static const double bucket_le[NBUCKETS - 1] = {0.00001, 0.000025, 0.00005, 0.0001, 0.00025, 0.0005,
@@ -27,7 +29,7 @@ void srv_count(kvt_srv_worker_t *w, enum srv_proto proto, enum srv_call call, in
                uint64_t t0_ns)
 {
     enum srv_class cl = http_status < 400 ? CLASS_2XX : http_status < 500 ? CLASS_4XX : CLASS_5XX;
-    uint64_t ns = srv_now_ns() - t0_ns;
+    uint64_t ns = kvt_clock_ns() - t0_ns;
     double s = (double)ns / 1e9;
     int b = 0;
     while (b < NBUCKETS - 1 && s > bucket_le[b])
@@ -260,7 +262,7 @@ void srv_stats_json(kvt_srv_worker_t *w, kvt_jbuf_t *o)
     sum_counters(srv, &t);
     proc_info_t pi;
     proc_read(&pi);
-    kvt_jbuf_printf(o, "{\"uptime_s\":%.3f,", (double)(srv_now_ns() - srv->started_ns) / 1e9);
+    kvt_jbuf_printf(o, "{\"uptime_s\":%.3f,", (double)(kvt_clock_ns() - srv->started_ns) / 1e9);
     kvt_jbuf_cstr(o, "\"build\":{\"version\":");
     kvt_jbuf_str(o, kvt_version(), strlen(kvt_version()));
     kvt_jbuf_cstr(o, ",\"revision\":");
@@ -562,7 +564,7 @@ void srv_metrics_text(kvt_srv_worker_t *w, kvt_jbuf_t *o)
                         (unsigned long long)p.pod_entries[i]);
     }
     srv_reg_exit(w);
-    double uptime = (double)(srv_now_ns() - srv->started_ns) / 1e9;
+    double uptime = (double)(kvt_clock_ns() - srv->started_ns) / 1e9;
     metric_head(o, "kvtier_uptime_seconds", "gauge", "Seconds since kvtierd started.");
     kvt_jbuf_printf(o, "kvtier_uptime_seconds %.3f\n", uptime);
     metric_head(o, "kvtier_build_info", "gauge",
@@ -608,7 +610,7 @@ srv_blob_t *srv_blob_get(kvt_srv_worker_t *w, enum srv_blob_kind kind)
 {
     kvt_srv_t *srv = w->srv;
     /* read before encoding: a body made while the writer publishes is older than its label */
-    uint64_t gen = __atomic_load_n(&srv->st_gen, __ATOMIC_ACQUIRE), now = srv_now_ns();
+    uint64_t gen = __atomic_load_n(&srv->st_gen, __ATOMIC_ACQUIRE), now = kvt_clock_ns();
     /* also renewed each period by the clock: a stalled writer publishes nothing, but the
      * workers' own counters, connections and uptime still move */
     uint64_t period = srv->cfg.stats_period_ms * 1000000ull;

@@ -36,6 +36,7 @@
 #include "kvindex/score.h"
 #include "kvindex/zsub.h"
 #include "proto/proto.h"
+#include "server/mailbox.h"
 #include "server/srv.h"
 
 typedef struct kvt_srv_worker kvt_srv_worker_t;
@@ -141,17 +142,12 @@ typedef struct srv_job {
     char errmsg[320];  /* plain-text reason when http_status is not 200 (RPC error body) */
 } srv_job_t;
 
-/* Whether ZMQ endpoint @ep stays on this host (ipc, inproc, tcp on loopback); "" does. */
-bool srv_zmq_local(const char *ep);
-
 /* ---- threads ---------------------------------------------------------------- */
 
 typedef struct listen_arg {
     kvt_srv_worker_t *w;
     enum srv_proto proto; /* NPROTOS: the Unix socket (RPC) */
 } listen_arg_t;
-
-#define SRV_HANDOFF 64u
 
 struct kvt_srv_worker {
     kvt_srv_t *srv;
@@ -161,18 +157,12 @@ struct kvt_srv_worker {
     struct evconnlistener *l_http, *l_rpc, *l_unix;
     listen_arg_t listen_args[3];
     kvt_srv_conn_t *conns; /* open connections, for shutdown */
-    struct event *wake;    /* activated by the writer (done-queue) and by stop */
+    struct event *wake;    /* activated by posts to box and by stop */
     kvt_idx_reader_t *reader;
-    kvt_srv_reg_t *cur_reg;  /* registry held by the query being answered */
-    int ebr_slot;            /* in srv->ebr, for registry snapshots */
-    pthread_mutex_t done_mu; /* guards the done queue and the hand-off ring */
-    srv_job_t *done_head, *done_tail;
-    /* accepted sockets another worker passed here (connections go round-robin) */
-    struct {
-        int fd;
-        enum srv_proto proto;
-    } handoff[SRV_HANDOFF];
-    uint32_t handoff_n;
+    kvt_srv_reg_t *cur_reg; /* registry held by the query being answered */
+    int ebr_slot;           /* in srv->ebr, for registry snapshots */
+    /* jobs the writer finished, and sockets other workers accepted for this one */
+    srv_mbox_t box;
     /* query scratch, grown as needed */
     uint64_t *keys;
     size_t keys_cap;
@@ -216,11 +206,9 @@ struct kvt_srv {
     pthread_t writer;
     kvt_zsub_t *zsub;     /* engines' event streams, polled by the writer */
     kvt_ev_ctx_t *ev_ctx; /* what applying events remembers across batches (writer) */
-    int q_efd;            /* eventfd: srv_submit() wakes the writer's poll */
-    pthread_mutex_t q_mu;
-    srv_job_t *q_head, *q_tail;
-    size_t q_len;
-    bool q_stop;
+    int q_efd;            /* eventfd: a post to inbox wakes the writer's poll */
+    srv_mbox_t inbox;     /* write jobs from the workers (--writer-queue); closed at stop */
+    bool inbox_ready;     /* inbox initialised (srv_writer_init()) */
 
     /* published counters (stats_mu); written by the writer every stats period */
     pthread_mutex_t stats_mu;
@@ -254,90 +242,7 @@ struct kvt_srv {
 #define SRV_PROBE_SLOTS 16
 #define SRV_PROBE_TIMEOUT_MS 1000u
 
-/* srv.c */
-kvt_srv_reg_t *srv_reg_enter(kvt_srv_worker_t *w);
-void srv_reg_exit(kvt_srv_worker_t *w);
-const reg_ns_t *srv_reg_ns(const kvt_srv_reg_t *r, const char *model, size_t mlen, const char *lora,
-                           size_t llen);
-/* Writes to @out (up to @cap) the id of every live pod named @name (all DP ranks); returns how
- * many. */
-size_t srv_reg_pods_named(const kvt_srv_reg_t *r, const char *name, size_t len, uint32_t *out,
-                          size_t cap);
-kvt_status_t srv_submit(kvt_srv_t *srv, srv_job_t *job);
-uint64_t srv_now_ns(void);
-bool srv_auth_ok(const kvt_srv_t *srv, const char *token, size_t len);
-/* GET /readyz: true when listening, not stopping, and the writer came round its loop within
- * --writer-stall; else false with a one-line reason in @why. */
-bool srv_ready(kvt_srv_t *srv, char *why, size_t whylen);
-
-/* api.c: operations shared by the HTTP and RPC front ends */
-typedef struct srv_query {
-    const char *model;
-    size_t model_len;
-    const char *lora;
-    size_t lora_len;
-    bool by_keys;
-    size_t n;
-    const uint32_t *tokens; /* !by_keys: host order (le_tokens NULL) */
-    const void *le_tokens;  /* !by_keys: little-endian bytes, any alignment (RPC frames) */
-    const uint64_t *keys;   /* by_keys */
-    size_t npods;           /* pod-name filter; 0: every pod */
-    const char *const *pod_names;
-    const size_t *pod_name_lens;
-    const char *salt; /* !by_keys: the request's cache salt (not NUL-terminated); NULL: none */
-    size_t salt_len;  /* bytes; 0: no salt */
-} srv_query_t;
-
-typedef struct srv_answer_pod {
-    const char *pod; /* valid until srv_query_done() */
-    uint32_t pod_len;
-    const char *pod_json; /* the name as a JSON string (quoted, escaped); not NUL-terminated */
-    uint32_t pod_json_len;
-    uint32_t dp_rank;
-    uint32_t matched, gpu, cpu, disk;
-    double score;
-} srv_answer_pod_t;
-
-typedef struct srv_answer {
-    uint32_t block_size, num_blocks;
-    size_t npods;
-    const kvt_scored_t *scored; /* [npods], best first */
-} srv_answer_t;
-
-/* Runs a query on the worker; on KVT_OK call srv_query_pod() for each pod, then srv_query_done().
- */
-kvt_status_t srv_query_run(kvt_srv_worker_t *w, const srv_query_t *q, srv_answer_t *a,
-                           const char **why_p);
-void srv_query_pod(kvt_srv_worker_t *w, const srv_answer_t *a, size_t i, srv_answer_pod_t *p);
-void srv_query_done(kvt_srv_worker_t *w);
-/* Grows worker scratch to hold @nkeys keys, @ntokens tokens (0: none needed) and @nfilter pods. */
-kvt_status_t srv_scratch(kvt_srv_worker_t *w, size_t nkeys, size_t ntokens, size_t nfilter);
-
-/* metrics.c: GET /v1/stats and GET /metrics bodies, and per-request accounting */
-void srv_stats_json(kvt_srv_worker_t *w, kvt_jbuf_t *out);
-void srv_metrics_text(kvt_srv_worker_t *w, kvt_jbuf_t *out);
-/* The shared body of @kind for the counters published last (encoded here, on the worker's
- * scratch, when the cached one is older): a reference for the caller, dropped with
- * srv_blob_unref(); NULL when out of memory. */
-srv_blob_t *srv_blob_get(kvt_srv_worker_t *w, enum srv_blob_kind kind);
-/* Drops a reference; the last one frees @b. NULL is a no-op. Any thread. */
-void srv_blob_unref(srv_blob_t *b);
-void srv_count(kvt_srv_worker_t *w, enum srv_proto proto, enum srv_call call, int http_status,
-               uint64_t t0_ns);
-
-/* writer side (srv.c) */
+/* Frees @job (its batch, answer and engine). NULL is a no-op. Any thread. (mailbox.c) */
 void srv_job_free(srv_job_t *job);
-
-/* The listening socket of @which (enum srv_proto, or NPROTOS for the Unix one) for worker @w. */
-int srv_listener_fd(kvt_srv_worker_t *w, int which);
-
-/* conn.c */
-kvt_status_t srv_conn_listen(kvt_srv_worker_t *w);
-/* Takes over accepted socket @fd on worker @w (limits, bufferevent). */
-void srv_conn_accept(kvt_srv_worker_t *w, enum srv_proto proto, int fd);
-/* Passes @fd to worker @w's loop; false when its hand-off ring is full. */
-bool srv_handoff(kvt_srv_worker_t *w, enum srv_proto proto, int fd);
-void srv_conn_job_done(srv_job_t *job);
-void srv_conn_close_all(kvt_srv_worker_t *w);
 
 #endif
