@@ -35,6 +35,7 @@
 #include "server/listen.h"
 #include "server/mailbox.h"
 #include "server/metrics.h"
+#include "server/routes.h"
 #include "server/writer.h"
 
 struct kvt_srv_conn {
@@ -56,7 +57,6 @@ struct kvt_srv_conn {
     size_t read_high;    /* input bytes buffered at most (the read high watermark) */
     uint32_t inflight;   /* RPC jobs at the writer */
     bool keep_alive;     /* HTTP: of the request waiting for the writer */
-    enum srv_call call;  /* ... and its call, for metrics */
     kvt_srv_conn_t *prev, *next;
 };
 
@@ -407,23 +407,6 @@ static void http_error(kvt_srv_conn_t *c, int status, const char *msg, bool keep
     http_json(c, status, b, keep_alive);
 }
 
-/* Hands @job to the writer; the connection stays alive until the answer comes back. */
-static kvt_status_t conn_submit(kvt_srv_conn_t *c, srv_job_t *job, uint64_t req_id, uint64_t t0,
-                                char *msg, size_t msglen)
-{
-    job->conn = c;
-    job->req_id = req_id;
-    job->t0_ns = t0;
-    c->refs++;
-    kvt_status_t st = srv_mbox_post(&c->w->srv->inbox, job);
-    if (st != KVT_OK) {
-        c->refs--;
-        srv_job_free(job);
-        snprintf(msg, msglen, "writer queue full or stopping: retry");
-    }
-    return st;
-}
-
 static bool http_authorized(kvt_srv_conn_t *c, const kvt_http_req_t *r)
 {
     kvt_srv_t *srv = c->w->srv;
@@ -434,161 +417,95 @@ static bool http_authorized(kvt_srv_conn_t *c, const kvt_http_req_t *r)
     return srv_auth_ok(srv, r->auth + 7, r->auth_len - 7);
 }
 
-static bool path_is(const kvt_http_req_t *r, const char *p)
+/* Posts @job (from a route that writes) to the writer; the connection lives until the answer. */
+static kvt_status_t conn_post_job(kvt_srv_conn_t *c, const srv_route_t *rt, srv_job_t *job,
+                                  uint64_t req_id, uint64_t t0)
 {
-    return r->path_len == strlen(p) && memcmp(r->path, p, r->path_len) == 0;
+    job->conn = c;
+    job->req_id = req_id;
+    job->t0_ns = t0;
+    job->call = rt->call;
+    job->op = rt->op;
+    c->refs++;
+    kvt_status_t st = srv_mbox_post(&c->w->srv->inbox, job);
+    if (st != KVT_OK) {
+        c->refs--;
+        srv_job_free(job);
+    }
+    return st;
 }
 
-static bool path_under(const kvt_http_req_t *r, const char *prefix)
-{
-    size_t n = strlen(prefix);
-    return r->path_len > n && memcmp(r->path, prefix, n) == 0;
-}
-
-/* Routes one complete request. Returns the call (for metrics) and its status via *status_p,
- * or -1 in *status_p when the answer comes later from the writer. */
+/*
+ * Routes one complete request through the route table and sends what its
+ * handler left. Returns the call (for metrics) and its status via *status_p,
+ * or -1 in *status_p when the answer comes later from the writer.
+ */
 static enum srv_call http_dispatch(kvt_srv_conn_t *c, const kvt_http_req_t *r, const char *body,
                                    uint64_t t0, int *status_p)
 {
     kvt_srv_worker_t *w = c->w;
-    bool ka = r->keep_alive;
-    int status = 200;
-    enum srv_call call = CALL_OTHER;
-    const char *why = NULL;
-
-#define METHOD_ONLY(m)                                                                             \
-    if (r->method != (m)) {                                                                        \
-        status = 405;                                                                              \
-        http_error(c, status, "method not allowed", ka);                                           \
-        goto out;                                                                                  \
-    }
-    if (c->probe) { /* the probe reserve serves one probe per connection */
-        ka = false;
-        if (!(r->method == KVT_HTTP_GET && (path_is(r, "/healthz") || path_is(r, "/readyz")))) {
-            status = 503;
-            http_error(c, status, "too many connections", false);
-            goto out;
-        }
-    }
-    if (path_is(r, "/healthz")) {
-        call = CALL_HEALTHZ;
-        METHOD_ONLY(KVT_HTTP_GET);
-        static const char ok[] = "{\"status\":\"ok\"}";
-        http_respond(c, 200, "application/json", ok, sizeof(ok) - 1, ka);
-    } else if (path_is(r, "/readyz")) {
-        call = CALL_READYZ;
-        METHOD_ONLY(KVT_HTTP_GET);
-        char reason[128];
-        if (srv_ready(w->srv, reason, sizeof(reason))) {
-            static const char ready[] = "{\"status\":\"ready\"}";
-            http_respond(c, 200, "application/json", ready, sizeof(ready) - 1, ka);
-        } else {
-            status = 503;
-            kvt_jbuf_t *b = &w->out;
-            kvt_jbuf_reset(b);
-            kvt_jbuf_cstr(b, "{\"status\":\"not ready\",\"reason\":");
-            kvt_jbuf_str(b, reason, strlen(reason));
-            kvt_jbuf_cstr(b, "}");
-            http_json(c, status, b, ka);
-        }
-    } else if (path_is(r, "/metrics") || path_is(r, "/v1/stats")) {
-        bool metrics = path_is(r, "/metrics");
-        call = metrics ? CALL_METRICS : CALL_STATS;
-        METHOD_ONLY(KVT_HTTP_GET);
-        /* encoded once per stats period and shared: a reference per answer, not a copy */
-        srv_blob_t *b = srv_blob_get(w, metrics ? BLOB_METRICS : BLOB_STATS);
-        if (b == NULL) {
-            status = 503;
-            http_error(c, status, "out of memory", ka);
-            goto out;
-        }
-        http_respond_blob(
-            c, metrics ? "text/plain; version=0.0.4; charset=utf-8" : "application/json", b, ka);
-    } else if (path_is(r, "/v1/query")) {
-        call = CALL_QUERY;
-        METHOD_ONLY(KVT_HTTP_POST);
-        kvt_jbuf_reset(&w->out);
-        kvt_status_t st = srv_api_query_json(w, body, r->body_len, &w->out, &why);
-        status = st == KVT_OK ? 200 : kvt_proto_http_status(st);
-        if (st == KVT_OK)
-            http_json(c, 200, &w->out, ka);
-        else
-            http_error(c, status, why ? why : kvt_status_str(st), ka);
-    } else if (path_is(r, "/v1/events") || path_is(r, "/v1/engines") ||
-               path_is(r, "/v1/engines/") || path_under(r, "/v1/engines/") ||
-               path_is(r, "/v1/models/") || path_under(r, "/v1/models/")) {
-        bool events = path_is(r, "/v1/events"), add = path_is(r, "/v1/engines");
-        bool model = r->path_len >= 11 && memcmp(r->path, "/v1/models/", 11) == 0;
-        call = events ? CALL_EVENTS : model ? CALL_MODELS : CALL_ENGINES;
-        METHOD_ONLY(events || add ? KVT_HTTP_POST : KVT_HTTP_DELETE);
-        if (!http_authorized(c, r)) {
-            status = 401;
-            http_error(c, status, "missing or wrong bearer token", ka);
-            goto out;
-        }
-        srv_job_t *job = NULL;
-        kvt_status_t st;
-        char msg[256];
-        if (events) {
-            st = srv_api_events_job(w, body, r->body_len, &job, msg, sizeof(msg));
-        } else if (add) {
-            st = srv_api_engine_add_job(w, body, r->body_len, &job, msg, sizeof(msg));
-        } else {
+    bool ka = r->keep_alive && !c->probe; /* the probe reserve serves one probe per connection */
+    const srv_route_t *rt = srv_route_http(r->path, r->path_len);
+    enum srv_call call = rt ? rt->call : CALL_OTHER;
+    srv_req_t rq = {.w = w, .proto = PROTO_HTTP, .body = (const uint8_t *)body, .len = r->body_len};
+    srv_result_t res;
+    char name[KVT_IDX_MAX_NAME + 1];
+    if (c->probe && !(rt != NULL && rt->probe && r->method == KVT_HTTP_GET)) {
+        res = (srv_result_t){.out = OUT_ERROR, .status = 503, .msg = "too many connections"};
+    } else if (rt == NULL || rt->http == NULL) {
+        res = (srv_result_t){.out = OUT_ERROR, .status = 404, .msg = "no such path"};
+    } else if (rt->method != SRV_ANY_METHOD && r->method != rt->method) {
+        res = (srv_result_t){.out = OUT_ERROR, .status = 405, .msg = "method not allowed"};
+    } else if (rt->auth && !http_authorized(c, r)) {
+        res =
+            (srv_result_t){.out = OUT_ERROR, .status = 401, .msg = "missing or wrong bearer token"};
+    } else {
+        long n = 0;
+        if (rt->name_what != NULL) {
             /*
-             * The segment after /v1/engines/ (/v1/models/) is the pod (model)
-             * name, percent-decoded: a name holding '/', '%', '?', '#', spaces
-             * or non-ASCII bytes is sent escaped (%2F for '/': model names such
-             * as meta-llama/Llama-3.1-8B have one), so any name that can be
-             * created can be deleted. A raw '/' would start another segment: no
-             * such path.
+             * The segment after the route's path is a name, percent-decoded: a
+             * name holding '/', '%', '?', '#', spaces or non-ASCII bytes is sent
+             * escaped (%2F for '/': model names such as meta-llama/Llama-3.1-8B
+             * have one), so any name that can be created can be deleted. A raw
+             * '/' would start another segment: no such path.
              */
-            char name[KVT_IDX_MAX_NAME + 1];
-            const char *what = model ? "model" : "pod";
-            size_t at = model ? strlen("/v1/models/") : strlen("/v1/engines/");
+            size_t at = strlen(rt->path);
             const char *enc = r->path + at;
             size_t elen = r->path_len - at;
-            long n = memchr(enc, '/', elen) != NULL
-                         ? -2
-                         : kvt_http_pct_decode(enc, elen, name, sizeof(name));
-            if (n == -2) {
-                status = 404;
-                snprintf(msg, sizeof(msg), "no such path (escape a '/' in a %s name as %%2F)",
-                         what);
-                http_error(c, status, msg, ka);
-                goto out;
-            }
-            if (n < 0) {
-                st = KVT_ERR_INVAL;
-                snprintf(msg, sizeof(msg),
-                         "bad %s name in path: a bad %%-escape, %%00, or over %u bytes", what,
-                         KVT_IDX_MAX_NAME);
-            } else {
-                st = srv_api_drop_job(w, model ? JOB_MODEL_DROP : JOB_DROP, name, &job, msg,
-                                      sizeof(msg));
-            }
+            n = memchr(enc, '/', elen) != NULL ? -2
+                                               : kvt_http_pct_decode(enc, elen, name, sizeof(name));
+            rq.name = name;
         }
-        if (st == KVT_OK)
-            st = conn_submit(c, job, 0, t0, msg, sizeof(msg));
-        if (st != KVT_OK) {
-            status = kvt_proto_http_status(st);
-            http_error(c, status, msg, ka);
-            goto out;
+        if (n == -2) {
+            snprintf(rq.msg, sizeof(rq.msg), "no such path (escape a '/' in a %s name as %%2F)",
+                     rt->name_what);
+            res = (srv_result_t){.out = OUT_ERROR, .status = 404, .msg = rq.msg};
+        } else if (n < 0) {
+            snprintf(rq.msg, sizeof(rq.msg),
+                     "bad %s name in path: a bad %%-escape, %%00, or over %u bytes", rt->name_what,
+                     KVT_IDX_MAX_NAME);
+            res = (srv_result_t){.out = OUT_ERROR, .status = 400, .msg = rq.msg};
+        } else {
+            rt->http(&rq, &res);
         }
-        c->busy = true;
-        c->keep_alive = ka;
-        c->call = call;
-        status = -1;
-    } else if (path_under(r, "/v1/blocks/") || path_is(r, "/v1/prefetch") ||
-               path_is(r, "/v1/transfer")) {
-        status = 501;
-        http_error(c, status, "not implemented yet in this kvtierd", ka);
-    } else {
-        status = 404;
-        http_error(c, status, "no such path", ka);
     }
-#undef METHOD_ONLY
-out:
-    *status_p = status;
+    if (res.out == OUT_JOB) {
+        if (conn_post_job(c, rt, res.job, 0, t0) == KVT_OK) {
+            c->busy = true;
+            c->keep_alive = ka;
+            *status_p = -1;
+            return call;
+        }
+        res = (srv_result_t){
+            .out = OUT_ERROR, .status = 503, .msg = "writer queue full or stopping: retry"};
+    }
+    switch (res.out) {
+    case OUT_JSON: http_json(c, res.status, &w->out, ka); break;
+    case OUT_TEXT: http_respond(c, res.status, res.ctype, res.text, res.len, ka); break;
+    case OUT_BLOB: http_respond_blob(c, res.ctype, res.blob, ka); break;
+    default: http_error(c, res.status, res.msg ? res.msg : "internal error", ka); break;
+    }
+    *status_p = res.status;
     return call;
 }
 
@@ -705,124 +622,59 @@ static void rpc_answer_blob(kvt_srv_conn_t *c, uint8_t op, uint64_t req_id, srv_
     conn_add_blob(c, b);
 }
 
-static enum srv_call rpc_call_of(uint8_t op)
-{
-    switch (op) {
-    case KVT_PROTO_OP_HELLO: return CALL_HELLO;
-    case KVT_PROTO_OP_PING: return CALL_PING;
-    case KVT_PROTO_OP_QUERY: return CALL_QUERY;
-    case KVT_PROTO_OP_EVENTS: return CALL_EVENTS;
-    case KVT_PROTO_OP_ENGINE_DROP:
-    case KVT_PROTO_OP_ENGINE_ADD: return CALL_ENGINES;
-    case KVT_PROTO_OP_MODEL_DROP: return CALL_MODELS;
-    case KVT_PROTO_OP_STATS: return CALL_STATS;
-    default: return CALL_OTHER;
-    }
-}
-
-/* Handles one whole frame; returns the http-like status, or -1 when the writer answers. */
-static int rpc_dispatch(kvt_srv_conn_t *c, const kvt_proto_hdr_t *h, const uint8_t *body)
+/* Handles one whole frame through the route table; returns the http-like status, or -1 when
+ * the writer answers. */
+static int rpc_dispatch(kvt_srv_conn_t *c, const kvt_proto_hdr_t *h, const uint8_t *body,
+                        uint64_t t0, enum srv_call *call_p)
 {
     kvt_srv_worker_t *w = c->w;
     kvt_srv_t *srv = w->srv;
-    const char *why = NULL;
-    kvt_proto_wr_t *wr = rpc_batch(c); /* answers append; a failed encode drops only its frame */
-    if (h->flags & KVT_PROTO_F_RESPONSE) {
-        rpc_error(c, h->op, h->req_id, KVT_ERR_PROTO, 400, "a request must not carry RESPONSE");
-        return 400;
+    const srv_route_t *rt = srv_route_rpc(h->op);
+    *call_p = rt ? rt->call : CALL_OTHER;
+    srv_req_t rq = {.w = w,
+                    .proto = PROTO_RPC,
+                    .body = body,
+                    .len = h->body_len,
+                    .req_id = h->req_id,
+                    .op = h->op,
+                    .authed = &c->authed,
+                    .wr = rpc_batch(c)}; /* answers append; a failed encode drops only its frame */
+    srv_result_t res;
+    if (h->flags & KVT_PROTO_F_RESPONSE)
+        res = (srv_result_t){.out = OUT_ERROR,
+                             .status = 400,
+                             .st = KVT_ERR_PROTO,
+                             .msg = "a request must not carry RESPONSE"};
+    else if (rt == NULL || rt->rpc == NULL)
+        res = (srv_result_t){
+            .out = OUT_ERROR, .status = 501, .st = KVT_ERR_UNSUPPORTED, .msg = "unknown opcode"};
+    else if (rt->auth && srv->auth_token != NULL && !c->authed)
+        res = (srv_result_t){.out = OUT_ERROR,
+                             .status = 401,
+                             .st = KVT_ERR_INVAL,
+                             .msg = "say HELLO with the auth token first"};
+    else
+        rt->rpc(&rq, &res);
+    if (res.out == OUT_JOB) {
+        if (conn_post_job(c, rt, res.job, h->req_id, t0) == KVT_OK) {
+            c->inflight++;
+            return -1;
+        }
+        res = (srv_result_t){.out = OUT_ERROR,
+                             .status = 503,
+                             .st = KVT_ERR_LIMIT,
+                             .msg = "writer queue full or stopping: retry"};
     }
-    if (kvt_proto_op_mutating(h->op) && srv->auth_token != NULL && !c->authed) {
-        rpc_error(c, h->op, h->req_id, KVT_ERR_INVAL, 401, "say HELLO with the auth token first");
-        return 401;
-    }
-    switch (h->op) {
-    case KVT_PROTO_OP_HELLO: {
-        kvt_proto_hello_req_t hr;
-        kvt_status_t st = kvt_proto_hello_req_decode(body, h->body_len, &hr, &why);
-        if (st != KVT_OK) {
-            rpc_error(c, h->op, h->req_id, st, 400, why);
-            return 400;
-        }
-        if (!srv_auth_ok(srv, hr.token.p, hr.token.len)) {
-            rpc_error(c, h->op, h->req_id, KVT_ERR_INVAL, 401, "wrong auth token");
-            return 401;
-        }
-        c->authed = true;
-        kvt_proto_hello_ans_t ans = {KVT_PROTO_VERSION, (uint32_t)srv->cfg.rpc_max_frame};
-        kvt_proto_hello_ans_encode(wr, h->req_id, &ans);
-        break;
-    }
-    case KVT_PROTO_OP_PING:
-    case KVT_PROTO_OP_STATS: {
-        if (h->body_len != 0) { /* protocol.md: their request bodies are empty */
-            rpc_error(c, h->op, h->req_id, KVT_ERR_INVAL, 400,
-                      h->op == KVT_PROTO_OP_PING ? "PING takes no body" : "STATS takes no body");
-            return 400;
-        }
-        if (h->op == KVT_PROTO_OP_PING) {
-            kvt_proto_raw_encode(wr, h->op, KVT_PROTO_F_RESPONSE, h->req_id, NULL, 0);
-            break;
-        }
-        srv_blob_t *b = srv_blob_get(w, BLOB_STATS); /* shared, as GET /v1/stats */
-        if (b == NULL) {
-            rpc_error(c, h->op, h->req_id, KVT_ERR_NO_MEM, 503, "out of memory");
-            return 503;
-        }
-        rpc_answer_blob(c, h->op, h->req_id, b);
-        break;
-    }
-    case KVT_PROTO_OP_QUERY: {
-        kvt_status_t st = srv_api_query_rpc(w, h->req_id, body, h->body_len, wr, &why);
-        if (st != KVT_OK) {
-            uint16_t hs = kvt_proto_http_status(st);
-            rpc_error(c, h->op, h->req_id, st, hs, why ? why : kvt_status_str(st));
-            return hs;
-        }
-        break;
-    }
-    case KVT_PROTO_OP_EVENTS:
-    case KVT_PROTO_OP_ENGINE_ADD:
-    case KVT_PROTO_OP_ENGINE_DROP:
-    case KVT_PROTO_OP_MODEL_DROP: {
-        srv_job_t *job = NULL;
-        char msg[256];
-        kvt_status_t st;
-        if (h->op == KVT_PROTO_OP_EVENTS) {
-            st = srv_api_events_job(w, (const char *)body, h->body_len, &job, msg, sizeof(msg));
-        } else if (h->op == KVT_PROTO_OP_ENGINE_ADD) {
-            st = srv_api_engine_add_job(w, (const char *)body, h->body_len, &job, msg, sizeof(msg));
-        } else {
-            bool model = h->op == KVT_PROTO_OP_MODEL_DROP;
-            kvt_proto_str_t s;
-            char name[KVT_IDX_MAX_NAME + 1];
-            st = model ? kvt_proto_model_drop_req_decode(body, h->body_len, &s, &why)
-                       : kvt_proto_drop_req_decode(body, h->body_len, &s, &why);
-            if (st == KVT_OK) {
-                memcpy(name, s.p, s.len);
-                name[s.len] = '\0';
-                st = srv_api_drop_job(w, model ? JOB_MODEL_DROP : JOB_DROP, name, &job, msg,
-                                      sizeof(msg));
-            } else {
-                snprintf(msg, sizeof(msg), "%s", why);
-            }
-        }
-        if (st == KVT_OK)
-            st = conn_submit(c, job, h->req_id, kvt_clock_ns(), msg, sizeof(msg));
-        if (st != KVT_OK) {
-            uint16_t hs = kvt_proto_http_status(st);
-            rpc_error(c, h->op, h->req_id, st, hs, msg);
-            return hs;
-        }
-        c->inflight++;
-        return -1;
-    }
-    default: rpc_error(c, h->op, h->req_id, KVT_ERR_UNSUPPORTED, 501, "unknown opcode"); return 501;
-    }
-    if (wr->oom) {
+    if (res.out == OUT_BLOB)
+        rpc_answer_blob(c, h->op, h->req_id, res.blob);
+    else if (res.out == OUT_ERROR)
+        rpc_error(c, h->op, h->req_id, res.st, (uint16_t)res.status,
+                  res.msg ? res.msg : kvt_status_str(res.st));
+    else if (rq.wr->oom) {
         rpc_error(c, h->op, h->req_id, KVT_ERR_NO_MEM, 503, "out of memory");
         return 503;
     }
-    return 200;
+    return res.status;
 }
 
 static void rpc_read(kvt_srv_conn_t *c)
@@ -863,11 +715,12 @@ static void rpc_read(kvt_srv_conn_t *c)
         }
         uint64_t t0 = kvt_clock_ns();
         p = evbuffer_pullup(in, (ssize_t)total);
-        int status = rpc_dispatch(c, &h, p + KVT_PROTO_HDR_SIZE);
+        enum srv_call call;
+        int status = rpc_dispatch(c, &h, p + KVT_PROTO_HDR_SIZE, t0, &call);
         evbuffer_drain(in, total);
         request_finished(c);
-        if (status >= 0)
-            srv_count(w, PROTO_RPC, rpc_call_of(h.op), status, t0);
+        if (status >= 0) /* else the writer answers: srv_conn_job_done() counts it */
+            srv_count(w, PROTO_RPC, call, status, t0);
         /* a long burst: send what is ready rather than hold it until the burst ends */
         if (c->bev != NULL && w->rpc_owner == c && w->rpc_out.len >= 16384)
             conn_flush(c);
@@ -885,23 +738,18 @@ void srv_conn_job_done(srv_job_t *job)
         if (c->proto == PROTO_HTTP) {
             http_json(c, job->http_status, &job->answer, c->keep_alive);
             c->busy = false;
-            srv_count(w, PROTO_HTTP, c->call, job->http_status, job->t0_ns);
         } else {
             kvt_proto_wr_t *wr = rpc_batch(c);
-            uint8_t op = job->kind == JOB_EVENTS       ? KVT_PROTO_OP_EVENTS
-                         : job->kind == JOB_ENGINE_ADD ? KVT_PROTO_OP_ENGINE_ADD
-                         : job->kind == JOB_MODEL_DROP ? KVT_PROTO_OP_MODEL_DROP
-                                                       : KVT_PROTO_OP_ENGINE_DROP;
             if (job->http_status == 200)
-                kvt_proto_raw_encode(wr, op, KVT_PROTO_F_RESPONSE, job->req_id, job->answer.buf,
-                                     job->answer.len);
+                kvt_proto_raw_encode(wr, job->op, KVT_PROTO_F_RESPONSE, job->req_id,
+                                     job->answer.buf, job->answer.len);
             else
-                kvt_proto_err_encode(wr, op, job->req_id, job->st, (uint16_t)job->http_status,
+                kvt_proto_err_encode(wr, job->op, job->req_id, job->st, (uint16_t)job->http_status,
                                      job->errmsg, strlen(job->errmsg));
             c->inflight--;
-            srv_count(w, PROTO_RPC, rpc_call_of(op), job->http_status, job->t0_ns);
         }
     }
+    srv_count(w, c->proto, job->call, job->http_status, job->t0_ns);
     srv_job_free(job);
     if (c->bev != NULL) {
         conn_update_reading(c);

@@ -13,15 +13,13 @@
 #include "common/version.h"
 #include "server/metrics.h"
 #include "server/registry.h"
+#include "server/routes.h"
 
 /* Upper bounds of the latency buckets, seconds; the last bucket is +Inf. */
 static const double bucket_le[NBUCKETS - 1] = {0.00001, 0.000025, 0.00005, 0.0001, 0.00025, 0.0005,
                                                0.001,   0.0025,   0.005,   0.01,   0.025,   0.05,
                                                0.1,     0.25,     0.5,     1.0,    2.5};
 
-static const char *const call_name[NCALLS] = {"healthz", "readyz", "metrics", "stats",
-                                              "events",  "query",  "engines", "models",
-                                              "hello",   "ping",   "other"};
 static const char *const proto_name[NPROTOS] = {"http", "rpc"};
 static const char *const class_name[NCLASSES] = {"2xx", "4xx", "5xx"};
 
@@ -445,7 +443,7 @@ void srv_metrics_text(kvt_srv_worker_t *w, kvt_jbuf_t *o)
                 if (t.requests[pr][c][k] || (c == CALL_QUERY && k == CLASS_2XX))
                     kvt_jbuf_printf(
                         o, "kvtier_requests_total{proto=\"%s\",call=\"%s\",code=\"%s\"} %llu\n",
-                        proto_name[pr], call_name[c], class_name[k],
+                        proto_name[pr], srv_call_label((enum srv_call)c), class_name[k],
                         (unsigned long long)t.requests[pr][c][k]);
     metric_head(o, "kvtier_request_duration_seconds", "histogram",
                 "Time from a request's first parsed byte to its answer.");
@@ -463,20 +461,22 @@ void srv_metrics_text(kvt_srv_worker_t *w, kvt_jbuf_t *o)
                     kvt_jbuf_printf(o,
                                     "kvtier_request_duration_seconds_bucket{proto=\"%s\",call=\"%"
                                     "s\",le=\"%g\"} %llu\n",
-                                    proto_name[pr], call_name[c], bucket_le[b],
+                                    proto_name[pr], srv_call_label((enum srv_call)c), bucket_le[b],
                                     (unsigned long long)cum);
                 else
                     kvt_jbuf_printf(o,
                                     "kvtier_request_duration_seconds_bucket{proto=\"%s\",call=\"%"
                                     "s\",le=\"+Inf\"} %llu\n",
-                                    proto_name[pr], call_name[c], (unsigned long long)cum);
+                                    proto_name[pr], srv_call_label((enum srv_call)c),
+                                    (unsigned long long)cum);
             }
             kvt_jbuf_printf(o,
                             "kvtier_request_duration_seconds_sum{proto=\"%s\",call=\"%s\"} %.9f\n",
-                            proto_name[pr], call_name[c], (double)t.lat_sum_ns[pr][c] / 1e9);
+                            proto_name[pr], srv_call_label((enum srv_call)c),
+                            (double)t.lat_sum_ns[pr][c] / 1e9);
             kvt_jbuf_printf(
                 o, "kvtier_request_duration_seconds_count{proto=\"%s\",call=\"%s\"} %llu\n",
-                proto_name[pr], call_name[c], (unsigned long long)cum);
+                proto_name[pr], srv_call_label((enum srv_call)c), (unsigned long long)cum);
         }
 
     struct {

@@ -132,6 +132,8 @@ typedef struct srv_job {
     kvt_srv_conn_t *conn;            /* holds a reference until the answer is delivered */
     uint64_t req_id;                 /* RPC request id (0 for HTTP) */
     uint64_t t0_ns;                  /* for the latency histogram */
+    enum srv_call call;              /* the route\'s, for metrics */
+    uint8_t op;                      /* the route\'s RPC opcode (for the answer frame) */
     kvt_evbatch_t batch;             /* JOB_EVENTS; owned */
     char name[KVT_IDX_MAX_NAME + 1]; /* JOB_DROP: the pod; JOB_MODEL_DROP: the model */
     kvt_zsub_engine_t *engine;       /* JOB_ENGINE_ADD; owned */
