@@ -345,6 +345,39 @@ static void test_fixed_vectors(void **state)
     assert_int_equal(seq[1], UINT64_C(14571380008329203442));
 }
 
+/*
+ * Dynamo's KV router publishes these for tokens 1..12, block size 4 (its
+ * compute_block_hash_for_seq and sequence hashes): kvtier's keys for a base-model
+ * text request are exactly Dynamo's, local and chained.
+ */
+static void test_dynamo_vectors(void **state)
+{
+    (void)state;
+    uint32_t t[12];
+    for (uint32_t i = 0; i < 12; i++)
+        t[i] = i + 1;
+    uint64_t local[3], seq[3];
+    assert_int_equal(kvt_hash_seq(t, 12, 4, KVT_HASH_SEED, NULL, local, seq), 3);
+    assert_int_equal(local[0], UINT64_C(14643705804678351452));
+    assert_int_equal(local[1], UINT64_C(16777012769546811212));
+    assert_int_equal(local[2], UINT64_C(483935686894639516));
+    assert_int_equal(seq[0], UINT64_C(14643705804678351452));
+    assert_int_equal(seq[1], UINT64_C(4945711292740353085));
+    assert_int_equal(seq[2], UINT64_C(12583592247330656132));
+    /* the same through the little-endian entry (RPC frames) and with an empty salt */
+    uint8_t le[48];
+    for (int i = 0; i < 12; i++) {
+        le[4 * i] = (uint8_t)(i + 1);
+        le[4 * i + 1] = le[4 * i + 2] = le[4 * i + 3] = 0;
+    }
+    uint64_t seq2[3];
+    assert_int_equal(kvt_hash_seq_le(le, 12, 4, KVT_HASH_SEED, NULL, NULL, seq2), 3);
+    assert_memory_equal(seq2, seq, sizeof(seq));
+    assert_int_equal(kvt_hash_seq_salted(t, 12, 4, kvt_hash_salt_seed(NULL, 0), NULL, NULL, seq2),
+                     3);
+    assert_memory_equal(seq2, seq, sizeof(seq));
+}
+
 /* The standard spelled out with byte arrays, independent of host byte order. */
 static void test_little_endian_bytes(void **state)
 {
@@ -568,6 +601,7 @@ int main(void)
 
     const struct CMUnitTest fixed[] = {
         cmocka_unit_test(test_fixed_vectors),
+        cmocka_unit_test(test_dynamo_vectors),
         cmocka_unit_test(test_little_endian_bytes),
         cmocka_unit_test(test_parent_chaining),
         cmocka_unit_test(test_partial_block_ignored),
