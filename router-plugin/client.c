@@ -26,6 +26,7 @@
 #include <unistd.h>
 
 #include "common/clock.h"
+#include "common/hostport.h"
 #include "kvindex/hash.h"
 #include "router-plugin/client_int.h"
 
@@ -108,42 +109,13 @@ static const char *cl_parse_addr(kvt_client_t *c, const char *a)
         c->is_unix = true;
         return NULL;
     }
-    const char *colon, *host = a;
-    size_t hlen;
-    if (a[0] == '[') {
-        const char *close = strchr(a, ']');
-        if (close == NULL || close[1] != ':')
-            return "expected [ipv6]:port";
-        host = a + 1;
-        hlen = (size_t)(close - host);
-        colon = close + 1;
-    } else {
-        colon = strrchr(a, ':');
-        if (colon == NULL)
-            return "expected host:port or unix:/path";
-        hlen = (size_t)(colon - a);
-        if (memchr(a, ':', hlen) != NULL)
-            return "an ipv6 address needs brackets: [addr]:port";
-    }
-    if (hlen == 0)
-        return "empty host";
-    if (hlen >= sizeof(c->host))
-        return "host name too long";
-    const char *p = colon + 1;
-    size_t plen = strlen(p);
-    unsigned long port = 0;
-    if (plen == 0 || plen > 5)
-        return "port must be a number in 1..65535";
-    for (size_t i = 0; i < plen; i++) {
-        if (p[i] < '0' || p[i] > '9')
-            return "port must be a number in 1..65535";
-        port = port * 10 + (unsigned long)(p[i] - '0');
-    }
-    if (port == 0 || port > 65535)
-        return "port must be a number in 1..65535";
-    memcpy(c->host, host, hlen);
-    c->host[hlen] = '\0';
-    memcpy(c->port, p, plen + 1);
+    if (strchr(a, ':') == NULL)
+        return "expected host:port or unix:/path";
+    uint16_t port;
+    const char *why = kvt_hostport_split(a, c->host, sizeof(c->host), &port, false);
+    if (why != NULL)
+        return why;
+    snprintf(c->port, sizeof(c->port), "%u", port);
     c->is_unix = false;
     return NULL;
 }

@@ -17,6 +17,7 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include "common/hostport.h"
 #include "common/log.h"
 #include "server/listen.h"
 
@@ -30,27 +31,16 @@
 /* Parses "host:port" or "[v6]:port" into @ss. */
 static kvt_status_t parse_addr(const char *text, struct sockaddr_storage *ss, socklen_t *len_p)
 {
-    char host[256];
-    const char *colon = strrchr(text, ':');
-    if (colon == NULL || colon == text || strlen(colon + 1) == 0 ||
-        (size_t)(colon - text) >= sizeof(host))
+    char host[256], port[8];
+    uint16_t pn;
+    if (kvt_hostport_split(text, host, sizeof(host), &pn, true) != NULL)
         return KVT_ERR_INVAL;
-    size_t hl = (size_t)(colon - text);
-    memcpy(host, text, hl);
-    host[hl] = '\0';
-    if (host[0] == '[' && hl >= 2 && host[hl - 1] == ']') {
-        memmove(host, host + 1, hl - 2);
-        host[hl - 2] = '\0';
-    }
-    char *end;
-    unsigned long port = strtoul(colon + 1, &end, 10);
-    if (*end != '\0' || port > 65535)
-        return KVT_ERR_INVAL;
+    snprintf(port, sizeof(port), "%u", pn);
     struct addrinfo hints = {.ai_family = AF_UNSPEC,
                              .ai_socktype = SOCK_STREAM,
                              .ai_flags = AI_PASSIVE | AI_NUMERICSERV};
     struct addrinfo *ai = NULL;
-    if (getaddrinfo(host, colon + 1, &hints, &ai) != 0 || ai == NULL)
+    if (getaddrinfo(host, port, &hints, &ai) != 0 || ai == NULL)
         return KVT_ERR_INVAL;
     memcpy(ss, ai->ai_addr, ai->ai_addrlen);
     *len_p = ai->ai_addrlen;
