@@ -51,12 +51,57 @@ static bool ev_hashes_tokens(const kvt_event_t *e)
            e->group_kind != KVT_EV_GROUP_OTHER;
 }
 
+/* Namespaces a strict batch would create, remembered by their first event's block size. */
+#define EV_PENDING_MAX 32u
+
+typedef struct ev_pending {
+    uint32_t n;
+    struct {
+        const char *lora; /* NULL: the base model ("" is the base model too) */
+        uint32_t bs;
+    } ns[EV_PENDING_MAX];
+} ev_pending_t;
+
+static bool ev_same_lora(const char *a, const char *b)
+{
+    a = a != NULL && a[0] != '\0' ? a : NULL;
+    b = b != NULL && b[0] != '\0' ? b : NULL;
+    return a == b || (a != NULL && b != NULL && strcmp(a, b) == 0);
+}
+
+/*
+ * The block size the batch's first event in namespace @lora (one that does
+ * not exist yet) gave it, for stored event @i of @b; 0 when @i is that first
+ * event. Namespaces past EV_PENDING_MAX are found again by a scan of the
+ * events before @i (a batch naming that many new LoRAs pays for it alone).
+ */
+static uint32_t ev_pending_bs(ev_pending_t *p, const kvt_evbatch_t *b, size_t i, const char *lora,
+                              uint32_t bs, uint32_t def)
+{
+    for (uint32_t k = 0; k < p->n; k++)
+        if (ev_same_lora(p->ns[k].lora, lora))
+            return p->ns[k].bs;
+    if (p->n == EV_PENDING_MAX) {
+        for (size_t j = 0; j < i; j++)
+            if (ev_hashes_tokens(&b->ev[j]) && ev_same_lora(ev_lora(b, &b->ev[j]), lora))
+                return ev_block_size(&b->ev[j], def);
+        return 0;
+    }
+    p->ns[p->n].lora = lora;
+    p->ns[p->n++].bs = bs;
+    return 0;
+}
+
 /*
  * Checks stored event @i (with tokens) against its namespace: a model is
- * named and the block size is the namespace's. KVT_ERR_INVAL with a reason.
+ * named and the block size is the namespace's. With @pending (the strict
+ * check, before anything is applied) a namespace that does not exist yet
+ * takes the block size of the batch's first event in it, as applying the
+ * batch would create it. KVT_ERR_INVAL with a reason.
  */
 static kvt_status_t ev_check_one(kvt_idx_t *idx, const kvt_evbatch_t *b, size_t i, uint32_t def,
-                                 ev_ns_cache_t *cache, char *err, size_t errlen)
+                                 ev_ns_cache_t *cache, ev_pending_t *pending, char *err,
+                                 size_t errlen)
 {
     const kvt_event_t *e = &b->ev[i];
     uint32_t bs = ev_block_size(e, def);
@@ -69,11 +114,14 @@ static kvt_status_t ev_check_one(kvt_idx_t *idx, const kvt_evbatch_t *b, size_t 
                  e->ntokens, e->nhashes, bs);
         return KVT_ERR_INVAL;
     }
-    uint32_t ns;
-    if (ev_ns(idx, b, ev_lora(b, e), 0, cache, &ns) == KVT_OK &&
-        kvt_idx_ns_block_size(idx, ns) != bs) {
-        snprintf(err, errlen, "events[%zu]: block_size %u, but model '%s' uses %u", i, bs,
-                 b->model, kvt_idx_ns_block_size(idx, ns));
+    uint32_t ns, want = 0;
+    if (ev_ns(idx, b, ev_lora(b, e), 0, cache, &ns) == KVT_OK)
+        want = kvt_idx_ns_block_size(idx, ns);
+    else if (pending != NULL)
+        want = ev_pending_bs(pending, b, i, ev_lora(b, e), bs, def);
+    if (want != 0 && want != bs) {
+        snprintf(err, errlen, "events[%zu]: block_size %u, but model '%s' uses %u", i, bs, b->model,
+                 want);
         return KVT_ERR_INVAL;
     }
     return KVT_OK;
@@ -187,10 +235,11 @@ kvt_status_t kvt_ev_apply(kvt_idx_t *idx, kvt_ev_ctx_t *ctx, const kvt_evbatch_t
     if (errlen > 0)
         err[0] = '\0';
     ev_ns_cache_t cache = {false, NULL, 0};
+    ev_pending_t pending = {.n = 0};
     kvt_status_t st;
     for (size_t i = 0; strict && i < b->nev; i++)
-        if (ev_hashes_tokens(&b->ev[i]) &&
-            (st = ev_check_one(idx, b, i, default_block_size, &cache, err, errlen)) != KVT_OK)
+        if (ev_hashes_tokens(&b->ev[i]) && (st = ev_check_one(idx, b, i, default_block_size, &cache,
+                                                              &pending, err, errlen)) != KVT_OK)
             return st; /* the whole batch is refused before anything changes */
     uint32_t pod;
     st = kvt_idx_pod_get(idx, b->pod, b->dp_rank, &pod);
@@ -220,7 +269,7 @@ kvt_status_t kvt_ev_apply(kvt_idx_t *idx, kvt_ev_ctx_t *ctx, const kvt_evbatch_t
             continue;
         }
         if (!strict && ev_hashes_tokens(e) &&
-            ev_check_one(idx, b, i, default_block_size, &cache, err, errlen) != KVT_OK) {
+            ev_check_one(idx, b, i, default_block_size, &cache, NULL, err, errlen) != KVT_OK) {
             c->bad++; /* a store: skipping it loses a hit at worst */
             continue;
         }

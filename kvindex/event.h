@@ -271,9 +271,10 @@ bool kvt_ev_drop_state(kvt_idx_t *idx, kvt_ev_ctx_t *ctx, const char *pod, uint3
 enum {
     /*
      * The whole batch is checked first: a BlockStored with tokens and no
-     * model, or whose block size differs from its namespace's, fails the
-     * batch with KVT_ERR_INVAL and nothing applied (the HTTP/RPC API: a bad
-     * request changes nothing). Without it (engine streams) such an event is
+     * model, or whose block size differs from its namespace's (for a
+     * namespace the batch would create, from the batch's first event in
+     * it), fails the batch with KVT_ERR_INVAL and nothing applied (the
+     * HTTP/RPC API: a bad request changes nothing). Without it (engine streams) such an event is
      * skipped and counted as bad, and the rest is applied.
      */
     KVT_EV_STRICT = 1u << 0,

@@ -11,6 +11,7 @@
 
 #include <cmocka.h>
 
+#include <stdio.h>
 #include <string.h>
 
 #include "kvindex/event.h"
@@ -233,13 +234,60 @@ static void test_lora_namespaces_in_one_batch(void **state)
                      KVT_ERR_INVAL);
     assert_non_null(strstr(err, "block_size 8, but model 'm' uses 4"));
     assert_memory_equal(&c, &before, sizeof(c));
-    /* a namespace the batch creates: the check happens as it is applied (the first stays) */
+    /* a namespace the batch creates takes its first event's block size: refused whole too */
     kvt_event_t mixed[2] = {stored(h1, 2, f->tok, 4), stored(h3, 1, f->tok, 8)};
     kvt_evbatch_t mb = {.pod = "p", .model = "m2", .ev = mixed, .nev = 2};
+    kvt_idx_stats_t s0, s1;
+    kvt_idx_stats(f->idx, &s0);
     assert_int_equal(kvt_ev_apply(f->idx, NULL, &mb, 4, KVT_EV_STRICT, &c, err, sizeof(err)),
                      KVT_ERR_INVAL);
-    assert_non_null(strstr(err, "events[1]"));
-    assert_int_equal(c.events, before.events + 1);
+    assert_non_null(strstr(err, "events[1]: block_size 8, but model 'm2' uses 4"));
+    assert_memory_equal(&c, &before, sizeof(c));
+    kvt_idx_stats(f->idx, &s1);
+    assert_memory_equal(&s0, &s1, sizeof(s0));
+    uint32_t ns;
+    assert_int_equal(kvt_idx_ns_get(f->idx, "m2", NULL, 0, &ns), KVT_ERR_NOT_FOUND);
+    /* "" is the base model too; a LoRA's new namespace is its own */
+    kvt_event_t base2[3] = {stored(h1, 2, f->tok, 4), stored(h3, 1, f->tok, 4),
+                            stored(h3, 1, f->tok, 8)};
+    base2[1].lora_name = "";
+    base2[2].lora_name = "adapter-c";
+    mb.ev = base2;
+    mb.nev = 3;
+    assert_int_equal(kvt_ev_apply(f->idx, NULL, &mb, 4, KVT_EV_STRICT, &c, err, sizeof(err)),
+                     KVT_OK);
+    assert_int_equal(c.events, before.events + 3);
+    base2[1].block_size = 8; /* in a new model too: null and "" name one namespace */
+    base2[1].ntokens = 8;
+    mb.model = "m3";
+    assert_int_equal(kvt_ev_apply(f->idx, NULL, &mb, 4, KVT_EV_STRICT, &c, err, sizeof(err)),
+                     KVT_ERR_INVAL);
+    assert_non_null(strstr(err, "events[1]: block_size 8, but model 'm3' uses 4"));
+    /* more new namespaces than the check remembers: the later ones are found by a scan */
+    enum { NL = 40 };
+    static kvt_event_t many[NL + 2];
+    static char names[NL][16];
+    for (int i = 0; i < NL; i++) {
+        snprintf(names[i], sizeof(names[i]), "lora-%d", i);
+        many[i] = stored(h3, 1, f->tok, i % 2 ? 4 : 8);
+        many[i].lora_name = names[i];
+    }
+    for (int bad_lora = 3; bad_lora < NL; bad_lora += NL - 4) { /* remembered, then scanned */
+        many[NL] = many[bad_lora];
+        many[NL + 1] = stored(h3, 1, f->tok, bad_lora % 2 ? 8 : 4);
+        many[NL + 1].lora_name = names[bad_lora];
+        kvt_evbatch_t lb = {.pod = "p", .model = "m4", .ev = many, .nev = NL + 2};
+        kvt_idx_stats(f->idx, &s0);
+        assert_int_equal(kvt_ev_apply(f->idx, NULL, &lb, 4, KVT_EV_STRICT, &c, err, sizeof(err)),
+                         KVT_ERR_INVAL);
+        assert_non_null(strstr(err, "events[41]"));
+        kvt_idx_stats(f->idx, &s1);
+        assert_memory_equal(&s0, &s1, sizeof(s0));
+    }
+    many[NL + 1] = many[NL - 1];
+    kvt_evbatch_t lb = {.pod = "p", .model = "m4", .ev = many, .nev = NL + 2};
+    assert_int_equal(kvt_ev_apply(f->idx, NULL, &lb, 4, KVT_EV_STRICT, &c, err, sizeof(err)),
+                     KVT_OK);
 }
 
 static void test_long_event(void **state)
