@@ -247,8 +247,12 @@ kvt_status_t kvt_ev_apply(kvt_idx_t *idx, kvt_ev_ctx_t *ctx, const kvt_evbatch_t
         snprintf(err, errlen, "pod '%s': %s", b->pod, kvt_status_str(st));
         return st;
     }
-    if ((st = ev_ctx_pod(ctx, pod)) != KVT_OK)
+    if ((st = ev_ctx_pod(ctx, pod)) != KVT_OK) {
+        snprintf(err, errlen, "pod '%s': %s", b->pod, kvt_status_str(st));
+        if (!strict)
+            ev_state_drop(idx, ctx, pod, c); /* as for any hard error: the batch is lost */
         return st;
+    }
     for (size_t i = 0; i < b->nev && st == KVT_OK; i++) {
         const kvt_event_t *e = &b->ev[i];
         if (e->type == KVT_EV_BAD) {

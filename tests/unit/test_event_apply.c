@@ -2,7 +2,8 @@
  * kvindex/event: applying neutral event batches to a real index: chains,
  * placeholders, removals, clears; the strict (HTTP) and lenient (stream)
  * modes; KV cache groups; skipped and bad events; cache salts and extra
- * keys; blocks the budget had no room for.
+ * keys; blocks the budget had no room for; running out of memory for the
+ * context's per-pod state.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -16,6 +17,7 @@
 
 #include "kvindex/event.h"
 #include "kvindex/hash.h"
+#include "tests/support/fail_alloc.h"
 
 typedef struct fix {
     kvt_idx_t *idx;
@@ -632,6 +634,48 @@ static void test_cpu_store_after_gpu_removal(void **state)
     assert_true(cs.removed_entries >= 3);
 }
 
+/*
+ * The context cannot grow for a pod (no memory): the stream's batch fails and
+ * the pod's state is dropped, as for any hard error without KVT_EV_STRICT;
+ * with it, nothing is applied and the state stays.
+ */
+static void test_ctx_out_of_memory(void **state)
+{
+    fix_t *f = *state;
+    kvt_ev_counters_t c = {0};
+    uint64_t h[] = {81, 82}, h2[] = {83};
+    kvt_event_t e = stored(h, 2, f->tok, 4);
+    assert_int_equal(apply(f, "Q", &e, 1, &c), KVT_OK); /* no context: nothing allocated */
+    assert_int_equal(matched(f, "Q", 8, NULL, NULL), 2);
+    kvt_ev_ctx_t *ctx;
+    assert_int_equal(kvt_ev_ctx_create(1 << 20, &ctx), KVT_OK);
+    kvt_event_t more = stored(h2, 1, f->tok + 8, 4);
+    more.has_parent = true;
+    more.parent = 82;
+    kvt_evbatch_t b = {.pod = "Q", .model = "m", .ev = &more, .nev = 1};
+    char err[200];
+    unsigned long failed = fail_alloc_failed;
+    fail_alloc_at(1); /* the context's per-pod arrays: the first allocation the apply makes */
+    assert_int_equal(kvt_ev_apply(f->idx, ctx, &b, 4, KVT_EV_STRICT, &c, err, sizeof(err)),
+                     KVT_ERR_NO_MEM);
+    assert_int_equal(fail_alloc_failed, failed + 1);
+    assert_non_null(strstr(err, "pod 'Q'"));
+    assert_true(c.events == 1 && c.state_drops == 0);
+    assert_int_equal(matched(f, "Q", 12, NULL, NULL), 2);
+    fail_alloc_at(1);
+    assert_int_equal(kvt_ev_apply(f->idx, ctx, &b, 4, 0, &c, err, sizeof(err)), KVT_ERR_NO_MEM);
+    assert_int_equal(fail_alloc_failed, failed + 2);
+    assert_true(c.events == 1 && c.state_drops == 1);
+    assert_int_equal(matched(f, "Q", 12, NULL, NULL), 0);
+    uint32_t p;
+    assert_int_equal(kvt_idx_pod_find(f->idx, "Q", 0, &p), KVT_OK);
+    assert_int_equal(kvt_idx_pod_entries(f->idx, p), 0);
+    /* memory again: the stream goes on */
+    assert_int_equal(kvt_ev_apply(f->idx, ctx, &b, 4, 0, &c, err, sizeof(err)), KVT_OK);
+    assert_true(c.events == 2 && c.orphans == 1);
+    kvt_ev_ctx_destroy(ctx);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -645,6 +689,7 @@ int main(void)
         cmocka_unit_test(test_dropped_blocks),
         cmocka_unit_test_setup_teardown(test_cpu_store_after_gpu_removal, setup, teardown),
         cmocka_unit_test_setup_teardown(test_lora_namespaces_in_one_batch, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_ctx_out_of_memory, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
