@@ -209,11 +209,17 @@ static bool ev_group_indexed(kvt_ev_ctx_t *ctx, uint32_t pod, const kvt_event_t 
     return !ev_ctx_group_other(ctx, pod, e->group); /* unknown groups: applied, a miss at worst */
 }
 
-/* Drops what @pod's engine reported: a bad removal or a failed apply left it unknown. */
-static void ev_state_drop(kvt_idx_t *idx, kvt_ev_ctx_t *ctx, uint32_t pod, kvt_ev_counters_t *c)
+/* Clears what @pod's engine reported, and what @ctx remembers of its removed blocks. */
+static void ev_state_clear(kvt_idx_t *idx, kvt_ev_ctx_t *ctx, uint32_t pod)
 {
     kvt_idx_pod_clear(idx, pod, KVT_EV_ENGINE_TIERS);
     ev_ctx_forget_removed(ctx, pod);
+}
+
+/* Drops what @pod's engine reported: a bad removal or a failed apply left it unknown. */
+static void ev_state_drop(kvt_idx_t *idx, kvt_ev_ctx_t *ctx, uint32_t pod, kvt_ev_counters_t *c)
+{
+    ev_state_clear(idx, ctx, pod);
     c->state_drops++;
 }
 
@@ -222,8 +228,7 @@ bool kvt_ev_drop_state(kvt_idx_t *idx, kvt_ev_ctx_t *ctx, const char *pod, uint3
     uint32_t id;
     if (kvt_idx_pod_find(idx, pod, dp_rank, &id) != KVT_OK)
         return false;
-    kvt_idx_pod_clear(idx, id, KVT_EV_ENGINE_TIERS);
-    ev_ctx_forget_removed(ctx, id);
+    ev_state_clear(idx, ctx, id);
     return true;
 }
 
