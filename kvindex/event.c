@@ -139,9 +139,9 @@ static void ev_keys(const kvt_event_t *e, uint32_t bs, uint32_t from, uint32_t n
                     const uint64_t *parent, uint64_t *keys)
 {
     const uint32_t *tok = e->tokens + (size_t)from * bs;
-    uint64_t first = parent == NULL && from == 0 ? kvt_hash_salt_seed(e->cache_salt,
-                                                                      e->cache_salt_len)
-                                                 : KVT_HASH_SEED;
+    uint64_t first = parent == NULL && from == 0
+                         ? kvt_hash_salt_seed(e->cache_salt, e->cache_salt_len)
+                         : KVT_HASH_SEED;
     if (e->extra_seeds == NULL) {
         kvt_hash_seq_salted(tok, (size_t)n * bs, bs, first, parent, NULL, keys);
         return;
@@ -154,14 +154,11 @@ static void ev_keys(const kvt_event_t *e, uint32_t bs, uint32_t from, uint32_t n
     }
 }
 
-/* A BlockStored; *@dropped_p: its blocks the index had no room for. */
-static kvt_status_t ev_stored(kvt_idx_t *idx, kvt_ev_ctx_t *ctx, const kvt_evbatch_t *b,
-                              const kvt_event_t *e, uint32_t pod, uint32_t def,
-                              ev_ns_cache_t *cache, kvt_ev_counters_t *c, uint64_t *dropped_p)
+/* A BlockStored with tokens: its keys, chained from its parent's when the pod knows it. */
+static kvt_status_t ev_stored_tokens(kvt_idx_t *idx, const kvt_evbatch_t *b, const kvt_event_t *e,
+                                     uint32_t pod, uint32_t def, ev_ns_cache_t *cache,
+                                     kvt_ev_counters_t *c)
 {
-    *dropped_p = 0;
-    if (e->ntokens == 0)
-        return ev_ctx_placeholder(ctx, idx, pod, e, c); /* vLLM CPU offload: hashes only */
     uint32_t bs = ev_block_size(e, def);
     uint32_t ns;
     kvt_status_t st = ev_ns(idx, b, ev_lora(b, e), bs, cache, &ns);
@@ -175,8 +172,6 @@ static kvt_status_t ev_stored(kvt_idx_t *idx, kvt_ev_ctx_t *ctx, const kvt_evbat
         else
             c->orphans++; /* the chain is recomputed from the tokens alone */
     }
-    kvt_idx_stats_t before, after;
-    kvt_idx_stats(idx, &before);
     uint64_t keys[EV_CHUNK];
     for (uint32_t i = 0; i < e->nhashes && st == KVT_OK; i += EV_CHUNK) {
         uint32_t n = e->nhashes - i < EV_CHUNK ? e->nhashes - i : EV_CHUNK;
@@ -185,6 +180,18 @@ static kvt_status_t ev_stored(kvt_idx_t *idx, kvt_ev_ctx_t *ctx, const kvt_evbat
         parent_key = keys[n - 1]; /* the next chunk continues this chain */
         parent = &parent_key;
     }
+    return st;
+}
+
+/* A BlockStored; *@dropped_p: its blocks the index had no room for. */
+static kvt_status_t ev_stored(kvt_idx_t *idx, kvt_ev_ctx_t *ctx, const kvt_evbatch_t *b,
+                              const kvt_event_t *e, uint32_t pod, uint32_t def,
+                              ev_ns_cache_t *cache, kvt_ev_counters_t *c, uint64_t *dropped_p)
+{
+    kvt_idx_stats_t before, after;
+    kvt_idx_stats(idx, &before);
+    kvt_status_t st = e->ntokens == 0 ? ev_ctx_placeholder(ctx, idx, pod, e, c) /* CPU offload */
+                                      : ev_stored_tokens(idx, b, e, pod, def, cache, c);
     kvt_idx_stats(idx, &after);
     *dropped_p = after.dropped - before.dropped;
     c->dropped += *dropped_p;

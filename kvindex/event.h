@@ -248,8 +248,9 @@ void kvt_ev_ctx_stats(const kvt_ev_ctx_t *ctx, kvt_ev_ctx_stats_t *st);
  * tests and tools). put: remembers that @pod held block @key of namespace
  * @ns, chained from *@parent_key (NULL: none), under engine hash @ehash; a
  * mapping for the same (pod, hash) is replaced, and the oldest mapping goes
- * when the table is full. get: looks (@pod, @ehash) up; true with the
- * outputs set. Both are O(1) and allocate only on the first put.
+ * when the table is full; a @pod of KVT_IDX_MAX_PODS or more (no index's id)
+ * is ignored. get: looks (@pod, @ehash) up; true with the outputs set. Both
+ * are O(1); put allocates only on the first put and for a higher pod id.
  */
 void kvt_ev_ctx_removed_put(kvt_ev_ctx_t *ctx, uint32_t pod, uint64_t ehash, uint32_t ns,
                             uint64_t key, const uint64_t *parent_key);

@@ -27,6 +27,10 @@ typedef struct rm_ent {
     uint8_t pad[3];
 } rm_ent_t;
 
+/* An entry, plus the two index slots that each entry has (rm_alloc()): what event.h promises. */
+_Static_assert(sizeof(rm_ent_t) + 2 * sizeof(uint32_t) == KVT_EV_REMOVED_ENTRY_BYTES,
+               "KVT_EV_REMOVED_ENTRY_BYTES is one rm_ent_t and two index slots");
+
 struct kvt_ev_ctx {
     uint64_t *other;  /* per pod id: groups known not to be indexed */
     uint32_t *epoch;  /* per pod id */
@@ -65,6 +69,8 @@ kvt_status_t ev_ctx_pod(kvt_ev_ctx_t *ctx, uint32_t pod)
 {
     if (ctx == NULL || pod < ctx->npods)
         return KVT_OK;
+    if (pod >= KVT_IDX_MAX_PODS)
+        return KVT_ERR_INVAL; /* no index hands out such an id; doubling to it would wrap */
     uint32_t n = ctx->npods ? ctx->npods : 64;
     while (n <= pod)
         n *= 2;
@@ -282,13 +288,16 @@ kvt_status_t ev_ctx_placeholder(kvt_ev_ctx_t *ctx, kvt_idx_t *idx, uint32_t pod,
             rest[nrest++] = e->hashes[i];
             continue;
         }
-        st = kvt_idx_store(idx, ns, pod, e->tier, has_parent ? &parent : NULL, &key,
-                           &e->hashes[i], 1);
+        kvt_idx_stats_t before, after;
+        kvt_idx_stats(idx, &before);
+        st = kvt_idx_store(idx, ns, pod, e->tier, has_parent ? &parent : NULL, &key, &e->hashes[i],
+                           1);
+        kvt_idx_stats(idx, &after);
         if (st == KVT_ERR_INVAL) {
             c->unresolved++; /* its namespace is gone */
             st = KVT_OK;
-        } else if (st == KVT_OK) {
-            c->recovered++;
+        } else if (st == KVT_OK && after.dropped == before.dropped) {
+            c->recovered++; /* one the budget had no room for is the caller's dropped */
             ctx->hits++;
         }
     }

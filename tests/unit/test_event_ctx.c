@@ -1,8 +1,11 @@
 /*
  * kvindex/event_ctx: the removed-block mappings (a FIFO ring with an
  * open-addressing index) against a naive list, through random puts, gets and
- * pod resets; their sizing from the byte budget; and their use by
- * kvt_ev_apply(): a CPU placeholder right after the GPU removal resolves.
+ * pod resets; their sizing from the byte budget; pod ids past the index's
+ * limit; and their use by kvt_ev_apply(): a CPU placeholder resolves through
+ * a mapping, and one the index budget has no room for counts as dropped, not
+ * recovered. (test_event_apply.c has the GPU removal followed by its CPU
+ * placeholder, in one batch and across two.)
  * KVT_EVC_SEED=<n> replays a random run.
  */
 #include <setjmp.h>
@@ -167,10 +170,89 @@ static void test_budgets(void **state)
     assert_int_equal(st.removed_entries, 0);
 }
 
+/* Pod ids no index hands out are refused, not grown to (doubling to 2^31 wrapped to 0). */
+static void test_pod_ids_past_the_limit(void **state)
+{
+    (void)state;
+    kvt_ev_ctx_t *ctx;
+    assert_int_equal(kvt_ev_ctx_create((size_t)1 << 20, &ctx), KVT_OK);
+    uint32_t ns;
+    uint64_t k = 9, key, parent;
+    bool hp;
+    const uint32_t pods[] = {UINT32_MAX, 0x80000000u, KVT_IDX_MAX_PODS};
+    for (size_t i = 0; i < sizeof(pods) / sizeof(pods[0]); i++) {
+        kvt_ev_ctx_removed_put(ctx, pods[i], 1, 0, k, NULL);
+        assert_false(kvt_ev_ctx_removed_get(ctx, pods[i], 1, &ns, &key, &hp, &parent));
+        kvt_ev_ctx_pod_reset(ctx, pods[i]);
+    }
+    kvt_ev_ctx_removed_put(ctx, KVT_IDX_MAX_PODS - 1, 1, 0, k, NULL);
+    assert_true(kvt_ev_ctx_removed_get(ctx, KVT_IDX_MAX_PODS - 1, 1, &ns, &key, &hp, &parent));
+    assert_true(key == k && !hp);
+    kvt_ev_ctx_stats_t st;
+    kvt_ev_ctx_stats(ctx, &st);
+    assert_int_equal(st.removed_entries, 1);
+    kvt_ev_ctx_destroy(ctx);
+}
+
+/*
+ * A placeholder (token-less CPU store) of pod "a" for engine hash 77, which
+ * @ctx maps to a removed block, applied to a new index of @budget bytes.
+ */
+static void apply_recovered(uint64_t budget, kvt_ev_counters_t *c, kvt_idx_stats_t *st,
+                            kvt_ev_ctx_stats_t *cs)
+{
+    kvt_idx_config_t cfg = {.budget_bytes = budget};
+    kvt_idx_t *idx;
+    assert_int_equal(kvt_idx_create(&cfg, &idx), KVT_OK);
+    uint32_t ns, pod;
+    assert_int_equal(kvt_idx_ns_get(idx, "m", NULL, 4, &ns), KVT_OK);
+    assert_int_equal(kvt_idx_pod_get(idx, "a", 0, &pod), KVT_OK);
+    kvt_ev_ctx_t *ctx;
+    assert_int_equal(kvt_ev_ctx_create((size_t)1 << 20, &ctx), KVT_OK);
+    kvt_ev_ctx_removed_put(ctx, pod, 77, ns, 1234, NULL);
+    uint64_t h = 77;
+    kvt_event_t e = {
+        .type = KVT_EV_STORED, .tier = KVT_TIER_CPU, .nhashes = 1, .hashes = &h, .group = -1};
+    kvt_evbatch_t b = {.pod = "a", .model = "m", .ev = &e, .nev = 1};
+    char err[200];
+    memset(c, 0, sizeof(*c));
+    assert_int_equal(kvt_ev_apply(idx, ctx, &b, 4, 0, c, err, sizeof(err)), KVT_OK);
+    kvt_idx_stats(idx, st);
+    kvt_ev_ctx_stats(ctx, cs);
+    kvt_ev_ctx_destroy(ctx);
+    kvt_idx_destroy(idx);
+}
+
+/* A mapping resolves a placeholder; one the budget has no room for is dropped, not recovered. */
+static void test_apply_recovers_through_mappings(void **state)
+{
+    (void)state;
+    kvt_ev_counters_t c;
+    kvt_idx_stats_t st;
+    kvt_ev_ctx_stats_t cs;
+    apply_recovered(0, &c, &st, &cs); /* no budget */
+    assert_true(c.recovered == 1 && c.events == 1 && c.blocks == 1 && c.dropped == 0);
+    assert_true(st.entries == 1 && st.tier_entries[1] == 1 && cs.removed_hits == 1);
+    /* room for the pod and the namespace only: the block cannot be stored */
+    kvt_idx_t *idx;
+    assert_int_equal(kvt_idx_create(NULL, &idx), KVT_OK);
+    uint32_t ns, pod;
+    assert_int_equal(kvt_idx_ns_get(idx, "m", NULL, 4, &ns), KVT_OK);
+    assert_int_equal(kvt_idx_pod_get(idx, "a", 0, &pod), KVT_OK);
+    kvt_idx_stats(idx, &st);
+    kvt_idx_destroy(idx);
+    apply_recovered(st.bytes + 2, &c, &st, &cs);
+    assert_true(st.entries == 0 && st.dropped == 1);
+    assert_true(c.recovered == 0 && c.dropped == 1 && c.events == 0 && c.blocks == 0);
+    assert_int_equal(cs.removed_hits, 0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_budgets),
+        cmocka_unit_test(test_pod_ids_past_the_limit),
+        cmocka_unit_test(test_apply_recovers_through_mappings),
         cmocka_unit_test(test_random_against_reference),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
