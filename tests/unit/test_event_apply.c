@@ -349,6 +349,12 @@ static void test_kv_cache_groups(void **state)
     assert_int_equal(c.other_groups, 2);
     assert_int_equal(matched(f, "H", 8, NULL, NULL), 2);
     /* a removal without group_idx, or of the full group, removes it */
+    rm.group = -1;
+    assert_int_equal(apply_stream(f, "H", &rm, 1, &c), KVT_OK);
+    assert_int_equal(matched(f, "H", 8, NULL, NULL), 1);
+    assert_int_equal(c.other_groups, 2);
+    assert_int_equal(apply_stream(f, "H", both, 2, &c), KVT_OK);
+    assert_int_equal(matched(f, "H", 8, NULL, NULL), 2);
     rm.group = 0;
     assert_int_equal(apply_stream(f, "H", &rm, 1, &c), KVT_OK);
     assert_int_equal(matched(f, "H", 8, NULL, NULL), 1);
@@ -397,29 +403,36 @@ static void test_bad_events_and_skips(void **state)
     fix_t *f = *state;
     kvt_ev_counters_t c = {0};
     uint64_t h1[] = {1, 2}, h2[] = {3, 4};
-    kvt_event_t ev[4] = {stored(h1, 2, f->tok, 4),
+    kvt_event_t ev[3] = {stored(h1, 2, f->tok, 4),
                          {.type = KVT_EV_BAD, .may_remove = false},
-                         stored(h2, 2, f->tok + 16, 4),
-                         {.type = KVT_EV_BAD}};
+                         stored(h2, 2, f->tok + 16, 4)};
     assert_int_equal(apply_stream(f, "B", ev, 3, &c), KVT_OK);
     assert_int_equal(c.bad, 1);
     assert_int_equal(c.state_drops, 0);
     assert_int_equal(matched(f, "B", 8, NULL, NULL), 2);
-    /* CPU, DISK and speculative entries go too: the engine reported them */
-    kvt_event_t cpu = stored(h2, 2, NULL, 0);
-    cpu.tier = KVT_TIER_DISK;
-    assert_int_equal(apply_stream(f, "B", &cpu, 1, &c), KVT_OK);
-    ev[3].may_remove = true;
-    kvt_event_t order[3] = {ev[3], stored(h2, 2, f->tok + 16, 4), ev[0]};
-    order[0].may_remove = true;
-    assert_int_equal(apply_stream(f, "B", order, 1, &c), KVT_OK);
+    /* DISK and speculative entries go too (the router's guesses were about that state) */
+    kvt_event_t disk = stored(h2, 2, NULL, 0);
+    disk.tier = KVT_TIER_DISK;
+    assert_int_equal(apply_stream(f, "B", &disk, 1, &c), KVT_OK);
+    uint32_t p, ns;
+    assert_int_equal(kvt_idx_pod_find(f->idx, "B", 0, &p), KVT_OK);
+    assert_int_equal(kvt_idx_ns_get(f->idx, "m", NULL, 0, &ns), KVT_OK);
+    uint64_t spec[2];
+    kvt_hash_seq(f->tok + 32, 8, 4, KVT_HASH_SEED, NULL, NULL, spec);
+    assert_int_equal(kvt_idx_speculate(f->idx, ns, p, spec, 2, 60000), KVT_OK);
+    kvt_idx_stats_t s0;
+    kvt_idx_stats(f->idx, &s0);
+    assert_int_equal(s0.speculative, 2);
+    assert_int_equal(s0.tier_entries[2], 2); /* the DISK store resolved */
+    kvt_event_t removal = {.type = KVT_EV_BAD, .may_remove = true};
+    assert_int_equal(apply_stream(f, "B", &removal, 1, &c), KVT_OK);
     assert_int_equal(c.state_drops, 1);
     assert_int_equal(matched(f, "B", 8, NULL, NULL), 0);
-    uint32_t p;
-    assert_int_equal(kvt_idx_pod_find(f->idx, "B", 0, &p), KVT_OK);
     assert_int_equal(kvt_idx_pod_entries(f->idx, p), 0);
+    kvt_idx_stats(f->idx, &s0);
+    assert_true(s0.speculative == 0 && s0.tier_entries[2] == 0);
     /* the drop happens where the bad event stands: what follows it applies */
-    kvt_event_t after[2] = {order[0], stored(h1, 2, f->tok, 4)};
+    kvt_event_t after[2] = {removal, stored(h1, 2, f->tok, 4)};
     assert_int_equal(apply_stream(f, "B", after, 2, &c), KVT_OK);
     assert_int_equal(matched(f, "B", 8, NULL, NULL), 2);
     /* REMOTE and unknown mediums are skipped and counted, nothing else */
@@ -428,7 +441,7 @@ static void test_bad_events_and_skips(void **state)
     tape.skip = KVT_EV_SKIP_MEDIUM;
     tape.tier = 0;
     kvt_event_t skips[2] = {remote, tape};
-    kvt_idx_stats_t s0, s1;
+    kvt_idx_stats_t s1;
     kvt_idx_stats(f->idx, &s0);
     assert_int_equal(apply_stream(f, "B", skips, 2, &c), KVT_OK);
     kvt_idx_stats(f->idx, &s1);
@@ -579,8 +592,8 @@ static void test_cpu_store_after_gpu_removal(void **state)
     kvt_event_t st = stored(h, 3, f->tok, 4);
     assert_int_equal(apply_stream(f, "V", &st, 1, &c), KVT_OK);
     /* the same batch: 72 and 73 leave the GPU, then come back as CPU placeholders */
-    kvt_event_t rm = {.type = KVT_EV_REMOVED, .tier = KVT_TIER_GPU, .nhashes = 2, .hashes = h + 1,
-                      .group = -1};
+    kvt_event_t rm = {
+        .type = KVT_EV_REMOVED, .tier = KVT_TIER_GPU, .nhashes = 2, .hashes = h + 1, .group = -1};
     kvt_event_t cpu = stored(h + 1, 2, NULL, 0);
     cpu.tier = KVT_TIER_CPU;
     kvt_event_t same[2] = {rm, cpu};
@@ -608,8 +621,8 @@ static void test_cpu_store_after_gpu_removal(void **state)
     assert_int_equal(apply_stream(f, "V", &disk, 1, &c), KVT_OK);
     assert_int_equal(c.unresolved, 1);
     /* after the pod's state is dropped its mappings are forgotten */
-    kvt_event_t all = {.type = KVT_EV_REMOVED, .tier = KVT_TIER_ALL, .nhashes = 3, .hashes = h,
-                       .group = -1};
+    kvt_event_t all = {
+        .type = KVT_EV_REMOVED, .tier = KVT_TIER_ALL, .nhashes = 3, .hashes = h, .group = -1};
     assert_int_equal(apply_stream(f, "V", &all, 1, &c), KVT_OK);
     assert_true(kvt_ev_drop_state(f->idx, f->ctx, "V", 0));
     cpu.hashes = h;
