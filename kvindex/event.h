@@ -169,9 +169,12 @@ typedef enum kvt_ev_format {
  *           block_size, lora_id, medium, lora_name, extra_keys, group_idx,
  *           kv_cache_spec_kind, kv_cache_spec_sliding_window, locality,
  *           ownership]
- *  - SGLang the same, except that slot 7 (vLLM's lora_name) may hold
- *           BlockStoredWithMetadata's metadata map ({"cache_salt": str}),
- *           and a map in any later slot is read as that metadata too;
+ *  - SGLang the same, except that slot 7 (vLLM's lora_name; the type tag
+ *           is slot 0) may hold BlockStoredWithMetadata's metadata map
+ *           ({"cache_salt": str});
+ *  - in either format, a map past ownership (slot 14 on: SGLang's
+ *    vLLM-aligned layout, kvtierd's own publisher) is that metadata map (in
+ *    a vLLM stream a cache_salt there that is no string is unknown, not bad);
  *  - ["BlockRemoved", block_hashes, medium, group_idx, locality, ownership],
  *    ["AllBlocksCleared"]; trailing fields may be omitted.
  * A hash is a uint64, an int64 (taken as its two's-complement u64) or bin

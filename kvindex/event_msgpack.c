@@ -221,15 +221,18 @@ enum {
 };
 
 static const char *const mpf_name[MPF_N] = {
-    "block_hashes", "parent_block_hash", "token_ids",          "block_size",
-    "lora_id",      "medium",            "lora_name",          "extra_keys",
-    "group_idx",    "kv_cache_spec_kind", "locality",          "metadata"};
+    "block_hashes", "parent_block_hash", "token_ids", "block_size",         "lora_id",  "medium",
+    "lora_name",    "extra_keys",        "group_idx", "kv_cache_spec_kind", "locality", "metadata"};
 
-/* BlockStored's positional slots after the type tag (vLLM's order; SGLang's differs at slot 6). */
+/*
+ * BlockStored's positional slots after the type tag (vLLM's order; the two
+ * MPF_IGNORED are kv_cache_spec_sliding_window and ownership). Indexes here
+ * start after the tag: [6] is what docs/api.md calls slot 7 (the tag is slot
+ * 0), where SGLang's BlockStoredWithMetadata puts its metadata map.
+ */
 static const uint8_t mp_stored_pos[] = {
-    MPF_HASHES, MPF_PARENT, MPF_TOKENS, MPF_BLOCK_SIZE, MPF_LORA_ID, MPF_MEDIUM,  MPF_LORA,
-    MPF_EXTRA,  MPF_GROUP,  MPF_KIND,   MPF_IGNORED /* kv_cache_spec_sliding_window */,
-    MPF_LOCALITY, MPF_IGNORED /* ownership */};
+    MPF_HASHES, MPF_PARENT, MPF_TOKENS, MPF_BLOCK_SIZE, MPF_LORA_ID,  MPF_MEDIUM, MPF_LORA,
+    MPF_EXTRA,  MPF_GROUP,  MPF_KIND,   MPF_IGNORED,    MPF_LOCALITY, MPF_IGNORED};
 /* BlockRemoved's. */
 static const uint8_t mp_removed_pos[] = {MPF_HASHES, MPF_MEDIUM, MPF_GROUP, MPF_LOCALITY,
                                          MPF_IGNORED /* ownership */};
@@ -269,8 +272,9 @@ typedef struct mp_ev {
     uint8_t skip;
     bool may_remove;
     const msgpack_object *f[MPF_N];
-    const msgpack_object *salt; /* str: the cache salt (metadata, or the first block's extra keys) */
+    const msgpack_object *salt; /* str: the cache salt (metadata, or block 0's extra keys) */
     bool extras;                /* some block has extra keys besides the LoRA name and the salt */
+    bool meta_lenient;          /* vLLM format, a map past the last slot: a bad salt is unknown */
 } mp_ev_t;
 
 typedef struct mp_dec {
@@ -360,8 +364,10 @@ static unsigned mp_pos_field(const mp_dec_t *d, kvt_ev_type_t t, uint32_t i,
 {
     bool map = v->type == MSGPACK_OBJECT_MAP;
     if (t == KVT_EV_STORED) {
-        /* SGLang's BlockStoredWithMetadata: the metadata map follows the fields it has */
-        if (d->fmt == KVT_EV_FMT_SGLANG && map && (i == 6 || i >= sizeof(mp_stored_pos)))
+        /* SGLang's BlockStoredWithMetadata: the metadata map follows the fields it has (slot
+         * 7, or past vLLM's last in its vLLM-aligned layout, where kvtierd's publisher puts a
+         * cache salt too: read there in either format) */
+        if (map && ((d->fmt == KVT_EV_FMT_SGLANG && i == 6) || i >= sizeof(mp_stored_pos)))
             return MPF_META;
         return i < sizeof(mp_stored_pos) ? mp_stored_pos[i] : MPF_UNKNOWN;
     }
@@ -398,6 +404,8 @@ static kvt_status_t mp_fields(mp_dec_t *d, const msgpack_object *o, mp_ev_t *e)
                 d->unknown++;
                 continue;
             }
+            if (f == MPF_META)
+                e->meta_lenient = d->fmt == KVT_EV_FMT_VLLM; /* it was unknown there before */
             mp_set(e, f, &a->ptr[i]);
             hashes_seen |= f == MPF_HASHES;
         }
@@ -447,7 +455,7 @@ static kvt_status_t mp_fields(mp_dec_t *d, const msgpack_object *o, mp_ev_t *e)
     return KVT_OK;
 }
 
-/* A str of 1..@max bytes without NUL, or NULL (with *bad_p set for anything else but nil). */
+/* Whether @o is a str of 1..@max bytes without NUL. */
 static bool mp_is_name(const msgpack_object *o, uint32_t max)
 {
     return o->type == MSGPACK_OBJECT_STR && o->via.str.size >= 1 && o->via.str.size <= max &&
@@ -524,8 +532,13 @@ static kvt_status_t mp_meta(mp_dec_t *d, mp_ev_t *e)
         if (!mp_str_is(&m->via.map.ptr[i].key, "cache_salt"))
             continue; /* other metadata: nothing kvtier keys on */
         const msgpack_object *v = &m->via.map.ptr[i].val;
-        if (v->type == MSGPACK_OBJECT_NIL || (v->type == MSGPACK_OBJECT_STR && v->via.str.size == 0))
+        if (v->type == MSGPACK_OBJECT_NIL ||
+            (v->type == MSGPACK_OBJECT_STR && v->via.str.size == 0))
             continue;
+        if (!mp_is_salt(v) && e->meta_lenient) {
+            d->unknown++; /* not kvtier's: some other engine's map */
+            continue;
+        }
         if (!mp_is_salt(v))
             return mp_bad(d, e, "metadata.cache_salt: want a string without NUL");
         e->salt = v; /* the typed field wins over extra_keys */
@@ -735,8 +748,8 @@ static void mp_convert_head(const mp_ev_t *e, kvt_event_t *ev)
     ev->may_remove = e->may_remove;
     ev->group = e->f[MPF_GROUP] != NULL ? (int64_t)e->f[MPF_GROUP]->via.u64 : -1;
     const msgpack_object *k = e->f[MPF_KIND];
-    ev->group_kind = k != NULL ? kvt_ev_group_kind(k->via.str.ptr, k->via.str.size)
-                               : KVT_EV_GROUP_ANY;
+    ev->group_kind =
+        k != NULL ? kvt_ev_group_kind(k->via.str.ptr, k->via.str.size) : KVT_EV_GROUP_ANY;
 }
 
 /* Fills @ev from @e; its arrays and names go at *@bump (advanced). A bad value makes it bad. */
@@ -745,8 +758,8 @@ static void mp_convert(mp_dec_t *d, mp_ev_t *e, kvt_event_t *ev, char **bump)
     mp_convert_head(e, ev);
     if (e->skip == KVT_EV_SKIP_MEDIUM) {
         const msgpack_object *m = e->f[MPF_MEDIUM];
-        uint32_t n = m->via.str.size < KVT_EV_MEDIUM_NAME_MAX ? m->via.str.size
-                                                              : KVT_EV_MEDIUM_NAME_MAX;
+        uint32_t n =
+            m->via.str.size < KVT_EV_MEDIUM_NAME_MAX ? m->via.str.size : KVT_EV_MEDIUM_NAME_MAX;
         if (n > 0)
             memcpy(*bump, m->via.str.ptr, n);
         else
@@ -847,8 +860,7 @@ bad:
 static bool mp_is_number(const msgpack_object *o)
 {
     return o->type == MSGPACK_OBJECT_FLOAT64 || o->type == MSGPACK_OBJECT_FLOAT32 ||
-           o->type == MSGPACK_OBJECT_POSITIVE_INTEGER ||
-           o->type == MSGPACK_OBJECT_NEGATIVE_INTEGER;
+           o->type == MSGPACK_OBJECT_POSITIVE_INTEGER || o->type == MSGPACK_OBJECT_NEGATIVE_INTEGER;
 }
 
 /* A batch's dp_rank: nil (keep @dp_rank_p) or an integer in u32. */

@@ -153,7 +153,8 @@ bool kvt_zsub_engine_binds(const kvt_zsub_engine_t *e);
  * another kvtierd (index role), llm-d or Dynamo can subscribe to it.
  * Messages are [topic "kv@<pod>@<model>", seq (8 bytes BE), payload]; the
  * payload is a positional batch [ts, events, dp_rank] with uint64 hashes (the
- * form every consumer reads); one seq counter for the whole stream, from 0.
+ * form every consumer reads; docs/api.md gives the slots); one seq counter
+ * for the whole stream, from 0.
  * A ROUTER on @replay_endpoint (may be "") answers [b"", start_seq] with the
  * buffered batches from start_seq as [b"", seq, payload] and then
  * [b"", 0xff x 8, b""] (the <= v0.25 layout). At most @buffer_steps batches
@@ -165,10 +166,15 @@ kvt_status_t kvt_zsub_publish_open(kvt_zsub_t *z, const char *endpoint, const ch
                                    uint32_t buffer_steps, char *err, size_t errlen);
 
 /*
- * Publishes @b (decoded from any source; placeholders and every medium
- * kept) as the next batch. Returns KVT_OK, KVT_ERR_NO_MEM or KVT_ERR_IO (a
- * batch that could not be sent still takes its seq and sits in the buffer,
- * so subscribers see a gap they can replay). A no-op without a publisher.
+ * Publishes @b (decoded from any source) as the next batch: its events but
+ * those kvt_ev_apply() skips for what they are (KVT_EV_BAD, an unknown
+ * medium, REMOTE); placeholders and stores of groups kvtier does not index
+ * are kept. Returns KVT_OK, KVT_ERR_IO (ZMQ refused it: the batch still takes
+ * its seq and sits in the buffer, so subscribers see a gap they can replay)
+ * or KVT_ERR_NO_MEM (it could not be encoded: nothing is sent or buffered,
+ * but its seq is spent, so subscribers see a gap that no replay fills and
+ * drop the pod's state). Both count in send_failures. A no-op without a
+ * publisher.
  */
 kvt_status_t kvt_zsub_publish(kvt_zsub_t *z, const kvt_evbatch_t *b);
 
@@ -178,7 +184,8 @@ typedef struct kvt_zsub_pub_info {
     char endpoint[KVT_ZSUB_MAX_ENDPOINT + 1]; /* as bound */
     char replay_endpoint[KVT_ZSUB_MAX_ENDPOINT + 1];
     uint64_t batches;       /* published; the next seq */
-    uint64_t send_failures; /* batches ZMQ refused (buffered anyway) or not encoded (memory) */
+    uint64_t send_failures; /* batches ZMQ refused (buffered anyway) or not encoded (memory:
+                               not buffered, their seq spent) */
     uint64_t replays;       /* replay requests answered */
     uint64_t replayed;      /* batches sent in replays */
     uint64_t bad_requests;  /* replay requests not shaped [b"", seq(8)] */

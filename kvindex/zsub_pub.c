@@ -35,6 +35,13 @@ void kvt_zsub_pub_free(zs_pub_t *p)
 
 /* ---- the publisher --------------------------------------------------------------------------- */
 
+/* Frees the half-open publisher @p; the status of the ZMQ error @e. */
+static kvt_status_t zs_open_failed(zs_pub_t *p, int e)
+{
+    kvt_zsub_pub_free(p);
+    return e == EINVAL || e == EPROTONOSUPPORT ? KVT_ERR_INVAL : KVT_ERR_IO;
+}
+
 kvt_status_t kvt_zsub_publish_open(kvt_zsub_t *z, const char *endpoint, const char *replay_endpoint,
                                    uint32_t buffer_steps, char *err, size_t errlen)
 {
@@ -109,8 +116,7 @@ kvt_status_t kvt_zsub_publish_open(kvt_zsub_t *z, const char *endpoint, const ch
 err_zmq:
     snprintf(err, errlen, "zmq_socket: %s", zmq_strerror(errno));
 err_io:
-    kvt_zsub_pub_free(p);
-    return errno == EINVAL || errno == EPROTONOSUPPORT ? KVT_ERR_INVAL : KVT_ERR_IO;
+    return zs_open_failed(p, errno); /* errno is read before the frees can change it */
 }
 
 static const char *const zs_medium[] = {"GPU", "CPU", "DISK"};
@@ -124,47 +130,104 @@ static bool zs_publishes(const kvt_event_t *e)
 /* kv_cache_spec_kind names for KVT_EV_GROUP_* (ANY: nil). */
 static const char *const zs_kind[] = {NULL, "full_attention", "sliding_window"};
 
+/* The msgpack_pack_* calls below return 0, or -1 when the buffer could not grow: or-ed. */
+
+static int zs_pack_str(msgpack_packer *pk, const char *s)
+{
+    return msgpack_pack_str_with_body(pk, s, strlen(s));
+}
+
 /*
  * Event @e's extra_keys as vLLM would send them: the first block's cache salt
- * where the chain starts, and each block's extra seed (an opaque key that
- * seeds the block again downstream); nil where a block has none.
+ * where the chain starts (no parent: vLLM's place for it), and each block's
+ * extra seed (an opaque key that seeds the block again downstream); nil where
+ * a block has none.
  */
-static void zs_encode_extra_keys(msgpack_packer *pk, const kvt_event_t *e)
+static int zs_encode_extra_keys(msgpack_packer *pk, const kvt_event_t *e)
 {
     bool salt = e->cache_salt != NULL && !e->has_parent;
-    msgpack_pack_array(pk, e->nhashes);
+    int rc = msgpack_pack_array(pk, e->nhashes);
     for (uint32_t k = 0; k < e->nhashes; k++) {
         bool s = k == 0 && salt;
         bool x = e->extra_seeds != NULL && e->extra_seeds[k] != 0;
         if (!s && !x) {
-            msgpack_pack_nil(pk);
+            rc |= msgpack_pack_nil(pk);
             continue;
         }
-        msgpack_pack_array(pk, (uint32_t)s + (uint32_t)x);
+        rc |= msgpack_pack_array(pk, (uint32_t)s + (uint32_t)x);
         if (s)
-            msgpack_pack_str_with_body(pk, e->cache_salt, e->cache_salt_len);
+            rc |= msgpack_pack_str_with_body(pk, e->cache_salt, e->cache_salt_len);
         if (x)
-            msgpack_pack_uint64(pk, e->extra_seeds[k]);
+            rc |= msgpack_pack_uint64(pk, e->extra_seeds[k]);
     }
+    return rc;
 }
 
 /*
- * @b as a positional vLLM batch [ts, events, dp_rank] into p->sb. Stores run
- * to lora_name, and on to extra_keys, group_idx and kv_cache_spec_kind when
- * they carry any; removals to group_idx when they have one.
+ * Stored event @e of @b, positional. It runs to lora_name, and on to
+ * extra_keys, group_idx and kv_cache_spec_kind when they carry anything. A
+ * cache salt on an event with a parent cannot go in extra_keys (after a
+ * parent a lone string there is a multimodal key): it goes in SGLang's
+ * metadata map {"cache_salt"} past vLLM's last field, which kvtier's decoder
+ * reads in either format, so a subscriber salts the event's first block when
+ * it does not know the parent, as kvt_ev_apply() did here.
  */
-static void zs_encode(zs_pub_t *p, const kvt_evbatch_t *b)
+static int zs_encode_stored(msgpack_packer *pk, const kvt_evbatch_t *b, const kvt_event_t *e,
+                            const char *medium)
+{
+    bool group = e->group >= 0;
+    bool meta = e->cache_salt != NULL && e->has_parent;
+    bool extras = (e->cache_salt != NULL && !e->has_parent) || e->extra_seeds != NULL;
+    const char *lora = e->lora_name != NULL ? e->lora_name : b->lora;
+    uint32_t n = meta ? 15 : group ? 11 : extras ? 9 : 8;
+    int rc = msgpack_pack_array(pk, n);
+    rc |= zs_pack_str(pk, "BlockStored");
+    rc |= msgpack_pack_array(pk, e->nhashes);
+    for (uint32_t k = 0; k < e->nhashes; k++)
+        rc |= msgpack_pack_uint64(pk, e->hashes[k]);
+    rc |= e->has_parent ? msgpack_pack_uint64(pk, e->parent) : msgpack_pack_nil(pk);
+    rc |= msgpack_pack_array(pk, e->ntokens);
+    for (uint32_t k = 0; k < e->ntokens; k++)
+        rc |= msgpack_pack_uint32(pk, e->tokens[k]);
+    rc |= msgpack_pack_uint32(pk, e->block_size);
+    rc |= msgpack_pack_nil(pk); /* lora_id */
+    rc |= zs_pack_str(pk, medium);
+    rc |= lora != NULL ? zs_pack_str(pk, lora) : msgpack_pack_nil(pk);
+    if (n > 8)
+        rc |= extras ? zs_encode_extra_keys(pk, e) : msgpack_pack_nil(pk);
+    if (n > 9) {
+        const char *kind = group ? zs_kind[e->group_kind < 3 ? e->group_kind : 0] : NULL;
+        rc |= group ? msgpack_pack_uint64(pk, (uint64_t)e->group) : msgpack_pack_nil(pk);
+        rc |= kind != NULL ? zs_pack_str(pk, kind) : msgpack_pack_nil(pk);
+    }
+    if (n > 11) {
+        for (int k = 0; k < 3; k++) /* kv_cache_spec_sliding_window, locality, ownership */
+            rc |= msgpack_pack_nil(pk);
+        rc |= msgpack_pack_map(pk, 1);
+        rc |= zs_pack_str(pk, "cache_salt");
+        rc |= msgpack_pack_str_with_body(pk, e->cache_salt, e->cache_salt_len);
+    }
+    return rc;
+}
+
+/*
+ * @b as a positional vLLM batch [ts, events, dp_rank] into p->sb: its events
+ * but those kvtier skipped (zs_publishes()); removals run to group_idx when
+ * they have one. KVT_OK, or KVT_ERR_NO_MEM when the buffer could not grow
+ * (p->sb then holds a truncated payload, never to be sent).
+ */
+static kvt_status_t zs_encode(zs_pub_t *p, const kvt_evbatch_t *b)
 {
     msgpack_packer pk;
     msgpack_sbuffer_clear(&p->sb);
     msgpack_packer_init(&pk, &p->sb, msgpack_sbuffer_write);
-    msgpack_pack_array(&pk, 3);
-    msgpack_pack_double(&pk, kvt_clock_wall());
+    int rc = msgpack_pack_array(&pk, 3);
+    rc |= msgpack_pack_double(&pk, kvt_clock_wall());
     uint32_t n = 0;
     for (size_t i = 0; i < b->nev; i++)
         n += zs_publishes(&b->ev[i]);
-    msgpack_pack_array(&pk, n);
-    for (size_t i = 0; i < b->nev; i++) {
+    rc |= msgpack_pack_array(&pk, n);
+    for (size_t i = 0; i < b->nev && rc == 0; i++) {
         const kvt_event_t *e = &b->ev[i];
         if (!zs_publishes(e))
             continue;
@@ -172,58 +235,24 @@ static void zs_encode(zs_pub_t *p, const kvt_evbatch_t *b)
                                        : e->tier == KVT_TIER_DISK ? 2
                                                                   : 0];
         if (e->type == KVT_EV_CLEARED) {
-            msgpack_pack_array(&pk, 1);
-            msgpack_pack_str_with_body(&pk, "AllBlocksCleared", 16);
-            continue;
-        }
-        bool stored = e->type == KVT_EV_STORED;
-        bool group = e->group >= 0;
-        bool extras = stored && ((e->cache_salt != NULL && !e->has_parent) || e->extra_seeds);
-        const char *lora = e->lora_name != NULL ? e->lora_name : b->lora;
-        msgpack_pack_array(&pk, stored ? (group ? 11 : extras ? 9 : 8) : (group ? 4 : 3));
-        if (stored)
-            msgpack_pack_str_with_body(&pk, "BlockStored", 11);
-        else
-            msgpack_pack_str_with_body(&pk, "BlockRemoved", 12);
-        msgpack_pack_array(&pk, e->nhashes);
-        for (uint32_t k = 0; k < e->nhashes; k++)
-            msgpack_pack_uint64(&pk, e->hashes[k]);
-        if (!stored) {
-            msgpack_pack_str_with_body(&pk, medium, strlen(medium));
+            rc |= msgpack_pack_array(&pk, 1);
+            rc |= zs_pack_str(&pk, "AllBlocksCleared");
+        } else if (e->type == KVT_EV_STORED) {
+            rc |= zs_encode_stored(&pk, b, e, medium);
+        } else {
+            bool group = e->group >= 0;
+            rc |= msgpack_pack_array(&pk, group ? 4 : 3);
+            rc |= zs_pack_str(&pk, "BlockRemoved");
+            rc |= msgpack_pack_array(&pk, e->nhashes);
+            for (uint32_t k = 0; k < e->nhashes; k++)
+                rc |= msgpack_pack_uint64(&pk, e->hashes[k]);
+            rc |= zs_pack_str(&pk, medium);
             if (group)
-                msgpack_pack_uint64(&pk, (uint64_t)e->group);
-            continue;
+                rc |= msgpack_pack_uint64(&pk, (uint64_t)e->group);
         }
-        if (e->has_parent)
-            msgpack_pack_uint64(&pk, e->parent);
-        else
-            msgpack_pack_nil(&pk);
-        msgpack_pack_array(&pk, e->ntokens);
-        for (uint32_t k = 0; k < e->ntokens; k++)
-            msgpack_pack_uint32(&pk, e->tokens[k]);
-        msgpack_pack_uint32(&pk, e->block_size);
-        msgpack_pack_nil(&pk); /* lora_id */
-        msgpack_pack_str_with_body(&pk, medium, strlen(medium));
-        if (lora != NULL)
-            msgpack_pack_str_with_body(&pk, lora, strlen(lora));
-        else
-            msgpack_pack_nil(&pk);
-        if (!group && !extras)
-            continue;
-        if (extras)
-            zs_encode_extra_keys(&pk, e);
-        else
-            msgpack_pack_nil(&pk);
-        if (!group)
-            continue;
-        msgpack_pack_uint64(&pk, (uint64_t)e->group);
-        const char *kind = zs_kind[e->group_kind < 3 ? e->group_kind : 0];
-        if (kind != NULL)
-            msgpack_pack_str_with_body(&pk, kind, strlen(kind));
-        else
-            msgpack_pack_nil(&pk);
     }
-    msgpack_pack_uint32(&pk, b->dp_rank);
+    rc |= msgpack_pack_uint32(&pk, b->dp_rank);
+    return rc == 0 ? KVT_OK : KVT_ERR_NO_MEM;
 }
 
 kvt_status_t kvt_zsub_publish(kvt_zsub_t *z, const kvt_evbatch_t *b)
@@ -231,10 +260,16 @@ kvt_status_t kvt_zsub_publish(kvt_zsub_t *z, const kvt_evbatch_t *b)
     zs_pub_t *p = z->pub;
     if (p == NULL)
         return KVT_OK;
-    zs_encode(p, b);
-    void *copy = malloc(p->sb.size ? p->sb.size : 1);
+    void *copy = NULL;
+    if (zs_encode(p, b) == KVT_OK)
+        copy = malloc(p->sb.size ? p->sb.size : 1);
     if (copy == NULL) {
+        /* Nothing is sent, but the seq is spent: subscribers see a gap that no replay fills
+         * and drop the pod's state, rather than miss what was applied here. */
+        p->info.batches++;
         p->info.send_failures++;
+        kvt_log_warn("batch seq %llu not published: out of memory",
+                     (unsigned long long)p->info.batches - 1);
         return KVT_ERR_NO_MEM;
     }
     memcpy(copy, p->sb.data, p->sb.size);

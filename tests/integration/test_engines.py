@@ -715,8 +715,8 @@ class TestPublish(Base):
                                                   "topic": "kv@A@m"})
             self.assertEqual(s, 200, a)
 
-            def stream_b():
-                return [x for x in b.stats()["streams"] if x["pod"] == "A"][0]
+            def stream_b(pod="A"):
+                return [x for x in b.stats()["streams"] if x["pod"] == pod][0]
 
             def joined():
                 self.post(self.d, [])
@@ -728,35 +728,45 @@ class TestPublish(Base):
             self.post(self.d, [fx.stored([h[0]], [], bs=0, medium="CPU")])
             self.post(self.d, [{"type": "BlockRemoved", "block_hashes": [h[3]]}])
 
-            def b_matched():
-                s, ans = b.http("POST", "/v1/query", {"model": "m", "token_ids": t})
+            def b_matched(toks):
+                s, ans = b.http("POST", "/v1/query", {"model": "m", "token_ids": toks})
                 return {p["pod"]: (p["matched_blocks"], p["gpu"], p["cpu"]) for p in ans["pods"]}
-            wait_for(lambda: b_matched().get("A") == (3, 3, 0), what="A's events in B")
-            # a salted prefix stays salted downstream; a group kvtier does not index, an unknown
-            # medium and a REMOTE store are not republished
-            ts_ = tokens(31, 2)
-            self.post(self.d, [dict(fx.stored([601, 602], ts_, bs=BS), cache_salt="t-1"),
-                               dict(fx.stored([603], ts_[:BS], bs=BS), group_idx=1,
-                                    kv_cache_spec_kind="sliding_window"),
-                               dict(fx.stored([604], ts_[:BS], bs=BS), medium="HBM9"),
-                               dict(fx.stored([605], ts_[:BS], bs=BS), locality="REMOTE")],
-                      pod="S")
+            wait_for(lambda: b_matched(t).get("A") == (3, 3, 0), what="A's events in B")
+            st = stream_b()
+            self.assertEqual((st["gaps"], st["undecodable"], st["restarts"]), (0, 0, 0), st)
+            # pod S from now on (each topic's seqs run on only while one pod posts)
             s, a = b.http("POST", "/v1/engines", {"pod": "S", "model": "m",
                                                   "endpoint": pubinfo["endpoint"],
                                                   "topic": "kv@S@m"})
             self.assertEqual(s, 200, a)
 
-            def salted_in_b():
-                self.post(self.d, [dict(fx.stored([601, 602], ts_, bs=BS), cache_salt="t-1")],
-                          pod="S")
-                s, ans = b.http("POST", "/v1/query", {"model": "m",
-                                                      "block_hashes": seq_keys(ts_, "t-1")})
-                return [p for p in ans["pods"] if p["pod"] == "S" and p["matched_blocks"] == 2]
-            wait_for(salted_in_b, what="S's salted blocks in B")
-            s, ans = b.http("POST", "/v1/query", {"model": "m", "token_ids": ts_})
-            self.assertEqual([p["pod"] for p in ans["pods"]], [])
-            st = stream_b()
+            def s_joined():
+                self.post(self.d, [], pod="S")
+                return stream_b("S")["last_seq"] is not None
+            wait_for(s_joined, what="kvtierd B to join S's stream")
+            # a salted prefix stays salted downstream, also an orphan's (a parent nobody knows:
+            # its first block is salted); a group kvtier does not index is republished and
+            # skipped in B too; an unknown medium and a REMOTE store are not republished
+            ts_, to = tokens(31, 2), tokens(34, 2)
+            orphan = fx.stored([701, 702], to, bs=BS, parent=999)
+            self.post(self.d, [dict(fx.stored([601, 602], ts_, bs=BS), cache_salt="t-1"),
+                               dict(orphan, cache_salt="t-2"),
+                               dict(fx.stored([603], ts_[:BS], bs=BS), group_idx=1,
+                                    kv_cache_spec_kind="sliding_window"),
+                               dict(fx.stored([604], ts_[:BS], bs=BS), medium="HBM9"),
+                               dict(fx.stored([605], ts_[:BS], bs=BS), locality="REMOTE")],
+                      pod="S")
+            st = wait_for(lambda: (lambda x: x if x["other_groups"] == 1 else None)(stream_b("S")),
+                          what="S's batch in B")
+            self.assertEqual((st["unknown_medium"], st["remote"], st["orphans"], st["blocks"]),
+                             (0, 0, 1, 4), st)
             self.assertEqual((st["gaps"], st["undecodable"], st["restarts"]), (0, 0, 0), st)
+            for toks, salt in ((ts_, "t-1"), (to, "t-2")):
+                s, ans = b.http("POST", "/v1/query", {"model": "m",
+                                                      "block_hashes": seq_keys(toks, salt)})
+                self.assertEqual([(p["pod"], p["matched_blocks"]) for p in ans["pods"]],
+                                 [("S", 2)], (salt, ans))
+                self.assertNotIn("S", b_matched(toks), salt)
         finally:
             self.assertEqual(b.stop(), 0)
             b.cleanup()
@@ -843,7 +853,10 @@ class TestPublish(Base):
             _, _, payload = sub.recv_multipart()
             self.assertEqual(msgpack.unpackb(payload)[1], [
                 ["BlockStored", [1, 2], None, t, BS, None, "GPU", None, [["t-1"], None]],
-                ["BlockStored", [3], 2, t[:BS], BS, None, "GPU", None],  # the chain has the salt
+                # with a parent the salt rides past ownership (a subscriber that does not know
+                # the parent salts the first block, as the publisher did)
+                ["BlockStored", [3], 2, t[:BS], BS, None, "GPU", None, None, None, None, None,
+                 None, None, {"cache_salt": "t-1"}],
                 ["BlockStored", [4], None, t[:BS], BS, None, "GPU", None, None, 1,
                  "sliding_window"],
                 ["BlockRemoved", [4], "GPU", 1]])

@@ -17,6 +17,7 @@
 
 #include "kvindex/event.h"
 #include "kvindex/hash.h"
+#include "tests/support/events.h"
 #include "tests/support/fail_alloc.h"
 
 typedef struct fix {
@@ -46,17 +47,6 @@ static int teardown(void **state)
     kvt_idx_destroy(f->idx);
     kvt_ev_ctx_destroy(f->ctx);
     return 0;
-}
-
-static kvt_event_t stored(const uint64_t *h, uint32_t n, const uint32_t *tok, uint32_t bs)
-{
-    return (kvt_event_t){.type = KVT_EV_STORED,
-                         .tier = KVT_TIER_GPU,
-                         .nhashes = n,
-                         .hashes = h,
-                         .ntokens = tok ? n * bs : 0,
-                         .tokens = tok,
-                         .block_size = bs};
 }
 
 static kvt_status_t apply(fix_t *f, const char *pod, kvt_event_t *ev, size_t n,
@@ -104,12 +94,12 @@ static void test_store_parent_remove_clear(void **state)
     fix_t *f = *state;
     kvt_ev_counters_t c = {0};
     uint64_t h1[] = {11, 12, 13};
-    kvt_event_t e1 = stored(h1, 3, f->tok, 4);
+    kvt_event_t e1 = test_stored(h1, 3, f->tok, 4);
     assert_int_equal(apply(f, "A", &e1, 1, &c), KVT_OK);
     assert_int_equal(matched(f, "A", 32, NULL, NULL), 3);
     /* the parent continues the chain */
     uint64_t h2[] = {14, 15};
-    kvt_event_t e2 = stored(h2, 2, f->tok + 12, 4);
+    kvt_event_t e2 = test_stored(h2, 2, f->tok + 12, 4);
     e2.has_parent = true;
     e2.parent = 13;
     assert_int_equal(apply(f, "A", &e2, 1, &c), KVT_OK);
@@ -117,7 +107,7 @@ static void test_store_parent_remove_clear(void **state)
     assert_int_equal(c.orphans, 0);
     /* an unknown parent: chained from block 0, so it does not extend A's prefix */
     uint64_t h3[] = {16};
-    kvt_event_t e3 = stored(h3, 1, f->tok + 20, 4);
+    kvt_event_t e3 = test_stored(h3, 1, f->tok + 20, 4);
     e3.has_parent = true;
     e3.parent = 999;
     assert_int_equal(apply(f, "A", &e3, 1, &c), KVT_OK);
@@ -125,7 +115,7 @@ static void test_store_parent_remove_clear(void **state)
     assert_int_equal(matched(f, "A", 32, NULL, NULL), 5);
     /* CPU placeholders by engine hash; one unknown */
     uint64_t hp[] = {11, 12, 77};
-    kvt_event_t ep = stored(hp, 3, NULL, 0);
+    kvt_event_t ep = test_stored(hp, 3, NULL, 0);
     ep.tier = KVT_TIER_CPU;
     assert_int_equal(apply(f, "A", &ep, 1, &c), KVT_OK);
     assert_int_equal(c.unresolved, 1);
@@ -151,12 +141,12 @@ static void test_bad_batches_change_nothing(void **state)
     fix_t *f = *state;
     kvt_ev_counters_t c = {0};
     uint64_t h[] = {1, 2};
-    kvt_event_t ok = stored(h, 2, f->tok, 4);
+    kvt_event_t ok = test_stored(h, 2, f->tok, 4);
     assert_int_equal(apply(f, "B", &ok, 1, &c), KVT_OK);
     kvt_idx_stats_t s0;
     kvt_idx_stats(f->idx, &s0);
     /* block size 8 for a model created with 4; an earlier good event must not apply either */
-    kvt_event_t two[2] = {stored(h, 2, f->tok, 4), stored(h, 2, f->tok, 8)};
+    kvt_event_t two[2] = {test_stored(h, 2, f->tok, 4), test_stored(h, 2, f->tok, 8)};
     two[0].hashes = (const uint64_t[]){5, 6};
     assert_int_equal(apply(f, "NEW", two, 2, &c), KVT_ERR_INVAL);
     /* tokens but no model */
@@ -166,7 +156,7 @@ static void test_bad_batches_change_nothing(void **state)
                      KVT_ERR_INVAL);
     assert_non_null(strstr(err, "model"));
     /* token count that does not fill the blocks */
-    kvt_event_t odd = stored(h, 2, f->tok, 4);
+    kvt_event_t odd = test_stored(h, 2, f->tok, 4);
     odd.ntokens = 7;
     assert_int_equal(apply(f, "NEW3", &odd, 1, &c), KVT_ERR_INVAL);
     kvt_idx_stats_t s1;
@@ -181,7 +171,7 @@ static void test_pod_key(void **state)
     fix_t *f = *state;
     kvt_ev_counters_t c = {0};
     uint64_t h[] = {41, 42};
-    kvt_event_t e = stored(h, 2, f->tok, 4);
+    kvt_event_t e = test_stored(h, 2, f->tok, 4);
     assert_int_equal(apply(f, "C", &e, 1, &c), KVT_OK);
     uint32_t ns, p;
     assert_int_equal(kvt_idx_ns_get(f->idx, "m", NULL, 0, &ns), KVT_OK);
@@ -201,8 +191,8 @@ static void test_lora_namespaces_in_one_batch(void **state)
     fix_t *f = *state;
     static const uint64_t h1[] = {1, 2}, h2[] = {11, 12}, h3[] = {21};
     char a1[] = "adapter-a", a2[] = "adapter-a"; /* equal names, different pointers */
-    kvt_event_t ev[4] = {stored(h1, 2, f->tok, 4), stored(h2, 2, f->tok, 4),
-                         stored(h3, 1, f->tok, 4), stored(h3, 1, f->tok, 4)};
+    kvt_event_t ev[4] = {test_stored(h1, 2, f->tok, 4), test_stored(h2, 2, f->tok, 4),
+                         test_stored(h3, 1, f->tok, 4), test_stored(h3, 1, f->tok, 4)};
     ev[1].lora_name = a1;
     ev[2].lora_name = a2;
     ev[3].lora_name = "adapter-b";
@@ -226,7 +216,7 @@ static void test_lora_namespaces_in_one_batch(void **state)
         assert_int_equal(res[0].matched, want[i]);
     }
     /* a block size that differs from the namespace's, after a cached lookup: refused whole */
-    kvt_event_t bad[2] = {stored(h2, 2, f->tok, 4), stored(h3, 1, f->tok, 8)};
+    kvt_event_t bad[2] = {test_stored(h2, 2, f->tok, 4), test_stored(h3, 1, f->tok, 8)};
     bad[0].lora_name = a1;
     bad[1].lora_name = a2;
     kvt_ev_counters_t before = c;
@@ -237,7 +227,7 @@ static void test_lora_namespaces_in_one_batch(void **state)
     assert_non_null(strstr(err, "block_size 8, but model 'm' uses 4"));
     assert_memory_equal(&c, &before, sizeof(c));
     /* a namespace the batch creates takes its first event's block size: refused whole too */
-    kvt_event_t mixed[2] = {stored(h1, 2, f->tok, 4), stored(h3, 1, f->tok, 8)};
+    kvt_event_t mixed[2] = {test_stored(h1, 2, f->tok, 4), test_stored(h3, 1, f->tok, 8)};
     kvt_evbatch_t mb = {.pod = "p", .model = "m2", .ev = mixed, .nev = 2};
     kvt_idx_stats_t s0, s1;
     kvt_idx_stats(f->idx, &s0);
@@ -250,8 +240,8 @@ static void test_lora_namespaces_in_one_batch(void **state)
     uint32_t ns;
     assert_int_equal(kvt_idx_ns_get(f->idx, "m2", NULL, 0, &ns), KVT_ERR_NOT_FOUND);
     /* "" is the base model too; a LoRA's new namespace is its own */
-    kvt_event_t base2[3] = {stored(h1, 2, f->tok, 4), stored(h3, 1, f->tok, 4),
-                            stored(h3, 1, f->tok, 8)};
+    kvt_event_t base2[3] = {test_stored(h1, 2, f->tok, 4), test_stored(h3, 1, f->tok, 4),
+                            test_stored(h3, 1, f->tok, 8)};
     base2[1].lora_name = "";
     base2[2].lora_name = "adapter-c";
     mb.ev = base2;
@@ -271,12 +261,12 @@ static void test_lora_namespaces_in_one_batch(void **state)
     static char names[NL][16];
     for (int i = 0; i < NL; i++) {
         snprintf(names[i], sizeof(names[i]), "lora-%d", i);
-        many[i] = stored(h3, 1, f->tok, i % 2 ? 4 : 8);
+        many[i] = test_stored(h3, 1, f->tok, i % 2 ? 4 : 8);
         many[i].lora_name = names[i];
     }
     for (int bad_lora = 3; bad_lora < NL; bad_lora += NL - 4) { /* remembered, then scanned */
         many[NL] = many[bad_lora];
-        many[NL + 1] = stored(h3, 1, f->tok, bad_lora % 2 ? 8 : 4);
+        many[NL + 1] = test_stored(h3, 1, f->tok, bad_lora % 2 ? 8 : 4);
         many[NL + 1].lora_name = names[bad_lora];
         kvt_evbatch_t lb = {.pod = "p", .model = "m4", .ev = many, .nev = NL + 2};
         kvt_idx_stats(f->idx, &s0);
@@ -303,7 +293,7 @@ static void test_long_event(void **state)
     for (uint32_t i = 0; i < NB; i++)
         h[i] = 5000 + i;
     kvt_ev_counters_t c = {0};
-    kvt_event_t e = stored(h, NB, tok, 2);
+    kvt_event_t e = test_stored(h, NB, tok, 2);
     kvt_evbatch_t b = {.pod = "L", .model = "long", .ev = &e, .nev = 1};
     char err[200];
     assert_int_equal(kvt_ev_apply(f->idx, NULL, &b, 2, KVT_EV_STRICT, &c, err, sizeof(err)),
@@ -332,7 +322,7 @@ static void test_kv_cache_groups(void **state)
     fix_t *f = *state;
     kvt_ev_counters_t c = {0};
     uint64_t h[] = {101, 102};
-    kvt_event_t full = stored(h, 2, f->tok, 4), swa = stored(h, 2, f->tok, 4);
+    kvt_event_t full = test_stored(h, 2, f->tok, 4), swa = test_stored(h, 2, f->tok, 4);
     full.group = 0;
     full.group_kind = KVT_EV_GROUP_FULL;
     swa.group = 1;
@@ -360,7 +350,7 @@ static void test_kv_cache_groups(void **state)
     assert_int_equal(matched(f, "H", 8, NULL, NULL), 1);
     /* stores with no kind: a group known as sliding window stays unindexed, others are */
     uint64_t h2[] = {201};
-    kvt_event_t k1 = stored(h2, 1, f->tok + 32, 4), k3 = stored(h2, 1, f->tok + 32, 4);
+    kvt_event_t k1 = test_stored(h2, 1, f->tok + 32, 4), k3 = test_stored(h2, 1, f->tok + 32, 4);
     k1.group = 1;
     k3.group = 3;
     uint64_t before = c.other_groups;
@@ -403,15 +393,15 @@ static void test_bad_events_and_skips(void **state)
     fix_t *f = *state;
     kvt_ev_counters_t c = {0};
     uint64_t h1[] = {1, 2}, h2[] = {3, 4};
-    kvt_event_t ev[3] = {stored(h1, 2, f->tok, 4),
+    kvt_event_t ev[3] = {test_stored(h1, 2, f->tok, 4),
                          {.type = KVT_EV_BAD, .may_remove = false},
-                         stored(h2, 2, f->tok + 16, 4)};
+                         test_stored(h2, 2, f->tok + 16, 4)};
     assert_int_equal(apply_stream(f, "B", ev, 3, &c), KVT_OK);
     assert_int_equal(c.bad, 1);
     assert_int_equal(c.state_drops, 0);
     assert_int_equal(matched(f, "B", 8, NULL, NULL), 2);
     /* DISK and speculative entries go too (the router's guesses were about that state) */
-    kvt_event_t disk = stored(h2, 2, NULL, 0);
+    kvt_event_t disk = test_stored(h2, 2, NULL, 0);
     disk.tier = KVT_TIER_DISK;
     assert_int_equal(apply_stream(f, "B", &disk, 1, &c), KVT_OK);
     uint32_t p, ns;
@@ -432,11 +422,11 @@ static void test_bad_events_and_skips(void **state)
     kvt_idx_stats(f->idx, &s0);
     assert_true(s0.speculative == 0 && s0.tier_entries[2] == 0);
     /* the drop happens where the bad event stands: what follows it applies */
-    kvt_event_t after[2] = {removal, stored(h1, 2, f->tok, 4)};
+    kvt_event_t after[2] = {removal, test_stored(h1, 2, f->tok, 4)};
     assert_int_equal(apply_stream(f, "B", after, 2, &c), KVT_OK);
     assert_int_equal(matched(f, "B", 8, NULL, NULL), 2);
     /* REMOTE and unknown mediums are skipped and counted, nothing else */
-    kvt_event_t remote = stored(h2, 2, f->tok, 4), tape = stored(h2, 2, f->tok, 4);
+    kvt_event_t remote = test_stored(h2, 2, f->tok, 4), tape = test_stored(h2, 2, f->tok, 4);
     remote.skip = KVT_EV_SKIP_REMOTE;
     tape.skip = KVT_EV_SKIP_MEDIUM;
     tape.tier = 0;
@@ -448,7 +438,7 @@ static void test_bad_events_and_skips(void **state)
     assert_true(c.remote == 1 && c.unknown_medium == 1);
     assert_int_equal(s1.entries, s0.entries);
     /* strict mode (HTTP) refuses a bad block size whole; the stream skips that store alone */
-    kvt_event_t mixed[2] = {stored(h2, 2, f->tok + 16, 4), stored(h1, 1, f->tok, 8)};
+    kvt_event_t mixed[2] = {test_stored(h2, 2, f->tok + 16, 4), test_stored(h1, 1, f->tok, 8)};
     kvt_ev_counters_t before = c;
     assert_int_equal(apply(f, "S", mixed, 2, &c), KVT_ERR_INVAL);
     assert_memory_equal(&c, &before, sizeof(c));
@@ -486,12 +476,12 @@ static void test_cache_salt_and_extra_keys(void **state)
     fix_t *f = *state;
     kvt_ev_counters_t c = {0};
     uint64_t h[] = {31, 32}, h2[] = {33};
-    kvt_event_t e = stored(h, 2, f->tok, 4);
+    kvt_event_t e = test_stored(h, 2, f->tok, 4);
     e.cache_salt = "tenant-a";
     e.cache_salt_len = 8;
     assert_int_equal(apply_stream(f, "T", &e, 1, &c), KVT_OK);
     /* continued through the parent: the salt is already in the chain */
-    kvt_event_t e2 = stored(h2, 1, f->tok + 8, 4);
+    kvt_event_t e2 = test_stored(h2, 1, f->tok + 8, 4);
     e2.has_parent = true;
     e2.parent = 32;
     assert_int_equal(apply_stream(f, "T", &e2, 1, &c), KVT_OK);
@@ -503,12 +493,12 @@ static void test_cache_salt_and_extra_keys(void **state)
     assert_int_equal(matched_keys(f, "T", k_none, 3), 0);
     assert_int_equal(matched_keys(f, "T", k_b, 3), 0);
     /* and the other way: an unsalted prefix never matches a salted query */
-    kvt_event_t u = stored(h, 2, f->tok, 4);
+    kvt_event_t u = test_stored(h, 2, f->tok, 4);
     assert_int_equal(apply_stream(f, "U", &u, 1, &c), KVT_OK);
     assert_int_equal(matched_keys(f, "U", k_none, 3), 2);
     assert_int_equal(matched_keys(f, "U", k_a, 3), 0);
     /* an orphan (unknown parent) with a salt starts a salted chain at its first block */
-    kvt_event_t o = stored(h, 2, f->tok, 4);
+    kvt_event_t o = test_stored(h, 2, f->tok, 4);
     o.has_parent = true;
     o.parent = 12345;
     o.cache_salt = "tenant-a";
@@ -517,9 +507,9 @@ static void test_cache_salt_and_extra_keys(void **state)
     assert_int_equal(matched_keys(f, "O", k_a, 3), 2);
     /* a block with other extra keys (multimodal): no token query matches it or its children */
     uint64_t seeds[2] = {0, 0xabcdefull};
-    kvt_event_t m = stored(h, 2, f->tok, 4);
+    kvt_event_t m = test_stored(h, 2, f->tok, 4);
     m.extra_seeds = seeds;
-    kvt_event_t m2 = stored(h2, 1, f->tok + 8, 4);
+    kvt_event_t m2 = test_stored(h2, 1, f->tok + 8, 4);
     m2.has_parent = true;
     m2.parent = 32;
     kvt_event_t mm[2] = {m, m2};
@@ -551,7 +541,7 @@ static void test_dropped_blocks(void **state)
         h[i] = 900 + i;
     for (uint32_t i = 0; i < 4 * NB; i++)
         tok[i] = i;
-    kvt_event_t one = stored(h, 1, tok, 4), many = stored(h + 1, NB - 1, tok + 4, 4);
+    kvt_event_t one = test_stored(h, 1, tok, 4), many = test_stored(h + 1, NB - 1, tok + 4, 4);
     many.has_parent = true;
     many.parent = h[0];
     kvt_evbatch_t b1 = {.pod = "D", .model = "m", .ev = &one, .nev = 1};
@@ -589,12 +579,12 @@ static void test_cpu_store_after_gpu_removal(void **state)
     fix_t *f = *state;
     kvt_ev_counters_t c = {0};
     uint64_t h[] = {71, 72, 73};
-    kvt_event_t st = stored(h, 3, f->tok, 4);
+    kvt_event_t st = test_stored(h, 3, f->tok, 4);
     assert_int_equal(apply_stream(f, "V", &st, 1, &c), KVT_OK);
     /* the same batch: 72 and 73 leave the GPU, then come back as CPU placeholders */
     kvt_event_t rm = {
         .type = KVT_EV_REMOVED, .tier = KVT_TIER_GPU, .nhashes = 2, .hashes = h + 1, .group = -1};
-    kvt_event_t cpu = stored(h + 1, 2, NULL, 0);
+    kvt_event_t cpu = test_stored(h + 1, 2, NULL, 0);
     cpu.tier = KVT_TIER_CPU;
     kvt_event_t same[2] = {rm, cpu};
     assert_int_equal(apply_stream(f, "V", same, 2, &c), KVT_OK);
@@ -616,7 +606,7 @@ static void test_cpu_store_after_gpu_removal(void **state)
     assert_true(g == 0 && cp == 3);
     /* what the pod still knows needs no recovery; a hash never seen stays unresolved */
     uint64_t more[] = {71, 999};
-    kvt_event_t disk = stored(more, 2, NULL, 0);
+    kvt_event_t disk = test_stored(more, 2, NULL, 0);
     disk.tier = KVT_TIER_DISK;
     assert_int_equal(apply_stream(f, "V", &disk, 1, &c), KVT_OK);
     assert_int_equal(c.unresolved, 1);
@@ -632,7 +622,7 @@ static void test_cpu_store_after_gpu_removal(void **state)
     assert_int_equal(c.unresolved, unresolved + 3);
     assert_int_equal(matched(f, "V", 12, NULL, NULL), 0);
     /* without a context nothing is remembered */
-    kvt_event_t st2 = stored(h, 3, f->tok, 4);
+    kvt_event_t st2 = test_stored(h, 3, f->tok, 4);
     kvt_event_t again[3] = {st2, rm, cpu};
     again[2].nhashes = 1;
     kvt_evbatch_t b = {.pod = "W", .model = "m", .ev = again, .nev = 3};
@@ -657,12 +647,12 @@ static void test_ctx_out_of_memory(void **state)
     fix_t *f = *state;
     kvt_ev_counters_t c = {0};
     uint64_t h[] = {81, 82}, h2[] = {83};
-    kvt_event_t e = stored(h, 2, f->tok, 4);
+    kvt_event_t e = test_stored(h, 2, f->tok, 4);
     assert_int_equal(apply(f, "Q", &e, 1, &c), KVT_OK); /* no context: nothing allocated */
     assert_int_equal(matched(f, "Q", 8, NULL, NULL), 2);
     kvt_ev_ctx_t *ctx;
     assert_int_equal(kvt_ev_ctx_create(1 << 20, &ctx), KVT_OK);
-    kvt_event_t more = stored(h2, 1, f->tok + 8, 4);
+    kvt_event_t more = test_stored(h2, 1, f->tok + 8, 4);
     more.has_parent = true;
     more.parent = 82;
     kvt_evbatch_t b = {.pod = "Q", .model = "m", .ev = &more, .nev = 1};

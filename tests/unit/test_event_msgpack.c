@@ -276,9 +276,9 @@ static void test_mediums(void **state)
     static const struct {
         const char *name;
         unsigned tier;
-    } known[] = {{"GPU", KVT_TIER_GPU},      {"CPU", KVT_TIER_CPU},   {"STORAGE", KVT_TIER_DISK},
+    } known[] = {{"GPU", KVT_TIER_GPU},        {"CPU", KVT_TIER_CPU},   {"STORAGE", KVT_TIER_DISK},
                  {"CPU_PINNED", KVT_TIER_CPU}, {"DISK", KVT_TIER_DISK}, {"EXTERNAL", KVT_TIER_DISK},
-                 {"gpu", KVT_TIER_GPU},      {"NVMe", KVT_TIER_DISK}};
+                 {"gpu", KVT_TIER_GPU},        {"NVMe", KVT_TIER_DISK}};
     msgpack_sbuffer sb;
     msgpack_sbuffer_init(&sb);
     kvt_evbatch_t b;
@@ -325,11 +325,12 @@ static void test_groups_and_locality(void **state)
     static const struct {
         const char *kind;
         uint8_t want;
-    } kinds[] = {{"full_attention", KVT_EV_GROUP_FULL},       {"mla_attention", KVT_EV_GROUP_FULL},
-                 {"sink_full_attention", KVT_EV_GROUP_FULL},  {"sliding_window", KVT_EV_GROUP_OTHER},
-                 {"sliding_window_mla", KVT_EV_GROUP_OTHER},  {"mamba", KVT_EV_GROUP_OTHER},
-                 {"chunked_local_attention", KVT_EV_GROUP_OTHER}, {"unknown", KVT_EV_GROUP_ANY},
-                 {"some_future_kind", KVT_EV_GROUP_ANY}};
+    } kinds[] = {
+        {"full_attention", KVT_EV_GROUP_FULL},           {"mla_attention", KVT_EV_GROUP_FULL},
+        {"sink_full_attention", KVT_EV_GROUP_FULL},      {"sliding_window", KVT_EV_GROUP_OTHER},
+        {"sliding_window_mla", KVT_EV_GROUP_OTHER},      {"mamba", KVT_EV_GROUP_OTHER},
+        {"chunked_local_attention", KVT_EV_GROUP_OTHER}, {"unknown", KVT_EV_GROUP_ANY},
+        {"some_future_kind", KVT_EV_GROUP_ANY}};
     for (size_t i = 0; i < sizeof(kinds) / sizeof(kinds[0]); i++) {
         msgpack_sbuffer_clear(&sb);
         /* vLLM's positional BlockStored to kv_cache_spec_kind, and the map form */
@@ -350,8 +351,8 @@ static void test_groups_and_locality(void **state)
     pk(&sb, "a s a u s u s s", 6, "BlockRemoved", 1, (uint64_t)2, "GPU", (uint64_t)0, "REMOTE",
        "owner");
     pk(&sb, "a s a u n n n n n n n n n n s", 13, "BlockStored", 1, (uint64_t)3, "remote");
-    pk(&sb, "m s s s a u s s", 3, "type", "BlockStored", "block_hashes", 1, (uint64_t)4,
-       "locality", "LOCAL");
+    pk(&sb, "m s s s a u s s", 3, "type", "BlockStored", "block_hashes", 1, (uint64_t)4, "locality",
+       "LOCAL");
     decode_ok(&sb, &b);
     assert_int_equal(b.unknown, 0);
     assert_true(b.ev[0].group == 2 && b.ev[0].skip == KVT_EV_SKIP_NONE);
@@ -495,7 +496,7 @@ static void test_unknown_counting(void **state)
        (uint64_t)0); /* two fields past ownership: 2 */
     pk(&sb, "m s s s a u s u s s", 4, "type", "BlockRemoved", "block_hashes", 1, (uint64_t)2,
        "token_ids", (uint64_t)1, "new_field", "x"); /* token_ids means nothing here, new: 2 */
-    pk(&sb, "a s a u n n n n s", 7, "BlockStored", 1, (uint64_t)3, "REMOTE"); /* kept, skipped */
+    pk(&sb, "a s a u n n n n s", 7, "BlockStored", 1, (uint64_t)3, "REMOTE");   /* kept, skipped */
     pk(&sb, "m s s s u", 2, "type", "AllBlocksCleared", "medium", (uint64_t)0); /* field: 1 */
     pk(&sb, "u s", (uint64_t)1, "extra batch field");                           /* 1 */
     kvt_evbatch_t b;
@@ -552,8 +553,8 @@ static void test_bad_events(void **state)
         "BlockRemoved", "block_hashes", 0, "block_hashes", 0);
     BAD(true, "events[0]: missing field 'block_hashes'", "a d a m s s", 2, 0.0, 1, 1, "type",
         "BlockRemoved");
-    BAD(true, "events[0]: block_hashes: want an array", "a d a a s u", 2, 0.0, 1, 2,
-        "BlockRemoved", (uint64_t)1);
+    BAD(true, "events[0]: block_hashes: want an array", "a d a a s u", 2, 0.0, 1, 2, "BlockRemoved",
+        (uint64_t)1);
     BAD(true, "block_hashes[0]: want an integer or 1..64 bytes", "a d a a s a s", 2, 0.0, 1, 2,
         "BlockRemoved", 1, "abc");
     BAD(true, "block_hashes[1]: want an integer", "a d a a s a u d", 2, 0.0, 1, 2, "BlockRemoved",
@@ -571,8 +572,8 @@ static void test_bad_events(void **state)
         "BlockStored");
     BAD(true, "events[0]: block_hashes: want an array", "a d a m s s s n", 2, 0.0, 1, 2, "type",
         "BlockRemoved", "block_hashes");
-    BAD(false, "parent_block_hash: want an integer or 1..64 bytes", "a d a a s a u s", 2, 0.0, 1,
-        3, "BlockStored", 1, (uint64_t)1, "x");
+    BAD(false, "parent_block_hash: want an integer or 1..64 bytes", "a d a a s a u s", 2, 0.0, 1, 3,
+        "BlockStored", 1, (uint64_t)1, "x");
     BAD(false, "events[0]: token_ids: want an array", "a d a a s a u n u", 2, 0.0, 1, 4,
         "BlockStored", 1, (uint64_t)1, (uint64_t)1);
     BAD(false, "token_ids[0]: want an integer", "a d a a s a u n a i", 2, 0.0, 1, 4, "BlockStored",
@@ -611,8 +612,8 @@ static void test_bad_events(void **state)
     pk(&sb, "a s a u", 2, "BlockRemoved", 1, (uint64_t)10);
     kvt_evbatch_t b;
     char err[256];
-    assert_int_equal(kvt_ev_msgpack_decode(sb.data, sb.size, KVT_EV_FMT_VLLM, "p", "m", 0, BIG,
-                                           &b, err, sizeof(err)),
+    assert_int_equal(kvt_ev_msgpack_decode(sb.data, sb.size, KVT_EV_FMT_VLLM, "p", "m", 0, BIG, &b,
+                                           err, sizeof(err)),
                      KVT_OK);
     assert_int_equal(b.nev, 4);
     assert_int_equal(b.unknown, 1);
@@ -675,6 +676,25 @@ static void test_sglang_metadata(void **state)
     pk(&sb, "a d a a s a u n a u u n n m s u", 2, 0.0, 1, 8, "BlockStored", 1, (uint64_t)5, 1,
        (uint64_t)7, (uint64_t)1, 1, "cache_salt", (uint64_t)7);
     decode_bad_fmt(&sb, KVT_EV_FMT_SGLANG, 1, 0, false, "metadata.cache_salt: want a string");
+    /* past ownership (slot 14 on) a map is the metadata in a vLLM stream too (kvtierd's
+     * publisher puts a salt there); a cache_salt there that is no string is unknown, not bad */
+    for (int bad = 0; bad < 2; bad++) {
+        msgpack_sbuffer_clear(&sb);
+        pk(&sb, "a d a a s a u u a u u n s n n n n n n n m s", 2, 0.0, 1, 15, "BlockStored", 1,
+           (uint64_t)5, (uint64_t)4, 1, (uint64_t)7, (uint64_t)1, "GPU", 1, "cache_salt");
+        if (bad)
+            pk(&sb, "u", (uint64_t)7);
+        else
+            pk(&sb, "s", "t4");
+        decode_ok(&sb, &b);
+        assert_true(b.nev == 1 && b.ev[0].type == KVT_EV_STORED && b.ev[0].has_parent);
+        if (bad)
+            assert_null(b.ev[0].cache_salt);
+        else
+            assert_string_equal(b.ev[0].cache_salt, "t4");
+        assert_int_equal(b.unknown, bad);
+        kvt_evbatch_cleanup(&b);
+    }
     /* map events name it "metadata" in either format */
     msgpack_sbuffer_clear(&sb);
     pk(&sb, "a d a m s s s a u s m s s", 2, 0.0, 1, 3, "type", "BlockStored", "block_hashes", 1,
@@ -770,8 +790,8 @@ static void test_extra_keys(void **state)
     /* SGLang's metadata salt wins over extra_keys */
     msgpack_sbuffer_clear(&sb);
     pk(&sb, "a d a m s s s a u s a a s s m s s", 2, 0.0, 1, 4, "type", "BlockStored",
-       "block_hashes", 1, (uint64_t)1, "extra_keys", 1, 1, "from-keys", "metadata", 1,
-       "cache_salt", "from-meta");
+       "block_hashes", 1, (uint64_t)1, "extra_keys", 1, 1, "from-keys", "metadata", 1, "cache_salt",
+       "from-meta");
     decode_ok(&sb, &b);
     assert_string_equal(b.ev[0].cache_salt, "from-meta");
     kvt_evbatch_cleanup(&b);
@@ -899,8 +919,8 @@ typedef struct ref_ev {
     uint32_t t[8 * 4];
     bool has_parent;
     uint64_t parent;
-    char lora[8]; /* "" none */
-    char salt[8]; /* "" none */
+    char lora[8];  /* "" none */
+    char salt[8];  /* "" none */
     int64_t group; /* -1 none */
     int kind;      /* index into kind_name, -1 none */
 } ref_ev_t;
@@ -938,12 +958,11 @@ static void pack_str(msgpack_packer *p, const char *s)
     msgpack_pack_str_body(p, s, strlen(s));
 }
 
-static const char *const medium_name[] = {"GPU",        "CPU",     "DISK",     "gpu",
-                                          "Cpu",        "nvme",    "CPU_PINNED", "STORAGE",
-                                          "EXTERNAL",   "HBM9"};
-static const unsigned medium_tier[] = {KVT_TIER_GPU, KVT_TIER_CPU,  KVT_TIER_DISK, KVT_TIER_GPU,
-                                       KVT_TIER_CPU, KVT_TIER_DISK, KVT_TIER_CPU,  KVT_TIER_DISK,
-                                       KVT_TIER_DISK, 0};
+static const char *const medium_name[] = {"GPU",  "CPU",        "DISK",    "gpu",      "Cpu",
+                                          "nvme", "CPU_PINNED", "STORAGE", "EXTERNAL", "HBM9"};
+static const unsigned medium_tier[] = {
+    KVT_TIER_GPU,  KVT_TIER_CPU, KVT_TIER_DISK, KVT_TIER_GPU,  KVT_TIER_CPU,
+    KVT_TIER_DISK, KVT_TIER_CPU, KVT_TIER_DISK, KVT_TIER_DISK, 0};
 #define NMEDIUMS ((int)(sizeof(medium_name) / sizeof(medium_name[0])))
 static const char *const kind_name[] = {"full_attention", "sliding_window", "mamba", "unknown"};
 static const uint8_t kind_class[] = {KVT_EV_GROUP_FULL, KVT_EV_GROUP_OTHER, KVT_EV_GROUP_OTHER,
@@ -1102,14 +1121,14 @@ static void pack_event(msgpack_packer *p, uint64_t *s, kvt_ev_format_t fmt, ref_
     bool meta7 = stored && fmt == KVT_EV_FMT_SGLANG && e->salt[0] && !e->lora[0] && rnd(s) % 2;
     uint32_t last; /* number of fields after the type name */
     if (stored) {
-        last = has_kind                    ? 10
-               : has_group                 ? 9
-               : e->salt[0] && !meta7      ? 8
-               : e->lora[0] || meta7       ? 7
-               : medium >= 0               ? 6
-               : e->nt > 0                 ? 4
-               : e->has_parent             ? 2
-                                           : 1;
+        last = has_kind               ? 10
+               : has_group            ? 9
+               : e->salt[0] && !meta7 ? 8
+               : e->lora[0] || meta7  ? 7
+               : medium >= 0          ? 6
+               : e->nt > 0            ? 4
+               : e->has_parent        ? 2
+                                      : 1;
         if (rnd(s) % 3 == 0)
             last = 13;
     } else {
