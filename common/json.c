@@ -538,8 +538,8 @@ static kvt_status_t kvt_json_want_next(kvt_json_t *j, bool obj)
     return KVT_OK;
 }
 
-/* kvt_json_object_next() that decodes the key when @want_key (else only checks it). */
-static int kvt_json_obj_next(kvt_json_t *j, bool want_key)
+/* kvt_json_object_next() that decodes the key into @out[0..cap) (NULL: only checks it). */
+static int kvt_json_obj_next(kvt_json_t *j, char *out, size_t cap)
 {
     kvt_status_t st = kvt_json_want_next(j, true);
     if (st != KVT_OK)
@@ -560,11 +560,11 @@ static int kvt_json_obj_next(kvt_json_t *j, bool want_key)
         return kvt_json_expected(j, j->pos, "a key or '}'");
     }
     size_t klen = 0, kpos = j->pos;
-    st = kvt_json_scan_string(j, want_key ? j->key : NULL, sizeof(j->key), "key", &klen);
+    st = kvt_json_scan_string(j, out, cap, "key", &klen);
     if (st != KVT_OK)
         return st;
     j->key_len = klen;
-    st = kvt_json_member_add(j, kpos, want_key);
+    st = kvt_json_member_add(j, kpos, out == j->key);
     if (st != KVT_OK)
         return st;
     kvt_json_skip_ws(j);
@@ -577,13 +577,28 @@ static int kvt_json_obj_next(kvt_json_t *j, bool want_key)
 
 int kvt_json_object_next(kvt_json_t *j, const char **key_p, size_t *klen_p)
 {
-    int r = kvt_json_obj_next(j, true);
+    int r = kvt_json_obj_next(j, j->key, sizeof(j->key));
     if (r == 1) {
         if (key_p != NULL)
             *key_p = j->key;
         if (klen_p != NULL)
             *klen_p = j->key_len;
     }
+    return r;
+}
+
+int kvt_json_object_next_into(kvt_json_t *j, char *buf, size_t cap, size_t *klen_p)
+{
+    if (buf == NULL || cap == 0) {
+        kvt_status_t st = kvt_json_want_next(j, true);
+        if (st != KVT_OK)
+            return st;
+        return kvt_json_fail(j, KVT_ERR_INVAL, j->pos,
+                             "kvt_json_object_next_into() needs a buffer");
+    }
+    int r = kvt_json_obj_next(j, buf, cap);
+    if (r == 1 && klen_p != NULL)
+        *klen_p = j->key_len;
     return r;
 }
 
@@ -646,7 +661,7 @@ kvt_status_t kvt_json_skip(kvt_json_t *j)
             kvt_json_skip_one(j);
         } else if (j->depth > base) {
             if (kvt_json_top_is_obj(j))
-                kvt_json_obj_next(j, false);
+                kvt_json_obj_next(j, NULL, 0);
             else
                 kvt_json_array_next(j);
         } else {

@@ -131,6 +131,15 @@ kvt_status_t kvt_json_object_begin(kvt_json_t *j);
  */
 int kvt_json_object_next(kvt_json_t *j, const char **key_p, size_t *klen_p);
 
+/*
+ * kvt_json_object_next() that decodes the key into @buf[0..cap) instead
+ * (NUL-terminated; *@klen_p, may be NULL, gets its length), so that a key of
+ * any length can be read: KVT_ERR_TOO_BIG only when it needs more than
+ * @cap - 1 bytes (@buf then holds a prefix); KVT_ERR_INVAL when @buf is NULL
+ * or @cap is 0. The duplicate check is the same.
+ */
+int kvt_json_object_next_into(kvt_json_t *j, char *buf, size_t cap, size_t *klen_p);
+
 /* Consumes '[' where a value is due. Errors as kvt_json_object_begin(). */
 kvt_status_t kvt_json_array_begin(kvt_json_t *j);
 

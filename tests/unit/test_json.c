@@ -551,6 +551,29 @@ static void test_containers(void **state)
     assert_int_equal(kvt_json_object_next(&j, &key, &klen), KVT_ERR_TOO_BIG);
     check_err_state(&j, KVT_ERR_TOO_BIG, 1, "256-byte key");
     expect_skip(doc, KVT_OK, 0);
+    /* ... and decode into a caller's buffer big enough for them, duplicates still refused */
+    char kbuf[300];
+    size_t kn = 0;
+    init(&j, doc);
+    assert_int_equal(kvt_json_object_begin(&j), KVT_OK);
+    assert_int_equal(kvt_json_object_next_into(&j, kbuf, sizeof(kbuf), &kn), 1);
+    assert_int_equal(kn, 256);
+    assert_memory_equal(kbuf, "\xc3\xa9kkk", 5);
+    assert_int_equal(kvt_json_u64(&j, &u), KVT_OK);
+    assert_int_equal(kvt_json_object_next_into(&j, kbuf, sizeof(kbuf), &kn), 0);
+    init(&j, "{\"ab\":1,\"a\\u0062\":2}");
+    assert_int_equal(kvt_json_object_begin(&j), KVT_OK);
+    assert_int_equal(kvt_json_object_next_into(&j, kbuf, 3, &kn), 1);
+    assert_string_equal(kbuf, "ab");
+    assert_int_equal(kvt_json_u64(&j, &u), KVT_OK);
+    assert_int_equal(kvt_json_object_next_into(&j, kbuf, 3, &kn), KVT_ERR_INVAL);
+    check_err_state(&j, KVT_ERR_INVAL, 8, "escaped duplicate key");
+    init(&j, "{\"abc\":1}");
+    assert_int_equal(kvt_json_object_begin(&j), KVT_OK);
+    assert_int_equal(kvt_json_object_next_into(&j, kbuf, 3, &kn), KVT_ERR_TOO_BIG);
+    init(&j, "{\"a\":1}");
+    assert_int_equal(kvt_json_object_begin(&j), KVT_OK);
+    assert_int_equal(kvt_json_object_next_into(&j, NULL, 0, &kn), KVT_ERR_INVAL);
     /* A bad key is a parse error whatever its length. */
     expect_skip("{\"\\q\":1}", KVT_ERR_PARSE, 2);
 }
