@@ -4,8 +4,9 @@
  *
  * Arena sizing. The arena is one malloc made before parsing, sized from the
  * body length so that it can never run out:
- *  - event slots: a decoded event is at least `{"type":"AllBlocksCleared"}`,
- *    27 bytes, so len / 27 + 1 slots hold them all;
+ *  - event slots (each with where its extra_keys lie): a decoded event is
+ *    at least `{"type":"AllBlocksCleared"}`, 27 bytes, so len / 27 + 1 slots
+ *    hold them all;
  *  - a bump region of 5 * len + 64 bytes for hash and token arrays and
  *    names. Every item costs at most 5x the body bytes it was read from: a
  *    k-element hash array takes >= 2k+1 bytes of text and 8k bytes plus at
@@ -64,10 +65,21 @@ enum {
 /* A smallest decodable event, which bounds the number of events. */
 #define KVT_EVJ_MIN_EVENT_BYTES 27u
 
+/*
+ * Where an event's "extra_keys" lie in the body: read once the whole body is,
+ * since the batch's "lora_name" (which extra keys may start with) can follow
+ * "events". from == to: none to read.
+ */
+typedef struct kvt_evj_extra {
+    size_t from, to; /* its text, [from, to) */
+    size_t idx;      /* the event's index in "events", for messages */
+} kvt_evj_extra_t;
+
 typedef struct kvt_evj {
     kvt_json_t j;
     char *arena;
-    kvt_event_t *ev; /* ev_cap slots at the start of the arena */
+    kvt_event_t *ev;        /* ev_cap slots at the start of the arena */
+    kvt_evj_extra_t *extra; /* ev_cap slots after them: ev[i]'s extra keys */
     size_t ev_cap;
     size_t nev;
     size_t bump;     /* next free byte of the arena */
@@ -443,21 +455,25 @@ static kvt_status_t kvt_evj_kind(kvt_evj_t *d, kvt_event_t *ev)
 
 /*
  * vLLM's "extra_keys" (one entry per block: null or an array of the block's
- * extra hash keys), read once the whole event is known (its lora_name and
- * parent may follow it) from the text span [@from, @to) of the body: the
- * LoRA name leading an entry is skipped, a lone string left on a chain's
- * first block is the cache salt (unless "cache_salt" gave one), anything
- * else becomes the block's extra seed (a hash of the values' text).
+ * extra hash keys) of event @ev, read once the whole body is (the event's
+ * lora_name and parent may follow them in the event, the batch's lora_name
+ * may follow "events") from the text span x->from .. x->to of the body: the
+ * LoRA name leading an entry (the event's, else the batch's @batch_lora) is
+ * skipped, a lone string left on a chain's first block is the cache salt
+ * (unless "cache_salt" gave one), anything else becomes the block's extra
+ * seed (a hash of the values' text).
  */
-static kvt_status_t kvt_evj_extras(kvt_evj_t *d, size_t from, size_t to, kvt_event_t *ev)
+static kvt_status_t kvt_evj_extras(kvt_evj_t *d, const kvt_evj_extra_t *xs, kvt_event_t *ev,
+                                   const char *batch_lora)
 {
+    const char *lora_name = ev->lora_name != NULL ? ev->lora_name : batch_lora;
     kvt_json_t x;
-    kvt_json_init(&x, d->j.s + from, to - from);
+    d->idx = xs->idx;
+    kvt_json_init(&x, d->j.s + xs->from, xs->to - xs->from);
     if (kvt_json_peek(&x) != KVT_JSON_ARRAY)
         return kvt_evj_ev_fail(d, KVT_ERR_INVAL, "field 'extra_keys' must be an array or null");
-    if ((size_t)ev->nhashes * 8 > d->bump_end - d->bump) /* 8 bytes per block: < 5x its text */
+    if (kvt_evj_align(d, 8) < ev->nhashes) /* 8 bytes per block: < 5x its text */
         return kvt_evj_fail(d, KVT_ERR_INTERNAL, "event arena exhausted");
-    kvt_evj_align(d, 8);
     uint64_t *seeds = (uint64_t *)(void *)(d->arena + d->bump);
     bool any = false;
     uint32_t nblk = 0;
@@ -489,8 +505,8 @@ static kvt_status_t kvt_evj_extras(kvt_evj_t *d, size_t from, size_t to, kvt_eve
                 size_t n = 0;
                 if (kvt_json_peek(&x) == KVT_JSON_STRING &&
                     kvt_json_string(&x, buf, sizeof(buf), &n) == KVT_OK) {
-                    bool lora = nkey == 0 && ev->lora_name != NULL && strlen(ev->lora_name) == n &&
-                                memcmp(ev->lora_name, buf, n) == 0;
+                    bool lora = nkey == 0 && lora_name != NULL && strlen(lora_name) == n &&
+                                memcmp(lora_name, buf, n) == 0;
                     nkey++;
                     if (lora)
                         continue;
@@ -517,14 +533,16 @@ static kvt_status_t kvt_evj_extras(kvt_evj_t *d, size_t from, size_t to, kvt_eve
                 if (ev->cache_salt == NULL) {
                     /* decode the salt again into the arena (it fit in buf) */
                     kvt_json_t sx;
-                    kvt_json_init(&sx, lone, (size_t)(d->j.s + to - lone));
+                    kvt_json_init(&sx, lone, (size_t)(d->j.s + xs->to - lone));
                     char *dst = d->arena + d->bump;
                     size_t n;
                     if (lone_len + 1 > d->bump_end - d->bump ||
                         kvt_json_string(&sx, dst, lone_len + 1, &n) != KVT_OK)
                         return kvt_evj_fail(d, KVT_ERR_INTERNAL, "event arena exhausted");
                     d->bump += n + 1;
-                    kvt_evj_align(d, 8); /* block 0: no seed written yet */
+                    /* block 0: no seed written yet; the seeds move past the salt */
+                    if (kvt_evj_align(d, 8) < ev->nhashes)
+                        return kvt_evj_fail(d, KVT_ERR_INTERNAL, "event arena exhausted");
                     seeds = (uint64_t *)(void *)(d->arena + d->bump);
                     ev->cache_salt = dst;
                     ev->cache_salt_len = (uint32_t)n;
@@ -587,8 +605,8 @@ static kvt_status_t kvt_evj_finish(kvt_evj_t *d, int type, unsigned seen, kvt_ev
  * returned (also on error), and *consumed_p to false for an event that is
  * skipped (unknown type).
  */
-static kvt_status_t kvt_evj_event(kvt_evj_t *d, int given, kvt_event_t *ev, int *type_p,
-                                  bool *consumed_p)
+static kvt_status_t kvt_evj_event(kvt_evj_t *d, int given, kvt_event_t *ev, kvt_evj_extra_t *xs,
+                                  int *type_p, bool *consumed_p)
 {
     int type = given;
     unsigned seen = 0, unknown = 0;
@@ -790,9 +808,9 @@ static kvt_status_t kvt_evj_event(kvt_evj_t *d, int given, kvt_event_t *ev, int 
     st = kvt_evj_finish(d, type, seen & ~extra, ev);
     if (st != KVT_OK)
         return st;
-    if (type == KVT_EV_STORED && extra_to > extra_from && ev->skip == KVT_EV_SKIP_NONE &&
-        (st = kvt_evj_extras(d, extra_from, extra_to, ev)) != KVT_OK)
-        return st;
+    *xs = (kvt_evj_extra_t){0, 0, d->idx};
+    if (type == KVT_EV_STORED && extra_to > extra_from && ev->skip == KVT_EV_SKIP_NONE)
+        *xs = (kvt_evj_extra_t){extra_from, extra_to, d->idx}; /* read by kvt_evj_top() */
     d->unknown += unknown;
     *consumed_p = true;
     return KVT_OK;
@@ -839,10 +857,11 @@ static kvt_status_t kvt_evj_one(kvt_evj_t *d)
     kvt_json_mark(&d->j, &save);
     const size_t bump0 = d->bump, items0 = d->items;
     kvt_event_t ev;
+    kvt_evj_extra_t xs = {0, 0, d->idx};
     int type;
     bool consumed = false;
 
-    kvt_status_t st = kvt_evj_event(d, KVT_EVJ_T_UNSEEN, &ev, &type, &consumed);
+    kvt_status_t st = kvt_evj_event(d, KVT_EVJ_T_UNSEEN, &ev, &xs, &type, &consumed);
     if (st != KVT_OK && type == KVT_EVJ_T_UNSEEN && kvt_json_status(&d->j) != KVT_ERR_PARSE) {
         /* A field failed before the type was known: does the type care? A syntax
          * error is fatal whatever the type, so it skips this. */
@@ -856,7 +875,7 @@ static kvt_status_t kvt_evj_one(kvt_evj_t *d)
             kvt_json_rewind(&d->j, &save);
             d->bump = bump0;
             d->items = items0;
-            st = kvt_evj_event(d, type, &ev, &type, &consumed);
+            st = kvt_evj_event(d, type, &ev, &xs, &type, &consumed);
         }
     }
     if (st != KVT_OK)
@@ -869,6 +888,7 @@ static kvt_status_t kvt_evj_one(kvt_evj_t *d)
     }
     if (d->nev >= d->ev_cap)
         return kvt_evj_ev_fail(d, KVT_ERR_INTERNAL, "event arena exhausted");
+    d->extra[d->nev] = xs;
     d->ev[d->nev++] = ev;
     return KVT_OK;
 }
@@ -983,6 +1003,10 @@ static kvt_status_t kvt_evj_top(kvt_evj_t *d, kvt_evbatch_t *out)
                 return kvt_evj_fail(d, KVT_ERR_INVAL, "%s field 'model' (events[] has BlockStored)",
                                     (seen & KVT_EVJ_TOP_MODEL) ? "empty" : "missing");
     }
+    for (size_t i = 0; i < d->nev; i++)
+        if (d->extra[i].to > d->extra[i].from &&
+            (st = kvt_evj_extras(d, &d->extra[i], &d->ev[i], out->lora)) != KVT_OK)
+            return st;
     return KVT_OK;
 }
 
@@ -1007,7 +1031,8 @@ kvt_status_t kvt_ev_json_decode(const char *body, size_t len, size_t max_items, 
     }
     memset(&d, 0, sizeof(d));
     d.ev_cap = len / KVT_EVJ_MIN_EVENT_BYTES + 1;
-    size_t ev_bytes = (d.ev_cap * sizeof(kvt_event_t) + 7) & ~(size_t)7;
+    size_t ev_bytes = d.ev_cap * (sizeof(kvt_event_t) + sizeof(kvt_evj_extra_t));
+    ev_bytes = (ev_bytes + 7) & ~(size_t)7;
     d.bump = ev_bytes;
     d.bump_end = ev_bytes + 5 * len + 64;
     d.arena = malloc(d.bump_end);
@@ -1017,6 +1042,7 @@ kvt_status_t kvt_ev_json_decode(const char *body, size_t len, size_t max_items, 
         return KVT_ERR_NO_MEM;
     }
     d.ev = (kvt_event_t *)(void *)d.arena;
+    d.extra = (kvt_evj_extra_t *)(void *)(d.arena + d.ev_cap * sizeof(kvt_event_t));
     d.max_items = max_items;
     d.err = err;
     d.errlen = errlen;

@@ -997,8 +997,31 @@ static void test_salt_groups_locality(void **state)
                 b.ev[1].extra_seeds[1] == 0);
     assert_true(b.ev[2].extra_seeds != NULL && b.ev[2].extra_seeds[0] == 0 &&
                 b.ev[2].extra_seeds[1] != 0);
-    assert_non_null(b.ev[3].extra_seeds);
+    assert_true(b.ev[3].extra_seeds != NULL && b.ev[3].extra_seeds[0] == 0 &&
+                b.ev[3].extra_seeds[1] == b.ev[2].extra_seeds[1]); /* whitespace is no key */
     kvt_evbatch_cleanup(&b);
+    /* a LoRA named only by the batch leads the entries too, before or after "events"; an
+     * event's own lora_name replaces the batch's */
+    static const char *const lora_bodies[] = {
+        "{\"pod\":\"p\",\"model\":\"m\",\"events\":[" ST
+        ",\"extra_keys\":[[\"ad\",\"s1\"],null]}," ST
+        ",\"lora_name\":\"x\",\"extra_keys\":[[\"ad\",\"s1\"],null]}],\"lora_name\":\"ad\"}",
+        "{\"pod\":\"p\",\"lora_name\":\"ad\",\"model\":\"m\",\"events\":[" ST
+        ",\"extra_keys\":[[\"ad\",\"s1\"],null]}," ST
+        ",\"lora_name\":\"x\",\"extra_keys\":[[\"ad\",\"s1\"],null]}]}",
+    };
+    for (int i = 0; i < 2; i++) {
+        decode_ok(lora_bodies[i], &b);
+        assert_string_equal(b.lora, "ad");
+        assert_string_equal(b.ev[0].cache_salt, "s1");
+        assert_null(b.ev[0].extra_seeds);
+        assert_null(b.ev[1].cache_salt);
+        assert_true(b.ev[1].extra_seeds != NULL && b.ev[1].extra_seeds[0] != 0);
+        kvt_evbatch_cleanup(&b);
+    }
+    /* an extra_keys error names its event, after an unknown one */
+    decode_err(HDR "{\"type\":\"Other\"}," ST ",\"extra_keys\":[null]}" FTR, KVT_ERR_INVAL,
+               "events[1]: extra_keys has 1 entries for 2 block_hashes");
     /* groups, kinds, locality; a removal's too */
     decode_ok(HDR ST ",\"group_idx\":2,\"kv_cache_spec_kind\":\"sliding_window\"},"
                      "{\"type\":\"BlockRemoved\",\"block_hashes\":[1],\"group_idx\":1,"
