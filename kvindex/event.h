@@ -85,7 +85,8 @@ typedef struct kvt_event {
  */
 #define KVT_EV_EXTRA_SEED 0x6b76747278u
 
-/* Longest medium name kept for counting by name; longer names are cut. */
+/* Longest medium name kept for counting by name: both decoders keep a longer name's first
+ * KVT_EV_MEDIUM_NAME_MAX bytes. */
 #define KVT_EV_MEDIUM_NAME_MAX 32u
 
 /* A batch of events from one pod (engine, DP rank) for one model. */

@@ -336,7 +336,6 @@ static kvt_status_t kvt_evj_type(kvt_evj_t *d, int *type_p)
     return KVT_OK;
 }
 
-/* "medium": null is GPU; "GPU", "CPU", "DISK" or "NVME" in any case. */
 /* A JSON null where an optional field's value goes: consumed, and the field counts as absent. */
 static kvt_status_t kvt_evj_opt_null(kvt_evj_t *d, const char *field, bool *null_p)
 {
@@ -348,50 +347,38 @@ static kvt_status_t kvt_evj_opt_null(kvt_evj_t *d, const char *field, bool *null
 
 /*
  * "medium": null is GPU; otherwise a name kvt_ev_medium_tier() maps. Another
- * name is not an error: the event is kept, marked skipped, with the name (at
- * most KVT_EV_MEDIUM_NAME_MAX bytes of it) for counting.
+ * name is not an error: the event is kept, marked skipped, with the name's
+ * first KVT_EV_MEDIUM_NAME_MAX bytes (as the msgpack decoder keeps them) for
+ * counting; "" is counted as "?".
  */
 static kvt_status_t kvt_evj_medium(kvt_evj_t *d, kvt_event_t *ev)
 {
-    char name[KVT_EV_MEDIUM_NAME_MAX + 1];
-    size_t n;
-
     bool null;
     ev->tier = KVT_TIER_GPU;
     kvt_status_t st = kvt_evj_opt_null(d, "medium", &null);
     if (st != KVT_OK || null)
         return st;
-    kvt_json_type_t t = kvt_json_peek(&d->j);
-    if (t != KVT_JSON_STRING) {
+    if (kvt_json_peek(&d->j) != KVT_JSON_STRING) {
         if (kvt_json_status(&d->j) != KVT_OK)
             return kvt_evj_ev_json_fail(d, "medium");
         return kvt_evj_ev_fail(d, KVT_ERR_INVAL, "field 'medium' must be a string or null");
     }
-    kvt_json_mark_t save;
-    kvt_json_mark(&d->j, &save);
-    if (kvt_json_string(&d->j, name, sizeof(name), &n) != KVT_OK) {
-        if (kvt_json_status(&d->j) != KVT_ERR_TOO_BIG)
-            return kvt_evj_ev_json_fail(d, "medium");
-        kvt_json_rewind(
-            &d->j, &save); /* a name this long is no medium kvtier knows: skip it, keep its start */
-        if (kvt_json_skip(&d->j) != KVT_OK)
-            return kvt_evj_ev_json_fail(d, "medium");
-        n = 0;
-    } else {
-        ev->tier = kvt_ev_medium_tier(name, n);
-        if (ev->tier != 0)
-            return KVT_OK;
-    }
-    ev->tier = 0;
-    ev->skip = KVT_EV_SKIP_MEDIUM;
-    if (n == 0) {
-        memcpy(name, "?", 2);
-        n = 1;
-    }
+    /* Decoded where the arena is free (a string decodes to fewer bytes than its text); only
+     * the part kept for an unknown medium is taken. */
     char *dst = d->arena + d->bump;
-    if (d->bump_end - d->bump < n)
-        return kvt_evj_fail(d, KVT_ERR_INTERNAL, "event arena exhausted");
-    memcpy(dst, name, n);
+    size_t n;
+    if (kvt_json_string(&d->j, dst, d->bump_end - d->bump, &n) != KVT_OK) {
+        if (kvt_json_status(&d->j) == KVT_ERR_TOO_BIG)
+            return kvt_evj_fail(d, KVT_ERR_INTERNAL, "event arena exhausted");
+        return kvt_evj_ev_json_fail(d, "medium");
+    }
+    ev->tier = kvt_ev_medium_tier(dst, n);
+    if (ev->tier != 0)
+        return KVT_OK;
+    ev->skip = KVT_EV_SKIP_MEDIUM;
+    if (n == 0)
+        dst[n++] = '?'; /* the decoded "" left its NUL there: room for one byte */
+    n = n < KVT_EV_MEDIUM_NAME_MAX ? n : KVT_EV_MEDIUM_NAME_MAX;
     d->bump += n;
     ev->medium = dst;
     ev->medium_len = (uint32_t)n;

@@ -222,7 +222,7 @@ static void test_mediums(void **state)
         assert_int_equal(b.ev[0].tier, cases[i].tier);
         kvt_evbatch_cleanup(&b);
     }
-    /* unknown mediums: kept, skipped, named (at most KVT_EV_MEDIUM_NAME_MAX bytes) */
+    /* unknown mediums: kept, skipped, named (cut to KVT_EV_MEDIUM_NAME_MAX bytes) */
     static const struct {
         const char *medium, *name;
     } skipped[] = {
@@ -230,7 +230,9 @@ static void test_mediums(void **state)
         {"\"\"", "?"},
         {"\"GPU \"", "GPU "},
         {"\"a-very-long-medium-name-indeed\"", "a-very-long-medium-name-indeed"},
-        {"\"a-medium-name-longer-than-32-bytes-is-not-kept-whole\"", "?"},
+        {"\"a-medium-name-longer-than-32-bytes-is-cut\"", "a-medium-name-longer-than-32-byt"},
+        {"\"\\u00e9-a-medium-name-longer-than-32-bytes\"",
+         "\xc3\xa9-a-medium-name-longer-than-32-"},
     };
     for (size_t i = 0; i < sizeof(skipped) / sizeof(skipped[0]); i++) {
         char body[256];
