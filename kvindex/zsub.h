@@ -82,7 +82,8 @@ typedef struct kvt_zsub_counters {
                              remote, other groups, unknown mediums, recovered placeholders */
     uint64_t batches;     /* applied (live and replayed) */
     uint64_t ignored;     /* unknown events and fields skipped */
-    uint64_t undecodable; /* payloads that were not a batch: skipped, the state dropped */
+    uint64_t undecodable; /* batches not applied whole, the state dropped: payloads that were
+                             not a batch, and batches the index refused (a hard error) */
     kvt_zsub_medium_t mediums[KVT_ZSUB_MEDIUM_NAMES]; /* events on unknown mediums, by name */
     uint64_t mediums_other; /* ... on further names */
     uint64_t bad_frames;  /* messages not shaped [topic, seq(8), payload] */
@@ -138,7 +139,9 @@ bool kvt_zsub_subscribed(const kvt_zsub_t *z, const char *pod);
  * deadline) for messages on every stream or for @fd (-1: none) to become
  * readable, then applies what arrived (a bounded number of messages per
  * stream, so @fd is not starved). Returns 1 when @fd is readable, 0 when not,
- * KVT_ERR_IO when polling failed (EINTR returns 0).
+ * KVT_ERR_IO when polling failed (EINTR returns 0), KVT_ERR_NO_MEM when its
+ * poll list could not grow for streams added since the last call (nothing
+ * was polled; the next call tries again).
  */
 int kvt_zsub_poll(kvt_zsub_t *z, int fd, long timeout_ms);
 
