@@ -65,9 +65,10 @@ typedef struct kvt_event {
     uint32_t cache_salt_len; /* >= 1 when cache_salt is set */
     /*
      * Per block: a seed standing for the block's other extra keys (multimodal
-     * inputs, prompt embeddings: anything but the LoRA name and the salt),
-     * mixed into its local hash so such blocks never match a token query.
-     * 0: none. NULL when no block has any.
+     * inputs, prompt embeddings: anything but the LoRA and the salt), hashed
+     * by value in one canonical form for both decoders (docs/api.md, "Extra
+     * keys"), mixed into its local hash so such blocks never match a token
+     * query. 0: none. NULL when no block has any.
      */
     const uint64_t *extra_seeds;
     int64_t group;       /* "group_idx"; -1 when absent */
@@ -141,7 +142,9 @@ uint8_t kvt_ev_group_kind(const char *name, size_t len);
  * skipped by kvt_ev_apply()). An unknown top-level field, a wrong type, a
  * missing required field, token_ids whose length is not
  * block_size * len(block_hashes), extra_keys whose length is not
- * len(block_hashes), or trailing bytes are errors.
+ * len(block_hashes), or trailing bytes are errors. extra_keys are read
+ * after the whole body (a LoRA leading an entry is the event's lora_name,
+ * else the batch's, or its lora_id when that is an unsigned integer).
  * On success fills *@b (caller cleans up). On failure *@b is untouched and a
  * one-line reason is written to @err (NUL-terminated, at most @errlen bytes).
  * Returns KVT_OK, KVT_ERR_PARSE (not JSON), KVT_ERR_INVAL (wrong shape),

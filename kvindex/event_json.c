@@ -12,7 +12,10 @@
  *    k-element hash array takes >= 2k+1 bytes of text and 8k bytes plus at
  *    most 7 of alignment; tokens 4k plus 3; a string of r raw bytes decodes
  *    to at most r-1 bytes with its NUL; "[]" costs only alignment (<= 7 of
- *    its 10). The 64 bytes cover a "" model name.
+ *    its 10). The 64 bytes cover a "" model name. extra_keys, read last,
+ *    keep 8 bytes per entry (>= 2 bytes of text each) and at most a salt;
+ *    the strings hashed on the way are decoded in the free part past those
+ *    (a string decodes to fewer bytes than its text), which the 5x leaves.
  * Both bounds are still checked as we go (an overrun would be a bug and
  * gives KVT_ERR_INTERNAL, never a write past the end).
  *
@@ -24,6 +27,7 @@
  */
 #include "kvindex/event.h"
 
+#include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -32,8 +36,7 @@
 
 #include "common/json.h"
 
-#define XXH_INLINE_ALL
-#include <xxhash.h>
+#include "kvindex/event_keys_int.h"
 
 /* Fields of an event (bits), and which each type consumes. */
 enum {
@@ -71,8 +74,10 @@ enum {
  * "events". from == to: none to read.
  */
 typedef struct kvt_evj_extra {
-    size_t from, to; /* its text, [from, to) */
-    size_t idx;      /* the event's index in "events", for messages */
+    size_t from, to;  /* its text, [from, to) */
+    size_t idx;       /* the event's index in "events", for messages */
+    bool has_lora_id; /* the event's "lora_id" is an unsigned integer: ... */
+    uint64_t lora_id; /* ... this one, which may lead the entries as older vLLM's LoRA key */
 } kvt_evj_extra_t;
 
 typedef struct kvt_evj {
@@ -441,19 +446,123 @@ static kvt_status_t kvt_evj_kind(kvt_evj_t *d, kvt_event_t *ev)
 }
 
 /*
+ * Feeds the number that is due in @x to @h in the canonical form
+ * (event_keys_int.h): an integer in uint64 or int64 as such, any other number
+ * as a double (one past a double's range as an infinity).
+ */
+static kvt_status_t kvt_evj_key_number(kvt_json_t *x, XXH3_state_t *h)
+{
+    kvt_json_mark_t m;
+    kvt_json_mark(x, &m);
+    uint64_t u;
+    int64_t i;
+    double f;
+    if (kvt_json_u64(x, &u) == KVT_OK) {
+        ev_key_u64(h, EV_KEY_UINT, u);
+        return KVT_OK;
+    }
+    kvt_json_rewind(x, &m);
+    if (kvt_json_i64(x, &i) == KVT_OK) {
+        ev_key_u64(h, EV_KEY_NEG, (uint64_t)i); /* only a negative one gets here */
+        return KVT_OK;
+    }
+    kvt_json_rewind(x, &m);
+    if (kvt_json_double(x, &f) == KVT_OK) {
+        ev_key_double(h, f);
+        return KVT_OK;
+    }
+    kvt_json_rewind(x, &m); /* it overflows a double */
+    bool neg = x->s[kvt_json_offset(x)] == '-';
+    if (kvt_json_skip(x) != KVT_OK)
+        return kvt_json_status(x);
+    ev_key_double(h, neg ? -HUGE_VAL : HUGE_VAL);
+    return KVT_OK;
+}
+
+/*
+ * Feeds the value that is due in @x (checked JSON: a span the body's parse
+ * already skipped) to @h in the canonical form, strings and keys decoded into
+ * @buf[0..cap). Iterative: the parser's depth limit bounds the nesting.
+ * KVT_ERR_INTERNAL when a string does not fit @buf (the arena's free part).
+ */
+static kvt_status_t kvt_evj_key_value(kvt_json_t *x, XXH3_state_t *h, char *buf, size_t cap)
+{
+    uint64_t is_obj = 0; /* bit k: the container k + 1 levels down is an object */
+    unsigned depth = 0;
+    size_t n;
+    bool b;
+    for (;;) {
+        switch (kvt_json_peek(x)) { /* a value is due */
+        case KVT_JSON_NULL:
+            kvt_json_null(x);
+            ev_key_tag(h, EV_KEY_NULL);
+            break;
+        case KVT_JSON_TRUE:
+        case KVT_JSON_FALSE:
+            if (kvt_json_bool(x, &b) == KVT_OK)
+                ev_key_bool(h, b);
+            break;
+        case KVT_JSON_NUMBER: kvt_evj_key_number(x, h); break;
+        case KVT_JSON_STRING:
+            if (cap == 0 || kvt_json_string(x, buf, cap, &n) != KVT_OK)
+                return cap == 0 || kvt_json_status(x) == KVT_ERR_TOO_BIG ? KVT_ERR_INTERNAL
+                                                                         : kvt_json_status(x);
+            ev_key_bytes(h, EV_KEY_STR, buf, (uint32_t)n);
+            break;
+        case KVT_JSON_ARRAY:
+        case KVT_JSON_OBJECT: {
+            bool obj = kvt_json_peek(x) == KVT_JSON_OBJECT;
+            if ((obj ? kvt_json_object_begin(x) : kvt_json_array_begin(x)) != KVT_OK || depth >= 64)
+                return KVT_ERR_INVAL;
+            ev_key_tag(h, obj ? EV_KEY_MAP : EV_KEY_ARRAY);
+            is_obj = obj ? is_obj | 1ull << depth : is_obj & ~(1ull << depth);
+            depth++;
+            break;
+        }
+        default: break; /* an error: returned below */
+        }
+        for (;;) { /* on to the next value due, closing the containers that end */
+            if (kvt_json_status(x) != KVT_OK)
+                return kvt_json_status(x);
+            if (depth == 0)
+                return KVT_OK;
+            int r;
+            if (is_obj >> (depth - 1) & 1) {
+                if (cap == 0)
+                    return KVT_ERR_INTERNAL;
+                r = kvt_json_object_next_into(x, buf, cap, &n);
+                if (r == 1)
+                    ev_key_bytes(h, EV_KEY_STR, buf, (uint32_t)n); /* the key, then its value */
+            } else {
+                r = kvt_json_array_next(x);
+            }
+            if (r < 0)
+                return r == KVT_ERR_TOO_BIG ? KVT_ERR_INTERNAL : (kvt_status_t)r;
+            if (r == 1)
+                break;
+            ev_key_tag(h, EV_KEY_END);
+            depth--;
+        }
+    }
+}
+
+/*
  * vLLM's "extra_keys" (one entry per block: null or an array of the block's
  * extra hash keys) of event @ev, read once the whole body is (the event's
  * lora_name and parent may follow them in the event, the batch's lora_name
  * may follow "events") from the text span x->from .. x->to of the body: the
- * LoRA name leading an entry (the event's, else the batch's @batch_lora) is
- * skipped, a lone string left on a chain's first block is the cache salt
- * (unless "cache_salt" gave one), anything else becomes the block's extra
- * seed (a hash of the values' text).
+ * LoRA leading an entry (the event's lora_name, else the batch's
+ * @batch_lora; or its lora_id) is skipped, a lone string left on a chain's
+ * first block is the cache salt (unless "cache_salt" gave one), anything
+ * else becomes the block's extra seed, hashed in the canonical form the
+ * msgpack decoder uses too (event_keys_int.h). Strings are decoded in the
+ * arena's free part, past the seeds.
  */
 static kvt_status_t kvt_evj_extras(kvt_evj_t *d, const kvt_evj_extra_t *xs, kvt_event_t *ev,
                                    const char *batch_lora)
 {
     const char *lora_name = ev->lora_name != NULL ? ev->lora_name : batch_lora;
+    size_t lora_len = lora_name != NULL ? strlen(lora_name) : 0;
     kvt_json_t x;
     d->idx = xs->idx;
     kvt_json_init(&x, d->j.s + xs->from, xs->to - xs->from);
@@ -465,80 +574,80 @@ static kvt_status_t kvt_evj_extras(kvt_evj_t *d, const kvt_evj_extra_t *xs, kvt_
     bool any = false;
     uint32_t nblk = 0;
     int r;
+    kvt_status_t st = KVT_OK;
     kvt_json_array_begin(&x);
     while ((r = kvt_json_array_next(&x)) == 1) {
         if (nblk == ev->nhashes)
             return kvt_evj_ev_fail(d, KVT_ERR_INVAL, "extra_keys has more entries than blocks");
+        char *buf = (char *)(seeds + ev->nhashes);
+        size_t cap = (size_t)(d->arena + d->bump_end - buf);
         uint64_t seed = 0;
         if (kvt_json_peek(&x) == KVT_JSON_NULL) {
             kvt_json_null(&x);
-        } else if (kvt_json_peek(&x) != KVT_JSON_ARRAY) {
+            seeds[nblk++] = 0;
+            continue;
+        }
+        if (kvt_json_peek(&x) != KVT_JSON_ARRAY)
             return kvt_evj_ev_fail(d, KVT_ERR_INVAL, "extra_keys[%u] must be an array or null",
                                    nblk);
-        } else {
-            kvt_json_array_begin(&x);
-            XXH3_state_t h;
-            XXH3_INITSTATE(&h);
-            XXH3_64bits_reset_withSeed(&h, KVT_EV_EXTRA_SEED);
-            uint32_t nkey = 0, nkept = 0;
-            const char *lone = NULL;
-            size_t lone_len = 0;
-            bool lone_nul = false;
-            while ((r = kvt_json_array_next(&x)) == 1) {
-                size_t a = kvt_json_offset(&x);
-                kvt_json_mark_t save;
-                kvt_json_mark(&x, &save);
-                char buf[KVT_IDX_MAX_NAME + 1];
-                size_t n = 0;
-                if (kvt_json_peek(&x) == KVT_JSON_STRING &&
-                    kvt_json_string(&x, buf, sizeof(buf), &n) == KVT_OK) {
-                    bool lora = nkey == 0 && lora_name != NULL && strlen(lora_name) == n &&
-                                memcmp(lora_name, buf, n) == 0;
-                    nkey++;
-                    if (lora)
-                        continue;
-                    lone = x.s + a; /* its raw text: a salt is decoded again below */
-                    lone_len = n;
-                    lone_nul = memchr(buf, '\0', n) != NULL; /* no salt, then: another key */
-                    XXH3_64bits_update(&h, buf, n);
-                    nkept++;
-                    continue;
-                }
-                if (kvt_json_status(&x) == KVT_ERR_TOO_BIG)
-                    kvt_json_rewind(&x, &save); /* a string over 255 bytes: hashed as raw text */
-                if (kvt_json_status(&x) != KVT_OK || kvt_json_skip(&x) != KVT_OK)
+        kvt_json_array_begin(&x);
+        XXH3_state_t h;
+        ev_key_begin(&h);
+        uint32_t nkey = 0, nkept = 0;
+        size_t lone_len = 0; /* the kept string's length, decoded in buf */
+        bool lone = false;
+        while (st == KVT_OK && (r = kvt_json_array_next(&x)) == 1) {
+            kvt_json_type_t t = kvt_json_peek(&x);
+            size_t n;
+            if (t == KVT_JSON_STRING) {
+                if (cap == 0 || kvt_json_string(&x, buf, cap, &n) != KVT_OK) {
+                    st = cap == 0 || kvt_json_status(&x) == KVT_ERR_TOO_BIG ? KVT_ERR_INTERNAL
+                                                                            : kvt_json_status(&x);
                     break;
-                XXH3_64bits_update(&h, x.s + a, kvt_json_offset(&x) - a);
-                nkey++;
-                nkept += 2; /* never a salt */
-            }
-            if (r < 0 || kvt_json_status(&x) != KVT_OK)
-                return kvt_evj_ev_fail(d, KVT_ERR_INVAL, "extra_keys[%u]: %s", nblk,
-                                       kvt_json_error(&x));
-            if (nkept == 1 && nblk == 0 && !ev->has_parent && lone != NULL && !lone_nul &&
-                lone_len > 0) {
-                if (ev->cache_salt == NULL) {
-                    /* decode the salt again into the arena (it fit in buf) */
-                    kvt_json_t sx;
-                    kvt_json_init(&sx, lone, (size_t)(d->j.s + xs->to - lone));
-                    char *dst = d->arena + d->bump;
-                    size_t n;
-                    if (lone_len + 1 > d->bump_end - d->bump ||
-                        kvt_json_string(&sx, dst, lone_len + 1, &n) != KVT_OK)
-                        return kvt_evj_fail(d, KVT_ERR_INTERNAL, "event arena exhausted");
-                    d->bump += n + 1;
-                    /* block 0: no seed written yet; the seeds move past the salt */
-                    if (kvt_evj_align(d, 8) < ev->nhashes)
-                        return kvt_evj_fail(d, KVT_ERR_INTERNAL, "event arena exhausted");
-                    seeds = (uint64_t *)(void *)(d->arena + d->bump);
-                    ev->cache_salt = dst;
-                    ev->cache_salt_len = (uint32_t)n;
                 }
-            } else if (nkept > 0) {
-                seed = XXH3_64bits_digest(&h);
-                seed = seed != 0 ? seed : 1;
-                any = true;
+                if (nkey++ == 0 && lora_len > 0 && n == lora_len && memcmp(buf, lora_name, n) == 0)
+                    continue; /* the LoRA's name */
+                ev_key_bytes(&h, EV_KEY_STR, buf, (uint32_t)n);
+                lone = n > 0 && memchr(buf, '\0', n) == NULL; /* a salt has no NUL */
+                lone_len = n;
+                nkept++;
+                continue;
             }
+            if (t == KVT_JSON_NUMBER && nkey == 0 && xs->has_lora_id) {
+                kvt_json_mark_t m;
+                kvt_json_mark(&x, &m);
+                uint64_t id;
+                if (kvt_json_u64(&x, &id) == KVT_OK && id == xs->lora_id) {
+                    nkey++;
+                    continue; /* the LoRA's id (older vLLM) */
+                }
+                kvt_json_rewind(&x, &m);
+            }
+            nkey++;
+            nkept += 2; /* never a salt */
+            st = kvt_evj_key_value(&x, &h, buf, cap);
+        }
+        if (st == KVT_ERR_INTERNAL)
+            return kvt_evj_fail(d, st, "events[%zu].extra_keys: event arena exhausted", d->idx);
+        if (st != KVT_OK || r < 0 || kvt_json_status(&x) != KVT_OK)
+            return kvt_evj_ev_fail(d, KVT_ERR_INVAL, "extra_keys[%u]: %s", nblk,
+                                   kvt_json_error(&x));
+        if (nkept == 1 && lone && nblk == 0 && !ev->has_parent) {
+            if (ev->cache_salt == NULL) {
+                /* the salt, still in buf, goes where the seeds were to start: they move past it */
+                char *dst = d->arena + d->bump;
+                memmove(dst, buf, lone_len);
+                dst[lone_len] = '\0';
+                d->bump += lone_len + 1;
+                if (kvt_evj_align(d, 8) < ev->nhashes)
+                    return kvt_evj_fail(d, KVT_ERR_INTERNAL, "event arena exhausted");
+                seeds = (uint64_t *)(void *)(d->arena + d->bump);
+                ev->cache_salt = dst;
+                ev->cache_salt_len = (uint32_t)lone_len;
+            }
+        } else if (nkept > 0) {
+            seed = ev_key_seed(&h);
+            any = true;
         }
         seeds[nblk++] = seed;
     }
@@ -603,6 +712,8 @@ static kvt_status_t kvt_evj_event(kvt_evj_t *d, int given, kvt_event_t *ev, kvt_
     kvt_status_t st;
 
     size_t extra_from = 0, extra_to = 0; /* the text of "extra_keys", read at the end */
+    bool has_lora_id = false;
+    uint64_t lora_id = 0;
     *type_p = type;
     memset(ev, 0, sizeof(*ev));
     ev->tier = KVT_TIER_GPU;
@@ -617,6 +728,15 @@ static kvt_status_t kvt_evj_event(kvt_evj_t *d, int given, kvt_event_t *ev, kvt_
             /* Unknown, ignored, or not a field of this type. */
             if (f != KVT_EVJ_F_IGNORED)
                 unknown++;
+            if (kvt_evj_key_is(key, klen, "lora_id") && kvt_json_peek(&d->j) == KVT_JSON_NUMBER) {
+                kvt_json_mark_t m; /* an id may lead extra_keys (older vLLM), as a name does */
+                kvt_json_mark(&d->j, &m);
+                if (kvt_json_u64(&d->j, &lora_id) == KVT_OK) {
+                    has_lora_id = true;
+                    continue;
+                }
+                kvt_json_rewind(&d->j, &m);
+            }
             if (kvt_json_skip(&d->j) != KVT_OK)
                 return kvt_evj_ev_json_fail(d, NULL);
             continue;
@@ -795,9 +915,11 @@ static kvt_status_t kvt_evj_event(kvt_evj_t *d, int given, kvt_event_t *ev, kvt_
     st = kvt_evj_finish(d, type, seen & ~extra, ev);
     if (st != KVT_OK)
         return st;
-    *xs = (kvt_evj_extra_t){0, 0, d->idx};
+    *xs = (kvt_evj_extra_t){.idx = d->idx};
     if (type == KVT_EV_STORED && extra_to > extra_from && ev->skip == KVT_EV_SKIP_NONE)
-        *xs = (kvt_evj_extra_t){extra_from, extra_to, d->idx}; /* read by kvt_evj_top() */
+        *xs =
+            (kvt_evj_extra_t){extra_from, extra_to, d->idx, has_lora_id, lora_id}; /* read by
+                                                                                    kvt_evj_top() */
     d->unknown += unknown;
     *consumed_p = true;
     return KVT_OK;
@@ -844,7 +966,7 @@ static kvt_status_t kvt_evj_one(kvt_evj_t *d)
     kvt_json_mark(&d->j, &save);
     const size_t bump0 = d->bump, items0 = d->items;
     kvt_event_t ev;
-    kvt_evj_extra_t xs = {0, 0, d->idx};
+    kvt_evj_extra_t xs = {.idx = d->idx};
     int type;
     bool consumed = false;
 

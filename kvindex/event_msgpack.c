@@ -28,8 +28,7 @@
 #include <string.h>
 #include <strings.h>
 
-#define XXH_INLINE_ALL
-#include <xxhash.h>
+#include "kvindex/event_keys_int.h"
 
 /* ---- 1. the raw bytes --------------------------------------------------------------------- */
 
@@ -672,40 +671,38 @@ static bool mp_u32(const msgpack_object *o, uint32_t *v_p)
 }
 
 /*
- * Feeds msgpack value @o to @s by structure (types, lengths, bytes): the same
- * value gives the same seed however it was packed (int widths, str8/str16).
+ * Feeds msgpack value @o to @s in the canonical form (event_keys_int.h): the
+ * same value gives the same seed however it was packed (int widths, str8 or
+ * str16, float32 or float64 of one double), and as its JSON text would.
  */
 static void mp_feed(XXH3_state_t *s, const msgpack_object *o)
 {
-    uint8_t t = (uint8_t)o->type;
-    XXH3_64bits_update(s, &t, 1);
     switch (o->type) {
-    case MSGPACK_OBJECT_BOOLEAN: XXH3_64bits_update(s, &o->via.boolean, 1); break;
-    case MSGPACK_OBJECT_POSITIVE_INTEGER: XXH3_64bits_update(s, &o->via.u64, 8); break;
-    case MSGPACK_OBJECT_NEGATIVE_INTEGER: XXH3_64bits_update(s, &o->via.i64, 8); break;
+    case MSGPACK_OBJECT_NIL: ev_key_tag(s, EV_KEY_NULL); break;
+    case MSGPACK_OBJECT_BOOLEAN: ev_key_bool(s, o->via.boolean); break;
+    case MSGPACK_OBJECT_POSITIVE_INTEGER: ev_key_u64(s, EV_KEY_UINT, o->via.u64); break;
+    case MSGPACK_OBJECT_NEGATIVE_INTEGER: ev_key_u64(s, EV_KEY_NEG, (uint64_t)o->via.i64); break;
     case MSGPACK_OBJECT_FLOAT32:
-    case MSGPACK_OBJECT_FLOAT64: XXH3_64bits_update(s, &o->via.f64, 8); break;
-    case MSGPACK_OBJECT_STR:
-    case MSGPACK_OBJECT_BIN:
-        XXH3_64bits_update(s, &o->via.str.size, 4);
-        XXH3_64bits_update(s, o->via.str.ptr, o->via.str.size);
-        break;
+    case MSGPACK_OBJECT_FLOAT64: ev_key_double(s, o->via.f64); break;
+    case MSGPACK_OBJECT_STR: ev_key_bytes(s, EV_KEY_STR, o->via.str.ptr, o->via.str.size); break;
+    case MSGPACK_OBJECT_BIN: ev_key_bytes(s, EV_KEY_BIN, o->via.bin.ptr, o->via.bin.size); break;
     case MSGPACK_OBJECT_EXT:
-        XXH3_64bits_update(s, &o->via.ext.type, 1);
-        XXH3_64bits_update(s, &o->via.ext.size, 4);
-        XXH3_64bits_update(s, o->via.ext.ptr, o->via.ext.size);
+        ev_key_tag(s, EV_KEY_EXT); /* then its type byte where a tag goes, its length, its data */
+        ev_key_bytes(s, (uint8_t)o->via.ext.type, o->via.ext.ptr, o->via.ext.size);
         break;
     case MSGPACK_OBJECT_ARRAY:
-        XXH3_64bits_update(s, &o->via.array.size, 4);
+        ev_key_tag(s, EV_KEY_ARRAY);
         for (uint32_t i = 0; i < o->via.array.size; i++)
             mp_feed(s, &o->via.array.ptr[i]); /* depth is bounded by mp_check() */
+        ev_key_tag(s, EV_KEY_END);
         break;
     case MSGPACK_OBJECT_MAP:
-        XXH3_64bits_update(s, &o->via.map.size, 4);
+        ev_key_tag(s, EV_KEY_MAP);
         for (uint32_t i = 0; i < o->via.map.size; i++) {
             mp_feed(s, &o->via.map.ptr[i].key);
             mp_feed(s, &o->via.map.ptr[i].val);
         }
+        ev_key_tag(s, EV_KEY_END);
         break;
     default: break;
     }
@@ -715,12 +712,10 @@ static void mp_feed(XXH3_state_t *s, const msgpack_object *o)
 static uint64_t mp_extra_seed(const msgpack_object *k, uint32_t from)
 {
     XXH3_state_t s;
-    XXH3_INITSTATE(&s);
-    XXH3_64bits_reset_withSeed(&s, KVT_EV_EXTRA_SEED);
+    ev_key_begin(&s);
     for (uint32_t i = from; i < k->via.array.size; i++)
         mp_feed(&s, &k->via.array.ptr[i]);
-    uint64_t v = XXH3_64bits_digest(&s);
-    return v != 0 ? v : 1;
+    return ev_key_seed(&s);
 }
 
 /* Copies str @o into *@bump as a NUL-terminated string; returns it. */

@@ -990,7 +990,7 @@ static void test_salt_groups_locality(void **state)
     decode_ok(HDR ST ",\"cache_salt\":\"x\",\"extra_keys\":[[\"y\"],null]}," ST
                      ",\"parent_block_hash\":7,\"extra_keys\":[[\"mm\"],null]}," ST
                      ",\"extra_keys\":[null,[[\"img\",0],\"s\"]]}," ST
-                     ",\"extra_keys\":[null, [ [\"img\",0] , \"s\" ] ]}" FTR,
+                     ",\"extra_keys\":[null, [ [ \"img\" , 0 ] , \"s\" ] ]}" FTR,
               &b);
     assert_string_equal(b.ev[0].cache_salt, "x");
     assert_null(b.ev[0].extra_seeds);

@@ -6,8 +6,10 @@
  * locality, placeholders, defaults, unknown counting, every malformed event
  * (skipped alone as KVT_EV_BAD, marked when it may have been a removal),
  * every batch-level error (the batch left untouched), the raw-byte checks
- * that keep msgpack-c from huge allocations, and random batches packed in
- * random forms, decoded and compared with what was packed.
+ * that keep msgpack-c from huge allocations, random batches packed in
+ * random forms, decoded and compared with what was packed, and extra keys
+ * that give the same seeds as the same keys in a JSON event (docs/api.md's
+ * canonical form).
  * KVT_EVM_SEED=<n> replays a random run.
  */
 #include <setjmp.h>
@@ -17,6 +19,7 @@
 
 #include <cmocka.h>
 
+#include <math.h>
 #include <msgpack.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -26,6 +29,8 @@
 
 #include "kvindex/event.h"
 
+#include <xxhash.h>
+
 #define BIG ((size_t)1 << 40)
 
 /* ---- packing ---------------------------------------------------------------------------- */
@@ -33,7 +38,7 @@
 /*
  * Packs values by @fmt, one letter each (spaces ignored): a array (u32 size),
  * m map (u32 pairs), s str (const char *), u uint64, i int64, n nil,
- * d float64, f float32 (double arg), t true, b bin (const void *, size_t).
+ * d float64, f float32 (double arg), t true, F false, b bin (const void *, size_t).
  */
 static void pk(msgpack_sbuffer *sb, const char *fmt, ...)
 {
@@ -58,6 +63,7 @@ static void pk(msgpack_sbuffer *sb, const char *fmt, ...)
         case 'd': msgpack_pack_double(&p, va_arg(ap, double)); break;
         case 'f': msgpack_pack_float(&p, (float)va_arg(ap, double)); break;
         case 't': msgpack_pack_true(&p); break;
+        case 'F': msgpack_pack_false(&p); break;
         case 'b': {
             const void *v = va_arg(ap, const void *);
             size_t n = va_arg(ap, size_t);
@@ -811,6 +817,98 @@ static void test_extra_keys(void **state)
     msgpack_sbuffer_destroy(&sb);
 }
 
+/* @json (a POST /v1/events body) and @sb (its events, packed) give the same salts and seeds. */
+static void same_as_json(const char *json, const msgpack_sbuffer *sb)
+{
+    kvt_evbatch_t bj, bm;
+    char err[256];
+    if (kvt_ev_json_decode(json, strlen(json), BIG, &bj, err, sizeof(err)) != KVT_OK)
+        fail_msg("json: %s", err);
+    decode_ok(sb, &bm);
+    assert_int_equal(bj.nev, bm.nev);
+    for (size_t i = 0; i < bj.nev; i++) {
+        const kvt_event_t *a = &bj.ev[i], *b = &bm.ev[i];
+        assert_int_equal(a->nhashes, b->nhashes);
+        assert_true((a->cache_salt == NULL) == (b->cache_salt == NULL));
+        if (a->cache_salt != NULL)
+            assert_string_equal(a->cache_salt, b->cache_salt);
+        assert_true((a->extra_seeds == NULL) == (b->extra_seeds == NULL));
+        for (uint32_t k = 0; a->extra_seeds != NULL && k < a->nhashes; k++)
+            if (a->extra_seeds[k] != b->extra_seeds[k])
+                fail_msg("event %zu block %u: json seed %llx, msgpack %llx", i, k,
+                         (unsigned long long)a->extra_seeds[k],
+                         (unsigned long long)b->extra_seeds[k]);
+    }
+    kvt_evbatch_cleanup(&bj);
+    kvt_evbatch_cleanup(&bm);
+}
+
+/*
+ * Extra keys hash to the same seeds over HTTP (JSON) and over ZMQ (msgpack):
+ * every kind of value, a LoRA named by the batch (JSON) or the event, one
+ * named by its id, strings and map keys of any length; and the seed is the
+ * documented canonical form.
+ */
+static void test_extra_keys_json_agrees(void **state)
+{
+    (void)state;
+    msgpack_sbuffer sb;
+    msgpack_sbuffer_init(&sb);
+    /* every kind of value, nested; whitespace is no part of a key */
+    pk(&sb, "a d a m s s s a uu s a n a", 2, 0.0, 1, 3, "type", "BlockStored", "block_hashes", 2,
+       (uint64_t)1, (uint64_t)2, "extra_keys", 2, 12);
+    pk(&sb, "a su s n t F i u d d d s m s a u m s n", 2, "img-1", (uint64_t)3, "s", (int64_t)-7,
+       UINT64_MAX, 1.5, -0.25, HUGE_VAL, "x\xc3\xa9", 1, "k", 2, (uint64_t)1, 1, "z");
+    same_as_json("{\"pod\":\"p\",\"model\":\"m\",\"events\":[{\"type\":\"BlockStored\","
+                 "\"block_hashes\":[1,2],\"extra_keys\":[null, [ [\"img-1\" , 3],\"s\",null,true,"
+                 "false,-7,18446744073709551615,1.5,-25e-2,1e400,\"x\\u00e9\","
+                 "{\"k\":[1,{\"z\":null}]} ] ]}]}",
+                 &sb);
+    /* a LoRA leads the entries; the salt; strings and map keys longer than 255 bytes */
+    char longs[301], json[2048];
+    memset(longs, 'y', 300);
+    longs[300] = '\0';
+    msgpack_sbuffer_clear(&sb);
+    pk(&sb, "a d a m s s s a uuuu s s s a a ss a s a su a s a m s u", 2, 0.0, 1, 4, "type",
+       "BlockStored", "block_hashes", 4, (uint64_t)1, (uint64_t)2, (uint64_t)3, (uint64_t)4,
+       "lora_name", "ad", "extra_keys", 4, 2, "ad", "salt-x", 2, "ad", 2, "mm", (uint64_t)5, 1,
+       longs, 1, 1, longs, (uint64_t)1);
+    snprintf(json, sizeof(json),
+             "{\"pod\":\"p\",\"model\":\"m\",\"events\":[{\"type\":\"BlockStored\","
+             "\"block_hashes\":[1,2,3,4],\"extra_keys\":[[\"ad\",\"salt-x\"],[\"ad\",[\"mm\",5]],"
+             "[\"%s\"],[{\"%s\":1}]]}],\"lora_name\":\"ad\"}",
+             longs, longs);
+    same_as_json(json, &sb);
+    kvt_evbatch_t b;
+    decode_ok(&sb, &b);
+    assert_string_equal(b.ev[0].cache_salt, "salt-x");
+    assert_true(b.ev[0].extra_seeds[0] == 0 && b.ev[0].extra_seeds[1] != 0);
+    kvt_evbatch_cleanup(&b);
+    /* older vLLM's lora_id leads them instead */
+    msgpack_sbuffer_clear(&sb);
+    pk(&sb, "a d a m s s s a uu s u s a a us a uu", 2, 0.0, 1, 4, "type", "BlockStored",
+       "block_hashes", 2, (uint64_t)1, (uint64_t)2, "lora_id", (uint64_t)3, "extra_keys", 2, 2,
+       (uint64_t)3, "salt", 2, (uint64_t)3, (uint64_t)7);
+    same_as_json("{\"pod\":\"p\",\"model\":\"m\",\"events\":[{\"type\":\"BlockStored\","
+                 "\"lora_id\":3,\"block_hashes\":[1,2],\"extra_keys\":[[3,\"salt\"],[3,7]]}]}",
+                 &sb);
+    /* the canonical form, byte by byte: [["img", 3]] is one key, an array */
+    msgpack_sbuffer_clear(&sb);
+    pk(&sb, "a d a m s s s a u s a a a su", 2, 0.0, 1, 3, "type", "BlockStored", "block_hashes", 1,
+       (uint64_t)1, "extra_keys", 1, 1, 2, "img", (uint64_t)3);
+    decode_ok(&sb, &b);
+    static const uint8_t enc[] = {
+        0x07,                               /* an array */
+        0x05, 3, 0, 0, 0, 'i', 'm', 'g',    /* a str of 3 bytes */
+        0x02, 3, 0, 0, 0, 0,   0,   0,   0, /* the uint 3 */
+        0x0a,                               /* its end */
+    };
+    assert_true(b.ev[0].extra_seeds[0] ==
+                XXH3_64bits_withSeed(enc, sizeof(enc), KVT_EV_EXTRA_SEED));
+    kvt_evbatch_cleanup(&b);
+    msgpack_sbuffer_destroy(&sb);
+}
+
 static void test_raw_errors(void **state)
 {
     (void)state;
@@ -1371,6 +1469,7 @@ int main(void)
         cmocka_unit_test(test_bad_events),
         cmocka_unit_test(test_sglang_metadata),
         cmocka_unit_test(test_extra_keys),
+        cmocka_unit_test(test_extra_keys_json_agrees),
         cmocka_unit_test(test_raw_errors),
         cmocka_unit_test(test_max_items_and_args),
         cmocka_unit_test(test_random_batches),
