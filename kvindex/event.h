@@ -86,9 +86,15 @@ typedef struct kvt_event {
  */
 #define KVT_EV_EXTRA_SEED 0x6b76747278u
 
-/* Longest medium name kept for counting by name: both decoders keep a longer name's first
- * KVT_EV_MEDIUM_NAME_MAX bytes. */
+/* Longest medium name kept for counting by name (kvt_ev_medium_name_len()). */
 #define KVT_EV_MEDIUM_NAME_MAX 32u
+
+/*
+ * Bytes of medium name @name[0..@len) that both decoders keep for counting:
+ * all of it up to KVT_EV_MEDIUM_NAME_MAX bytes, else that many less the
+ * bytes of a UTF-8 character the cut would split.
+ */
+uint32_t kvt_ev_medium_name_len(const char *name, size_t len);
 
 /* A batch of events from one pod (engine, DP rank) for one model. */
 typedef struct kvt_evbatch {

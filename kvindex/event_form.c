@@ -33,6 +33,17 @@ unsigned kvt_ev_medium_tier(const char *name, size_t len)
     return 0;
 }
 
+uint32_t kvt_ev_medium_name_len(const char *name, size_t len)
+{
+    if (len <= KVT_EV_MEDIUM_NAME_MAX)
+        return (uint32_t)len;
+    uint32_t n = KVT_EV_MEDIUM_NAME_MAX;
+    /* name[n] continues a character (10xxxxxx): back to where it starts, at most 3 bytes */
+    for (int k = 0; k < 3 && ((unsigned char)name[n] & 0xc0u) == 0x80u; k++)
+        n--;
+    return n;
+}
+
 uint8_t kvt_ev_group_kind(const char *name, size_t len)
 {
     static const struct {

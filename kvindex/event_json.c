@@ -352,8 +352,8 @@ static kvt_status_t kvt_evj_opt_null(kvt_evj_t *d, const char *field, bool *null
 
 /*
  * "medium": null is GPU; otherwise a name kvt_ev_medium_tier() maps. Another
- * name is not an error: the event is kept, marked skipped, with the name's
- * first KVT_EV_MEDIUM_NAME_MAX bytes (as the msgpack decoder keeps them) for
+ * name is not an error: the event is kept, marked skipped, with the name
+ * (cut by kvt_ev_medium_name_len(), as the msgpack decoder cuts it) for
  * counting; "" is counted as "?".
  */
 static kvt_status_t kvt_evj_medium(kvt_evj_t *d, kvt_event_t *ev)
@@ -381,9 +381,9 @@ static kvt_status_t kvt_evj_medium(kvt_evj_t *d, kvt_event_t *ev)
     if (ev->tier != 0)
         return KVT_OK;
     ev->skip = KVT_EV_SKIP_MEDIUM;
+    n = kvt_ev_medium_name_len(dst, n);
     if (n == 0)
         dst[n++] = '?'; /* the decoded "" left its NUL there: room for one byte */
-    n = n < KVT_EV_MEDIUM_NAME_MAX ? n : KVT_EV_MEDIUM_NAME_MAX;
     d->bump += n;
     ev->medium = dst;
     ev->medium_len = (uint32_t)n;

@@ -753,8 +753,7 @@ static void mp_convert(mp_dec_t *d, mp_ev_t *e, kvt_event_t *ev, char **bump)
     mp_convert_head(e, ev);
     if (e->skip == KVT_EV_SKIP_MEDIUM) {
         const msgpack_object *m = e->f[MPF_MEDIUM];
-        uint32_t n =
-            m->via.str.size < KVT_EV_MEDIUM_NAME_MAX ? m->via.str.size : KVT_EV_MEDIUM_NAME_MAX;
+        uint32_t n = kvt_ev_medium_name_len(m->via.str.ptr, m->via.str.size);
         if (n > 0)
             memcpy(*bump, m->via.str.ptr, n);
         else

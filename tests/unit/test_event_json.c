@@ -233,6 +233,7 @@ static void test_mediums(void **state)
         {"\"a-medium-name-longer-than-32-bytes-is-cut\"", "a-medium-name-longer-than-32-byt"},
         {"\"\\u00e9-a-medium-name-longer-than-32-bytes\"",
          "\xc3\xa9-a-medium-name-longer-than-32-"},
+        {"\"a-medium-name-of-31-bytes-then-\\u00e9\"", "a-medium-name-of-31-bytes-then-"},
     };
     for (size_t i = 0; i < sizeof(skipped) / sizeof(skipped[0]); i++) {
         char body[256];

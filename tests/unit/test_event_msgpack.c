@@ -319,6 +319,14 @@ static void test_mediums(void **state)
     assert_true(b.ev[2].medium_len == 4 && memcmp(b.ev[2].medium, "TAPE", 4) == 0);
     assert_true(b.ev[3].tier == KVT_TIER_CPU && b.ev[3].hashes[0] == 4);
     kvt_evbatch_cleanup(&b);
+    /* not inside a UTF-8 character: as the JSON decoder cuts it */
+    msgpack_sbuffer_clear(&sb);
+    pk(&sb, "a d a a s a u s", 2, 0.0, 1, 3, "BlockRemoved", 1, (uint64_t)1,
+       "a-medium-name-of-31-bytes-then-\xc3\xa9");
+    decode_ok(&sb, &b);
+    assert_true(b.ev[0].medium_len == 31 &&
+                memcmp(b.ev[0].medium, "a-medium-name-of-31-bytes-then-", 31) == 0);
+    kvt_evbatch_cleanup(&b);
     msgpack_sbuffer_destroy(&sb);
 }
 
