@@ -608,7 +608,8 @@ static kvt_status_t kvt_evj_extras(kvt_evj_t *d, const kvt_evj_extra_t *xs, kvt_
                 if (nkey++ == 0 && lora_len > 0 && n == lora_len && memcmp(buf, lora_name, n) == 0)
                     continue; /* the LoRA's name */
                 ev_key_bytes(&h, EV_KEY_STR, buf, (uint32_t)n);
-                lone = n > 0 && memchr(buf, '\0', n) == NULL; /* a salt has no NUL */
+                /* a salt as a query gives it: 1..255 bytes, no NUL */
+                lone = n > 0 && n <= KVT_IDX_MAX_NAME && memchr(buf, '\0', n) == NULL;
                 lone_len = n;
                 nkept++;
                 continue;

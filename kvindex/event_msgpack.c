@@ -468,6 +468,16 @@ static bool mp_is_salt(const msgpack_object *o)
            memchr(o->via.str.ptr, '\0', o->via.str.size) == NULL;
 }
 
+/*
+ * Whether extra key @o, left alone on a chain's first block, is its cache
+ * salt: a salt a query can give (1..KVT_IDX_MAX_NAME bytes, no NUL), as the
+ * JSON decoder reads it; a longer string is a key like any other.
+ */
+static bool mp_is_key_salt(const msgpack_object *o)
+{
+    return mp_is_name(o, KVT_IDX_MAX_NAME);
+}
+
 /* Whether @o is the LoRA the event names (its lora_name, or lora_id in older vLLM). */
 static bool mp_is_lora(const mp_ev_t *e, const msgpack_object *o)
 {
@@ -509,7 +519,7 @@ static kvt_status_t mp_extras(mp_dec_t *d, mp_ev_t *e, uint32_t nhashes)
         if (left == 0)
             continue;
         const msgpack_object *only = &k->via.array.ptr[from];
-        if (i == 0 && e->f[MPF_PARENT] == NULL && left == 1 && mp_is_salt(only)) {
+        if (i == 0 && e->f[MPF_PARENT] == NULL && left == 1 && mp_is_key_salt(only)) {
             if (e->salt == NULL)
                 e->salt = only;
             continue;
@@ -821,7 +831,7 @@ static void mp_convert(mp_dec_t *d, mp_ev_t *e, kvt_event_t *ev, char **bump)
                 continue;
             uint32_t from = k->via.array.size > 0 && mp_is_lora(e, &k->via.array.ptr[0]) ? 1 : 0;
             bool salt_only = i == 0 && e->f[MPF_PARENT] == NULL && k->via.array.size == from + 1 &&
-                             mp_is_salt(&k->via.array.ptr[from]);
+                             mp_is_key_salt(&k->via.array.ptr[from]);
             if (k->via.array.size > from && !salt_only)
                 x[i] = mp_extra_seed(k, from);
         }

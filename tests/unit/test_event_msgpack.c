@@ -892,6 +892,18 @@ static void test_extra_keys_json_agrees(void **state)
     assert_string_equal(b.ev[0].cache_salt, "salt-x");
     assert_true(b.ev[0].extra_seeds[0] == 0 && b.ev[0].extra_seeds[1] != 0);
     kvt_evbatch_cleanup(&b);
+    /* a lone string too long for a salt (255 bytes at most) is a key */
+    msgpack_sbuffer_clear(&sb);
+    pk(&sb, "a d a m s s s a uu s a a s n", 2, 0.0, 1, 3, "type", "BlockStored", "block_hashes", 2,
+       (uint64_t)1, (uint64_t)2, "extra_keys", 2, 1, longs);
+    snprintf(json, sizeof(json),
+             "{\"pod\":\"p\",\"model\":\"m\",\"events\":[{\"type\":\"BlockStored\","
+             "\"block_hashes\":[1,2],\"extra_keys\":[[\"%s\"],null]}]}",
+             longs);
+    same_as_json(json, &sb);
+    decode_ok(&sb, &b);
+    assert_true(b.ev[0].cache_salt == NULL && b.ev[0].extra_seeds[0] != 0);
+    kvt_evbatch_cleanup(&b);
     /* older vLLM's lora_id leads them instead */
     msgpack_sbuffer_clear(&sb);
     pk(&sb, "a d a m s s s a uu s u s a a us a uu", 2, 0.0, 1, 4, "type", "BlockStored",
