@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "kvindex/hash.h"
+#include "server/query_json.h"
 #include "server/registry.h"
 
 /* ---- scratch ---------------------------------------------------------------------- */
@@ -133,59 +134,12 @@ void srv_query_done(kvt_srv_worker_t *w)
 
 /* ---- JSON front end ------------------------------------------------------------------ */
 
-#define MAX_FILTER 1024u /* pod names in one query's filter */
-
-/* A query's pod-name filter, per worker thread (the JSON path copies names into filter_buf). */
-static __thread const char *filter_name[MAX_FILTER];
-static __thread size_t filter_len[MAX_FILTER];
-static __thread char filter_buf[MAX_FILTER][KVT_IDX_MAX_NAME + 1];
-
-/*
- * The value of a query's "cache_salt": a string of 1..@cap-1 bytes without
- * NUL into @buf (*@len_p its length), or "" / null for no salt (*@len_p 0).
- * Anything else is KVT_ERR_INVAL with a static reason in *@why_p (the same
- * limits as the salt of an event and of an RPC query); a broken JSON text
- * returns the parser's status with @why_p untouched.
- */
-static kvt_status_t query_salt_json(kvt_json_t *j, char *buf, size_t cap, size_t *len_p,
-                                    const char **why_p)
-{
-    kvt_json_type_t t = kvt_json_peek(j);
-    if (t == KVT_JSON_NULL) {
-        *len_p = 0;
-        return kvt_json_null(j);
-    }
-    if (t != KVT_JSON_STRING) {
-        if (kvt_json_status(j) != KVT_OK)
-            return kvt_json_status(j); /* the JSON itself is broken: reported as such */
-        *why_p = "\"cache_salt\" must be a string or null";
-        return KVT_ERR_INVAL;
-    }
-    size_t n = 0;
-    kvt_status_t st = kvt_json_string(j, buf, cap, &n);
-    if (st == KVT_ERR_TOO_BIG) {
-        *why_p = "\"cache_salt\" is longer than 255 bytes";
-        return KVT_ERR_INVAL;
-    }
-    if (st != KVT_OK)
-        return st;
-    if (memchr(buf, '\0', n) != NULL) {
-        *why_p = "\"cache_salt\" contains a NUL character";
-        return KVT_ERR_INVAL;
-    }
-    *len_p = n;
-    return KVT_OK;
-}
+#define MAX_FILTER KVT_SRV_QUERY_MAX_PODS /* pod names in one query's filter */
 
 kvt_status_t srv_api_query_json(kvt_srv_worker_t *w, const char *body, size_t len, kvt_jbuf_t *out,
                                 const char **why_p)
 {
     kvt_srv_t *srv = w->srv;
-    static __thread char why[200];
-    char model[KVT_IDX_MAX_NAME + 1] = "", lora[KVT_IDX_MAX_NAME + 1] = "";
-    char salt[KVT_IDX_MAX_NAME + 1] = "";
-    size_t mlen = 0, llen = 0, slen = 0, n = 0, npods = 0;
-    bool have_model = false, have_tokens = false, have_keys = false;
     size_t cap = len / 2 + 1;
     if (cap > srv->cfg.max_query_tokens)
         cap = srv->cfg.max_query_tokens;
@@ -193,94 +147,13 @@ kvt_status_t srv_api_query_json(kvt_srv_worker_t *w, const char *body, size_t le
         *why_p = "out of memory";
         return KVT_ERR_NO_MEM;
     }
-    kvt_json_t j;
-    kvt_json_init(&j, body, len);
-    kvt_status_t st = kvt_json_object_begin(&j);
-    const char *key;
-    size_t klen;
-    int more;
-    while (st == KVT_OK && (more = kvt_json_object_next(&j, &key, &klen)) == 1) {
-        if (klen == 5 && memcmp(key, "model", 5) == 0) {
-            st = kvt_json_string(&j, model, sizeof(model), &mlen);
-            have_model = true;
-        } else if (klen == 9 && memcmp(key, "lora_name", 9) == 0) {
-            if (kvt_json_peek(&j) == KVT_JSON_NULL)
-                st = kvt_json_null(&j);
-            else
-                st = kvt_json_string(&j, lora, sizeof(lora), &llen);
-        } else if (klen == 10 && memcmp(key, "cache_salt", 10) == 0) {
-            const char *swhy = NULL;
-            st = query_salt_json(&j, salt, sizeof(salt), &slen, &swhy);
-            if (swhy != NULL) {
-                *why_p = swhy;
-                return KVT_ERR_INVAL;
-            }
-        } else if (klen == 9 && memcmp(key, "token_ids", 9) == 0) {
-            st = kvt_json_u32_array(&j, w->tokens, cap, UINT32_MAX, &n);
-            have_tokens = true;
-        } else if (klen == 12 && memcmp(key, "block_hashes", 12) == 0) {
-            st = kvt_json_hash_array(&j, w->keys, cap, &n);
-            have_keys = true;
-        } else if (klen == 4 && memcmp(key, "pods", 4) == 0) {
-            st = kvt_json_array_begin(&j);
-            while (st == KVT_OK && (more = kvt_json_array_next(&j)) == 1) {
-                if (npods == MAX_FILTER) {
-                    snprintf(why, sizeof(why), "more than %u pods in the filter", MAX_FILTER);
-                    *why_p = why;
-                    return KVT_ERR_TOO_BIG;
-                }
-                st = kvt_json_string(&j, filter_buf[npods], sizeof(filter_buf[npods]),
-                                     &filter_len[npods]);
-                if (st == KVT_OK && (filter_len[npods] == 0 ||
-                                     memchr(filter_buf[npods], '\0', filter_len[npods]))) {
-                    *why_p = "a pod name in \"pods\" is empty or contains a NUL character";
-                    return KVT_ERR_INVAL;
-                }
-                filter_name[npods] = filter_buf[npods];
-                npods++;
-            }
-            if (st == KVT_OK && more < 0)
-                st = (kvt_status_t)more;
-        } else {
-            snprintf(why, sizeof(why), "unknown field '%.*s' in query",
-                     (int)(klen > 64 ? 64 : klen), key);
-            *why_p = why;
-            return KVT_ERR_INVAL;
-        }
-    }
-    if (st == KVT_OK && more < 0)
-        st = (kvt_status_t)more;
-    if (st == KVT_OK)
-        st = kvt_json_end(&j);
-    if (st != KVT_OK) {
-        if (st == KVT_ERR_TOO_BIG && kvt_json_status(&j) == KVT_ERR_TOO_BIG && n == 0 &&
-            (have_tokens || have_keys))
-            snprintf(why, sizeof(why), "more than %zu tokens or keys in one query", cap);
-        else
-            snprintf(why, sizeof(why), "%s",
-                     kvt_json_error(&j)[0] ? kvt_json_error(&j) : kvt_status_str(st));
-        *why_p = why;
-        return st == KVT_ERR_PARSE ? KVT_ERR_PARSE : st;
-    }
-    if (!have_model || mlen == 0) {
-        *why_p = "query needs a non-empty \"model\"";
-        return KVT_ERR_INVAL;
-    }
-    if (memchr(model, '\0', mlen) != NULL || memchr(lora, '\0', llen) != NULL) {
-        *why_p = "\"model\" or \"lora_name\" contains a NUL character";
-        return KVT_ERR_INVAL;
-    }
-    if (have_tokens == have_keys) {
-        *why_p = "query needs exactly one of \"token_ids\" and \"block_hashes\"";
-        return KVT_ERR_INVAL;
-    }
-    if (have_keys && slen > 0) {
-        *why_p = "\"cache_salt\" goes with \"token_ids\": \"block_hashes\" are keys that already "
-                 "carry their salt";
-        return KVT_ERR_INVAL;
-    }
-    srv_query_t q = {model, mlen,    lora,  llen,        have_keys,  n,    w->tokens,
-                     NULL,  w->keys, npods, filter_name, filter_len, salt, slen};
+    kvt_srv_query_body_t b;
+    kvt_status_t st = kvt_srv_query_decode(body, len, cap, w->tokens, w->keys, &b, why_p);
+    if (st != KVT_OK)
+        return st;
+    srv_query_t q = {b.model,     b.model_len,     b.lora, b.lora_len, b.by_keys,
+                     b.n,         w->tokens,       NULL,   w->keys,    b.npods,
+                     b.pod_names, b.pod_name_lens, b.salt, b.salt_len};
     srv_answer_t a;
     st = srv_query_run(w, &q, &a, why_p);
     if (st != KVT_OK)
@@ -321,6 +194,10 @@ kvt_status_t srv_api_query_json(kvt_srv_worker_t *w, const char *body, size_t le
 }
 
 /* ---- RPC front end -------------------------------------------------------------------- */
+
+/* An RPC query's pod-name filter, per worker thread (the names point into the frame). */
+static __thread const char *filter_name[MAX_FILTER];
+static __thread size_t filter_len[MAX_FILTER];
 
 kvt_status_t srv_api_query_rpc(kvt_srv_worker_t *w, uint64_t req_id, const uint8_t *body,
                                size_t len, kvt_proto_wr_t *wr, const char **why_p)
