@@ -43,6 +43,10 @@ int kvt_bench_latency_main(int argc, char **argv);
 /* `kvtier-bench events`: a real kvtierd's ingest of ZMQ KV events (bench_events.c). */
 int kvt_bench_events_main(int argc, char **argv);
 
+/* `kvtier-bench json`: kvtier's JSON decoders against jansson on the API's bodies (bench_json.c).
+ */
+int kvt_bench_json_main(int argc, char **argv);
+
 /* ---- the daemon benches' helpers (bench_daemon.c) ---- */
 
 /* A blocking TCP connection to 127.0.0.1:@port (TCP_NODELAY), or -1. */

@@ -26,6 +26,8 @@ static const kvt_bench_cmd_t kvt_bench_cmds[] = {
      kvt_bench_latency_main},
     {"events", "kvtierd ingest of ZMQ KV events (block events/s) vs. in-process",
      kvt_bench_events_main},
+    {"json", "kvtier's JSON decoders vs. jansson on the API's bodies (ns/body, MB/s)",
+     kvt_bench_json_main},
 };
 
 #define KVT_BENCH_NCMDS (sizeof(kvt_bench_cmds) / sizeof(kvt_bench_cmds[0]))

@@ -1,5 +1,5 @@
 #!/bin/sh
-# Smoke test of `kvtier-bench index`, and short runs of `kvtier-bench rpc` and `events`.
+# Smoke test of `kvtier-bench index`, and short runs of `kvtier-bench rpc`, `events` and `json`.
 # usage: test_bench_smoke.sh KVTIER_BENCH SOURCE_DIR
 #
 # tests/fixtures/mini_trace.jsonl, by hand (a block is a hit iff its hash id
@@ -260,5 +260,48 @@ expect_exit 2 rpc extra
 expect_exit 2 hash --mib 0
 expect_exit 2 hash --seconds nan
 expect_exit 2 hash --frobnicate
+
+# ---- json: short runs of kvtier's decoders against jansson ----
+# The bench itself fails when the two sides extract different fields; here the JSON line
+# must hold every figure, its ratios must follow from its times, and the probes must say
+# what each parser does with a hash above 2^63 and with a repeated key.
+for dups in reject keep; do
+    if "$BENCH" json --seconds 0.05 --tokens 64 --events 2 --blocks 2 --jansson-dups "$dups" \
+        >"$TMP/json" 2>"$TMP/err"; then
+        tail -n 1 "$TMP/json" | "$PY" -c '
+import json, sys
+j = json.loads(sys.stdin.read())
+assert j["bench"] == "json" and j["agree"] is True and j["stat"] == "best", j
+assert j["jansson_dups"] == sys.argv[1] and j["rounds"] >= 3, j
+for s in ("query", "events", "engine"):
+    assert j[s + "_bytes"] > 0 and j[s + "_jansson_allocs"] > 0, (s, j)
+    for w in ("", "_skip"):
+        for k in ("kvtier_ns", "jansson_ns", "kvtier_mbps", "jansson_mbps", "speed_ratio"):
+            assert j[s + w + "_" + k] > 0, (s + w + "_" + k, j)
+        r = j[s + w + "_jansson_ns"] / j[s + w + "_kvtier_ns"]
+        assert abs(j[s + w + "_speed_ratio"] - r) <= 0.01 * r + 0.001, (s + w, j)
+        mb = j[s + "_bytes"] / j[s + w + "_kvtier_ns"] * 1e3
+        assert abs(j[s + w + "_kvtier_mbps"] - mb) <= 0.01 * mb + 0.1, (s + w, j)
+assert j["hash_above_2p63"] == {"kvtier": "exact", "jansson": "refused",
+                                "jansson_as_real": "inexact"}, j
+assert j["repeated_key"] == {"kvtier": "refused", "jansson": "last wins",
+                             "jansson_reject": "refused"}, j
+' "$dups" || fail "kvtier-bench json --jansson-dups $dups: bad JSON line: $(tail -n 1 "$TMP/json")"
+        grep -q '^agree: ' "$TMP/json" || fail "kvtier-bench json: no agreement line"
+    else
+        fail "kvtier-bench json --jansson-dups $dups: exit $?: $(cat "$TMP/err")"
+    fi
+done
+"$BENCH" json --help >"$TMP/out" 2>&1 || fail "json --help: exit status $?"
+grep -q -- '--jansson-dups' "$TMP/out" || fail "json --help: no usage text"
+expect_exit 2 json --seconds 0
+expect_exit 2 json --seconds nan
+expect_exit 2 json --tokens 0
+expect_exit 2 json --tokens 131073
+expect_exit 2 json --events 4097
+expect_exit 2 json --blocks x
+expect_exit 2 json --jansson-dups maybe
+expect_exit 2 json --frobnicate
+expect_exit 2 json extra
 
 finish bench_index_smoke
