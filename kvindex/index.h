@@ -19,9 +19,10 @@
  * and their tables use at most 63/64 of it: before growing further the
  * writer evicts least-recently-used leaf blocks (blocks no other block
  * extends), so a chain is never cut in the middle; blocks that cannot be
- * made room for are not stored (kvt_idx_stats_t.dropped). The last 1/64 is
- * kept for pods, namespaces and their names, which may also use whatever
- * else is free; creating one that does not fit fails with KVT_ERR_NO_SPACE
+ * made room for are not stored (kvt_idx_stats_t.dropped). The key table's
+ * size is kept free too, to rebuild it. The last 1/64 is kept for pods,
+ * namespaces and their names, which may also use whatever else is free (but
+ * that room); creating one that does not fit fails with KVT_ERR_NO_SPACE
  * (kvt_idx_stats_t.refused) rather than evicting blocks, which would free
  * slab slots, not bytes. Dropping pods and namespaces returns their memory,
  * and what the index no longer needs after that.

@@ -75,20 +75,40 @@ static bool over_limit(kvt_idx_t *idx, uint64_t extra, uint64_t keep)
 
 /*
  * Evicting a block frees its node's slot in the slab and its table slots,
- * but returns bytes only when a table shrinks (below 1/8 full) or the slab's
- * tail empties: making room for anything but blocks by eviction alone would
- * evict most of the index. So blocks and their tables (node chunks, key and
- * pod tables, holder sets, aliases, the speculative ring) leave this much of
- * the budget free, for pods, namespaces and their names and maps.
+ * but returns bytes only when it frees a holder set or a table shrinks
+ * (below 1/8 full): making room for anything but blocks by eviction alone
+ * would evict most of the index. So blocks and their tables (node chunks,
+ * key and pod tables, holder sets, aliases, the speculative ring) leave this
+ * much of the budget free, for pods, namespaces and their names and maps.
  */
 static uint64_t admin_reserve(const kvt_idx_t *idx)
 {
     return idx->cfg.budget_bytes / 64;
 }
 
+/*
+ * Room kept free for rebuilding the key table at its size: a rebuild holds
+ * both tables, and a reader in a query may keep the old one (retired, still
+ * counted) after it. Nothing else may use it, so a rebuild that only drops
+ * tombstones always fits without evicting (eviction frees slots, not bytes).
+ */
+static uint64_t ktab_room(const kvt_idx_t *idx)
+{
+    return ktab_bytes(idx->sh.ktab->ngroups);
+}
+
 bool kvt_idx_over_budget(kvt_idx_t *idx, uint64_t extra)
 {
-    return over_limit(idx, extra, admin_reserve(idx));
+    return over_limit(idx, extra, admin_reserve(idx) + ktab_room(idx));
+}
+
+bool kvt_idx_ktab_fits(kvt_idx_t *idx, uint32_t groups)
+{
+    uint64_t cur = ktab_room(idx), nb = ktab_bytes(groups);
+    if (nb <= cur)
+        return !over_limit(idx, nb, 0); /* the room kept for it */
+    /* growing: the new table, and then the room to rebuild it, beside the blocks */
+    return !over_limit(idx, 2 * nb - cur, admin_reserve(idx));
 }
 
 kvt_status_t kvt_idx_acct_resize(kvt_idx_t *idx, void **arrp, size_t elem, size_t old_n,
@@ -176,8 +196,11 @@ static void ktab_maybe_shrink(kvt_idx_t *idx)
     uint32_t kgroups = idx->sh.ktab->ngroups;
     if (kgroups > KTAB_MIN_GROUPS && (uint64_t)idx->kt_live * 8 <= ktab_cap(idx->sh.ktab)) {
         uint32_t ng = (uint32_t)(((uint64_t)idx->kt_live * 2 + KVT_GRP_SLOTS - 1) / KVT_GRP_SLOTS);
-        kvt_idx_ktab_rebuild(idx,
-                             ng < KTAB_MIN_GROUPS ? KTAB_MIN_GROUPS : ng); /* on failure it stays */
+        if (ng < KTAB_MIN_GROUPS)
+            ng = KTAB_MIN_GROUPS;
+        /* a reader may still hold the old table: then it waits for the next chance */
+        if (kvt_idx_ktab_fits(idx, ng))
+            kvt_idx_ktab_rebuild(idx, ng); /* on failure it stays */
     }
 }
 
@@ -305,6 +328,8 @@ static kvt_dir_t *dir_swap(kvt_idx_t *idx, kvt_dir_t **dirp, uint32_t n)
     uint32_t cap = DIR_MIN;
     while (cap < n)
         cap *= 2;
+    if (over_limit(idx, dir_bytes(cap), 0))
+        return NULL; /* readers still hold retired memory: another trim gives it back */
     kvt_dir_t *nd = kvt_idx_acct_calloc(idx, dir_bytes(cap));
     if (nd == NULL)
         return NULL;
@@ -509,8 +534,8 @@ void kvt_idx_trim(kvt_idx_t *idx)
 
 bool kvt_idx_room_admin(kvt_idx_t *idx, size_t bytes)
 {
-    if (!over_limit(idx, bytes, 0))
+    if (!over_limit(idx, bytes, ktab_room(idx)))
         return true;
     kvt_idx_trim(idx);
-    return !over_limit(idx, bytes, 0);
+    return !over_limit(idx, bytes, ktab_room(idx));
 }

@@ -279,7 +279,9 @@ static void node_elem_del(kvt_idx_t *idx, uint32_t nid, uint32_t pod)
             __atomic_store_n(dir_set(idx->sh.sets, h), NULL, __ATOMIC_RELEASE);
             kvt_idx_acct_retire(idx, s, set_bytes(s->cap));
             set_handle_free(idx, h);
-        } else if (s->cap > SET_MIN && s->n * 4 <= s->cap) {
+        } else if (s->cap > SET_MIN && s->n * 4 <= s->cap &&
+                   !kvt_idx_over_budget(idx, set_bytes(s->cap / 2))) {
+            /* counted whole: a reader may hold the old set for a while */
             node_to_set(idx, nid, s->cap / 2); /* on failure the bigger set stays */
         }
     }

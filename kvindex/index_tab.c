@@ -65,12 +65,15 @@ kvt_status_t kvt_idx_ktab_reserve(kvt_idx_t *idx)
         uint32_t groups = idx->sh.ktab->ngroups;
         if ((uint64_t)(idx->kt_live + idx->kt_tomb + 1) * 8 <= cap * 7)
             return KVT_OK;
-        if ((uint64_t)(idx->kt_live + 1) * 4 <= cap * 3)
-            return kvt_idx_ktab_rebuild(idx, groups);
-        if (groups >= 0x40000000u)
-            return KVT_ERR_NO_SPACE;
-        if (!kvt_idx_over_budget(idx, ktab_bytes(kvt_grp_grow(groups) - groups)))
-            return kvt_idx_ktab_rebuild(idx, kvt_grp_grow(groups));
+        /* tombstones fill it: rebuild at the same size, else grow by half */
+        uint32_t ng = groups;
+        if ((uint64_t)(idx->kt_live + 1) * 4 > cap * 3) {
+            if (groups >= 0x40000000u)
+                return KVT_ERR_NO_SPACE;
+            ng = kvt_grp_grow(groups);
+        }
+        if (kvt_idx_ktab_fits(idx, ng))
+            return kvt_idx_ktab_rebuild(idx, ng);
         if (kvt_idx_evict_batch(idx) == 0)
             return KVT_ERR_NO_SPACE;
     }

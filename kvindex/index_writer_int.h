@@ -369,8 +369,18 @@ void kvt_idx_acct_free(kvt_idx_t *idx, void *p, size_t bytes);
 /* Hands @p to EBR: freed once readers are done; its bytes move to limbo. */
 void kvt_idx_acct_retire(kvt_idx_t *idx, void *p, size_t bytes);
 
-/* True when block data growing by @extra bytes would break the budget (its reserve kept). */
+/*
+ * True when block data growing by @extra bytes would break the budget (its
+ * reserve, and the room to rebuild the key table, kept).
+ */
 bool kvt_idx_over_budget(kvt_idx_t *idx, uint64_t extra);
+
+/*
+ * True when rebuilding the key table with @groups groups fits the budget:
+ * the new table is counted whole (the old one is retired, and a reader may
+ * hold it for a while); a bigger one must also leave the room to rebuild it.
+ */
+bool kvt_idx_ktab_fits(kvt_idx_t *idx, uint32_t groups);
 
 /*
  * Replaces the array *@arrp of @old_n elements of @elem bytes (@old_cap
@@ -413,7 +423,8 @@ void kvt_idx_trim(kvt_idx_t *idx);
 
 /*
  * Room for @bytes of pods' and namespaces' memory: what the budget has free,
- * the reserve (admin_reserve()) included, after giving back what drops left
+ * the reserve (admin_reserve()) included but not the room kept for
+ * rebuilding the key table, after giving back what drops left
  * (kvt_idx_trim(); between writes only). Blocks are not evicted for it: that
  * frees slab slots, not bytes, so it would empty much of the index before a
  * table shrank enough; past the reserve, creation is refused instead.

@@ -5,6 +5,7 @@
  */
 #include <setjmp.h>
 #include <stdarg.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -14,6 +15,7 @@
 #include <cmocka.h>
 
 #include "kvindex/index.h"
+#include "kvindex/index_int.h" /* white box: a reader held inside a query */
 
 static uint64_t key_of(uint64_t chain, uint64_t i)
 {
@@ -208,6 +210,19 @@ static void test_budget_many_pods(void **state)
     kvt_idx_destroy(idx);
 }
 
+/* True when an index with budget @budget has room for namespace "m" and pod "a". */
+static bool one_ns_one_pod_fit(uint64_t budget)
+{
+    kvt_idx_config_t cfg = {.budget_bytes = budget};
+    kvt_idx_t *idx;
+    uint32_t ns, pod;
+    assert_int_equal(kvt_idx_create(&cfg, &idx), KVT_OK);
+    bool fit = kvt_idx_ns_get(idx, "m", NULL, 16, &ns) == KVT_OK &&
+               kvt_idx_pod_get(idx, "a", 0, &pod) == KVT_OK;
+    kvt_idx_destroy(idx);
+    return fit;
+}
+
 /*
  * A budget too small for anything beyond the empty index: creating a pod or
  * a namespace is refused (KVT_ERR_NO_SPACE, counted), changes nothing, and
@@ -239,14 +254,28 @@ static void test_no_space_for_pods_and_namespaces(void **state)
     assert_int_equal(kvt_idx_pod_find(idx, "a", 0, &pod), KVT_ERR_NOT_FOUND);
     kvt_idx_destroy(idx);
 
-    /* room for one namespace and one pod, not for a second pod's name and array */
+    /*
+     * The smallest budget with room for one namespace and one pod (beside
+     * what they take, the room kept for rebuilding the key table) has no
+     * room for a second pod's name and array.
+     */
     cfg.budget_bytes = 0;
     assert_int_equal(kvt_idx_create(&cfg, &idx), KVT_OK);
     assert_int_equal(kvt_idx_ns_get(idx, "m", NULL, 16, &ns), KVT_OK);
     assert_int_equal(kvt_idx_pod_get(idx, "a", 0, &pod), KVT_OK);
     uint64_t one = bytes_of(idx);
     kvt_idx_destroy(idx);
-    cfg.budget_bytes = one + 2;
+    uint64_t lo = one - 1, hi = one + 65536; /* lo has no room, hi has */
+    assert_false(one_ns_one_pod_fit(lo));
+    assert_true(one_ns_one_pod_fit(hi));
+    while (hi - lo > 1) {
+        uint64_t mid = lo + (hi - lo) / 2;
+        if (one_ns_one_pod_fit(mid))
+            hi = mid;
+        else
+            lo = mid;
+    }
+    cfg.budget_bytes = hi;
     assert_int_equal(kvt_idx_create(&cfg, &idx), KVT_OK);
     assert_int_equal(kvt_idx_ns_get(idx, "m", NULL, 16, &ns), KVT_OK);
     assert_int_equal(kvt_idx_pod_get(idx, "a", 0, &pod), KVT_OK);
@@ -335,6 +364,70 @@ static void test_pods_under_full_budget(void **state)
         assert_int_equal(kvt_idx_pod_drop(idx, pods[p]), KVT_OK);
     uint32_t pod;
     assert_int_equal(kvt_idx_pod_get(idx, "after-drops", 0, &pod), KVT_OK);
+    kvt_idx_destroy(idx);
+}
+
+/*
+ * A reader inside a query keeps what the writer retires meanwhile (EBR), and
+ * that memory is counted until it is freed: rebuilding the key table (to
+ * grow it, or to clear its tombstones), shrinking holder sets and the like
+ * must fit with the old copies still held. White box: the reader's epoch is
+ * entered by hand, as kvt_idx_query() does, and held while the writer fills
+ * the index past its budget and churns it.
+ */
+static void test_reader_in_query_holds_retired_memory(void **state)
+{
+    (void)state;
+    const uint64_t budget = 1u << 20;
+    kvt_idx_config_t cfg = {.budget_bytes = budget};
+    kvt_idx_t *idx;
+    kvt_idx_reader_t *r;
+    uint32_t ns, pods[4];
+    assert_int_equal(kvt_idx_create(&cfg, &idx), KVT_OK);
+    assert_int_equal(kvt_idx_reader_create(idx, &r), KVT_OK);
+    assert_int_equal(kvt_idx_ns_get(idx, "m", NULL, 16, &ns), KVT_OK);
+    char name[16];
+    for (int p = 0; p < 4; p++) {
+        snprintf(name, sizeof(name), "p%d", p);
+        assert_int_equal(kvt_idx_pod_get(idx, name, 0, &pods[p]), KVT_OK);
+    }
+    kvt_idx_shared_t *sh = idx_shared(idx);
+    kvt_ebr_enter(&sh->ebr, r->slot);
+    enum { LEN = 32 };
+    uint64_t k[LEN];
+    uint64_t peak = 0;
+    for (uint64_t c = 0; c < 6000; c++) {
+        kvt_idx_advance(idx, c + 1); /* reclaims nothing: the reader holds its epoch */
+        for (int i = 0; i < LEN; i++)
+            k[i] = key_of(c, (uint64_t)i);
+        uint32_t p = pods[c % 4];
+        assert_int_equal(kvt_idx_store(idx, ns, p, KVT_TIER_GPU, NULL, k, NULL, LEN), KVT_OK);
+        if (c % 3 == 0) /* removals leave tombstones in the key table */
+            assert_int_equal(kvt_idx_remove(idx, p, KVT_TIER_ALL, k + LEN / 2, LEN / 2, NULL),
+                             KVT_OK);
+        uint64_t b = bytes_of(idx);
+        if (b > budget)
+            fail_msg("chain %llu: %llu bytes > budget %llu with a reader in a query",
+                     (unsigned long long)c, (unsigned long long)b, (unsigned long long)budget);
+        peak = b > peak ? b : peak;
+    }
+    assert_true(sh->ebr.limbo_bytes > 0); /* the test held retired memory */
+    kvt_ebr_exit(&sh->ebr, r->slot);
+    kvt_idx_stats_t st;
+    kvt_idx_stats(idx, &st);
+    print_message("reader held: peak %llu bytes of %llu, %llu retired at the end, %llu evicted\n",
+                  (unsigned long long)peak, (unsigned long long)budget,
+                  (unsigned long long)sh->ebr.limbo_bytes, (unsigned long long)st.evicted);
+    assert_true(st.evicted > 0);
+    /* the query over, the retired memory goes and the index fills again */
+    kvt_idx_advance(idx, 100000);
+    assert_int_equal(sh->ebr.limbo_bytes, 0);
+    for (int i = 0; i < LEN; i++)
+        k[i] = key_of(99999, (uint64_t)i);
+    assert_int_equal(kvt_idx_store(idx, ns, pods[0], KVT_TIER_GPU, NULL, k, NULL, LEN), KVT_OK);
+    assert_int_equal(query1(r, ns, k, LEN, pods[0]).matched, LEN);
+    assert_true(bytes_of(idx) <= budget);
+    kvt_idx_reader_destroy(r);
     kvt_idx_destroy(idx);
 }
 
@@ -434,6 +527,7 @@ int main(void)
         cmocka_unit_test(test_budget_many_pods),
         cmocka_unit_test(test_no_space_for_pods_and_namespaces),
         cmocka_unit_test(test_pods_under_full_budget),
+        cmocka_unit_test(test_reader_in_query_holds_retired_memory),
         cmocka_unit_test(test_flood_then_drop_returns_memory),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -195,6 +195,14 @@ static void run(uint64_t budget, uint64_t ops)
             break;
         default: kvt_idx_advance(sh.idx, op / 64 + 1); break;
         }
+        if (budget != 0) {
+            /* retired memory readers still hold counts, and every growth made room for it */
+            kvt_idx_stats_t st;
+            kvt_idx_stats(sh.idx, &st);
+            if (st.bytes > budget)
+                fail_msg("op %llu: %llu bytes > budget %llu", (unsigned long long)op,
+                         (unsigned long long)st.bytes, (unsigned long long)budget);
+        }
     }
     double secs = (double)(kvt_clock_ns() - t0) / 1e9;
     __atomic_store_n(&sh.done, 1, __ATOMIC_RELEASE);
