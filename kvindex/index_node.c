@@ -118,10 +118,12 @@ static kvt_status_t set_handle_reserve(kvt_idx_t *idx)
     uint32_t fcap = idx->sets_used + SET_CHUNK;
     size_t need = chunk_bytes + dir_grow_bytes(idx->sh.sets) +
                   (fcap > idx->set_free_cap ? (size_t)fcap * sizeof(uint32_t) : 0);
-    if (!kvt_idx_room(idx, need))
-        return KVT_ERR_NO_SPACE;
-    if (idx->nset_free > 0)
-        return KVT_OK; /* eviction freed one */
+    while (kvt_idx_over_budget(idx, need)) {
+        if (kvt_idx_evict_batch(idx) == 0)
+            return KVT_ERR_NO_SPACE;
+        if (idx->nset_free > 0)
+            return KVT_OK; /* eviction freed one */
+    }
     /* the new chunk's handles: sets_used .. sets_used + SET_CHUNK - 1 */
     if (fcap > idx->set_free_cap) {
         if (kvt_idx_acct_resize(idx, (void **)&idx->set_free, sizeof(uint32_t), idx->nset_free,
@@ -322,30 +324,39 @@ void kvt_idx_node_maybe_free(kvt_idx_t *idx, uint32_t nid)
 
 /* ---- aliases and spec ---------------------------------------------------- */
 
-static uint32_t alias_alloc(kvt_idx_t *idx)
+/*
+ * A free alias record into *@a_p. The array grows (doubles) only when none is
+ * free: evicting to make room for it may free one, which is then taken
+ * instead. KVT_ERR_NO_SPACE when the budget has no room, KVT_ERR_NO_MEM.
+ */
+static kvt_status_t alias_alloc(kvt_idx_t *idx, uint32_t *a_p)
 {
-    if (idx->alias_free != KVT_NIL) {
-        uint32_t a = idx->alias_free;
-        idx->alias_free = idx->alias[a].next;
-        idx->alias_live++;
-        return a;
-    }
-    if (idx->alias_used == idx->alias_cap) {
+    while (idx->alias_free == KVT_NIL && idx->alias_used == idx->alias_cap) {
         uint32_t cap = idx->alias_cap ? idx->alias_cap * 2 : 64;
-        if (cap > 0x7fffffffu || !kvt_idx_room(idx, (size_t)cap * sizeof(kvt_alias_t)))
-            return KVT_NIL;
-        kvt_alias_t *na = kvt_idx_acct_alloc(idx, (size_t)cap * sizeof(kvt_alias_t));
-        if (na == NULL)
-            return KVT_NIL;
-        if (idx->alias != NULL)
-            memcpy(na, idx->alias, (size_t)idx->alias_used * sizeof(kvt_alias_t));
-        kvt_idx_acct_free(idx, idx->alias, (size_t)idx->alias_cap * sizeof(kvt_alias_t));
-        idx->alias = na;
+        if (cap > 0x7fffffffu)
+            return KVT_ERR_NO_SPACE;
+        if (kvt_idx_over_budget(idx, (size_t)cap * sizeof(kvt_alias_t))) {
+            if (kvt_idx_evict_batch(idx) == 0)
+                return KVT_ERR_NO_SPACE;
+            continue;
+        }
+        kvt_status_t st = kvt_idx_acct_resize(idx, (void **)&idx->alias, sizeof(kvt_alias_t),
+                                              idx->alias_used, idx->alias_cap, cap);
+        if (st != KVT_OK)
+            return st;
         idx->alias_cap = cap;
     }
-    idx->alias[idx->alias_used].serial = 0;
+    uint32_t a;
+    if (idx->alias_free != KVT_NIL) {
+        a = idx->alias_free;
+        idx->alias_free = idx->alias[a].next;
+    } else {
+        a = idx->alias_used++;
+        idx->alias[a].serial = 0;
+    }
     idx->alias_live++;
-    return idx->alias_used++;
+    *a_p = a;
+    return KVT_OK;
 }
 
 static void alias_release(kvt_idx_t *idx, uint32_t a)
@@ -460,10 +471,10 @@ kvt_status_t kvt_idx_alias_add(kvt_idx_t *idx, uint32_t nid, uint32_t pod, uint6
     kvt_elem_t *ep = kvt_idx_node_elem(idx, n, pod);
     if (ep != NULL && ELEM_NALIAS(*ep) >= ELEM_MAX_ALIAS)
         return KVT_ERR_LIMIT;
-    uint32_t a = alias_alloc(idx);
-    if (a == KVT_NIL)
-        return idx->cfg.budget_bytes ? KVT_ERR_NO_SPACE : KVT_ERR_NO_MEM;
-    kvt_status_t st;
+    uint32_t a;
+    kvt_status_t st = alias_alloc(idx, &a);
+    if (st != KVT_OK)
+        return st;
     if (!(n->pods & PODS_SET_BIT)) {
         if (!kvt_idx_room(idx, set_bytes(SET_MIN))) {
             alias_release(idx, a);

@@ -15,7 +15,7 @@
 #include <cmocka.h>
 
 #include "kvindex/index.h"
-#include "kvindex/index_int.h" /* white box: a reader held inside a query */
+#include "kvindex/index_writer_int.h" /* white box: a reader held in a query, the alias array */
 
 static uint64_t key_of(uint64_t chain, uint64_t i)
 {
@@ -431,6 +431,56 @@ static void test_reader_in_query_holds_retired_memory(void **state)
     kvt_idx_destroy(idx);
 }
 
+/*
+ * The alias array is full and the budget has no room to double it, but
+ * evicting frees alias records: the new alias takes one of them and the
+ * array keeps its size (it used to be doubled anyway, or the block dropped
+ * when no room could be made, with a free record at hand). White box: the
+ * budget is set on a filled index, just above what its blocks use.
+ */
+static void test_alias_reused_after_eviction(void **state)
+{
+    (void)state;
+    kvt_idx_t *idx;
+    kvt_idx_reader_t *r;
+    uint32_t ns, a, b;
+    assert_int_equal(kvt_idx_create(NULL, &idx), KVT_OK);
+    assert_int_equal(kvt_idx_reader_create(idx, &r), KVT_OK);
+    assert_int_equal(kvt_idx_ns_get(idx, "m", NULL, 16, &ns), KVT_OK);
+    assert_int_equal(kvt_idx_pod_get(idx, "a", 0, &a), KVT_OK);
+    assert_int_equal(kvt_idx_pod_get(idx, "b", 0, &b), KVT_OK);
+    /* the oldest blocks: held by a, and by b under other engine hashes (aliases) */
+    kvt_idx_advance(idx, 1);
+    for (uint64_t i = 0; i < 64; i++) {
+        uint64_t k = key_of(1, i), eh = k ^ (1ull << 60);
+        assert_int_equal(kvt_idx_store(idx, ns, a, KVT_TIER_GPU, NULL, &k, NULL, 1), KVT_OK);
+        assert_int_equal(kvt_idx_store(idx, ns, b, KVT_TIER_GPU, NULL, &k, &eh, 1), KVT_OK);
+    }
+    assert_int_equal(idx->alias_used, 64);
+    assert_int_equal(idx->alias_cap, 64);
+    assert_int_equal(idx->alias_free, KVT_NIL);
+    kvt_idx_advance(idx, 2);
+    for (uint64_t i = 0; i < 2000; i++) {
+        uint64_t k = key_of(2, i);
+        assert_int_equal(kvt_idx_store(idx, ns, a, KVT_TIER_GPU, NULL, &k, NULL, 1), KVT_OK);
+    }
+    /* block data may grow by 1 KiB: not enough for 128 more alias records */
+    uint64_t used = bytes_of(idx) + ktab_bytes(idx->sh.ktab->ngroups) + 1024;
+    idx->cfg.budget_bytes = (used * 64 + 62) / 63;
+    kvt_idx_advance(idx, 3);
+    uint64_t k = key_of(2, 7), eh = k ^ (1ull << 60);
+    assert_int_equal(kvt_idx_store(idx, ns, b, KVT_TIER_GPU, NULL, &k, &eh, 1), KVT_OK);
+    kvt_idx_stats_t st;
+    kvt_idx_stats(idx, &st);
+    assert_int_equal(st.dropped, 0);
+    assert_true(st.evicted > 0 && st.evicted <= 128);
+    assert_int_equal(idx->alias_cap, 64);
+    assert_int_equal(query1(r, ns, &k, 1, b).matched, 1);
+    assert_true(st.bytes <= idx->cfg.budget_bytes);
+    kvt_idx_reader_destroy(r);
+    kvt_idx_destroy(idx);
+}
+
 static void drop_all(kvt_idx_t *idx)
 {
     for (uint32_t p = 0; p < kvt_idx_pod_limit(idx); p++)
@@ -528,6 +578,7 @@ int main(void)
         cmocka_unit_test(test_no_space_for_pods_and_namespaces),
         cmocka_unit_test(test_pods_under_full_budget),
         cmocka_unit_test(test_reader_in_query_holds_retired_memory),
+        cmocka_unit_test(test_alias_reused_after_eviction),
         cmocka_unit_test(test_flood_then_drop_returns_memory),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
