@@ -317,14 +317,13 @@ out:
 /* ---- giving memory back ---------------------------------------------------- */
 
 /*
- * Swaps in a copy of directory *@dirp that keeps its first @n chunks (readers
- * take the rest as gone) and returns the old one, still allocated: the caller
- * retires the chunks past @n, then the old directory (its bytes:
- * dir_bytes(old->cap)). NULL (nothing changed) when the copy cannot be made.
+ * A copy of directory @d keeping its first @n chunks, not yet published, or
+ * NULL (nothing changed) when it cannot be made. The caller publishes it in
+ * place of @d (readers then take the chunks past @n as gone), retires those
+ * chunks, then @d (its bytes: dir_bytes(d->cap)).
  */
-static kvt_dir_t *dir_swap(kvt_idx_t *idx, kvt_dir_t **dirp, uint32_t n)
+static kvt_dir_t *dir_trunc(kvt_idx_t *idx, const kvt_dir_t *d, uint32_t n)
 {
-    kvt_dir_t *d = *dirp;
     uint32_t cap = DIR_MIN;
     while (cap < n)
         cap *= 2;
@@ -336,8 +335,7 @@ static kvt_dir_t *dir_swap(kvt_idx_t *idx, kvt_dir_t **dirp, uint32_t n)
     nd->n = n;
     nd->cap = cap;
     memcpy(nd->chunk, d->chunk, (size_t)n * sizeof(void *));
-    __atomic_store_n(dirp, nd, __ATOMIC_RELEASE);
-    return d;
+    return nd;
 }
 
 /* Drops speculative-ring items whose mark is gone (confirmed or dropped); shrinks the ring. */
@@ -386,15 +384,21 @@ static void nodes_trim(kvt_idx_t *idx)
         if (idx->live_nodes > idx->trim_below ||
             idx->nodes_used - idx->live_nodes < NODE_SLAB_NODES)
             return;
-        idx->trim_below = idx->live_nodes / 2;
         uint32_t hi = idx->nodes_used;
         while (hi > 0 && N(idx, hi - 1)->pods == PODS_FREE)
             hi--;
         keep = (hi + NODE_SLAB_NODES - 1) / NODE_SLAB_NODES * NODE_SLAB_NODES;
-        if (keep >= idx->nodes_used)
+        if (keep >= idx->nodes_used) {
+            idx->trim_below = idx->live_nodes / 2;
             return;
+        }
     }
-    uint32_t nchunks = idx->sh.nodes->n, kchunks = keep / NODE_CHUNK;
+    kvt_dir_t *old = idx->sh.nodes;
+    uint32_t nchunks = old->n, kchunks = keep / NODE_CHUNK;
+    kvt_dir_t *nd = dir_trunc(idx, old, kchunks);
+    if (nd == NULL)
+        return; /* nothing changes; the next trim tries again */
+    idx->trim_below = idx->live_nodes / 2;
     /* the free list loses the nodes given back (read through the directory still listing them) */
     uint32_t *link = &idx->node_free;
     while (*link != KVT_NIL) {
@@ -403,12 +407,7 @@ static void nodes_trim(kvt_idx_t *idx)
         else
             link = &N(idx, *link)->parent;
     }
-    kvt_dir_t *old = dir_swap(idx, &idx->sh.nodes, kchunks);
-    if (old == NULL) {
-        /* nothing is given back; the nodes past @keep are simply not reused */
-        idx->nodes_used = keep;
-        return;
-    }
+    __atomic_store_n(&idx->sh.nodes, nd, __ATOMIC_RELEASE);
     for (uint32_t sl = keep / NODE_SLAB_NODES; sl < idx->nslabs; sl++) {
         uint32_t c0 = sl * NODE_SLAB_CHUNKS, c1 = c0 + NODE_SLAB_CHUNKS;
         if (c1 > nchunks)
@@ -437,9 +436,10 @@ static void sets_trim(kvt_idx_t *idx)
 {
     if (idx->sets_used == 0 || idx->nset_free != idx->sets_used)
         return;
-    kvt_dir_t *old = dir_swap(idx, &idx->sh.sets, 0);
-    if (old == NULL)
+    kvt_dir_t *old = idx->sh.sets, *nd = dir_trunc(idx, old, 0);
+    if (nd == NULL)
         return;
+    __atomic_store_n(&idx->sh.sets, nd, __ATOMIC_RELEASE);
     for (uint32_t c = 0; c < old->n; c++)
         kvt_idx_acct_retire(idx, old->chunk[c], SET_CHUNK * sizeof(kvt_podset_t *));
     kvt_idx_acct_retire(idx, old, dir_bytes(old->cap));
@@ -460,8 +460,9 @@ void kvt_idx_ns_trim(kvt_idx_t *idx)
         idx->ns_hint = nns;
     uint32_t kchunks = (nns + NS_CHUNK - 1) / NS_CHUNK;
     if (kchunks < idx->sh.nss->n) {
-        kvt_dir_t *old = dir_swap(idx, &idx->sh.nss, kchunks);
-        if (old != NULL) {
+        kvt_dir_t *old = idx->sh.nss, *nd = dir_trunc(idx, old, kchunks);
+        if (nd != NULL) {
+            __atomic_store_n(&idx->sh.nss, nd, __ATOMIC_RELEASE);
             for (uint32_t c = kchunks; c < old->n; c++)
                 kvt_idx_acct_retire(idx, old->chunk[c], NS_CHUNK * sizeof(kvt_ns_t));
             kvt_idx_acct_retire(idx, old, dir_bytes(old->cap));
