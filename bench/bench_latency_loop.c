@@ -358,12 +358,15 @@ static void bl_close(bl_run_t *r)
 
 static int bl_connect(bl_run_t *r, bl_proto_t *p, uint32_t nc)
 {
-    *r = (bl_run_t){.p = p, .nc = nc, .ep = epoll_create1(EPOLL_CLOEXEC), .next_seq = 1};
+    *r = (bl_run_t){.p = p, .ep = epoll_create1(EPOLL_CLOEXEC), .next_seq = 1};
     r->c = calloc(nc, sizeof(*r->c));
-    if (r->c == NULL || r->ep < 0)
-        return -1;
+    if (r->c == NULL)
+        return -1; /* nc stays 0: bl_close() has no connection to look at */
+    r->nc = nc;
     for (uint32_t i = 0; i < nc; i++)
-        r->c[i].fd = -1;
+        r->c[i].fd = -1; /* before any failure: bl_close() must not close fd 0 */
+    if (r->ep < 0)
+        return -1;
     for (uint32_t i = 0; i < nc; i++) {
         r->c[i].fd = kvt_bench_connect(p->port);
         r->c[i].in = malloc(BL_IN_CAP);
