@@ -1,7 +1,8 @@
 /*
  * bench/floor_index: see floor_index.h. The tables are kvindex's group tables
- * (kvindex/gtab.h) with index.c's growth rules, on purpose (a floor for
- * *that* layout); the per-block work is only what those tables need.
+ * (kvindex/gtab.h) with index_tab.c's growth rules (kvt_grp_room(),
+ * kvt_grp_grow()), on purpose (a floor for *that* layout); the per-block work
+ * is only what those tables need.
  */
 #include "bench/floor_index.h"
 
@@ -69,11 +70,11 @@ static void fl_groups_free(kvt_floor_t *f, fl_tab_t *t)
     t->g = NULL;
 }
 
-/* Key table: grows by half at 3/4 full, re-hashed from the node slabs in order. */
+/* Key table: grows by half at 7/8 full, re-hashed from the node slabs in order. */
 static kvt_status_t fl_keys_reserve(kvt_floor_t *f)
 {
     fl_tab_t *t = &f->keys;
-    if ((uint64_t)(t->live + 1) * 4 <= (uint64_t)t->ngroups * KVT_GRP_SLOTS * 3)
+    if (kvt_grp_room(t->ngroups, t->live))
         return KVT_OK;
     uint32_t ng = kvt_grp_grow(t->ngroups);
     kvt_group_t *g = fl_groups_new(f, ng);
@@ -94,7 +95,7 @@ static kvt_status_t fl_keys_reserve(kvt_floor_t *f)
 /* Pod table: x4 while small, then by half, at 7/8 full; re-hashing reads each entry's node. */
 static kvt_status_t fl_pod_reserve(kvt_floor_t *f, fl_tab_t *t)
 {
-    if (t->g != NULL && (uint64_t)(t->live + 1) * 8 <= (uint64_t)t->ngroups * KVT_GRP_SLOTS * 7)
+    if (t->g != NULL && kvt_grp_room(t->ngroups, t->live))
         return KVT_OK;
     uint32_t ng = t->g == NULL ? 1 : t->ngroups < 8 ? t->ngroups * 4 : kvt_grp_grow(t->ngroups);
     kvt_group_t *g = fl_groups_new(f, ng);

@@ -114,6 +114,17 @@ static inline uint32_t kvt_grp_next(uint32_t gi, uint32_t ngroups)
     return gi + 1 == ngroups ? 0 : gi + 1;
 }
 
+/*
+ * True when a table of @ngroups groups has room for one more entry beside
+ * @used taken slots (live entries and tombstones): tables fill to 7/8, then
+ * grow (or are rebuilt to drop tombstones). The index and bench/floor_index
+ * both decide by this, so the floor grows as the index does.
+ */
+static inline bool kvt_grp_room(uint32_t ngroups, uint64_t used)
+{
+    return (used + 1) * 8 <= (uint64_t)ngroups * KVT_GRP_SLOTS * 7;
+}
+
 /* Group count after growing by half (at least one more). */
 static inline uint32_t kvt_grp_grow(uint32_t ngroups)
 {

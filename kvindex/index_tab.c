@@ -63,7 +63,7 @@ kvt_status_t kvt_idx_ktab_reserve(kvt_idx_t *idx)
     for (;;) {
         uint64_t cap = ktab_cap(idx->sh.ktab);
         uint32_t groups = idx->sh.ktab->ngroups;
-        if ((uint64_t)(idx->kt_live + idx->kt_tomb + 1) * 8 <= cap * 7)
+        if (kvt_grp_room(groups, (uint64_t)idx->kt_live + idx->kt_tomb))
             return KVT_OK;
         /* tombstones fill it: rebuild at the same size, else grow by half */
         uint32_t ng = groups;
@@ -153,7 +153,7 @@ kvt_status_t kvt_idx_ptab_reserve(kvt_idx_t *idx, uint32_t pod)
         }
         uint64_t cap = ptab_cap(p);
         uint32_t groups = p->ngroups;
-        if ((uint64_t)(p->live + p->tomb + 1) * 8 <= cap * 7)
+        if (kvt_grp_room(groups, (uint64_t)p->live + p->tomb))
             return KVT_OK;
         if ((uint64_t)(p->live + 1) * 2 <= cap)
             return ptab_rebuild(idx, p, groups);
