@@ -196,18 +196,21 @@ typedef struct kvt_bench_arg {
     }
 
 /*
- * Parses argv[1..argc) against the @n options of @args, each given as
- * "--name V" or "--name=V" (a FLAG as "--name"). Returns 0 when all are
- * parsed, 1 on "--help" or "-h" (the caller prints its usage), and -1 after
- * printing one line "kvtier-bench: ..." on stderr for an unknown option, a
- * missing value or a bad one.
+ * Parses argv[1..argc) against the @n (at most 64) options of @args, each
+ * given as "--name V" or "--name=V" (a FLAG as "--name"), at most once. A
+ * value never starts with "--" (that is the next option: the value is
+ * missing). Returns 0 when all are parsed, 1 on "--help" or "-h" (the caller
+ * prints its usage), and -1 after printing one line "kvtier-bench: ..." on
+ * stderr for an unknown option, a repeated one, a missing value or a bad one.
  */
 int kvt_bench_parse_args(int argc, char **argv, const kvt_bench_arg_t *args, size_t n);
 
 /*
  * Strict parsers for option values: unsigned decimal (no sign, no spaces)
- * within [lo, hi], or a finite double within [lo, hi]. Return 0 and set
- * *@out_p, or print "kvtier-bench: <opt>: ..." on stderr and return -1.
+ * within [lo, hi], or a plain decimal number within [lo, hi] (digits with an
+ * optional point, fraction and exponent, optionally negative: "2", "0.5",
+ * "1e6"; no spaces, hex, "inf" or "nan"). Return 0 and set *@out_p, or print
+ * "kvtier-bench: <opt>: ..." on stderr and return -1.
  */
 int kvt_bench_parse_u64(const char *opt, const char *s, uint64_t lo, uint64_t hi, uint64_t *out_p);
 int kvt_bench_parse_double(const char *opt, const char *s, double lo, double hi, double *out_p);

@@ -78,7 +78,8 @@ static void bl_usage(FILE *out)
                  "  open loop (Poisson arrivals, latency from each request's scheduled time) at\n"
                  "  each fraction of --rates (default 0.1,0.25,0.5,0.75) of the closed-loop\n"
                  "  throughput at the largest count (the lower of the two servers'), or at the\n"
-                 "  absolute rates of --rates-per-sec, on that many connections.\n"
+                 "  absolute rates of --rates-per-sec (one or the other), on that many\n"
+                 "  connections.\n"
                  "Each point runs S seconds per server (default 2), cut into N slices (default 8)\n"
                  "measured alternately; the server not being measured is stopped (SIGSTOP).\n"
                  "A pair of slices during which other processes used more than PCT of the\n"
@@ -96,13 +97,13 @@ typedef struct bl_list {
     size_t cap, *n_p;
     double lo, hi;
     bool whole;
-    bool *abs_p, abs; /* rate lists: which of --rates / --rates-per-sec was given last */
+    bool given; /* set when the option was parsed */
 } bl_list_t;
 
 /* kvt_bench_arg_t parser for "a,b,c" into a bl_list_t; 0 or -1. */
 static int bl_list(const char *opt, const char *s, void *dst)
 {
-    const bl_list_t *l = dst;
+    bl_list_t *l = dst;
     char buf[512];
     if (strlen(s) >= sizeof(buf)) {
         fprintf(stderr, "kvtier-bench: %s: list too long\n", opt);
@@ -129,8 +130,7 @@ static int bl_list(const char *opt, const char *s, void *dst)
         n++;
     }
     *l->n_p = n;
-    if (l->abs_p != NULL)
-        *l->abs_p = l->abs;
+    l->given = true;
     return 0;
 }
 
@@ -167,9 +167,10 @@ static int bl_parse(int argc, char **argv, bl_opts_t *o)
                      .max_others = 20,
                      .retries = 1};
     double conns[BL_MAX_CONNS] = {1, 4, 16};
-    bl_list_t lconns = {conns, BL_MAX_CONNS, &o->nconns, 1, BL_MAX_POOL, true, NULL, false};
-    bl_list_t lrates = {o->rates, BL_MAX_RATES, &o->nrates, 0.001, 4, false, &o->rates_abs, false};
-    bl_list_t lrps = {o->rates, BL_MAX_RATES, &o->nrates, 1, 1e7, false, &o->rates_abs, true};
+    bl_list_t lconns = {conns, BL_MAX_CONNS, &o->nconns, 1, BL_MAX_POOL, true, false};
+    /* both fill o->rates: one of them at most */
+    bl_list_t lrates = {o->rates, BL_MAX_RATES, &o->nrates, 0.001, 4, false, false};
+    bl_list_t lrps = {o->rates, BL_MAX_RATES, &o->nrates, 1, 1e7, false, false};
     const kvt_bench_arg_t args[] = {
         KVT_BENCH_ARG_STR("--kvtierd", &o->kvtierd),
         KVT_BENCH_ARG_STR("--redis-server", &o->redis),
@@ -198,6 +199,11 @@ static int bl_parse(int argc, char **argv, bl_opts_t *o)
         fprintf(stderr, "kvtier-bench: --no-redis and --redis-server exclude each other\n");
         return -1;
     }
+    if (lrates.given && lrps.given) {
+        fprintf(stderr, "kvtier-bench: --rates and --rates-per-sec exclude each other\n");
+        return -1;
+    }
+    o->rates_abs = lrps.given;
     if (o->no_redis)
         o->redis = NULL;
     else if (!o->redis_asked)

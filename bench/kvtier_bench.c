@@ -2,8 +2,8 @@
  * kvtier-bench: micro-benchmarks and trace replay. `kvtier-bench <subcommand>`.
  * Subcommands are rows of kvt_bench_cmds; each gets argv from its own name on.
  */
-#include <errno.h>
 #include <math.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -88,14 +88,35 @@ err_bad:
     return -1;
 }
 
+/* True when @s is a plain decimal number: [-]digits[.digits][e[+-]digits], a digit on a side of
+ * the point. */
+static bool bench_is_decimal(const char *s)
+{
+    const char *c = s + (*s == '-');
+    size_t before = strspn(c, "0123456789");
+    c += before;
+    size_t after = 0;
+    if (*c == '.') {
+        after = strspn(c + 1, "0123456789");
+        c += 1 + after;
+    }
+    if (before + after == 0)
+        return false;
+    if (*c == 'e' || *c == 'E') {
+        c += 1 + (c[1] == '+' || c[1] == '-');
+        size_t exp = strspn(c, "0123456789");
+        if (exp == 0)
+            return false;
+        c += exp;
+    }
+    return *c == '\0';
+}
+
 int kvt_bench_parse_double(const char *opt, const char *s, double lo, double hi, double *out_p)
 {
-    char *end = NULL;
-
-    errno = 0;
-    double v = strtod(s, &end);
-    if (s[0] == '\0' || s[0] == ' ' || *end != '\0' || errno != 0 || !isfinite(v) || v < lo ||
-        v > hi) {
+    /* strtod() alone would also take leading white space, hex, "inf" and "nan" */
+    double v = bench_is_decimal(s) ? strtod(s, NULL) : NAN;
+    if (!isfinite(v) || v < lo || v > hi) {
         fprintf(stderr, "kvtier-bench: %s must be a number in %g..%g, got '%s'\n", opt, lo, hi, s);
         return -1;
     }
@@ -154,6 +175,12 @@ static int bench_opt(int argc, char **argv, int *i, const char *name, const char
         fprintf(stderr, "kvtier-bench: option %s needs a value\n", name);
         return -1;
     }
+    if (strncmp(argv[*i + 1], "--", 2) == 0) {
+        /* another option, not this one's value ("--kvtierd --no-redis") */
+        fprintf(stderr, "kvtier-bench: option %s needs a value, got option '%s'\n", name,
+                argv[*i + 1]);
+        return -1;
+    }
     *i += 1;
     *val_p = argv[*i];
     return 1;
@@ -166,8 +193,8 @@ static int bench_arg_set(const kvt_bench_arg_t *a, const char *v)
     switch (a->kind) {
     case KVT_BENCH_FLAG: *(bool *)a->dst = true; return 0;
     case KVT_BENCH_STR:
-        if (v[0] == '\0') {
-            fprintf(stderr, "kvtier-bench: %s needs a value, got ''\n", a->name);
+        if (v[0] == '\0' || strncmp(v, "--", 2) == 0) {
+            fprintf(stderr, "kvtier-bench: %s needs a value, got '%s'\n", a->name, v);
             return -1;
         }
         *(const char **)a->dst = v;
@@ -200,6 +227,11 @@ static int bench_arg_set(const kvt_bench_arg_t *a, const char *v)
 
 int kvt_bench_parse_args(int argc, char **argv, const kvt_bench_arg_t *args, size_t n)
 {
+    uint64_t seen = 0; /* bit k: args[k] given */
+    if (n > 64) {
+        fprintf(stderr, "kvtier-bench: %zu options in one table, at most 64\n", n);
+        return -1;
+    }
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0)
             return 1;
@@ -218,7 +250,14 @@ int kvt_bench_parse_args(int argc, char **argv, const kvt_bench_arg_t *args, siz
             fprintf(stderr, "kvtier-bench: unknown option '%s' (try --help)\n", argv[i]);
             return -1;
         }
-        if (r < 0 || bench_arg_set(&args[k], v) != 0)
+        if (r < 0)
+            return -1;
+        if (seen & (1ull << k)) {
+            fprintf(stderr, "kvtier-bench: option %s given twice\n", args[k].name);
+            return -1;
+        }
+        seen |= 1ull << k;
+        if (bench_arg_set(&args[k], v) != 0)
             return -1;
     }
     return 0;

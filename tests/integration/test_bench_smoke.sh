@@ -61,8 +61,10 @@ if not ok:
 # ---- the mini trace, each route ----
 for route in best spread rr; do
     out=$TMP/mini_$route.out
-    if ! "$BENCH" index --trace "$MINI" --pods 4 --route "$route" >"$out" 2>"$TMP/err"; then
-        fail "mini trace, route $route: exit status $?"
+    "$BENCH" index --trace "$MINI" --pods 4 --route "$route" >"$out" 2>"$TMP/err"
+    st=$?
+    if [ "$st" -ne 0 ]; then
+        fail "mini trace, route $route: exit status $st"
         cat "$TMP/err" "$out" >&2
         continue
     fi
@@ -92,8 +94,10 @@ check_json "$TMP/mini_rr.out" "abs(j['chosen_hit_ratio'] - 1/24) < 1e-6" ||
 # one implementation at a time
 for impl in kvtier naive; do
     out=$TMP/mini_$impl.out
-    if ! "$BENCH" index --trace "$MINI" --pods 3 --impl "$impl" --block-size 4 >"$out" 2>&1; then
-        fail "--impl $impl: exit status $?"
+    "$BENCH" index --trace "$MINI" --pods 3 --impl "$impl" --block-size 4 >"$out" 2>&1
+    st=$?
+    if [ "$st" -ne 0 ]; then
+        fail "--impl $impl: exit status $st"
         cat "$out" >&2
         continue
     fi
@@ -105,8 +109,10 @@ done
 # the floor replays kvtier's stores: same entries and blocks; with a budget it is not run
 for impl in floor all; do
     out=$TMP/mini_$impl.out
-    if ! "$BENCH" index --trace "$MINI" --pods 3 --impl "$impl" --block-size 4 >"$out" 2>&1; then
-        fail "--impl $impl: exit status $?"
+    "$BENCH" index --trace "$MINI" --pods 3 --impl "$impl" --block-size 4 >"$out" 2>&1
+    st=$?
+    if [ "$st" -ne 0 ]; then
+        fail "--impl $impl: exit status $st"
         cat "$out" >&2
         continue
     fi
@@ -260,6 +266,30 @@ expect_exit 2 rpc extra
 expect_exit 2 hash --mib 0
 expect_exit 2 hash --seconds nan
 expect_exit 2 hash --frobnicate
+# an option at most once; a value is never the next option; numbers are plain decimals
+expect_exit 2 index --trace "$MINI" --pods 4 --pods 5
+grep -q -- '--pods given twice' "$TMP/err" || fail "a repeated option: no reason"
+expect_exit 2 index --trace "$MINI" --trace "$MINI" --pods 4
+expect_exit 2 index --trace "$MINI" --pods 4 --route best --route=spread
+expect_exit 2 rpc --no-redis --no-redis
+expect_exit 2 latency --kvtierd --no-redis
+grep -q -- "got option '--no-redis'" "$TMP/err" || fail "a value that is an option: no reason"
+expect_exit 2 events --kvtierd=--blocks
+expect_exit 2 index --pods 4 --trace --route best
+expect_exit 2 hash --seconds 0x1p0
+expect_exit 2 hash --seconds ' 1'
+expect_exit 2 hash --seconds "$(printf '\t1')"
+expect_exit 2 hash --seconds .
+expect_exit 2 hash --seconds 1e
+expect_exit 2 hash --seconds inf
+expect_exit 2 index --trace "$MINI" --pods 4 --load-weight +1
+expect_exit 2 latency --rates 0.5 --rates-per-sec 100
+grep -q 'exclude each other' "$TMP/err" || fail "--rates with --rates-per-sec: no reason"
+# plain decimals with a fraction or an exponent are numbers
+for w in 0.5 .5 2 1e0 2.5E-1; do
+    "$BENCH" index --trace "$MINI" --pods 2 --impl kvtier --load-weight "$w" >"$TMP/out" 2>&1 ||
+        fail "--load-weight $w refused: $(cat "$TMP/out")"
+done
 
 # ---- json: short runs of kvtier's decoders against jansson ----
 # The bench itself fails when the two sides extract different fields; here the JSON line
