@@ -242,7 +242,8 @@ static inline void store_prefetch_node(kvt_idx_t *idx, uint64_t h)
  * One block of a store. A block no pod holds yet, on a pod whose table does
  * not know its engine hash (the usual new block), is created already holding
  * the pod: one seqlock bracket and no holder search. Everything else takes
- * the general path (node_get_h, then ref_add_h).
+ * the general path: the node found (or created empty), then
+ * kvt_idx_ref_add_h().
  */
 static kvt_status_t store_one(kvt_idx_t *idx, uint64_t key, uint64_t h, uint64_t eh, uint64_t ph,
                               uint32_t parent, uint32_t pod, unsigned tier, uint32_t slot,

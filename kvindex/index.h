@@ -14,8 +14,12 @@
  * writer. docs/architecture.md describes the scheme (striped seqlocks plus
  * epoch-based reclamation).
  *
- * Memory: every byte the index allocates is counted (kvt_idx_stats_t.bytes):
- * blocks, tables, pods, namespaces and their names. With a budget, blocks
+ * Memory: what the index allocates is counted (kvt_idx_stats_t.bytes):
+ * blocks, tables, pods, namespaces and their names, and what it retired that
+ * readers may still hold. Not counted: readers' own scratch
+ * (kvt_idx_reader_t), the list of retired objects (24 bytes each, until
+ * freed) and the eviction heap (8 bytes per leaf block, freed before the
+ * write that evicts returns). With a budget, blocks
  * and their tables use at most 63/64 of it: before growing further the
  * writer evicts least-recently-used leaf blocks (blocks no other block
  * extends), so a chain is never cut in the middle; blocks that cannot be
@@ -89,7 +93,7 @@ typedef struct kvt_idx_match {
 typedef struct kvt_idx_stats {
     uint64_t blocks;      /* distinct keys (block nodes) */
     uint64_t entries;     /* (block, pod) entries */
-    uint64_t bytes;       /* every byte the index has allocated */
+    uint64_t bytes;       /* bytes the index has allocated (see Memory at the top) */
     uint64_t evicted;     /* block nodes evicted for the budget, ever */
     uint64_t dropped;     /* blocks not stored: budget full and nothing evictable, ever */
     uint64_t refused;     /* pods and namespaces not created: budget full, nothing evictable */
@@ -242,8 +246,9 @@ kvt_status_t kvt_idx_pod_drop(kvt_idx_t *idx, uint32_t pod);
  * With a budget, when no leaf other than this chain's own tail can be
  * evicted, the blocks that do not fit are not stored (the chain keeps its
  * prefix) and counted in kvt_idx_stats_t.dropped; that is still KVT_OK.
- * Returns KVT_OK, KVT_ERR_INVAL (bad ns, pod or tier) or KVT_ERR_NO_MEM; on
- * KVT_ERR_NO_MEM the blocks before the failing one stay stored.
+ * Returns KVT_OK, KVT_ERR_INVAL (bad ns, pod or tier), KVT_ERR_NO_MEM, or
+ * KVT_ERR_LIMIT (the pod holds a block already under 127 other engine
+ * hashes); on the last two the blocks before the failing one stay stored.
  */
 kvt_status_t kvt_idx_store(kvt_idx_t *idx, uint32_t ns, uint32_t pod, unsigned tier,
                            const uint64_t *parent_key, const uint64_t *keys,
@@ -253,6 +258,10 @@ kvt_status_t kvt_idx_store(kvt_idx_t *idx, uint32_t ns, uint32_t pod, unsigned t
  * Writer. Adds tier @tier to blocks @pod already holds under engine hashes
  * @ehashes (vLLM's CPU placeholder stores: no tokens). Hashes the pod does
  * not know are skipped and counted in *@unresolved_p (may be NULL).
+ * Returns KVT_OK, KVT_ERR_INVAL (bad pod or tier), or, with the hashes
+ * before the failing one applied: KVT_ERR_NO_SPACE (the budget has no room
+ * and nothing is evictable), KVT_ERR_NO_MEM or KVT_ERR_LIMIT (as for
+ * kvt_idx_store()).
  */
 kvt_status_t kvt_idx_store_by_ehash(kvt_idx_t *idx, uint32_t pod, unsigned tier,
                                     const uint64_t *ehashes, size_t n, size_t *unresolved_p);

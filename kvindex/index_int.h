@@ -1,5 +1,6 @@
 /*
- * kvindex private layout, shared by index.c (the writer) and query.c (readers).
+ * kvindex private layout, shared by the writer (index_writer_int.h and the
+ * files it lists) and query.c (readers).
  * docs/architecture.md explains the design; the short version:
  *
  * - Block nodes (32 bytes) live in a chunked slab and never move; a node is
@@ -97,7 +98,7 @@ typedef struct kvt_ktab {
 } kvt_ktab_t;
 
 /*
- * Namespace records readers need (the rest is writer-only, in index.c),
+ * Namespace records readers need (the rest is writer-only: ns_w_t),
  * in chunks of NS_CHUNK. A namespace id is (generation << 16 | slot); a
  * record's id is the id of the namespace in its slot, or NS_ID_FREE. The
  * writer frees a slot by setting its id to NS_ID_FREE (then a release
@@ -136,7 +137,7 @@ struct kvt_idx_reader {
     uint32_t snapcap;
 };
 
-/* Fields readers touch; the rest of struct kvt_idx is private to index.c. */
+/* Fields readers touch; the rest of struct kvt_idx is the writer's (index_writer_int.h). */
 typedef struct kvt_idx_shared {
     kvt_ebr_t ebr;
     kvt_ktab_t *ktab; /* published */

@@ -98,9 +98,14 @@ static kvt_status_t reader_fit_snap(kvt_idx_reader_t *r, uint32_t n)
 }
 
 /*
- * Chunk @i of a directory this reader loaded earlier. A node or set handle
- * read from a newer publication may live in a chunk appended after that
- * load: then reload the directory (it only grows).
+ * Chunk @i of a directory this reader loaded earlier, or NULL. A node or set
+ * handle read from a newer publication may live in a chunk appended after
+ * that load: then the directory is reloaded. Directories also shrink (trims
+ * give back node slabs past the last live node, set chunks once no set is
+ * left, namespace chunks past the last live slot): a chunk missing from the
+ * newest one too was given back, and everything in it was free, so callers
+ * take NULL as "no such node" (or set). What they read through an older
+ * directory stays valid until the query ends (EBR).
  */
 static void *rchunk_slow(kvt_dir_t **dirp, kvt_dir_t *const *shared, uint32_t i)
 {
@@ -113,7 +118,7 @@ static void *rchunk_slow(kvt_dir_t **dirp, kvt_dir_t *const *shared, uint32_t i)
         }
         kvt_dir_t *nd = __atomic_load_n(shared, __ATOMIC_ACQUIRE);
         if (nd == d)
-            return NULL; /* cannot happen for an index read from a publication */
+            return NULL; /* given back: see above */
         *dirp = nd;
     }
 }
