@@ -70,7 +70,10 @@ typedef struct kvt_idx_reader kvt_idx_reader_t;
  * Called by the writer, inside the write call that caused it, for every
  * block evicted to stay within the budget, before its entries are dropped.
  * @salted_key is kvt_idx_salted_key() of the block's namespace and key. The
- * callback must not call back into the index.
+ * callback must not call the index's writer functions. It may query it
+ * (kvt_idx_query() with a reader handle not in a query): eviction runs
+ * between changes to nodes, never inside one, so the index it sees is whole
+ * (blocks evicted before this one are gone, this one is still there).
  */
 typedef void (*kvt_idx_evict_cb)(void *arg, uint64_t salted_key);
 
