@@ -9,9 +9,7 @@
  * store of the whole prompt on the chosen pod (timed). The same replay then
  * runs on the naive reference model (bench/naive_index.h) for comparison.
  */
-#include <errno.h>
 #include <inttypes.h>
-#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -94,8 +92,8 @@ static uint64_t bi_splitmix(uint64_t x)
     return x ^ (x >> 31);
 }
 
-/* Strict decimal u64 with an optional K/M/G (binary) suffix when @suffix. */
-static int bi_parse_u64(const char *s, int suffix, uint64_t *v_p)
+/* Strict decimal u64 with an optional K/M/G (binary) suffix. */
+static int bi_parse_size(const char *s, uint64_t *v_p)
 {
     uint64_t v = 0;
     const char *p = s;
@@ -107,7 +105,7 @@ static int bi_parse_u64(const char *s, int suffix, uint64_t *v_p)
             return -1;
         v = v * 10 + d;
     }
-    if (suffix && *p != '\0' && p[1] == '\0') {
+    if (*p != '\0' && p[1] == '\0') {
         unsigned shift = 0;
         switch (*p) {
         case 'k':
@@ -133,7 +131,7 @@ static int bi_parse_u64(const char *s, int suffix, uint64_t *v_p)
 static int bi_budget(const char *opt, const char *val, void *dst)
 {
     uint64_t v;
-    if (bi_parse_u64(val, 1, &v) != 0 || v == 0) {
+    if (bi_parse_size(val, &v) != 0 || v == 0) {
         fprintf(stderr, "kvtier-bench: bad value for %s: '%s' (see --help)\n", opt, val);
         return -1;
     }
@@ -312,22 +310,6 @@ static void bi_load_expire(bi_load_t *l, double now_ms)
 
 /* ---- the replay ---- */
 
-static uint64_t bi_percentile(const uint64_t *sorted, size_t n, unsigned pct)
-{
-    if (n == 0)
-        return 0;
-    size_t rank = (size_t)(((uint64_t)n * pct + 99) / 100); /* nearest rank: ceil(p/100 * n) */
-    if (rank == 0)
-        rank = 1;
-    return sorted[rank - 1];
-}
-
-static int bi_cmp_u64(const void *a, const void *b)
-{
-    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
-    return (x > y) - (x < y);
-}
-
 /*
  * Replays the trace on the index (@idx, @reader, @ns) or, when @idx is NULL,
  * on the naive model @nv. Returns 0, or -1 after printing an error.
@@ -445,9 +427,9 @@ static int bi_replay(const bi_opts_t *o, const bi_prep_t *p, kvt_idx_t *idx,
         run->stored_blocks += q->nblocks;
     }
 
-    qsort(lat, t->nreqs, sizeof(*lat), bi_cmp_u64);
-    run->p50_ns = bi_percentile(lat, t->nreqs, 50);
-    run->p99_ns = bi_percentile(lat, t->nreqs, 99);
+    kvt_bench_sort_u64(lat, t->nreqs);
+    run->p50_ns = (uint64_t)(kvt_bench_percentile(lat, t->nreqs, 50) + 0.5);
+    run->p99_ns = (uint64_t)(kvt_bench_percentile(lat, t->nreqs, 99) + 0.5);
     uint64_t total_ns = run->query_ns + run->store_ns;
     run->ops_per_sec =
         total_ns ? (double)(t->nreqs + run->stored_blocks) * 1e9 / (double)total_ns : 0.0;

@@ -17,10 +17,8 @@
  * Prompts are 1024 tokens (block size 16) sharing a 256-token system prefix,
  * so every query walks the index and matches several pods.
  */
-#include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
-#include <math.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <signal.h>
@@ -553,12 +551,6 @@ static double br_redis(void)
     return rps;
 }
 
-static int br_cmp(const void *a, const void *b)
-{
-    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
-    return (x > y) - (x < y);
-}
-
 int kvt_bench_rpc_main(int argc, char **argv)
 {
     br_opts_t o;
@@ -621,7 +613,7 @@ int kvt_bench_rpc_main(int argc, char **argv)
         kvt_bench_daemon_stop(&d);
         return 1;
     }
-    qsort(open.lat, open.nlat, sizeof(uint64_t), br_cmp);
+    kvt_bench_sort_u64(open.lat, open.nlat);
     double p50 = kvt_bench_percentile(open.lat, open.nlat, 50) / 1000.0;
     double p99 = kvt_bench_percentile(open.lat, open.nlat, 99) / 1000.0;
     uint64_t http_err = 0, http_done = 0;
