@@ -412,15 +412,9 @@ static kvt_status_t spec_push(kvt_idx_t *idx, uint64_t expiry, uint32_t alias)
         size_t cap = idx->spec_cap ? idx->spec_cap * 2 : 64;
         if (!kvt_idx_room(idx, cap * sizeof(spec_item_t)))
             return KVT_ERR_NO_SPACE;
-        spec_item_t *s = kvt_idx_acct_alloc(idx, cap * sizeof(spec_item_t));
-        if (s == NULL)
-            return KVT_ERR_NO_MEM;
-        for (size_t i = 0; i < idx->spec_len; i++)
-            s[i] = idx->spec[(idx->spec_head + i) % idx->spec_cap];
-        kvt_idx_acct_free(idx, idx->spec, idx->spec_cap * sizeof(spec_item_t));
-        idx->spec = s;
-        idx->spec_cap = cap;
-        idx->spec_head = 0;
+        kvt_status_t st = kvt_idx_spec_resize(idx, cap);
+        if (st != KVT_OK)
+            return st;
     }
     /* keep expiry order even if TTLs differ: insertion sort from the tail */
     size_t i = idx->spec_len++;

@@ -354,17 +354,22 @@ static void spec_compact(kvt_idx_t *idx)
         cap /= 2;
     if (keep == 0)
         cap = 0;
-    if (cap == idx->spec_cap)
-        return;
+    if (cap != idx->spec_cap)
+        kvt_idx_spec_resize(idx, cap); /* on failure the bigger ring stays */
+}
+
+kvt_status_t kvt_idx_spec_resize(kvt_idx_t *idx, size_t cap)
+{
     spec_item_t *s = NULL;
     if (cap > 0 && (s = kvt_idx_acct_alloc(idx, cap * sizeof(spec_item_t))) == NULL)
-        return; /* the bigger ring stays */
-    for (size_t i = 0; i < keep; i++)
+        return KVT_ERR_NO_MEM;
+    for (size_t i = 0; i < idx->spec_len; i++)
         s[i] = idx->spec[(idx->spec_head + i) % idx->spec_cap];
     kvt_idx_acct_free(idx, idx->spec, idx->spec_cap * sizeof(spec_item_t));
     idx->spec = s;
     idx->spec_cap = cap;
     idx->spec_head = 0;
+    return KVT_OK;
 }
 
 /*
@@ -496,8 +501,12 @@ void kvt_idx_pods_trim(kvt_idx_t *idx)
         cap /= 2;
     if (hi == 0)
         cap = 0;
-    if (cap == idx->pods_alloc)
-        return;
+    if (cap != idx->pods_alloc)
+        kvt_idx_pods_resize(idx, cap); /* on failure the bigger arrays stay */
+}
+
+kvt_status_t kvt_idx_pods_resize(kvt_idx_t *idx, uint32_t cap)
+{
     kvt_pod_t *np = NULL;
     uint32_t *nf = NULL;
     if (cap > 0) {
@@ -506,16 +515,19 @@ void kvt_idx_pods_trim(kvt_idx_t *idx)
         if (np == NULL || nf == NULL) {
             kvt_idx_acct_free(idx, np, (size_t)cap * sizeof(kvt_pod_t));
             kvt_idx_acct_free(idx, nf, (size_t)cap * sizeof(uint32_t));
-            return; /* the bigger arrays stay */
+            return KVT_ERR_NO_MEM;
         }
-        memcpy(np, idx->pods, (size_t)hi * sizeof(kvt_pod_t));
-        memcpy(nf, idx->pod_free, (size_t)k * sizeof(uint32_t));
+        if (idx->pod_hi > 0)
+            memcpy(np, idx->pods, (size_t)idx->pod_hi * sizeof(kvt_pod_t));
+        if (idx->npod_free > 0)
+            memcpy(nf, idx->pod_free, (size_t)idx->npod_free * sizeof(uint32_t));
     }
     kvt_idx_acct_free(idx, idx->pods, (size_t)idx->pods_alloc * sizeof(kvt_pod_t));
     kvt_idx_acct_free(idx, idx->pod_free, (size_t)idx->pods_alloc * sizeof(uint32_t));
     idx->pods = np;
     idx->pod_free = nf;
     idx->pods_alloc = cap;
+    return KVT_OK;
 }
 
 void kvt_idx_trim(kvt_idx_t *idx)

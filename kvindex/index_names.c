@@ -383,24 +383,8 @@ kvt_status_t kvt_idx_pod_get(kvt_idx_t *idx, const char *name, uint32_t dp_rank,
         idx->refused++;
         return KVT_ERR_NO_SPACE;
     }
-    if (cap != idx->pods_alloc) {
-        kvt_pod_t *np = kvt_idx_acct_alloc(idx, (size_t)cap * sizeof(kvt_pod_t));
-        uint32_t *nf = kvt_idx_acct_alloc(idx, (size_t)cap * sizeof(uint32_t));
-        if (np == NULL || nf == NULL) {
-            kvt_idx_acct_free(idx, np, (size_t)cap * sizeof(kvt_pod_t));
-            kvt_idx_acct_free(idx, nf, (size_t)cap * sizeof(uint32_t));
-            return KVT_ERR_NO_MEM;
-        }
-        if (idx->pods != NULL) {
-            memcpy(np, idx->pods, (size_t)idx->pod_hi * sizeof(kvt_pod_t));
-            memcpy(nf, idx->pod_free, (size_t)idx->npod_free * sizeof(uint32_t));
-        }
-        kvt_idx_acct_free(idx, idx->pods, (size_t)idx->pods_alloc * sizeof(kvt_pod_t));
-        kvt_idx_acct_free(idx, idx->pod_free, (size_t)idx->pods_alloc * sizeof(uint32_t));
-        idx->pods = np;
-        idx->pod_free = nf;
-        idx->pods_alloc = cap;
-    }
+    if (cap != idx->pods_alloc && kvt_idx_pods_resize(idx, cap) != KVT_OK)
+        return KVT_ERR_NO_MEM;
     uint32_t id = fresh ? idx->pod_hi : idx->pod_free[idx->npod_free - 1];
     kvt_pod_t *p = &idx->pods[id];
     memset(p, 0, sizeof(*p)); /* an entry past pod_hi may be uninitialized */

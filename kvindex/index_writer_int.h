@@ -415,6 +415,20 @@ void kvt_idx_ns_trim(kvt_idx_t *idx);
 void kvt_idx_pods_trim(kvt_idx_t *idx);
 
 /*
+ * Replaces the pod array and the free-id stack with arrays of @cap entries
+ * (cap >= pod_hi and npod_free), keeping ids below pod_hi and the free ids.
+ * Counted, not budget-checked (callers ask first). KVT_ERR_NO_MEM leaves both.
+ */
+kvt_status_t kvt_idx_pods_resize(kvt_idx_t *idx, uint32_t cap);
+
+/*
+ * Replaces the speculative ring with one of @cap items (cap >= spec_len),
+ * keeping its items in order from index 0. Counted, not budget-checked
+ * (callers ask first). KVT_ERR_NO_MEM leaves it as it was.
+ */
+kvt_status_t kvt_idx_spec_resize(kvt_idx_t *idx, size_t cap);
+
+/*
  * After drops (and when the index is empty): gives back what no longer holds
  * anything (stale speculative items, an unused alias array, emptied node
  * slabs and set chunks) and shrinks sparse tables. Only between writes.
