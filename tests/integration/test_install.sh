@@ -1,10 +1,15 @@
 #!/bin/sh
 # Installs a build tree into a temporary prefix and uses it the way a router
 # would: a tiny C consumer built with pkg-config (shared and static) and with
-# CMake's find_package(kvtier) (kvtier::kvtier and kvtier::kvtier_static), the
-# installed CLI, and the Python binding (ctypes). No kvtierd is needed: the
+# CMake's find_package(kvtier) (kvtier::kvtier, kvtier::kvtier_static and
+# kvtier::index), the installed CLI, and the Python binding (ctypes). The
 # consumers hash a token list with the library and check that a call to a
-# socket nobody listens on fails with a message.
+# socket nobody listens on fails with a message. Then the service: the
+# installed kvtierd, its systemd unit (paths of this prefix; systemd-analyze
+# verify where the tool exists) and the example config, which the installed
+# kvtierd loads and starts with (listeners moved to 127.0.0.1:0, its data in
+# the temp dir), answers GET /healthz, and exits 0 on SIGTERM; a reinstall
+# keeps an edited config.
 # Usage: test_install.sh BUILD_DIR [CMAKE]      (exit 77 = skipped)
 set -u
 
@@ -66,7 +71,11 @@ for f in "$LIBDIR/libkvtier.so.0" "$LIBDIR/libkvtier.so" "$LIBDIR/libkvtier.a" \
     "$PREFIX/include/kvtier/kvindex/hash.h" "$PREFIX/include/kvtier/kvindex/score.h" \
     "$LIBDIR/pkgconfig/kvtier.pc" "$LIBDIR/cmake/kvtier/kvtierConfig.cmake" \
     "$LIBDIR/cmake/kvtier/kvtierConfigVersion.cmake" "$PREFIX/bin/kvtier" \
-    "$LIBDIR/kvtier/python/kvtier/__init__.py"; do
+    "$LIBDIR/kvtier/python/kvtier/__init__.py" "$LIBDIR/libkvtier_index.a" \
+    "$LIBDIR/pkgconfig/kvtier-index.pc" "$PREFIX/include/kvtier/kvindex/index.h" \
+    "$PREFIX/include/kvtier/kvindex/tokens.h" "$PREFIX/bin/kvtierd" \
+    "$PREFIX/lib/systemd/system/kvtierd.service" "$PREFIX/etc/kvtier/kvtierd.conf" \
+    "$PREFIX/share/doc/kvtier/examples/kvtierd.conf" "$PREFIX/share/doc/kvtier/deployment.md"; do
     checks=$((checks + 1))
     [ -e "$f" ] || fail "not installed: ${f#"$PREFIX"/}"
 done
@@ -163,6 +172,47 @@ fi
 # ---- CMake find_package --------------------------------------------------------------------------
 mkdir -p "$TMP/cmake_consumer"
 cp "$TMP/consumer.c" "$TMP/cmake_consumer/"
+# kvtier::index: the index in-process (test_docs.py builds docs/quickstart.md's longer
+# example with pkg-config).
+cat >"$TMP/cmake_consumer/index_consumer.c" <<'EOF'
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "kvindex/hash.h"
+#include "kvindex/index.h"
+#include "kvindex/tokens.h"
+
+int main(void)
+{
+    uint32_t *toks;
+    size_t n;
+    char err[128];
+    if (kvt_tokens_parse("[1, 2, 3, 4, 5]", 15, &toks, &n, err, sizeof(err)) != KVT_OK || n != 5) {
+        fprintf(stderr, "tokens: %s\n", err);
+        return 1;
+    }
+    uint64_t keys[2];
+    size_t nk = kvt_hash_seq(toks, n, 2, KVT_HASH_SEED, NULL, NULL, keys);
+    free(toks);
+    kvt_idx_t *idx;
+    kvt_idx_reader_t *r;
+    uint32_t ns, pod;
+    const kvt_idx_match_t *m;
+    size_t nm;
+    if (nk != 2 || keys[1] != 5890102321129957602ull || kvt_idx_create(NULL, &idx) != KVT_OK ||
+        kvt_idx_reader_create(idx, &r) != KVT_OK || kvt_idx_ns_get(idx, "m", NULL, 2, &ns) != KVT_OK ||
+        kvt_idx_pod_get(idx, "p", 0, &pod) != KVT_OK ||
+        kvt_idx_store(idx, ns, pod, KVT_TIER_CPU, NULL, keys, NULL, nk) != KVT_OK ||
+        kvt_idx_query(r, ns, keys, nk, NULL, 0, &m, &nm) != KVT_OK || nm != 1 || m[0].cpu != 2) {
+        fprintf(stderr, "index consumer failed\n");
+        return 1;
+    }
+    kvt_idx_reader_destroy(r);
+    kvt_idx_destroy(idx);
+    printf("index consumer ok: %s\n", kvt_status_str(KVT_OK));
+    return 0;
+}
+EOF
 cat >"$TMP/cmake_consumer/CMakeLists.txt" <<EOF
 cmake_minimum_required(VERSION 3.21)
 project(kvtier_consumer LANGUAGES C)
@@ -171,7 +221,9 @@ add_executable(consumer_shared consumer.c)
 target_link_libraries(consumer_shared PRIVATE kvtier::kvtier)
 add_executable(consumer_static consumer.c)
 target_link_libraries(consumer_static PRIVATE kvtier::kvtier_static)
-foreach(t consumer_shared consumer_static)
+add_executable(index_consumer index_consumer.c)
+target_link_libraries(index_consumer PRIVATE kvtier::index)
+foreach(t consumer_shared consumer_static index_consumer)
   target_compile_options(\${t} PRIVATE -Wall -Wextra -Werror $SANFLAGS)
   target_link_options(\${t} PRIVATE $SANFLAGS)
 endforeach()
@@ -184,6 +236,7 @@ if run_ok "find_package(kvtier) configures" "$CMAKE" -S "$TMP/cmake_consumer" -B
     run_ok "find_package(kvtier) consumers build" "$CMAKE" --build "$TMP/cmake_build"; then
     run_ok "kvtier::kvtier consumer runs" "$TMP/cmake_build/consumer_shared" "$NOSOCK"
     run_ok "kvtier::kvtier_static consumer runs" "$TMP/cmake_build/consumer_static" "$NOSOCK"
+    run_ok "kvtier::index consumer runs" "$TMP/cmake_build/index_consumer"
     checks=$((checks + 1))
     readelf -d "$TMP/cmake_build/consumer_shared" 2>/dev/null | grep -q 'NEEDED.*libkvtier.so.0' ||
         fail "kvtier::kvtier consumer does not load libkvtier.so.0"
@@ -232,6 +285,84 @@ for sub in query events stats ping; do
     "$KV" help "$sub" >"$TMP/out" 2>&1 && grep -q "usage: kvtier $sub" "$TMP/out" ||
         fail "kvtier help $sub"
 done
+
+# ---- the service: kvtierd, its systemd unit and the example config ---------------------------------
+KVTIERD=$PREFIX/bin/kvtierd
+UNIT=$PREFIX/lib/systemd/system/kvtierd.service
+CONF=$PREFIX/etc/kvtier/kvtierd.conf
+checks=$((checks + 1))
+grep -qx "ExecStart=$KVTIERD --config $CONF" "$UNIT" ||
+    fail "kvtierd.service: ExecStart is not '$KVTIERD --config $CONF': $(grep ExecStart "$UNIT")"
+for want in DynamicUser=yes StateDirectory=kvtier RuntimeDirectory=kvtier Restart=on-failure \
+    "WantedBy=multi-user.target"; do
+    checks=$((checks + 1))
+    grep -qx "$want" "$UNIT" || fail "kvtierd.service has no '$want'"
+done
+checks=$((checks + 1))
+grep -q '^LimitNOFILE=[0-9]' "$UNIT" || fail "kvtierd.service has no LimitNOFILE"
+checks=$((checks + 1))
+cmp -s "$CONF" "$PREFIX/share/doc/kvtier/examples/kvtierd.conf" ||
+    fail "the installed config differs from the example in share/doc/kvtier/examples"
+if command -v systemd-analyze >/dev/null 2>&1; then
+    # verify reports some mistakes (a bad value, "ignoring") only as a message: both count.
+    checks=$((checks + 1))
+    if ! systemd-analyze verify "$UNIT" >"$TMP/verify" 2>&1 || [ -s "$TMP/verify" ]; then
+        fail "systemd-analyze verify kvtierd.service"
+        sed 's/^/  | /' "$TMP/verify" >&2
+    fi
+else
+    echo "test_install: systemd-analyze not found: the unit is not verified" >&2
+fi
+run_ok "installed kvtierd --config <installed example> --dump-config" \
+    "$KVTIERD" --config "$CONF" --dump-config
+checks=$((checks + 1))
+grep -qx 'data-dir = /var/lib/kvtier' "$TMP/log" || fail "the example config's data-dir is not the unit's StateDirectory"
+
+# Start the installed kvtierd with the installed config, listeners moved to ephemeral
+# loopback ports and its data in the temp dir (flags override the file).
+mkdir -p "$TMP/state"
+"$KVTIERD" --config "$CONF" --http-listen 127.0.0.1:0 --rpc-listen 127.0.0.1:0 --rpc-unix "" \
+    --data-dir "$TMP/state/data" >"$TMP/kvtierd.out" 2>"$TMP/kvtierd.log" &
+KVTIERD_PID=$!
+trap 'kill "$KVTIERD_PID" 2>/dev/null; rm -rf "$TMP"' EXIT INT TERM
+tries=0
+while ! grep -q '^kvtierd listening' "$TMP/kvtierd.out" && kill -0 "$KVTIERD_PID" 2>/dev/null &&
+    [ $tries -lt 600 ]; do
+    sleep 0.1
+    tries=$((tries + 1))
+done
+HTTP_PORT=$(sed -n 's/^kvtierd listening http=\([0-9]*\) rpc=\([0-9]*\)$/\1/p' "$TMP/kvtierd.out")
+RPC_PORT=$(sed -n 's/^kvtierd listening http=\([0-9]*\) rpc=\([0-9]*\)$/\2/p' "$TMP/kvtierd.out")
+checks=$((checks + 1))
+if [ -z "$HTTP_PORT" ] || [ -z "$RPC_PORT" ]; then
+    fail "installed kvtierd did not start with the installed config"
+    sed 's/^/  | /' "$TMP/kvtierd.out" "$TMP/kvtierd.log" >&2
+else
+    checks=$((checks + 1))
+    if command -v curl >/dev/null 2>&1; then
+        out=$(curl -s "http://127.0.0.1:$HTTP_PORT/healthz")
+        [ "$out" = '{"status":"ok"}' ] || fail "GET /healthz answered '$out'"
+    else
+        out=$("$KV" ping --addr "127.0.0.1:$RPC_PORT" 2>&1)
+        case "$out" in '{"ok":true,'*) ;; *) fail "kvtier ping: $out" ;; esac
+    fi
+    [ -d "$TMP/state/data" ] || fail "kvtierd did not create its --data-dir"
+fi
+kill -TERM "$KVTIERD_PID" 2>/dev/null
+wait "$KVTIERD_PID"
+rc=$?
+checks=$((checks + 1))
+if [ $rc -ne 0 ]; then
+    fail "installed kvtierd exited $rc on SIGTERM (want 0)"
+    sed 's/^/  | /' "$TMP/kvtierd.log" | tail -n 30 >&2
+fi
+trap 'rm -rf "$TMP"' EXIT INT TERM
+
+# A reinstall keeps the admin's config (the example stays in share/doc).
+echo "block-size = 32" >>"$CONF"
+run_ok "cmake --install again" "$CMAKE" --install "$BUILD" --prefix "$PREFIX"
+checks=$((checks + 1))
+tail -n 1 "$CONF" | grep -qx 'block-size = 32' || fail "a reinstall overwrote the edited kvtierd.conf"
 
 # ---- the Python binding --------------------------------------------------------------------------
 if [ -n "$SANFLAGS" ]; then
