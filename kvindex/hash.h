@@ -1,6 +1,7 @@
 /*
- * kvindex/hash: the block hashing standard (DESIGN.md), compatible with
- * Dynamo's KV router and Mooncake's conductor.
+ * kvindex/hash: the block hashing standard (DESIGN.md). With seed 1337 and no
+ * salt, seq_i equals the sequence hash of Dynamo's KV router for base-model text
+ * requests (Mooncake's conductor and llm-d hash differently).
  *
  *   local_i = XXH3_64bits_withSeed(tokens[iB .. iB+B) as u32 little-endian, seed)
  *   seq_0   = local_0   (or chain(parent, local_0) when continuing a parent)

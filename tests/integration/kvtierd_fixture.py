@@ -112,6 +112,15 @@ class Daemon:
         return s
 
 
+def free_port():
+    """A loopback TCP port nobody listened on a moment ago (for endpoints a test names)."""
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    return port
+
+
 def frame(op, req_id, body=b"", flags=0, magic=MAGIC, version=1, reserved=0, body_len=None):
     return HDR.pack(magic, version, op, flags, req_id,
                     len(body) if body_len is None else body_len, reserved) + body

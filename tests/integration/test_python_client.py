@@ -74,12 +74,7 @@ def batch(pod, events, model="m", **extra):
     return b
 
 
-def free_port():
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
-    return port
+free_port = fx.free_port
 
 
 class Base(unittest.TestCase):
@@ -774,7 +769,7 @@ class TestCacheSalt(Base):
     def test_doc_examples(self):
         """The cache-salt worked example of docs/api.md and the salted kvtier query lines of
         docs/cli.md, run as written against the daemon."""
-        steps = doc_block(os.path.join(REPO, "docs", "api.md"), "POST /v1/events {")
+        steps = doc_block(os.path.join(REPO, "docs", "api.md"), "api-cache-salt")
         self.assertGreaterEqual(len(steps), 8)
         for i in range(0, len(steps), 2):
             req, ans = steps[i], steps[i + 1]
@@ -786,23 +781,24 @@ class TestCacheSalt(Base):
             status, text = ans.split(" ", 1)
             s, got, _ = self.d.http(method, path, body, raw=True)
             self.assertEqual((s, got.decode()), (int(status), text), req)
-        lines = doc_block(os.path.join(REPO, "docs", "cli.md"),
-                          "$ kvtier query --model llama-3-8b --cache-salt")
+        lines = doc_block(os.path.join(REPO, "docs", "cli.md"), "cli-query-salted")
         self.assertGreaterEqual(len(lines), 6)
         for i in range(0, len(lines), 2):
             p = self.cli(*shlex.split(lines[i])[2:], "--addr", self.addr)
             self.assertEqual(p.stdout.rstrip("\n"), lines[i + 1], lines[i])
 
 
-def doc_block(path, first):
-    """The lines of the fenced block of @path whose first line starts with @first."""
+def doc_block(path, name):
+    """The lines of the fenced block of @path marked `<!-- doc-test: @name -->` (the marker
+    tests/integration/test_docs.py accounts for: it lists this test as the block's runner)."""
     with open(path, encoding="utf-8") as f:
         text = f.read().split("\n")
+    marker = "<!-- doc-test: %s -->" % name
     for i, line in enumerate(text):
-        if line.startswith("```") and i + 1 < len(text) and text[i + 1].startswith(first):
-            end = text.index("```", i + 1)
-            return text[i + 1:end]
-    raise AssertionError("%s: no code block starting with %r" % (path, first))
+        if line == marker and i + 1 < len(text) and text[i + 1].startswith("```"):
+            end = text.index("```", i + 2)
+            return text[i + 2:end]
+    raise AssertionError("%s: no code block marked %r" % (path, marker))
 
 
 class TestServerLimits(Base):
