@@ -27,7 +27,8 @@ function(kvt_full_dir out dir)
 endfunction()
 
 kvt_full_dir(KVT_UNIT_BINDIR "${KVT_BINDIR}")
-kvt_full_dir(KVT_UNIT_CONFDIR "${KVT_SYSCONFDIR}/kvtier" SYSCONF)
+kvt_full_dir(sysconfdir "${KVT_SYSCONFDIR}" SYSCONF)
+set(KVT_UNIT_CONFDIR "${sysconfdir}/kvtier")
 kvt_full_dir(KVT_UNIT_DOCDIR "${KVT_DOCDIR}")
 kvt_full_dir(unitdir "${KVT_UNITDIR}")
 
