@@ -61,6 +61,11 @@ C_FRAGMENT = ("a fragment of a router (its tokens, clients and callbacks are the
               "tests/integration/test_client.c makes these calls against a real kvtierd")
 # Unmarked blocks: (file, start of the block's first line, why it is not run).
 NOT_RUN = [
+    ("docs/api.md", "seed = XXH3_64bits_withSeed(enc(key_1)",
+     "a formula; test_event_msgpack's test_extra_keys_json_agrees pins its bytes and checks that "
+     "the JSON and msgpack decoders give the same seeds"),
+    ("docs/performance.md", "build/bin/kvtier-bench json [--seconds",
+     "a usage synopsis; tests/integration/test_bench_smoke.sh runs `kvtier-bench json` briefly"),
     ("README.md", "make run     #",
      "`make run` holds kvtierd in the foreground on the fixed default ports until Ctrl-C, and "
      "`make test` is this test suite (after installing Debian packages)"),
