@@ -52,6 +52,7 @@ void kvt_idx_destroy(kvt_idx_t *idx)
 {
     if (idx == NULL)
         return;
+    kvt_idx_names_free(idx);
     for (uint32_t p = 0; p < idx->pod_hi; p++) {
         free(idx->pods[p].name);
         free(idx->pods[p].g);

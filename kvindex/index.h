@@ -18,8 +18,9 @@
  * blocks, tables, pods, namespaces and their names, and what it retired that
  * readers may still hold. Not counted: readers' own scratch
  * (kvt_idx_reader_t), the list of retired objects (24 bytes each, until
- * freed) and the eviction heap (8 bytes per leaf block, freed before the
- * write that evicts returns). With a budget, blocks
+ * freed), the eviction heap (8 bytes per leaf block, freed before the
+ * write that evicts returns) and the readers' names snapshot ("Names for
+ * readers" below). With a budget, blocks
  * and their tables use at most 63/64 of it: before growing further the
  * writer evicts least-recently-used leaf blocks (blocks no other block
  * extends), so a chain is never cut in the middle; blocks that cannot be
@@ -41,6 +42,7 @@
 #ifndef KVT_KVINDEX_INDEX_H
 #define KVT_KVINDEX_INDEX_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -343,5 +345,59 @@ void kvt_idx_reader_destroy(kvt_idx_reader_t *reader);
 kvt_status_t kvt_idx_query(kvt_idx_reader_t *reader, uint32_t ns, const uint64_t *keys, size_t n,
                            const uint32_t *pods, size_t npods, const kvt_idx_match_t **res_p,
                            size_t *nres_p);
+
+/* ---- names for readers ------------------------------------------------------------- */
+
+/*
+ * Readers resolve names through an immutable snapshot of the index's pods and
+ * namespaces that the writer publishes with kvt_idx_names_publish(): a query
+ * goes from names to ids to blocks and back to names without the writer. The
+ * snapshot is not counted in bytes (a copy of the names, about 40 bytes a pod
+ * or namespace besides them, which are counted): it is what the daemon's own
+ * registry was before the index owned its names, and counting it, with the
+ * copies a flood of new pods retires, would refuse names the budget admits.
+ */
+
+/*
+ * Writer. Publishes the snapshot when a pod or namespace came or went since
+ * the last call (cheap otherwise). Until a first call, readers find no names.
+ * KVT_ERR_NO_MEM keeps the previous snapshot.
+ */
+kvt_status_t kvt_idx_names_publish(kvt_idx_t *idx);
+
+/*
+ * Reader. Opens a read section: the names snapshot (and every table a query
+ * reads) stays as it is until kvt_idx_read_end(); kvt_idx_query() calls and
+ * the lookups below happen inside. Sections do not nest; keep them short
+ * (one request): the writer frees nothing a section could still see.
+ */
+void kvt_idx_read_begin(kvt_idx_reader_t *reader);
+void kvt_idx_read_end(kvt_idx_reader_t *reader);
+
+/* Inside a read section: the id and block size of namespace (@model, @lora) (@lora "" for the
+ * base model), false when the snapshot has none. */
+bool kvt_idx_ns_lookup(const kvt_idx_reader_t *reader, const char *model, size_t mlen,
+                       const char *lora, size_t llen, uint32_t *ns_p, uint32_t *block_size_p);
+
+/* Inside a read section: writes to @out (up to @cap) the id of every pod named @name (each DP
+ * rank is a pod); returns how many. */
+size_t kvt_idx_pods_named(const kvt_idx_reader_t *reader, const char *name, size_t len,
+                          uint32_t *out, size_t cap);
+
+/* A pod as the snapshot names it; pointers valid until kvt_idx_read_end(). */
+typedef struct kvt_idx_pod_view {
+    const char *name; /* NUL-terminated */
+    uint32_t name_len;
+    const char *json; /* the name as a JSON string (quoted, escaped), not NUL-terminated */
+    uint32_t json_len;
+    uint32_t dp_rank;
+} kvt_idx_pod_view_t;
+
+/* Inside a read section: pod id @pod's names, false when the snapshot has no such pod (a pod
+ * registered after it, or one dropped). */
+bool kvt_idx_pod_view(const kvt_idx_reader_t *reader, uint32_t pod, kvt_idx_pod_view_t *view);
+
+/* Inside a read section: pod ids of the snapshot are below this. */
+uint32_t kvt_idx_names_pods(const kvt_idx_reader_t *reader);
 
 #endif

@@ -135,6 +135,8 @@ struct kvt_idx_reader {
     kvt_elem_t *snap;     /* copy of one node's holders */
     kvt_elem_t *snap2;    /* the holders of the last block merged (same capacity) */
     uint32_t snapcap;
+    bool pinned;                   /* inside kvt_idx_read_begin() .. end() */
+    const struct kvt_names *names; /* the snapshot the section holds */
 };
 
 /* Fields readers touch; the rest of struct kvt_idx is the writer's (index_writer_int.h). */
@@ -149,6 +151,7 @@ typedef struct kvt_idx_shared {
     uint32_t clock32; /* index clock, ms truncated */
     uint32_t pad;
     uint32_t stripes[NSTRIPES];
+    struct kvt_names *names; /* published names snapshot (names.c) */
 } kvt_idx_shared_t;
 
 /* Every index starts with the shared part so query.c can reach it. */

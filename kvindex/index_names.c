@@ -240,6 +240,7 @@ kvt_status_t kvt_idx_ns_get(kvt_idx_t *idx, const char *model, const char *lora,
         idx->ns_hw = slot + 1;
     idx->ns_hint = slot + 1;
     idx->ns_live++;
+    kvt_idx_names_changed(idx);
     *ns_p = id;
     return KVT_OK;
 
@@ -290,6 +291,7 @@ kvt_status_t kvt_idx_ns_drop(kvt_idx_t *idx, uint32_t ns, uint64_t *blocks_p)
     acct_strfree(idx, w->lora);
     *w = (ns_w_t){NULL, NULL, 0, 0, 0, NS_ID_FREE, 0};
     idx->ns_live--;
+    kvt_idx_names_changed(idx);
     if (slot < idx->ns_hint)
         idx->ns_hint = slot;
     kvt_idx_ns_trim(idx);
@@ -406,6 +408,7 @@ kvt_status_t kvt_idx_pod_get(kvt_idx_t *idx, const char *name, uint32_t dp_rank,
         idx->npod_free--;
     }
     idx->npods_live++;
+    kvt_idx_names_changed(idx);
     *pod_p = id;
     return KVT_OK;
 }
@@ -485,6 +488,7 @@ kvt_status_t kvt_idx_pod_drop(kvt_idx_t *idx, uint32_t pod)
     memset(p, 0, sizeof(*p));
     idx->pod_free[idx->npod_free++] = pod;
     idx->npods_live--;
+    kvt_idx_names_changed(idx);
     kvt_idx_pods_trim(idx);
     kvt_idx_trim(idx);
     return KVT_OK;

@@ -114,8 +114,9 @@ struct kvt_idx {
     size_t spec_head, spec_len, spec_cap;
 
     kvt_pod_t *pods;
-    uint32_t pods_alloc; /* entries of pods[] allocated */
-    uint32_t pod_hi;     /* ids < pod_hi have been handed out */
+    uint32_t pods_alloc;               /* entries of pods[] allocated */
+    uint32_t pod_hi;                   /* ids < pod_hi have been handed out */
+    uint64_t names_gen, names_pub_gen; /* bumped when a pod or namespace comes or goes; published */
     uint32_t *pod_free;
     uint32_t npod_free;
     name_map_t pod_map;
@@ -497,5 +498,15 @@ kvt_status_t kvt_idx_ref_add_h(kvt_idx_t *idx, uint32_t nid, uint32_t pod, uint6
 
 kvt_status_t kvt_idx_ref_add(kvt_idx_t *idx, uint32_t nid, uint32_t pod, uint64_t eh,
                              unsigned tier);
+
+/* ---- names for readers: names.c ---- */
+
+typedef struct kvt_names kvt_names_t;
+
+/* A pod or namespace came or went: the next kvt_idx_names_publish() rebuilds the snapshot. */
+void kvt_idx_names_changed(kvt_idx_t *idx);
+
+/* Frees the published snapshot at destroy (no reader remains). */
+void kvt_idx_names_free(kvt_idx_t *idx);
 
 #endif

@@ -387,7 +387,8 @@ kvt_status_t kvt_idx_query(kvt_idx_reader_t *r, uint32_t ns, const uint64_t *key
             if (pods[i] < r->cap)
                 r->allow[pods[i]] = gen;
 
-    kvt_ebr_enter(&sh->ebr, r->slot);
+    if (!r->pinned) /* inside a read section the reader is already in */
+        kvt_ebr_enter(&sh->ebr, r->slot);
     /*
      * The id is checked once, here: a namespace dropped later in the query
      * (or its slot reused) is seen as any concurrent removal is, since the
@@ -395,7 +396,8 @@ kvt_status_t kvt_idx_query(kvt_idx_reader_t *r, uint32_t ns, const uint64_t *key
      */
     uint64_t salt;
     if (!ns_read_salt(sh, ns, &salt)) {
-        kvt_ebr_exit(&sh->ebr, r->slot);
+        if (!r->pinned)
+            kvt_ebr_exit(&sh->ebr, r->slot);
         return KVT_OK;
     }
     kvt_ktab_t *t = __atomic_load_n(&sh->ktab, __ATOMIC_ACQUIRE);
@@ -509,7 +511,8 @@ kvt_status_t kvt_idx_query(kvt_idx_reader_t *r, uint32_t ns, const uint64_t *key
     }
     if (same > 0)
         credit_same(r, nalive, same);
-    kvt_ebr_exit(&sh->ebr, r->slot);
+    if (!r->pinned)
+        kvt_ebr_exit(&sh->ebr, r->slot);
     *nres_p = nres;
     return status;
 }

@@ -13,7 +13,6 @@
 
 #include "kvindex/hash.h"
 #include "server/query_json.h"
-#include "server/registry.h"
 
 /* ---- scratch ---------------------------------------------------------------------- */
 
@@ -49,15 +48,17 @@ kvt_status_t srv_scratch(kvt_srv_worker_t *w, size_t nkeys, size_t ntokens, size
 
 /* ---- the query itself ------------------------------------------------------------- */
 
-/* Runs @q; on KVT_OK the worker holds the registry until srv_query_done(). */
+/* Runs @q; on KVT_OK the worker is in a read section of the index until srv_query_done(). */
 kvt_status_t srv_query_run(kvt_srv_worker_t *w, const srv_query_t *q, srv_answer_t *a,
                            const char **why_p)
 {
     kvt_srv_t *srv = w->srv;
-    kvt_srv_reg_t *reg = srv_reg_enter(w);
-    w->cur_reg = reg;
-    const reg_ns_t *ns = srv_reg_ns(reg, q->model, q->model_len, q->lora, q->lora_len);
-    uint32_t bs = ns ? ns->block_size : srv->cfg.block_size;
+    kvt_idx_read_begin(w->reader);
+    uint32_t ns, bs;
+    bool known =
+        kvt_idx_ns_lookup(w->reader, q->model, q->model_len, q->lora, q->lora_len, &ns, &bs);
+    if (!known)
+        bs = srv->cfg.block_size;
     const uint64_t *keys = q->keys;
     size_t nb = q->n;
     if (!q->by_keys) {
@@ -71,18 +72,18 @@ kvt_status_t srv_query_run(kvt_srv_worker_t *w, const srv_query_t *q, srv_answer
         keys = w->keys;
     }
     *a = (srv_answer_t){bs, (uint32_t)nb, 0, NULL};
-    if (ns == NULL || nb == 0)
+    if (!known || nb == 0)
         return KVT_OK; /* a model nobody has reported yet holds nothing */
     size_t nf = 0;
     for (size_t i = 0; i < q->npods; i++)
-        nf += srv_reg_pods_named(reg, q->pod_names[i], q->pod_name_lens[i], w->filter + nf,
+        nf += kvt_idx_pods_named(w->reader, q->pod_names[i], q->pod_name_lens[i], w->filter + nf,
                                  w->filter_cap - nf);
     if (q->npods > 0 && nf == 0)
         return KVT_OK; /* none of the named pods is known */
     const kvt_idx_match_t *res;
     size_t nres;
     kvt_status_t st =
-        kvt_idx_query(w->reader, ns->ns, keys, nb, q->npods ? w->filter : NULL, nf, &res, &nres);
+        kvt_idx_query(w->reader, ns, keys, nb, q->npods ? w->filter : NULL, nf, &res, &nres);
     if (st != KVT_OK) {
         *why_p = "out of memory";
         srv_query_done(w);
@@ -98,9 +99,9 @@ kvt_status_t srv_query_run(kvt_srv_worker_t *w, const srv_query_t *q, srv_answer
     size_t n = kvt_score_rank(&srv->weights, res, nres, NULL, 0, NULL, 0, keys[nb - 1], w->scored);
     /* pods registered after this snapshot have no name yet: leave them out this time */
     size_t k = 0;
+    kvt_idx_pod_view_t v;
     for (size_t i = 0; i < n; i++)
-        if (w->scored[i].matched > 0 && w->scored[i].pod < reg->npods &&
-            reg->pods[w->scored[i].pod].live) {
+        if (w->scored[i].matched > 0 && kvt_idx_pod_view(w->reader, w->scored[i].pod, &v)) {
             if (k != i)
                 w->scored[k] = w->scored[i];
             k++;
@@ -113,23 +114,15 @@ kvt_status_t srv_query_run(kvt_srv_worker_t *w, const srv_query_t *q, srv_answer
 void srv_query_pod(kvt_srv_worker_t *w, const srv_answer_t *a, size_t i, srv_answer_pod_t *p)
 {
     const kvt_scored_t *s = &a->scored[i];
-    const reg_pod_t *rp = &w->cur_reg->pods[s->pod];
-    *p = (srv_answer_pod_t){w->cur_reg->names + rp->name_off,
-                            rp->name_len,
-                            w->cur_reg->names + rp->json_off,
-                            rp->json_len,
-                            rp->dp_rank,
-                            s->matched,
-                            s->gpu,
-                            s->cpu,
-                            s->disk,
-                            s->score};
+    kvt_idx_pod_view_t v = {"", 0, "\"\"", 2, 0}; /* srv_query_run() kept named pods only */
+    kvt_idx_pod_view(w->reader, s->pod, &v);
+    *p = (srv_answer_pod_t){v.name,     v.name_len, v.json, v.json_len, v.dp_rank,
+                            s->matched, s->gpu,     s->cpu, s->disk,    s->score};
 }
 
 void srv_query_done(kvt_srv_worker_t *w)
 {
-    w->cur_reg = NULL;
-    srv_reg_exit(w);
+    kvt_idx_read_end(w->reader);
 }
 
 /* ---- JSON front end ------------------------------------------------------------------ */
@@ -172,7 +165,8 @@ kvt_status_t srv_api_query_json(kvt_srv_worker_t *w, const char *body, size_t le
         if (o == NULL)
             break; /* oom: answered as such below */
         o = i ? KVT_JSON_PUT_LIT(o, ",{\"pod\":") : KVT_JSON_PUT_LIT(o, "{\"pod\":");
-        o = kvt_json_put_raw(o, p.pod_json, p.pod_json_len); /* escaped once, in the registry */
+        o = kvt_json_put_raw(o, p.pod_json,
+                             p.pod_json_len); /* escaped once, in the names snapshot */
         o = KVT_JSON_PUT_LIT(o, ",\"dp_rank\":");
         o = kvt_json_put_u64(o, p.dp_rank);
         o = KVT_JSON_PUT_LIT(o, ",\"matched_blocks\":");

@@ -12,7 +12,6 @@
 #include "common/clock.h"
 #include "common/version.h"
 #include "server/metrics.h"
-#include "server/registry.h"
 #include "server/routes.h"
 
 /* Upper bounds of the latency buckets, seconds; the last bucket is +Inf. */
@@ -314,20 +313,20 @@ void srv_stats_json(kvt_srv_worker_t *w, kvt_jbuf_t *o)
     kvt_jbuf_cstr(o, "},");
     streams_json(&p, o);
     kvt_jbuf_cstr(o, "\"engines\":[");
-    kvt_srv_reg_t *reg = srv_reg_enter(w);
+    kvt_idx_read_begin(w->reader);
     bool first = true;
-    for (uint32_t i = 0; i < p.npods && i < reg->npods; i++) {
-        if (!reg->pods[i].live || p.pod_entries[i] == UINT64_MAX)
+    kvt_idx_pod_view_t v;
+    for (uint32_t i = 0; i < p.npods; i++) {
+        if (p.pod_entries[i] == UINT64_MAX || !kvt_idx_pod_view(w->reader, i, &v))
             continue;
-        const char *name = reg->names + reg->pods[i].name_off;
         kvt_jbuf_cstr(o, first ? "{\"pod\":" : ",{\"pod\":");
         first = false;
-        kvt_jbuf_str(o, name, strlen(name));
-        kvt_jbuf_printf(o, ",\"dp_rank\":%u,\"entries\":%llu,\"source\":\"%s\"}",
-                        reg->pods[i].dp_rank, (unsigned long long)p.pod_entries[i],
-                        pub_streamed(&p, name) ? "zmq" : "http");
+        kvt_jbuf_raw(o, v.json, v.json_len);
+        kvt_jbuf_printf(o, ",\"dp_rank\":%u,\"entries\":%llu,\"source\":\"%s\"}", v.dp_rank,
+                        (unsigned long long)p.pod_entries[i],
+                        pub_streamed(&p, v.name) ? "zmq" : "http");
     }
-    srv_reg_exit(w);
+    kvt_idx_read_end(w->reader);
     kvt_jbuf_cstr(o, "]}");
     free(p.pod_entries);
     free(p.streams);
@@ -554,16 +553,17 @@ void srv_metrics_text(kvt_srv_worker_t *w, kvt_jbuf_t *o)
         }
     }
     metric_head(o, "kvtier_pod_entries", "gauge", "(block, pod) entries per pod.");
-    kvt_srv_reg_t *reg = srv_reg_enter(w);
-    for (uint32_t i = 0; i < p.npods && i < reg->npods; i++) {
-        if (!reg->pods[i].live || p.pod_entries[i] == UINT64_MAX)
+    kvt_idx_read_begin(w->reader);
+    kvt_idx_pod_view_t v;
+    for (uint32_t i = 0; i < p.npods; i++) {
+        if (p.pod_entries[i] == UINT64_MAX || !kvt_idx_pod_view(w->reader, i, &v))
             continue;
         kvt_jbuf_cstr(o, "kvtier_pod_entries{pod=\"");
-        label_value(o, reg->names + reg->pods[i].name_off);
-        kvt_jbuf_printf(o, "\",dp_rank=\"%u\"} %llu\n", reg->pods[i].dp_rank,
+        label_value(o, v.name);
+        kvt_jbuf_printf(o, "\",dp_rank=\"%u\"} %llu\n", v.dp_rank,
                         (unsigned long long)p.pod_entries[i]);
     }
-    srv_reg_exit(w);
+    kvt_idx_read_end(w->reader);
     double uptime = (double)(kvt_clock_ns() - srv->started_ns) / 1e9;
     metric_head(o, "kvtier_uptime_seconds", "gauge", "Seconds since kvtierd started.");
     kvt_jbuf_printf(o, "kvtier_uptime_seconds %.3f\n", uptime);

@@ -21,7 +21,6 @@
 #include "server/auth.h"
 #include "server/listen.h"
 #include "server/metrics.h"
-#include "server/registry.h"
 #include "server/worker.h"
 #include "server/writer.h"
 
@@ -145,18 +144,13 @@ kvt_status_t kvt_srv_create(const kvt_srv_config_t *cfg, kvt_srv_t **srv_p)
                              .max_readers = (uint32_t)srv->nworkers + 4};
     if ((st = kvt_idx_create(&icfg, &srv->idx)) != KVT_OK)
         goto err;
-    if ((st = kvt_ebr_init(&srv->ebr, (uint32_t)srv->nworkers + 4)) != KVT_OK)
-        goto err;
     if ((st = kvt_ev_ctx_create(cfg->removed_map_bytes, &srv->ev_ctx)) != KVT_OK)
         goto err;
     if ((st = srv_writer_init(srv, cfg)) != KVT_OK)
         goto err;
     srv_stats_publish(srv); /* /v1/stats is whole from the first request */
-    srv_reg_publish(srv);
-    if (srv->reg == NULL) {
-        st = KVT_ERR_NO_MEM;
+    if ((st = kvt_idx_names_publish(srv->idx)) != KVT_OK)
         goto err;
-    }
     if ((st = srv_listen_first(srv)) != KVT_OK)
         goto err;
     srv->workers = calloc((size_t)srv->nworkers, sizeof(*srv->workers));
@@ -246,12 +240,6 @@ void kvt_srv_destroy(kvt_srv_t *srv)
     if (srv->cfg.rpc_unix && srv->cfg.rpc_unix[0] && srv->fd_unix >= 0)
         unlink(srv->cfg.rpc_unix);
     srv_writer_cleanup(srv); /* jobs never taken, the streams, the writer's eventfd */
-    if (srv->reg != NULL) {
-        free(srv->reg);
-        srv->reg = NULL;
-    }
-    if (srv->ebr.slots != NULL)
-        kvt_ebr_cleanup(&srv->ebr);
     kvt_ev_ctx_destroy(srv->ev_ctx);
     kvt_idx_destroy(srv->idx);
     free(srv->st_pod_entries);

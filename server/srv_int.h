@@ -7,13 +7,12 @@
  *   own index reader: no lock shared with the writer.
  * - One writer thread owns every write to the index. Workers hand it jobs
  *   (decoded event batches, engine adds and drops) through a mutex-protected
- *   queue and an eventfd; the writer polls that eventfd together with the
- *   engines' ZMQ event streams (kvindex/zsub), which it applies itself;
- *   the writer answers each job on its worker's done-queue and wakes the
- *   worker's base. Acknowledged means applied.
- * - What workers need from the writer's world besides the index (pod names,
- *   namespaces) is an immutable registry snapshot the writer republishes when
- *   it changes, freed through epoch-based reclamation; counters for
+ *   mailbox (mailbox.h) woken by an eventfd; the writer polls that eventfd
+ *   together with the engines' ZMQ event streams (kvindex/zsub), which it
+ *   applies itself; the writer posts each answer to its worker's box, which
+ *   wakes the worker's base. Acknowledged means applied.
+ * - Names (pods, namespaces) the workers resolve through the index itself
+ *   (kvt_idx_names_publish(), kvt_idx_read_begin()); counters for
  *   /v1/stats and /metrics are a copy published every stats period under a
  *   mutex that queries never take. Their answer bodies are encoded once per
  *   published copy and shared by every request (srv_blob_t).
@@ -30,7 +29,6 @@
 
 #include "common/ipcdir.h"
 #include "common/json.h"
-#include "kvindex/ebr.h"
 #include "kvindex/event.h"
 #include "kvindex/index.h"
 #include "kvindex/score.h"
@@ -41,34 +39,6 @@
 
 typedef struct kvt_srv_worker kvt_srv_worker_t;
 typedef struct kvt_srv_conn kvt_srv_conn_t;
-
-/* ---- registry snapshot (one malloc block; read under the server's EBR) ---- */
-
-typedef struct reg_pod {
-    uint32_t name_off; /* into names[]; 0 with live == 0 */
-    uint32_t name_len;
-    uint32_t json_off; /* the name as a quoted, escaped JSON string, into names[] */
-    uint32_t json_len;
-    uint32_t dp_rank;
-    uint32_t live;
-    uint32_t next; /* next pod id in the same name bucket, or UINT32_MAX */
-} reg_pod_t;
-
-typedef struct reg_ns {
-    uint32_t model_off, lora_off; /* lora "" for the base model */
-    uint32_t ns, block_size;
-} reg_ns_t;
-
-typedef struct kvt_srv_reg {
-    size_t bytes;     /* of the whole block, for EBR */
-    uint32_t npods;   /* pod ids < npods */
-    uint32_t nns;     /* namespaces */
-    uint32_t nbucket; /* power of two */
-    reg_pod_t *pods;  /* [npods] */
-    reg_ns_t *nss;    /* [nns] */
-    uint32_t *bucket; /* [nbucket]: first pod id with that name hash, or UINT32_MAX */
-    char *names;      /* NUL-terminated strings; offset 0 is "" */
-} kvt_srv_reg_t;
 
 /* ---- metrics ---------------------------------------------------------------- */
 
@@ -161,8 +131,6 @@ struct kvt_srv_worker {
     kvt_srv_conn_t *conns; /* open connections, for shutdown */
     struct event *wake;    /* activated by posts to box and by stop */
     kvt_idx_reader_t *reader;
-    kvt_srv_reg_t *cur_reg; /* registry held by the query being answered */
-    int ebr_slot;           /* in srv->ebr, for registry snapshots */
     /* jobs the writer finished, and sockets other workers accepted for this one */
     srv_mbox_t box;
     /* query scratch, grown as needed */
@@ -198,11 +166,6 @@ struct kvt_srv {
     atomic_uint next_worker;               /* round-robin target for the next accepted connection */
     uint64_t started_ns;
     double started_wall_s; /* the same instant, seconds since the epoch */
-
-    /* registry snapshots */
-    kvt_ebr_t ebr;
-    kvt_srv_reg_t *reg;                        /* published (atomic) */
-    uint32_t reg_pods, reg_live_pods, reg_nns; /* what the published snapshot covers */
 
     /* writer */
     pthread_t writer;

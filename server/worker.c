@@ -74,8 +74,6 @@ void srv_worker_cleanup(kvt_srv_worker_t *w)
     w->base = NULL;
     if (w->reader)
         kvt_idx_reader_destroy(w->reader);
-    if (w->ebr_slot >= 0)
-        kvt_ebr_slot_release(&w->srv->ebr, w->ebr_slot);
     srv_mbox_cleanup(&w->box); /* sockets passed here after this worker stopped are closed */
     free(w->keys);
     free(w->tokens);
@@ -89,7 +87,6 @@ kvt_status_t srv_worker_init(kvt_srv_t *srv, kvt_srv_worker_t *w, int id)
 {
     w->srv = srv;
     w->id = id;
-    w->ebr_slot = -1;
     srv_mbox_init(&w->box, 0, worker_box_wake, w);
     kvt_jbuf_init(&w->out);
     kvt_proto_wr_init(&w->rpc_out);
@@ -102,9 +99,6 @@ kvt_status_t srv_worker_init(kvt_srv_t *srv, kvt_srv_worker_t *w, int id)
     kvt_status_t st = kvt_idx_reader_create(srv->idx, &w->reader);
     if (st != KVT_OK)
         return st;
-    w->ebr_slot = kvt_ebr_slot_acquire(&srv->ebr);
-    if (w->ebr_slot < 0)
-        return KVT_ERR_LIMIT;
     return srv_conn_listen(w);
 }
 

@@ -2,7 +2,7 @@
  * server/writer.c: the writer thread. It owns every write to the index: it
  * takes jobs from its inbox (mailbox.h), polls the engines' event streams,
  * applies both, answers each job through its worker's box, republishes the
- * registry and the counters, and forgets idle names (writer.h).
+ * index's names and the counters, and forgets idle names (writer.h).
  */
 #define KVT_LOG_COMPONENT "srv"
 
@@ -15,7 +15,6 @@
 
 #include "common/clock.h"
 #include "common/log.h"
-#include "server/registry.h"
 #include "server/writer.h"
 
 /* ---- readiness --------------------------------------------------------------- */
@@ -36,8 +35,6 @@ bool srv_ready(kvt_srv_t *srv, char *why, size_t whylen)
     return true;
 }
 
-/* ---- registry snapshots ------------------------------------------------------ */
-
 /* Wakes the writer's poll (the eventfd counts; one read resets it): the inbox's wake-up. */
 static void writer_wake(void *arg)
 {
@@ -57,15 +54,11 @@ static void answer_error(srv_job_t *job, int status, const char *msg)
     kvt_jbuf_cstr(&job->answer, "}");
 }
 
-/* Ids are handed out, reused and namespaces created only by applying events: republish on change.
- */
-static void reg_maybe_publish(kvt_srv_t *srv)
+/* The index's names for the workers: republished when a pod or namespace came or went. */
+static void names_publish(kvt_srv_t *srv)
 {
-    kvt_idx_stats_t st;
-    kvt_idx_stats(srv->idx, &st);
-    if (st.pods != srv->reg_live_pods || st.namespaces != srv->reg_nns ||
-        kvt_idx_pod_limit(srv->idx) != srv->reg_pods)
-        srv_reg_publish(srv);
+    if (kvt_idx_names_publish(srv->idx) != KVT_OK)
+        kvt_log_warn("names snapshot: out of memory; queries see the previous names");
 }
 
 static void job_events(kvt_srv_t *srv, srv_job_t *job)
@@ -125,7 +118,7 @@ static void job_drop(kvt_srv_t *srv, srv_job_t *job)
         return;
     }
     srv->st_drops++;
-    srv_reg_publish(srv);
+    names_publish(srv);
     job->st = KVT_OK;
     job->http_status = 200;
     kvt_jbuf_cstr(&job->answer, "{\"pod\":");
@@ -160,7 +153,7 @@ static void job_model_drop(kvt_srv_t *srv, srv_job_t *job)
         answer_error(job, 404, msg);
         return;
     }
-    srv_reg_publish(srv); /* a slot reused under a new id would not change the counts */
+    names_publish(srv);
     job->st = KVT_OK;
     job->http_status = 200;
     kvt_jbuf_cstr(&job->answer, "{\"model\":");
@@ -319,7 +312,7 @@ static size_t srv_forget(kvt_srv_t *srv, uint64_t now_ms)
     }
     if (gone > 0) {
         srv->st_forgotten += gone;
-        srv_reg_publish(srv); /* a slot reused under a new id would not change the counts */
+        names_publish(srv);
     }
     return gone;
 }
@@ -350,7 +343,7 @@ static void *writer_main(void *arg)
         uint64_t now = kvt_clock_ns();
         __atomic_store_n(&srv->writer_beat_ns, now, __ATOMIC_RELAXED);
         kvt_idx_advance(srv->idx, now / 1000000);
-        reg_maybe_publish(srv); /* the streams may have registered pods or namespaces */
+        names_publish(srv); /* the streams may have registered pods or namespaces */
         bool others = false;
         for (srv_job_t *j = jobs; j != NULL; j = j->next) {
             kvt_jbuf_init(&j->answer);
@@ -371,7 +364,7 @@ static void *writer_main(void *arg)
          * queries after its answer finds its pod.
          */
         if (jobs != NULL)
-            reg_maybe_publish(srv);
+            names_publish(srv);
         if (others) { /* published at once: a caller reads its own change */
             srv_stats_publish(srv);
             last_stats = now;
@@ -389,7 +382,6 @@ static void *writer_main(void *arg)
             if (srv_forget(srv, now / 1000000) > 0)
                 last_stats = 0; /* publish at once */
         }
-        kvt_ebr_reclaim(&srv->ebr);
         if (stop || now - last_stats >= srv->cfg.stats_period_ms * 1000000ull) {
             srv_stats_publish(srv);
             last_stats = now;

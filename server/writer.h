@@ -1,6 +1,6 @@
 /*
  * server/writer.h: the writer thread (writer.c): every write to the index,
- * the engines' event streams, the published counters and registry.
+ * the engines' event streams, the published counters and names.
  */
 #ifndef KVT_SERVER_WRITER_H
 #define KVT_SERVER_WRITER_H
