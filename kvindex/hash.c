@@ -238,8 +238,8 @@ static size_t kvt_hash_seq_first(const void *tokens, size_t ntokens, uint32_t bl
     if (first_seed == KVT_HASH_SEED)
         return le ? kvt_hash_seq_le(tokens, ntokens, block_size, KVT_HASH_SEED, parent, local_out,
                                     seq_out)
-                  : kvt_hash_seq_any(tokens, ntokens, block_size, KVT_HASH_SEED, parent,
-                                     local_out, seq_out);
+                  : kvt_hash_seq_any(tokens, ntokens, block_size, KVT_HASH_SEED, parent, local_out,
+                                     seq_out);
 #if KVT_HASH_LE
     uint64_t local = kvt_hash_block_inl(tokens, block_size, first_seed);
 #else
@@ -251,10 +251,10 @@ static size_t kvt_hash_seq_first(const void *tokens, size_t ntokens, uint32_t bl
     if (local_out != NULL)
         local_out[0] = local;
     const unsigned char *rest = (const unsigned char *)tokens + (size_t)block_size * 4;
-    size_t more = le ? kvt_hash_seq_le(rest, ntokens - block_size, block_size, KVT_HASH_SEED,
-                                       &seq, local_out ? local_out + 1 : NULL, seq_out + 1)
-                     : kvt_hash_seq_any(rest, ntokens - block_size, block_size, KVT_HASH_SEED,
-                                        &seq, local_out ? local_out + 1 : NULL, seq_out + 1);
+    size_t more = le ? kvt_hash_seq_le(rest, ntokens - block_size, block_size, KVT_HASH_SEED, &seq,
+                                       local_out ? local_out + 1 : NULL, seq_out + 1)
+                     : kvt_hash_seq_any(rest, ntokens - block_size, block_size, KVT_HASH_SEED, &seq,
+                                        local_out ? local_out + 1 : NULL, seq_out + 1);
     return 1 + more;
 }
 
@@ -272,4 +272,68 @@ size_t kvt_hash_seq_salted_le(const void *le_tokens, size_t ntokens, uint32_t bl
 {
     return kvt_hash_seq_first(le_tokens, ntokens, block_size, first_seed, parent, local_out,
                               seq_out, true);
+}
+
+uint64_t kvt_hash_lora_seed(const void *lora, size_t len)
+{
+    /* Dynamo's term is seeded 0, and added with u64 wrap-around */
+    return len == 0 ? KVT_HASH_SEED : KVT_HASH_SEED + XXH3_64bits_withSeed(lora, len, 0);
+}
+
+void kvt_hash_seeds_lora(const void *salt, size_t salt_len, const void *lora, size_t lora_len,
+                         kvt_hash_seeds_t *seeds_p)
+{
+    uint64_t block = kvt_hash_lora_seed(lora, lora_len);
+    *seeds_p = (kvt_hash_seeds_t){kvt_hash_salt_seed(salt, salt_len) + (block - KVT_HASH_SEED),
+                                  block, KVT_HASH_SEED};
+}
+
+/*
+ * The loop behind kvt_hash_seq_seeds[_le]. @le: the tokens are
+ * little-endian bytes (RPC frames) rather than host-order u32s, which only
+ * matters on big-endian hosts.
+ */
+static size_t kvt_hash_seq_seeds_any(const void *tokens, size_t ntokens, uint32_t block_size,
+                                     const kvt_hash_seeds_t *s, const uint64_t *parent,
+                                     uint64_t *local_out, uint64_t *seq_out, bool le)
+{
+    if (block_size == 0)
+        return 0;
+    const size_t nblocks = ntokens / block_size, stride = (size_t)block_size * 4;
+    const unsigned char *p = tokens;
+    uint64_t seq = 0;
+    (void)le;
+    for (size_t i = 0; i < nblocks; i++, p += stride) {
+        uint64_t seed = i == 0 ? s->first : s->block;
+#if KVT_HASH_LE
+        uint64_t local = kvt_hash_block_inl(p, block_size, seed);
+#else
+        uint64_t local =
+            le ? XXH3_64bits_withSeed(p, stride, seed)
+               : kvt_hash_block_be((const uint32_t *)(const void *)p, block_size, seed);
+#endif
+        seq = i > 0            ? kvt_hash_chain_inl(seq, local, s->chain)
+              : parent != NULL ? kvt_hash_chain_inl(*parent, local, s->chain)
+                               : local;
+        if (local_out != NULL)
+            local_out[i] = local;
+        seq_out[i] = seq;
+    }
+    return nblocks;
+}
+
+size_t kvt_hash_seq_seeds(const uint32_t *tokens, size_t ntokens, uint32_t block_size,
+                          const kvt_hash_seeds_t *seeds, const uint64_t *parent,
+                          uint64_t *local_out, uint64_t *seq_out)
+{
+    return kvt_hash_seq_seeds_any(tokens, ntokens, block_size, seeds, parent, local_out, seq_out,
+                                  false);
+}
+
+size_t kvt_hash_seq_seeds_le(const void *le_tokens, size_t ntokens, uint32_t block_size,
+                             const kvt_hash_seeds_t *seeds, const uint64_t *parent,
+                             uint64_t *local_out, uint64_t *seq_out)
+{
+    return kvt_hash_seq_seeds_any(le_tokens, ntokens, block_size, seeds, parent, local_out, seq_out,
+                                  true);
 }

@@ -2,7 +2,9 @@
  * kvindex/hash: the hashing standard against an independent Python
  * implementation (tests/fixtures/hash_vectors.py, xxhash module), against
  * vectors fixed in this file, and its chaining properties; the same for
- * cache-salted chains (kvt_hash_salt_seed, kvt_hash_seq_salted[_le]).
+ * cache-salted chains (kvt_hash_salt_seed, kvt_hash_seq_salted[_le]) and for
+ * LoRA keys as NVIDIA Dynamo computes them (kvt_hash_lora_seed,
+ * kvt_hash_seeds_lora, kvt_hash_seq_seeds[_le]; kvtierd --lora-keys dynamo).
  *
  * Without /usr/bin/python3 + xxhash the fixed tests still run; the program
  * then exits 77 (skip) because the vector comparison could not run.
@@ -35,6 +37,8 @@ typedef struct vec {
     uint64_t seed;
     unsigned char salt[MAX_SALT]; /* cache salt; salt_len 0: none */
     size_t salt_len;
+    unsigned char lora[MAX_SALT]; /* LoRA name, keyed Dynamo's way; lora_len 0: none */
+    size_t lora_len;
     size_t ntokens;
     size_t nblocks;
     uint32_t *tokens;
@@ -97,13 +101,13 @@ static int read_u64(FILE *f, uint64_t *v)
     return fscanf(f, "%" SCNu64, v) == 1 ? 0 : -1;
 }
 
-/* Reads a salt word: "-" (none) or its bytes in hex. */
-static int read_salt(FILE *f, vec_t *v)
+/* Reads a salt or LoRA word into @buf (MAX_SALT bytes): "-" (none) or its bytes in hex. */
+static int read_hex(FILE *f, unsigned char *buf, size_t *len_p)
 {
     char hex[2 * MAX_SALT + 2];
     if (fscanf(f, "%511s", hex) != 1)
         return -1;
-    v->salt_len = 0;
+    *len_p = 0;
     if (strcmp(hex, "-") == 0)
         return 0;
     size_t n = strlen(hex);
@@ -113,9 +117,9 @@ static int read_salt(FILE *f, vec_t *v)
         unsigned b;
         if (sscanf(hex + 2 * i, "%2x", &b) != 1)
             return -1;
-        v->salt[i] = (unsigned char)b;
+        buf[i] = (unsigned char)b;
     }
-    v->salt_len = n / 2;
+    *len_p = n / 2;
     return 0;
 }
 
@@ -133,7 +137,7 @@ static int load_vectors(char *why, size_t whylen)
     if (f == NULL)
         return 0;
     if (fscanf(f, "%31s %u", word, &version) != 2 || strcmp(word, "kvtier-hash-vectors") != 0 ||
-        version != 2)
+        version != 3)
         goto err_close;
     if (fscanf(f, "%31s %zu", word, &count) != 2 || strcmp(word, "count") != 0 || count == 0)
         goto err_close;
@@ -146,7 +150,8 @@ static int load_vectors(char *why, size_t whylen)
         if (fscanf(f, "%31s", word) != 1 || strcmp(word, "vec") != 0)
             goto err_close;
         if (read_u64(f, &bs) != 0 || read_u64(f, &v->seed) != 0 ||
-            fscanf(f, "%zu %zu", &v->ntokens, &v->nblocks) != 2 || read_salt(f, v) != 0 ||
+            fscanf(f, "%zu %zu", &v->ntokens, &v->nblocks) != 2 ||
+            read_hex(f, v->salt, &v->salt_len) != 0 || read_hex(f, v->lora, &v->lora_len) != 0 ||
             bs == 0 || bs > UINT32_MAX)
             goto err_close;
         v->block_size = (uint32_t)bs;
@@ -199,56 +204,121 @@ static void free_vectors(void)
 
 #define SENTINEL UINT64_C(0xa5a5a5a5a5a5a5a5)
 
+/* Outputs for vector @v (room for a SENTINEL past its blocks) and its tokens as
+ * little-endian bytes at an odd address (le + 1), as an RPC frame may hold them. */
+typedef struct scratch {
+    uint64_t *local, *seq;
+    unsigned char *le;
+} scratch_t;
+
+static void scratch_init(scratch_t *x, const vec_t *v)
+{
+    x->local = malloc((v->nblocks + 1) * sizeof(uint64_t));
+    x->seq = malloc((v->nblocks + 1) * sizeof(uint64_t));
+    x->le = malloc(v->ntokens * 4 + 2);
+    assert_non_null(x->local);
+    assert_non_null(x->seq);
+    assert_non_null(x->le);
+    x->local[v->nblocks] = x->seq[v->nblocks] = SENTINEL;
+    for (size_t i = 0; i < v->ntokens; i++)
+        for (int b = 0; b < 4; b++)
+            x->le[1 + 4 * i + (size_t)b] = (unsigned char)(v->tokens[i] >> (8 * b));
+}
+
+static void scratch_free(scratch_t *x)
+{
+    free(x->local);
+    free(x->seq);
+    free(x->le);
+}
+
+/* @n blocks were written: @v's count, its keys (and local hashes unless NULL), nothing past. */
+static void assert_vector_out(const vec_t *v, size_t n, const uint64_t *local, const uint64_t *seq)
+{
+    assert_int_equal(n, v->nblocks);
+    if (local != NULL) {
+        assert_memory_equal(local, v->local, n * sizeof(uint64_t));
+        assert_int_equal(local[n], SENTINEL);
+    }
+    assert_memory_equal(seq, v->seq, n * sizeof(uint64_t));
+    assert_int_equal(seq[n], SENTINEL);
+}
+
 /* A salted vector: kvt_hash_seq_salted() and its _le twin, keys only and with a parent. */
 static void check_salted_vector(const vec_t *v)
 {
-    size_t nb = v->nblocks;
-    uint64_t *local = malloc((nb + 1) * sizeof(uint64_t));
-    uint64_t *seq = malloc((nb + 1) * sizeof(uint64_t));
-    unsigned char *le = malloc(v->ntokens * 4 + 2);
-    assert_non_null(local);
-    assert_non_null(seq);
-    assert_non_null(le);
-    local[nb] = seq[nb] = SENTINEL;
+    scratch_t x;
+    scratch_init(&x, v);
     assert_int_equal(v->seed, KVT_HASH_SEED);
     uint64_t first = kvt_hash_salt_seed(v->salt, v->salt_len);
     assert_int_equal(first, XXH3_64bits_withSeed(v->salt, v->salt_len, KVT_HASH_SEED));
 
-    size_t n = kvt_hash_seq_salted(v->tokens, v->ntokens, v->block_size, first, NULL, local, seq);
-    assert_int_equal(n, nb);
-    assert_memory_equal(local, v->local, n * sizeof(uint64_t));
-    assert_memory_equal(seq, v->seq, n * sizeof(uint64_t));
-    assert_int_equal(local[n], SENTINEL);
-    assert_int_equal(seq[n], SENTINEL);
+    size_t n =
+        kvt_hash_seq_salted(v->tokens, v->ntokens, v->block_size, first, NULL, x.local, x.seq);
+    assert_vector_out(v, n, x.local, x.seq);
     if (n > 0)
         assert_int_equal(kvt_hash_block(v->tokens, v->block_size, first), v->local[0]);
     /* From little-endian bytes at an odd address (an RPC frame), keys only. */
-    for (size_t i = 0; i < v->ntokens; i++)
-        for (int b = 0; b < 4; b++)
-            le[1 + 4 * i + (size_t)b] = (unsigned char)(v->tokens[i] >> (8 * b));
-    n = kvt_hash_seq_salted_le(le + 1, v->ntokens, v->block_size, first, NULL, NULL, seq);
-    assert_int_equal(n, nb);
-    assert_memory_equal(seq, v->seq, n * sizeof(uint64_t));
-    assert_int_equal(seq[n], SENTINEL);
+    n = kvt_hash_seq_salted_le(x.le + 1, v->ntokens, v->block_size, first, NULL, NULL, x.seq);
+    assert_vector_out(v, n, NULL, x.seq);
     /* Only block 0 carries the salt: the rest continues with the standard seed. */
-    if (nb >= 2) {
+    if (v->nblocks >= 2) {
         n = kvt_hash_seq(v->tokens + v->block_size, v->ntokens - v->block_size, v->block_size,
-                         KVT_HASH_SEED, &v->seq[0], NULL, seq);
-        assert_int_equal(n, nb - 1);
-        assert_memory_equal(seq, v->seq + 1, n * sizeof(uint64_t));
+                         KVT_HASH_SEED, &v->seq[0], NULL, x.seq);
+        assert_int_equal(n, v->nblocks - 1);
+        assert_memory_equal(x.seq, v->seq + 1, n * sizeof(uint64_t));
     }
-    free(local);
-    free(seq);
-    free(le);
+    scratch_free(&x);
+}
+
+/*
+ * A vector on the standard seed through kvt_hash_seeds_lora() and the general loop
+ * kvt_hash_seq_seeds[_le] (the only path for a LoRA keyed Dynamo's way; without a
+ * LoRA it must agree with the standard's fast paths): keys and local hashes, from
+ * LE bytes at an odd address, and the chain continued from block 0's key.
+ */
+static void check_seeds_vector(const vec_t *v)
+{
+    scratch_t x;
+    scratch_init(&x, v);
+    assert_int_equal(v->seed, KVT_HASH_SEED);
+    kvt_hash_seeds_t s;
+    kvt_hash_seeds_lora(v->salt, v->salt_len, v->lora, v->lora_len, &s);
+    uint64_t term = v->lora_len > 0 ? XXH3_64bits_withSeed(v->lora, v->lora_len, 0) : 0;
+    assert_int_equal(s.block, KVT_HASH_SEED + term);
+    assert_int_equal(s.block, kvt_hash_lora_seed(v->lora, v->lora_len));
+    assert_int_equal(s.first, kvt_hash_salt_seed(v->salt, v->salt_len) + term);
+    assert_int_equal(s.chain, KVT_HASH_SEED);
+
+    size_t n = kvt_hash_seq_seeds(v->tokens, v->ntokens, v->block_size, &s, NULL, x.local, x.seq);
+    assert_vector_out(v, n, x.local, x.seq);
+    n = kvt_hash_seq_seeds_le(x.le + 1, v->ntokens, v->block_size, &s, NULL, NULL, x.seq);
+    assert_vector_out(v, n, NULL, x.seq);
+    /* Block 0 alone carries the salt; a continued chain takes the block seed from block 0 on. */
+    if (v->nblocks >= 2) {
+        kvt_hash_seeds_t cont = {s.block, s.block, s.chain};
+        n = kvt_hash_seq_seeds(v->tokens + v->block_size, v->ntokens - v->block_size, v->block_size,
+                               &cont, &v->seq[0], x.local, x.seq);
+        assert_int_equal(n, v->nblocks - 1);
+        assert_memory_equal(x.seq, v->seq + 1, n * sizeof(uint64_t));
+        assert_memory_equal(x.local, v->local + 1, n * sizeof(uint64_t));
+    }
+    scratch_free(&x);
 }
 
 static void test_python_vectors(void **state)
 {
     (void)state;
     assert_true(g_nvecs >= 60);
-    size_t salted = 0;
+    size_t salted = 0, lora = 0;
     for (size_t i = 0; i < g_nvecs; i++) {
         const vec_t *v = &g_vecs[i];
+        if (v->seed == KVT_HASH_SEED)
+            check_seeds_vector(v);
+        if (v->lora_len > 0) {
+            lora++;
+            continue;
+        }
         if (v->salt_len > 0) {
             check_salted_vector(v);
             salted++;
@@ -305,6 +375,7 @@ static void test_python_vectors(void **state)
         free(seq2);
     }
     assert_true(salted >= 30);
+    assert_true(lora >= 60);
 }
 
 /* Vectors computed once by hash_vectors.py and frozen here. */
@@ -376,6 +447,110 @@ static void test_dynamo_vectors(void **state)
     assert_int_equal(kvt_hash_seq_salted(t, 12, 4, kvt_hash_salt_seed(NULL, 0), NULL, NULL, seq2),
                      3);
     assert_memory_equal(seq2, seq, sizeof(seq));
+}
+
+/*
+ * LoRA keys as Dynamo computes them, frozen from hash_vectors.py --lora (tokens 1..12, block
+ * size 4, LoRA "adapter-a"): every local hash seeded with 1337 + XXH3(lora, 0), the chain
+ * with 1337. Then kvtier's rule with a cache salt too (block 0: salt seed + LoRA term).
+ */
+static void test_dynamo_lora_vectors(void **state)
+{
+    (void)state;
+    uint32_t t[12];
+    for (uint32_t i = 0; i < 12; i++)
+        t[i] = i + 1;
+    uint64_t local[3], seq[3], seq2[4] = {0, 0, 0, SENTINEL};
+    uint64_t seed = kvt_hash_lora_seed("adapter-a", 9);
+    assert_int_equal(seed, KVT_HASH_SEED + XXH3_64bits_withSeed("adapter-a", 9, 0));
+    kvt_hash_seeds_t s;
+    kvt_hash_seeds_lora(NULL, 0, "adapter-a", 9, &s);
+    assert_int_equal(s.first, seed);
+    assert_int_equal(s.block, seed);
+    assert_int_equal(s.chain, KVT_HASH_SEED);
+    assert_int_equal(kvt_hash_seq_seeds(t, 12, 4, &s, NULL, local, seq), 3);
+    assert_int_equal(local[0], UINT64_C(11381080598872079209));
+    assert_int_equal(local[1], UINT64_C(5698110331184095209));
+    assert_int_equal(local[2], UINT64_C(10923852707342720619));
+    assert_int_equal(seq[0], UINT64_C(11381080598872079209));
+    assert_int_equal(seq[1], UINT64_C(17518568667535815909));
+    assert_int_equal(seq[2], UINT64_C(12857975441449519705));
+    assert_int_equal(kvt_hash_block(t + 4, 4, seed), local[1]);
+    assert_int_equal(kvt_hash_chain(seq[0], local[1], KVT_HASH_SEED), seq[1]);
+    /* the LoRA changes every key: none equals the base model's (test_dynamo_vectors) */
+    assert_int_not_equal(seq[0], UINT64_C(14643705804678351452));
+    assert_int_not_equal(seq[2], UINT64_C(12583592247330656132));
+    /* the same from little-endian bytes (RPC frames) */
+    uint8_t le[48];
+    for (int i = 0; i < 12; i++) {
+        le[4 * i] = (uint8_t)(i + 1);
+        le[4 * i + 1] = le[4 * i + 2] = le[4 * i + 3] = 0;
+    }
+    assert_int_equal(kvt_hash_seq_seeds_le(le, 12, 4, &s, NULL, NULL, seq2), 3);
+    assert_memory_equal(seq2, seq, sizeof(seq));
+    assert_int_equal(seq2[3], SENTINEL);
+
+    /* cache salt "tenant-a" too: block 0 only changes, its seed XXH3(salt, 1337) + the term */
+    kvt_hash_seeds_lora("tenant-a", 8, "adapter-a", 9, &s);
+    assert_int_equal(s.first, kvt_hash_salt_seed("tenant-a", 8) + (seed - KVT_HASH_SEED));
+    assert_int_equal(s.block, seed);
+    assert_int_equal(kvt_hash_seq_seeds(t, 12, 4, &s, NULL, local, seq), 3);
+    assert_int_equal(local[0], UINT64_C(11840579665246437583));
+    assert_int_equal(local[1], UINT64_C(5698110331184095209));
+    assert_int_equal(seq[0], UINT64_C(11840579665246437583));
+    assert_int_equal(seq[1], UINT64_C(7561070985513423015));
+    assert_int_equal(seq[2], UINT64_C(5613698272698325407));
+
+    /* no LoRA ("" or NULL): the standard's seeds, salted or not */
+    assert_int_equal(kvt_hash_lora_seed("", 0), KVT_HASH_SEED);
+    assert_int_equal(kvt_hash_lora_seed(NULL, 0), KVT_HASH_SEED);
+    kvt_hash_seeds_lora("tenant-a", 8, "", 0, &s);
+    assert_int_equal(s.first, kvt_hash_salt_seed("tenant-a", 8));
+    assert_int_equal(s.block, KVT_HASH_SEED);
+    assert_int_equal(s.chain, KVT_HASH_SEED);
+    kvt_hash_seeds_lora(NULL, 0, NULL, 0, &s);
+    assert_int_equal(kvt_hash_seq_seeds(t, 12, 4, &s, NULL, NULL, seq), 3);
+    assert_int_equal(seq[2], UINT64_C(12583592247330656132));
+    /* block size 0 and a partial block write nothing */
+    seq2[0] = SENTINEL;
+    assert_int_equal(kvt_hash_seq_seeds(t, 12, 0, &s, NULL, NULL, seq2), 0);
+    assert_int_equal(kvt_hash_seq_seeds(t, 3, 4, &s, NULL, NULL, seq2), 0);
+    assert_int_equal(kvt_hash_seq_seeds_le(le, 3, 4, &s, NULL, NULL, seq2), 0);
+    assert_int_equal(seq2[0], SENTINEL);
+}
+
+/* Isolation by LoRA under Dynamo's keys: per LoRA, per salt, pairwise different keys. */
+static void test_lora_isolation(void **state)
+{
+    (void)state;
+    enum { B = 16, NB = 6 };
+    uint32_t toks[B * NB];
+    for (size_t i = 0; i < B * NB; i++)
+        toks[i] = (uint32_t)(i * 2246822519u);
+    static const char *const loras[] = {"", "adapter-a", "adapter-b", "adapter-a ", "a"};
+    static const char *const salts[] = {"", "tenant-a"};
+    enum { NL = sizeof(loras) / sizeof(loras[0]), NS = 2 };
+    uint64_t keys[NL * NS][NB];
+    for (size_t l = 0; l < NL; l++)
+        for (size_t k = 0; k < NS; k++) {
+            kvt_hash_seeds_t s;
+            kvt_hash_seeds_lora(salts[k], strlen(salts[k]), loras[l], strlen(loras[l]), &s);
+            assert_int_equal(kvt_hash_seq_seeds(toks, B * NB, B, &s, NULL, NULL, keys[l * NS + k]),
+                             NB);
+        }
+    for (size_t a = 0; a < NL * NS; a++)
+        for (size_t b = a + 1; b < NL * NS; b++)
+            for (size_t i = 0; i < NB; i++)
+                assert_int_not_equal(keys[a][i], keys[b][i]);
+    /* no LoRA: exactly the standard, salted and not */
+    uint64_t plain[NB];
+    assert_int_equal(kvt_hash_seq(toks, B * NB, B, KVT_HASH_SEED, NULL, NULL, plain), NB);
+    assert_memory_equal(keys[0], plain, sizeof(plain));
+    uint64_t salted[NB];
+    assert_int_equal(
+        kvt_hash_seq_salted(toks, B * NB, B, kvt_hash_salt_seed("tenant-a", 8), NULL, NULL, salted),
+        NB);
+    assert_memory_equal(keys[1], salted, sizeof(salted));
 }
 
 /* The standard spelled out with byte arrays, independent of host byte order. */
@@ -600,16 +775,12 @@ int main(void)
     }
 
     const struct CMUnitTest fixed[] = {
-        cmocka_unit_test(test_fixed_vectors),
-        cmocka_unit_test(test_dynamo_vectors),
-        cmocka_unit_test(test_little_endian_bytes),
-        cmocka_unit_test(test_parent_chaining),
-        cmocka_unit_test(test_partial_block_ignored),
-        cmocka_unit_test(test_seed_changes_result),
-        cmocka_unit_test(test_le_bytes_entry),
-        cmocka_unit_test(test_empty),
-        cmocka_unit_test(test_salted_fixed),
-        cmocka_unit_test(test_salt_isolation),
+        cmocka_unit_test(test_fixed_vectors),         cmocka_unit_test(test_dynamo_vectors),
+        cmocka_unit_test(test_dynamo_lora_vectors),   cmocka_unit_test(test_lora_isolation),
+        cmocka_unit_test(test_little_endian_bytes),   cmocka_unit_test(test_parent_chaining),
+        cmocka_unit_test(test_partial_block_ignored), cmocka_unit_test(test_seed_changes_result),
+        cmocka_unit_test(test_le_bytes_entry),        cmocka_unit_test(test_empty),
+        cmocka_unit_test(test_salted_fixed),          cmocka_unit_test(test_salt_isolation),
     };
     const struct CMUnitTest python[] = {
         cmocka_unit_test(test_python_vectors),
