@@ -132,38 +132,48 @@ static kvt_status_t ev_check_one(kvt_idx_t *idx, const kvt_evbatch_t *b, size_t 
 
 /*
  * Keys of blocks @from .. @from + @n of @e, chained from *@parent (NULL: the
- * chain starts at @from, with the event's cache salt). Blocks with extra keys
- * mix their extra seed into the local hash (kvt_event_t.extra_seeds).
+ * chain starts at @from, and block @from takes @s->first: the event's cache
+ * salt). Blocks with extra keys mix their extra seed into the local hash
+ * (kvt_event_t.extra_seeds), xor'd into whichever seed the block has.
  */
-static void ev_keys(const kvt_event_t *e, uint32_t bs, uint32_t from, uint32_t n,
-                    const uint64_t *parent, uint64_t *keys)
+static void ev_keys(const kvt_event_t *e, const kvt_hash_seeds_t *s, uint32_t bs, uint32_t from,
+                    uint32_t n, const uint64_t *parent, uint64_t *keys)
 {
     const uint32_t *tok = e->tokens + (size_t)from * bs;
-    uint64_t first = parent == NULL && from == 0
-                         ? kvt_hash_salt_seed(e->cache_salt, e->cache_salt_len)
-                         : KVT_HASH_SEED;
+    uint64_t first = parent == NULL && from == 0 ? s->first : s->block;
     if (e->extra_seeds == NULL) {
-        kvt_hash_seq_salted(tok, (size_t)n * bs, bs, first, parent, NULL, keys);
+        if (s->block == KVT_HASH_SEED) /* the standard: every base-model and namespace-keyed one */
+            kvt_hash_seq_salted(tok, (size_t)n * bs, bs, first, parent, NULL, keys);
+        else
+            kvt_hash_seq_seeds(tok, (size_t)n * bs, bs,
+                               &(kvt_hash_seeds_t){first, s->block, s->chain}, parent, NULL, keys);
         return;
     }
     for (uint32_t j = 0; j < n; j++) {
-        uint64_t seed = (j == 0 ? first : KVT_HASH_SEED) ^ e->extra_seeds[from + j];
+        uint64_t seed = (j == 0 ? first : s->block) ^ e->extra_seeds[from + j];
         uint64_t local = kvt_hash_block(tok + (size_t)j * bs, bs, seed);
         const uint64_t *prev = j > 0 ? &keys[j - 1] : parent;
-        keys[j] = prev != NULL ? kvt_hash_chain(*prev, local, KVT_HASH_SEED) : local;
+        keys[j] = prev != NULL ? kvt_hash_chain(*prev, local, s->chain) : local;
     }
 }
 
-/* A BlockStored with tokens: its keys, chained from its parent's when the pod knows it. */
+/*
+ * A BlockStored with tokens: its keys, chained from its parent's when the pod knows it. With
+ * KVT_EV_LORA_DYNAMO in @flags a LoRA's keys are Dynamo's (kvt_hash_seeds_lora()).
+ */
 static kvt_status_t ev_stored_tokens(kvt_idx_t *idx, const kvt_evbatch_t *b, const kvt_event_t *e,
-                                     uint32_t pod, uint32_t def, ev_ns_cache_t *cache,
-                                     kvt_ev_counters_t *c)
+                                     uint32_t pod, uint32_t def, unsigned flags,
+                                     ev_ns_cache_t *cache, kvt_ev_counters_t *c)
 {
     uint32_t bs = ev_block_size(e, def);
     uint32_t ns;
-    kvt_status_t st = ev_ns(idx, b, ev_lora(b, e), bs, cache, &ns);
+    const char *lora = ev_lora(b, e);
+    kvt_status_t st = ev_ns(idx, b, lora, bs, cache, &ns);
     if (st != KVT_OK)
         return st;
+    size_t lora_len = (flags & KVT_EV_LORA_DYNAMO) != 0 && lora != NULL ? strlen(lora) : 0;
+    kvt_hash_seeds_t seeds; /* of the chain's first block; a chunk after it continues it */
+    kvt_hash_seeds_lora(e->cache_salt, e->cache_salt_len, lora, lora_len, &seeds);
     uint64_t parent_key;
     const uint64_t *parent = NULL;
     if (e->has_parent) {
@@ -175,7 +185,7 @@ static kvt_status_t ev_stored_tokens(kvt_idx_t *idx, const kvt_evbatch_t *b, con
     uint64_t keys[EV_CHUNK];
     for (uint32_t i = 0; i < e->nhashes && st == KVT_OK; i += EV_CHUNK) {
         uint32_t n = e->nhashes - i < EV_CHUNK ? e->nhashes - i : EV_CHUNK;
-        ev_keys(e, bs, i, n, parent, keys);
+        ev_keys(e, &seeds, bs, i, n, parent, keys);
         st = kvt_idx_store(idx, ns, pod, e->tier, parent, keys, e->hashes + i, n);
         parent_key = keys[n - 1]; /* the next chunk continues this chain */
         parent = &parent_key;
@@ -185,13 +195,13 @@ static kvt_status_t ev_stored_tokens(kvt_idx_t *idx, const kvt_evbatch_t *b, con
 
 /* A BlockStored; *@dropped_p: its blocks the index had no room for. */
 static kvt_status_t ev_stored(kvt_idx_t *idx, kvt_ev_ctx_t *ctx, const kvt_evbatch_t *b,
-                              const kvt_event_t *e, uint32_t pod, uint32_t def,
+                              const kvt_event_t *e, uint32_t pod, uint32_t def, unsigned flags,
                               ev_ns_cache_t *cache, kvt_ev_counters_t *c, uint64_t *dropped_p)
 {
     kvt_idx_stats_t before, after;
     kvt_idx_stats(idx, &before);
     kvt_status_t st = e->ntokens == 0 ? ev_ctx_placeholder(ctx, idx, pod, e, c) /* CPU offload */
-                                      : ev_stored_tokens(idx, b, e, pod, def, cache, c);
+                                      : ev_stored_tokens(idx, b, e, pod, def, flags, cache, c);
     kvt_idx_stats(idx, &after);
     *dropped_p = after.dropped - before.dropped;
     c->dropped += *dropped_p;
@@ -292,7 +302,7 @@ kvt_status_t kvt_ev_apply(kvt_idx_t *idx, kvt_ev_ctx_t *ctx, const kvt_evbatch_t
         uint64_t dropped = 0;
         switch (e->type) {
         case KVT_EV_STORED:
-            st = ev_stored(idx, ctx, b, e, pod, default_block_size, &cache, c, &dropped);
+            st = ev_stored(idx, ctx, b, e, pod, default_block_size, flags, &cache, c, &dropped);
             break;
         case KVT_EV_REMOVED: st = ev_ctx_remove(ctx, idx, pod, e, c); break;
         case KVT_EV_CLEARED: st = kvt_idx_pod_clear(idx, pod, KVT_TIER_GPU); break;

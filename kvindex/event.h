@@ -219,7 +219,7 @@ typedef struct kvt_ev_counters {
     uint64_t remote;       /* locality REMOTE events: skipped */
     uint64_t other_groups; /* events of a KV cache group kvtier does not index: skipped */
     uint64_t unknown_medium; /* events on a medium kvtier does not model: skipped */
-    uint64_t recovered;    /* placeholder hashes resolved through recently removed blocks */
+    uint64_t recovered;      /* placeholder hashes resolved through recently removed blocks */
 } kvt_ev_counters_t;
 
 /* Adds every counter of @b to @a. */
@@ -239,9 +239,9 @@ typedef struct kvt_ev_ctx kvt_ev_ctx_t;
 typedef struct kvt_ev_ctx_stats {
     uint64_t removed_capacity; /* mappings the budget holds (0 until the first is kept) */
     uint64_t removed_entries;  /* mappings held */
-    uint64_t removed_bytes;   /* their table's bytes (<= the budget) */
-    uint64_t removed_hits;    /* placeholder hashes resolved through them, ever */
-    uint64_t removed_evicted; /* mappings pushed out by newer ones, ever */
+    uint64_t removed_bytes;    /* their table's bytes (<= the budget) */
+    uint64_t removed_hits;     /* placeholder hashes resolved through them, ever */
+    uint64_t removed_evicted;  /* mappings pushed out by newer ones, ever */
 } kvt_ev_ctx_stats_t;
 
 /*
@@ -292,6 +292,15 @@ enum {
      * skipped and counted as bad, and the rest is applied.
      */
     KVT_EV_STRICT = 1u << 0,
+    /*
+     * LoRA keys as NVIDIA Dynamo computes them (kvtierd --lora-keys dynamo):
+     * a BlockStored of a LoRA (the event's lora_name, else the batch's; ""
+     * is the base model) is keyed with kvt_hash_seeds_lora() seeds (LoRA
+     * term in every block's seed, a cache salt's in block 0's) instead of the
+     * standard's. Base-model keys do not change. Without it the LoRA only
+     * names the namespace, and its keys are the standard's.
+     */
+    KVT_EV_LORA_DYNAMO = 1u << 1,
 };
 
 /*
@@ -306,7 +315,7 @@ enum {
  * KVT_EV_BAD that may have been a removal drops the pod's engine-reported
  * tiers (KVT_EV_ENGINE_TIERS) at that point, as a restart does. @ctx may be
  * NULL (no group memory, no removed mappings). @default_block_size is used
- * when an event has tokens but no block_size. See KVT_EV_STRICT for @flags.
+ * when an event has tokens but no block_size. @flags: KVT_EV_STRICT, KVT_EV_LORA_DYNAMO.
  * Returns KVT_OK, KVT_ERR_INVAL (strict check, with a one-line reason in
  * @err, @errlen bytes), or the first hard error (KVT_ERR_NO_MEM,
  * KVT_ERR_LIMIT, KVT_ERR_NO_SPACE, KVT_ERR_TOO_BIG); events before it stay

@@ -456,9 +456,10 @@ static uint64_t zs_count_mediums(zs_stream_t *s, const kvt_evbatch_t *b, const c
 }
 
 /*
- * Decodes and applies one batch of @s, event by event (kvt_ev_apply() without
- * KVT_EV_STRICT). A payload that is no batch at all may have held removals:
- * the rank's state is dropped. Failures are counted and logged, never fatal.
+ * Decodes and applies one batch of @s, event by event (kvt_ev_apply() with
+ * the configured flags, never KVT_EV_STRICT). A payload that is no batch at
+ * all may have held removals: the rank's state is dropped. Failures are
+ * counted and logged, never fatal.
  */
 static void zs_apply(kvt_zsub_t *z, zs_stream_t *s, uint64_t seq, const void *data, size_t len,
                      uint64_t now)
@@ -479,8 +480,8 @@ static void zs_apply(kvt_zsub_t *z, zs_stream_t *s, uint64_t seq, const void *da
     char decode_err[256];
     memcpy(decode_err, err, sizeof(err));
     b.dp_rank = s->rank; /* the stream names the rank */
-    st = kvt_ev_apply(z->idx, z->cfg.ev_ctx, &b, z->cfg.default_block_size, 0, &s->c.ev, err,
-                      sizeof(err));
+    st = kvt_ev_apply(z->idx, z->cfg.ev_ctx, &b, z->cfg.default_block_size,
+                      z->cfg.ev_flags & ~(unsigned)KVT_EV_STRICT, &s->c.ev, err, sizeof(err));
     s->c.ignored += b.unknown;
     const char *medium = NULL;
     uint32_t mlen = 0;

@@ -61,6 +61,8 @@ typedef struct kvt_zsub_config {
     uint32_t max_held;           /* live batches held during a replay */
     kvt_ev_ctx_t *ev_ctx;        /* the writer's event context (groups, removed hashes); may
                                     be NULL; borrowed, must outlive the subscriber set */
+    unsigned ev_flags;   /* kvt_ev_apply() flags for every stream batch (KVT_EV_LORA_DYNAMO; a
+                            KVT_EV_STRICT here is dropped: streams are applied leniently) */
     const char *ipc_dir; /* ipc:// binds go here (common/ipcdir.h); NULL or "": none allowed.
                             Borrowed: must outlive the kvt_zsub_t */
 } kvt_zsub_config_t;
@@ -85,11 +87,11 @@ typedef struct kvt_zsub_counters {
     uint64_t undecodable; /* batches not applied whole, the state dropped: payloads that were
                              not a batch, and batches the index refused (a hard error) */
     kvt_zsub_medium_t mediums[KVT_ZSUB_MEDIUM_NAMES]; /* events on unknown mediums, by name */
-    uint64_t mediums_other; /* ... on further names */
-    uint64_t bad_frames;  /* messages not shaped [topic, seq(8), payload] */
-    uint64_t gaps;        /* times a seq was missed */
-    uint64_t replays;     /* replay requests sent */
-    uint64_t replayed;    /* batches applied from replays */
+    uint64_t mediums_other;                           /* ... on further names */
+    uint64_t bad_frames; /* messages not shaped [topic, seq(8), payload] */
+    uint64_t gaps;       /* times a seq was missed */
+    uint64_t replays;    /* replay requests sent */
+    uint64_t replayed;   /* batches applied from replays */
     uint64_t replay_failures;
     uint64_t restarts;    /* seq went backwards */
     uint64_t state_drops; /* engine state dropped (restart, unfilled gap, undecodable batch;

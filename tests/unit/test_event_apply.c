@@ -2,8 +2,8 @@
  * kvindex/event: applying neutral event batches to a real index: chains,
  * placeholders, removals, clears; the strict (HTTP) and lenient (stream)
  * modes; KV cache groups; skipped and bad events; cache salts and extra
- * keys; blocks the budget had no room for; running out of memory for the
- * context's per-pod state.
+ * keys; LoRA keys Dynamo's way (KVT_EV_LORA_DYNAMO); blocks the budget had no
+ * room for; running out of memory for the context's per-pod state.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -282,18 +282,24 @@ static void test_lora_namespaces_in_one_batch(void **state)
                      KVT_OK);
 }
 
+/* A store of @nb blocks of 2 tokens (@tok[0..2 @nb)), engine hashes @h0, @h0 + 1, ... in @h. */
+static kvt_event_t long_stored(uint32_t *tok, uint64_t *h, uint32_t nb, uint64_t h0)
+{
+    for (uint32_t i = 0; i < nb * 2; i++)
+        tok[i] = i * 31 + 7;
+    for (uint32_t i = 0; i < nb; i++)
+        h[i] = h0 + i;
+    return test_stored(h, nb, tok, 2);
+}
+
 static void test_long_event(void **state)
 {
     fix_t *f = *state;
     enum { NB = 300 };
     static uint32_t tok[NB * 2];
     static uint64_t h[NB], keys[NB];
-    for (uint32_t i = 0; i < NB * 2; i++)
-        tok[i] = i * 31 + 7;
-    for (uint32_t i = 0; i < NB; i++)
-        h[i] = 5000 + i;
     kvt_ev_counters_t c = {0};
-    kvt_event_t e = test_stored(h, NB, tok, 2);
+    kvt_event_t e = long_stored(tok, h, NB, 5000);
     kvt_evbatch_t b = {.pod = "L", .model = "long", .ev = &e, .nev = 1};
     char err[200];
     assert_int_equal(kvt_ev_apply(f->idx, NULL, &b, 2, KVT_EV_STRICT, &c, err, sizeof(err)),
@@ -455,10 +461,12 @@ static size_t salted_keys(fix_t *f, size_t ntok, const char *salt, uint64_t *key
                                keys);
 }
 
-static uint32_t matched_keys(fix_t *f, const char *pod, const uint64_t *keys, size_t n)
+/* Matched blocks of @pod in namespace (m, @lora) for @keys[0..n); 0 when either is unknown. */
+static uint32_t matched_ns(fix_t *f, const char *lora, const char *pod, const uint64_t *keys,
+                           size_t n)
 {
     uint32_t ns, p;
-    if (kvt_idx_ns_get(f->idx, "m", NULL, 0, &ns) != KVT_OK ||
+    if (kvt_idx_ns_get(f->idx, "m", lora, 0, &ns) != KVT_OK ||
         kvt_idx_pod_find(f->idx, pod, 0, &p) != KVT_OK)
         return 0;
     const kvt_idx_match_t *res;
@@ -468,6 +476,11 @@ static uint32_t matched_keys(fix_t *f, const char *pod, const uint64_t *keys, si
         if (res[i].pod == p)
             return res[i].matched;
     return 0;
+}
+
+static uint32_t matched_keys(fix_t *f, const char *pod, const uint64_t *keys, size_t n)
+{
+    return matched_ns(f, NULL, pod, keys, n);
 }
 
 /* A salted prefix matches only queries with the same salt, and extends through parents. */
@@ -525,6 +538,139 @@ static void test_cache_salt_and_extra_keys(void **state)
     assert_true(key1 == kvt_hash_chain(k_none[0], l1, KVT_HASH_SEED));
     assert_true(key2 ==
                 kvt_hash_chain(key1, kvt_hash_block(f->tok + 8, 4, KVT_HASH_SEED), KVT_HASH_SEED));
+}
+
+/* Applies @ev[0..n) of @pod with @flags; the batch's LoRA is @batch_lora. */
+static kvt_status_t apply_flags(fix_t *f, const char *pod, const char *batch_lora, kvt_event_t *ev,
+                                size_t n, unsigned flags, kvt_ev_counters_t *c)
+{
+    kvt_evbatch_t b = {.pod = pod, .model = "m", .lora = batch_lora, .ev = ev, .nev = n};
+    char err[200];
+    return kvt_ev_apply(f->idx, f->ctx, &b, 4, flags, c, err, sizeof(err));
+}
+
+/*
+ * Dynamo's keys of the fixture's first @nb blocks for LoRA @lora, built here block by
+ * block: every local hash seeded 1337 + XXH3(lora, 0) (xor @extra at block @xblock), block
+ * 0's with the salt's seed plus that term, the chain with 1337.
+ */
+static void dynamo_keys(fix_t *f, size_t nb, const char *lora, const char *salt, uint32_t xblock,
+                        uint64_t extra, uint64_t *keys)
+{
+    uint64_t seed = kvt_hash_lora_seed(lora, strlen(lora));
+    for (size_t i = 0; i < nb; i++) {
+        uint64_t s =
+            i == 0 ? kvt_hash_salt_seed(salt, strlen(salt)) + (seed - KVT_HASH_SEED) : seed;
+        uint64_t local = kvt_hash_block(f->tok + 4 * i, 4, i == xblock ? s ^ extra : s);
+        keys[i] = i == 0 ? local : kvt_hash_chain(keys[i - 1], local, KVT_HASH_SEED);
+    }
+}
+
+/*
+ * KVT_EV_LORA_DYNAMO: a LoRA's blocks (the event's lora_name or the batch's) are keyed as
+ * Dynamo keys them, in strict and stream mode, through parents, chunks, salts and extra
+ * keys; without the flag and for the base model the keys are the standard's.
+ */
+static void test_lora_dynamo_keys(void **state)
+{
+    fix_t *f = *state;
+    const unsigned dyn = KVT_EV_LORA_DYNAMO;
+    kvt_ev_counters_t c = {0};
+    uint64_t std_keys[3], dk[3], dk_salt[3], dk_b[3];
+    kvt_hash_seq(f->tok, 12, 4, KVT_HASH_SEED, NULL, NULL, std_keys);
+    dynamo_keys(f, 3, "adapter-a", "", 99, 0, dk);
+    dynamo_keys(f, 3, "adapter-a", "tenant-a", 99, 0, dk_salt);
+    dynamo_keys(f, 3, "adapter-b", "", 99, 0, dk_b);
+    for (int i = 0; i < 3; i++)
+        assert_true(dk[i] != std_keys[i] && dk[i] != dk_salt[i] && dk[i] != dk_b[i]);
+
+    /* HTTP-like (strict) store of 2 blocks, then a stream continuing through the parent */
+    uint64_t h[] = {51, 52}, h2[] = {53};
+    kvt_event_t e = test_stored(h, 2, f->tok, 4);
+    e.lora_name = "adapter-a";
+    assert_int_equal(apply_flags(f, "D", NULL, &e, 1, KVT_EV_STRICT | dyn, &c), KVT_OK);
+    kvt_event_t e2 = test_stored(h2, 1, f->tok + 8, 4);
+    e2.has_parent = true;
+    e2.parent = 52;
+    assert_int_equal(apply_flags(f, "D", "adapter-a", &e2, 1, dyn, &c), KVT_OK); /* batch LoRA */
+    assert_int_equal(c.orphans, 0);
+    assert_int_equal(matched_ns(f, "adapter-a", "D", dk, 3), 3);
+    assert_int_equal(matched_ns(f, "adapter-a", "D", std_keys, 3), 0);
+    assert_int_equal(matched_ns(f, "adapter-a", "D", dk_b, 3), 0);
+    assert_int_equal(matched_ns(f, NULL, "D", dk, 3), 0); /* namespaces stay apart */
+    uint32_t ns_a, pd;
+    uint64_t k;
+    assert_int_equal(kvt_idx_ns_get(f->idx, "m", "adapter-a", 0, &ns_a), KVT_OK);
+    assert_int_equal(kvt_idx_pod_find(f->idx, "D", 0, &pd), KVT_OK);
+    assert_int_equal(kvt_idx_pod_key(f->idx, pd, ns_a, 53, &k), KVT_OK);
+    assert_true(k == dk[2]);
+
+    /* without the flag: the standard's keys in the LoRA's namespace */
+    kvt_event_t n = test_stored(h, 2, f->tok, 4);
+    assert_int_equal(apply_flags(f, "N", "adapter-a", &n, 1, KVT_EV_STRICT, &c), KVT_OK);
+    assert_int_equal(matched_ns(f, "adapter-a", "N", std_keys, 3), 2);
+    assert_int_equal(matched_ns(f, "adapter-a", "N", dk, 3), 0);
+
+    /* the base model ("" or none) under the flag: the standard's keys */
+    kvt_event_t base[2] = {test_stored(h, 2, f->tok, 4), test_stored(h2, 1, f->tok + 8, 4)};
+    base[1].has_parent = true;
+    base[1].parent = 52;
+    base[1].lora_name = "";
+    assert_int_equal(apply_flags(f, "B", NULL, base, 2, KVT_EV_STRICT | dyn, &c), KVT_OK);
+    assert_int_equal(matched_ns(f, NULL, "B", std_keys, 3), 3);
+
+    /* a cache salt with the LoRA: block 0 takes both (kvtier's rule); orphans start over */
+    kvt_event_t sa = test_stored(h, 2, f->tok, 4);
+    sa.lora_name = "adapter-a";
+    sa.cache_salt = "tenant-a";
+    sa.cache_salt_len = 8;
+    kvt_event_t so = test_stored(h2, 1, f->tok, 4);
+    so.lora_name = "adapter-a";
+    so.has_parent = true;
+    so.parent = 777; /* unknown: chained from block 0, salted */
+    so.cache_salt = "tenant-a";
+    so.cache_salt_len = 8;
+    assert_int_equal(apply_flags(f, "S", NULL, &sa, 1, dyn, &c), KVT_OK);
+    assert_int_equal(apply_flags(f, "O", NULL, &so, 1, dyn, &c), KVT_OK);
+    assert_int_equal(matched_ns(f, "adapter-a", "S", dk_salt, 3), 2);
+    assert_int_equal(matched_ns(f, "adapter-a", "S", dk, 3), 0);
+    assert_int_equal(matched_ns(f, "adapter-a", "O", dk_salt, 3), 1);
+
+    /* extra keys xor into the LoRA's seed: block 1's key, and its child's through the chain */
+    uint64_t seeds[2] = {0, 0xabcdefull}, dk_x[3];
+    kvt_event_t x = test_stored(h, 2, f->tok, 4);
+    x.lora_name = "adapter-b";
+    x.extra_seeds = seeds;
+    kvt_event_t x2 = test_stored(h2, 1, f->tok + 8, 4);
+    x2.lora_name = "adapter-b";
+    x2.has_parent = true;
+    x2.parent = 52;
+    kvt_event_t xx[2] = {x, x2};
+    assert_int_equal(apply_flags(f, "X", NULL, xx, 2, dyn, &c), KVT_OK);
+    dynamo_keys(f, 3, "adapter-b", "", 1, 0xabcdefull, dk_x);
+    assert_int_equal(matched_ns(f, "adapter-b", "X", dk_b, 3), 1);
+    assert_int_equal(matched_ns(f, "adapter-b", "X", dk_x, 3), 3);
+
+    /* an event longer than the apply chunk stays one Dynamo chain */
+    enum { NB = 300 };
+    static uint32_t tok[NB * 2];
+    static uint64_t hl[NB], keys[NB];
+    kvt_event_t l = long_stored(tok, hl, NB, 9000);
+    l.lora_name = "adapter-a";
+    kvt_evbatch_t lb = {.pod = "L", .model = "long", .ev = &l, .nev = 1};
+    char err[200];
+    assert_int_equal(kvt_ev_apply(f->idx, NULL, &lb, 2, dyn, &c, err, sizeof(err)), KVT_OK);
+    kvt_hash_seeds_t sd;
+    kvt_hash_seeds_lora(NULL, 0, "adapter-a", 9, &sd);
+    assert_int_equal(kvt_hash_seq_seeds(tok, NB * 2, 2, &sd, NULL, NULL, keys), NB);
+    uint32_t ns, p;
+    assert_int_equal(kvt_idx_ns_get(f->idx, "long", "adapter-a", 0, &ns), KVT_OK);
+    assert_int_equal(kvt_idx_pod_find(f->idx, "L", 0, &p), KVT_OK);
+    const kvt_idx_match_t *res;
+    size_t nres;
+    assert_int_equal(kvt_idx_query(f->rd, ns, keys, NB, NULL, 0, &res, &nres), KVT_OK);
+    assert_int_equal(nres, 1);
+    assert_int_equal(res[0].matched, NB);
 }
 
 /*
@@ -692,6 +838,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_kv_cache_groups, setup, teardown),
         cmocka_unit_test_setup_teardown(test_bad_events_and_skips, setup, teardown),
         cmocka_unit_test_setup_teardown(test_cache_salt_and_extra_keys, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_lora_dynamo_keys, setup, teardown),
         cmocka_unit_test(test_dropped_blocks),
         cmocka_unit_test_setup_teardown(test_cpu_store_after_gpu_removal, setup, teardown),
         cmocka_unit_test_setup_teardown(test_lora_namespaces_in_one_batch, setup, teardown),
