@@ -75,6 +75,21 @@ size_t kvt_client_hash_tokens_salted(const uint32_t *tokens, size_t n, uint32_t 
                                NULL, keys_out);
 }
 
+size_t kvt_client_hash_tokens_lora(const uint32_t *tokens, size_t n, uint32_t block_size,
+                                   const char *cache_salt, const char *lora,
+                                   kvt_client_lora_keys_t mode, uint64_t *keys_out)
+{
+    if (mode != KVT_CLIENT_LORA_KEYS_NAMESPACE && mode != KVT_CLIENT_LORA_KEYS_DYNAMO)
+        return 0;
+    size_t llen = lora != NULL && mode == KVT_CLIENT_LORA_KEYS_DYNAMO ? strlen(lora) : 0;
+    if (llen == 0 || block_size == 0 || n < block_size)
+        return kvt_client_hash_tokens_salted(tokens, n, block_size, cache_salt, keys_out);
+    kvt_hash_seeds_t seeds;
+    kvt_hash_seeds_lora(cache_salt, cache_salt != NULL ? strlen(cache_salt) : 0, lora, llen,
+                        &seeds);
+    return kvt_hash_seq_seeds(tokens, n, block_size, &seeds, NULL, NULL, keys_out);
+}
+
 size_t kvt_client_hash_tokens(const uint32_t *tokens, size_t n, uint32_t block_size,
                               uint64_t *keys_out)
 {

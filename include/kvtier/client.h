@@ -279,6 +279,28 @@ size_t kvt_client_hash_tokens(const uint32_t *tokens, size_t n, uint32_t block_s
 size_t kvt_client_hash_tokens_salted(const uint32_t *tokens, size_t n, uint32_t block_size,
                                      const char *cache_salt, uint64_t *keys_out);
 
+/* How a LoRA request's blocks are keyed: kvtierd's --lora-keys, which the keys must match. */
+typedef enum kvt_client_lora_keys {
+    KVT_CLIENT_LORA_KEYS_NAMESPACE = 0, /* kvtierd's default: the LoRA does not enter the keys */
+    KVT_CLIENT_LORA_KEYS_DYNAMO = 1,    /* NVIDIA Dynamo's: the LoRA seeds every block */
+} kvt_client_lora_keys_t;
+
+/*
+ * kvt_client_hash_tokens_salted() for a request with LoRA @lora (NUL-terminated;
+ * NULL or "": the base model, exactly kvt_client_hash_tokens_salted()) under
+ * kvtierd's --lora-keys @mode. KVT_CLIENT_LORA_KEYS_NAMESPACE: the LoRA does not
+ * change the keys (it names the namespace the query goes to). KVT_CLIENT_LORA_KEYS_DYNAMO:
+ * Dynamo's KV-router keys, every block's local hash seeded with
+ * 1337 + XXH3_64bits_withSeed(lora bytes, 0) (u64, wrapping), the chain with 1337; a
+ * cache salt then seeds block 0 with XXH3_64bits_withSeed(salt, 1337) plus that LoRA term
+ * (kvtier's own rule: Dynamo has no per-request salt). Pass the keys to
+ * kvt_client_query_keys() with the same @lora. Returns the keys written (0 when
+ * @block_size is 0 or @mode is unknown).
+ */
+size_t kvt_client_hash_tokens_lora(const uint32_t *tokens, size_t n, uint32_t block_size,
+                                   const char *cache_salt, const char *lora,
+                                   kvt_client_lora_keys_t mode, uint64_t *keys_out);
+
 /* free() for the strings the library returns (for bindings that cannot call libc's). */
 void kvt_client_free(void *p);
 

@@ -144,6 +144,7 @@ static void kvt_cli_hash_usage(FILE *out)
 {
     fprintf(out,
             "usage: kvtier hash --block-size B [--seed S | --cache-salt SALT]\n"
+            "                   [--lora NAME [--lora-keys namespace|dynamo]]\n"
             "                   (--tokens LIST | --tokens-file F)\n"
             "\n"
             "Hashes every full block of a token list with kvtier's hashing standard and\n"
@@ -154,27 +155,34 @@ static void kvt_cli_hash_usage(FILE *out)
             "  --cache-salt SALT a request's cache salt (vLLM/SGLang cache_salt), up to\n"
             "                    %u bytes: it seeds the first block (\"\": no salt);\n"
             "                    the keys kvtierd uses for that salt\n"
+            "  --lora NAME       a request's LoRA adapter, up to %u bytes (\"\": none)\n"
+            "  --lora-keys M     how kvtierd keys LoRA blocks (its --lora-keys):\n"
+            "                    namespace (default; the LoRA does not change the keys)\n"
+            "                    or dynamo (Dynamo's keys: the LoRA seeds every block)\n"
             "  --tokens LIST     token ids: decimals separated by commas and/or\n"
             "                    whitespace, optionally inside [ ]\n"
             "  --tokens-file F   read the list from file F ('-' reads stdin)\n"
             "\n"
             "Options take their value as '--opt V' or '--opt=V'. Exit codes: 0 ok,\n"
             "1 runtime failure, 2 bad usage or input (one 'kvtier: ...' line on stderr).\n",
-            KVT_CLI_MAX_BLOCK_SIZE, KVT_HASH_SEED, KVT_CLI_MAX_SALT);
+            KVT_CLI_MAX_BLOCK_SIZE, KVT_HASH_SEED, KVT_CLI_MAX_SALT, KVT_CLI_MAX_SALT);
 }
 
 enum {
     KVT_HOPT_BLOCK,
     KVT_HOPT_SEED,
     KVT_HOPT_SALT,
+    KVT_HOPT_LORA,
+    KVT_HOPT_LORA_KEYS,
     KVT_HOPT_TOKENS,
     KVT_HOPT_FILE,
     KVT_HOPT_COUNT
 };
 
 static const char *const kvt_cli_hash_opts[KVT_HOPT_COUNT] = {
-    [KVT_HOPT_BLOCK] = "--block-size", [KVT_HOPT_SEED] = "--seed",
-    [KVT_HOPT_SALT] = "--cache-salt",  [KVT_HOPT_TOKENS] = "--tokens",
+    [KVT_HOPT_BLOCK] = "--block-size",    [KVT_HOPT_SEED] = "--seed",
+    [KVT_HOPT_SALT] = "--cache-salt",     [KVT_HOPT_LORA] = "--lora",
+    [KVT_HOPT_LORA_KEYS] = "--lora-keys", [KVT_HOPT_TOKENS] = "--tokens",
     [KVT_HOPT_FILE] = "--tokens-file",
 };
 
@@ -247,6 +255,18 @@ static int kvt_cli_hash_main(int argc, char **argv)
     if (salt_len > 0 && seed != KVT_HASH_SEED)
         return kvt_cli_fail("hash: --cache-salt needs the standard seed %u, not --seed %s",
                             KVT_HASH_SEED, val[KVT_HOPT_SEED]);
+    const char *mode = val[KVT_HOPT_LORA_KEYS] != NULL ? val[KVT_HOPT_LORA_KEYS] : "namespace";
+    if (strcmp(mode, "namespace") != 0 && strcmp(mode, "dynamo") != 0)
+        return kvt_cli_fail("hash: --lora-keys must be namespace or dynamo, got '%s'", mode);
+    const char *lora = val[KVT_HOPT_LORA];
+    if (lora != NULL && strlen(lora) > KVT_CLI_MAX_SALT)
+        return kvt_cli_fail("hash: --lora is longer than %u bytes", KVT_CLI_MAX_SALT);
+    /* only Dynamo's keys carry the LoRA; they are defined on the standard's seed */
+    size_t lora_len = lora != NULL && strcmp(mode, "dynamo") == 0 ? strlen(lora) : 0;
+    if (lora_len > 0 && seed != KVT_HASH_SEED)
+        return kvt_cli_fail("hash: --lora with --lora-keys dynamo needs the standard seed %u, "
+                            "not --seed %s",
+                            KVT_HASH_SEED, val[KVT_HOPT_SEED]);
     if ((val[KVT_HOPT_TOKENS] == NULL) == (val[KVT_HOPT_FILE] == NULL))
         return kvt_cli_fail("hash: give exactly one of --tokens and --tokens-file");
 
@@ -277,9 +297,13 @@ static int kvt_cli_hash_main(int argc, char **argv)
         }
         local = hashes;
         seq = hashes + nblocks;
-        if (salt_len > 0)
-            kvt_hash_seq_salted(tokens, ntokens, (uint32_t)block_size,
-                                kvt_hash_salt_seed(salt, salt_len), NULL, local, seq);
+        kvt_hash_seeds_t seeds;
+        kvt_hash_seeds_lora(salt, salt_len, lora, lora_len, &seeds);
+        if (lora_len > 0)
+            kvt_hash_seq_seeds(tokens, ntokens, (uint32_t)block_size, &seeds, NULL, local, seq);
+        else if (salt_len > 0)
+            kvt_hash_seq_salted(tokens, ntokens, (uint32_t)block_size, seeds.first, NULL, local,
+                                seq);
         else
             kvt_hash_seq(tokens, ntokens, (uint32_t)block_size, seed, NULL, local, seq);
     }

@@ -1,6 +1,7 @@
 #!/bin/sh
 # Black-box test of `kvtier hash`: output against the Python reference
-# (tests/fixtures/hash_vectors.py), with and without --cache-salt, --tokens-file
+# (tests/fixtures/hash_vectors.py), with and without --cache-salt, with --lora
+# under --lora-keys dynamo (Dynamo's LoRA keys) and namespace, --tokens-file
 # with a file and stdin, and the error contract (exit 2, one "kvtier: " line on
 # stderr, nothing on stdout).
 # Usage: test_cli_hash.sh path/to/kvtier     (exit 77 = skipped)
@@ -85,6 +86,15 @@ expect_output() {
     fi
 }
 
+# same_as_python_lora <block size> <lora> <salt> <tokens>: `kvtier hash --lora L
+# --lora-keys dynamo [--cache-salt S]` against the fixture's Dynamo LoRA keys (--lora).
+same_as_python_lora() {
+    want=$("$PY" "$FIXTURE" --block-size "$1" --lora "$2" --cache-salt "$3" --tokens "$4") || {
+        checks=$((checks + 1)); fail "fixture failed on bs=$1 lora='$2'"; return; }
+    expect_output "$want" hash --block-size "$1" --lora "$2" --lora-keys dynamo \
+        --cache-salt "$3" --tokens "$4"
+}
+
 # expect_usage_error <kvtier args...> (stdin from /dev/null unless redirected by caller)
 expect_usage_error() {
     checks=$((checks + 1))
@@ -153,6 +163,38 @@ expect_output "$salted_a" hash --block-size 4 --seed 1337 --cache-salt tenant-a 
 # docs/cli.md's example
 expect_output '{"block_size":2,"local":[11278602352658511512,2662118915037317746],"seq":[11278602352658511512,441160891942885791]}' \
     hash --block-size 2 --cache-salt tenant-a --tokens 1,2,3,4,5
+
+# ---- --lora with --lora-keys dynamo: Dynamo's LoRA keys against the reference -----------
+utf8_lora=$(printf '\303\251t\303\251-\351\200\202\351\205\215')
+lora255=$(printf 'L%.0s' $(seq 1 255))
+for lora in adapter-a adapter-b L "$utf8_lora" "$lora255" "with space" "-"; do
+    same_as_python_lora 4 "$lora" "" "$(seq -s, 1 12)"
+    same_as_python_lora 16 "$lora" "" "$(seq -s, 1 48)"
+    same_as_python_lora 4 "$lora" tenant-a "$(seq -s, 1 12)"
+done
+for bs in 1 7 16 64 512; do
+    same_as_python_lora "$bs" adapter-a "" "$(cat "$TMP/rand.txt")"
+    same_as_python_lora "$bs" adapter-a "$utf8_salt" "$(cat "$TMP/rand.txt")"
+done
+same_as_python_lora 16 adapter-a "" "$(seq -s, 1 15)"
+# test_hash.c's pinned vector (tokens 1..12, block size 4, LoRA adapter-a) and docs/cli.md's
+lora_a='{"block_size":4,"local":[11381080598872079209,5698110331184095209,10923852707342720619],"seq":[11381080598872079209,17518568667535815909,12857975441449519705]}'
+expect_output "$lora_a" hash --block-size 4 --lora adapter-a --lora-keys dynamo --tokens 1,2,3,4,5,6,7,8,9,10,11,12
+expect_output "$lora_a" hash --lora-keys=dynamo --lora=adapter-a --block-size 4 --seed 1337 --tokens 1,2,3,4,5,6,7,8,9,10,11,12
+expect_output '{"block_size":4,"local":[11840579665246437583,5698110331184095209,10923852707342720619],"seq":[11840579665246437583,7561070985513423015,5613698272698325407]}' \
+    hash --block-size 4 --lora adapter-a --lora-keys dynamo --cache-salt tenant-a --tokens 1,2,3,4,5,6,7,8,9,10,11,12
+# No LoRA, or the default --lora-keys namespace: the LoRA does not change the keys.
+base12=$("$KVTIER" hash --block-size 4 --tokens "$(seq -s, 1 12)")
+base12_salted=$("$KVTIER" hash --block-size 4 --cache-salt tenant-a --tokens "$(seq -s, 1 12)")
+expect_output "$base12" hash --block-size 4 --lora adapter-a --tokens "$(seq -s, 1 12)"
+expect_output "$base12" hash --block-size 4 --lora adapter-a --lora-keys namespace --tokens "$(seq -s, 1 12)"
+expect_output "$base12" hash --block-size 4 --lora "" --lora-keys dynamo --tokens "$(seq -s, 1 12)"
+expect_output "$base12" hash --block-size 4 --lora-keys dynamo --tokens "$(seq -s, 1 12)"
+expect_output "$base12_salted" hash --block-size 4 --lora adapter-a --cache-salt tenant-a --tokens "$(seq -s, 1 12)"
+expect_output "$base12_salted" hash --block-size 4 --lora-keys dynamo --cache-salt tenant-a --tokens "$(seq -s, 1 12)"
+# Under namespace keys a LoRA goes with any seed, as the base model does.
+expect_output "$("$KVTIER" hash --block-size 4 --seed 5 --tokens "$(seq -s, 1 12)")" \
+    hash --block-size 4 --seed 5 --lora adapter-a --tokens "$(seq -s, 1 12)"
 
 # Exact expected output, frozen (computed by the fixture).
 expect_output '{"block_size":2,"local":[10773075109927122010,2662118915037317746],"seq":[10773075109927122010,5890102321129957602]}' \
@@ -238,6 +280,16 @@ expect_usage_error hash --block-size 2 --cache-salt a --cache-salt b --tokens 1,
 expect_usage_error hash --block-size 2 --cache-salt a --seed 5 --tokens 1,2
 expect_usage_error hash --block-size 2 --seed 0 --cache-salt=a --tokens 1,2
 expect_usage_error hash --block-size 2 --tokens 1,2 --cache-salt
+expect_usage_error hash --block-size 2 --lora "${lora255}L" --tokens 1,2
+expect_usage_error hash --block-size 2 --lora a --lora b --tokens 1,2
+expect_usage_error hash --block-size 2 --lora a --lora-keys dynamo --lora-keys dynamo --tokens 1,2
+for mode in "" Dynamo dyn namespace, "dynamo " none; do
+    expect_usage_error hash --block-size 2 --lora a --lora-keys "$mode" --tokens 1,2
+done
+expect_usage_error hash --block-size 2 --lora a --lora-keys dynamo --seed 5 --tokens 1,2
+expect_usage_error hash --block-size 2 --seed 0 --lora=a --lora-keys=dynamo --tokens 1,2
+expect_usage_error hash --block-size 2 --tokens 1,2 --lora
+expect_usage_error hash --block-size 2 --tokens 1,2 --lora-keys
 for toks in "1,,2" "1,2," ",1" "-1" "+1" "0x10" "1.5" "4294967296" "[1,2" "1,2]" "[[1]]" "abc" "1;2" "1 a"; do
     expect_usage_error hash --block-size 2 --tokens "$toks"
 done

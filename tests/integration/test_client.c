@@ -555,11 +555,15 @@ static bool result_matches(const kvt_client_result_t *r, uint32_t num_blocks,
 
 /*
  * Block keys computed here from the standard's definition, independently of kvindex; a
- * non-empty cache @salt seeds block 0 with XXH3_64bits_withSeed(salt, 1337) (docs/api.md).
+ * non-empty cache @salt seeds block 0 with XXH3_64bits_withSeed(salt, 1337); a non-empty
+ * @lora (Dynamo's LoRA keys) adds XXH3_64bits_withSeed(lora, 0) to every block's seed
+ * (docs/api.md, "Cache salt" and "LoRA keys").
  */
-static void ref_keys_salted(const uint32_t *t, size_t nblocks, const char *salt, uint64_t *out)
+static void ref_keys_lora(const uint32_t *t, size_t nblocks, const char *salt, const char *lora,
+                          uint64_t *out)
 {
     uint64_t prev = 0;
+    uint64_t term = lora[0] != '\0' ? XXH3_64bits_withSeed(lora, strlen(lora), 0) : 0;
     uint64_t first_seed =
         salt[0] != '\0' ? XXH3_64bits_withSeed(salt, strlen(salt), KVT_HASH_SEED) : KVT_HASH_SEED;
     for (size_t i = 0; i < nblocks; i++) {
@@ -567,7 +571,8 @@ static void ref_keys_salted(const uint32_t *t, size_t nblocks, const char *salt,
         for (size_t j = 0; j < BS; j++)
             for (int k = 0; k < 4; k++)
                 b[4 * j + (size_t)k] = (uint8_t)(t[i * BS + j] >> (8 * k));
-        uint64_t local = XXH3_64bits_withSeed(b, sizeof(b), i == 0 ? first_seed : KVT_HASH_SEED);
+        uint64_t local =
+            XXH3_64bits_withSeed(b, sizeof(b), (i == 0 ? first_seed : KVT_HASH_SEED) + term);
         if (i == 0) {
             prev = local;
         } else {
@@ -580,6 +585,11 @@ static void ref_keys_salted(const uint32_t *t, size_t nblocks, const char *salt,
         }
         out[i] = prev;
     }
+}
+
+static void ref_keys_salted(const uint32_t *t, size_t nblocks, const char *salt, uint64_t *out)
+{
+    ref_keys_lora(t, nblocks, salt, "", out);
 }
 
 static void ref_keys(const uint32_t *t, size_t nblocks, uint64_t *out)
@@ -639,6 +649,34 @@ static void test_local(void)
     CHECK(memcmp(a, ref, sizeof(a)) == 0 && memcmp(b, ref, sizeof(b)) == 0,
           "kvt_client_hash_tokens differs from the standard: %016" PRIx64 " vs %016" PRIx64, a[0],
           ref[0]);
+    /* LoRA keys: Dynamo's with KVT_CLIENT_LORA_KEYS_DYNAMO, the standard's without */
+    static const char *const salts[] = {"", "tenant-a"};
+    for (size_t k = 0; k < 2; k++) {
+        CHECK(kvt_client_hash_tokens_lora(g_tok, NTOK, BS, salts[k], "adapter-a",
+                                          KVT_CLIENT_LORA_KEYS_DYNAMO, a) == NTOK / BS,
+              "8 lora keys");
+        ref_keys_lora(g_tok, NTOK / BS, salts[k], "adapter-a", ref);
+        CHECK(memcmp(a, ref, sizeof(a)) == 0, "dynamo lora keys (salt '%s') differ", salts[k]);
+        CHECK(kvt_client_hash_tokens_lora(g_tok, NTOK, BS, salts[k], "adapter-a",
+                                          KVT_CLIENT_LORA_KEYS_NAMESPACE, a) == NTOK / BS &&
+                  kvt_client_hash_tokens_salted(g_tok, NTOK, BS, salts[k], b) == NTOK / BS &&
+                  memcmp(a, b, sizeof(a)) == 0,
+              "namespace lora keys are the standard's");
+        CHECK(kvt_client_hash_tokens_lora(g_tok, NTOK, BS, salts[k], "",
+                                          KVT_CLIENT_LORA_KEYS_DYNAMO, a) == NTOK / BS &&
+                  kvt_client_hash_tokens_lora(g_tok, NTOK, BS, salts[k], NULL,
+                                              KVT_CLIENT_LORA_KEYS_DYNAMO, ref) == NTOK / BS &&
+                  memcmp(a, b, sizeof(a)) == 0 && memcmp(ref, b, sizeof(ref)) == 0,
+              "no lora: the standard's keys");
+    }
+    CHECK(kvt_client_hash_tokens_lora(g_tok, NTOK, BS, NULL, "adapter-a", (kvt_client_lora_keys_t)7,
+                                      a) == 0,
+          "unknown lora keys mode");
+    CHECK(kvt_client_hash_tokens_lora(g_tok, NTOK, 0, NULL, "adapter-a",
+                                      KVT_CLIENT_LORA_KEYS_DYNAMO, a) == 0 &&
+              kvt_client_hash_tokens_lora(g_tok, 3, BS, NULL, "adapter-a",
+                                          KVT_CLIENT_LORA_KEYS_DYNAMO, a) == 0,
+          "no full block");
     CHECK(kvt_client_version()[0] >= '0' && kvt_client_version()[0] <= '9', "version '%s'",
           kvt_client_version());
 

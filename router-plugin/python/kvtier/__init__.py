@@ -193,6 +193,10 @@ def _declare(lib):
         "kvt_client_hash_tokens_salted": (ctypes.c_size_t, [P(ctypes.c_uint32), ctypes.c_size_t,
                                                             ctypes.c_uint32, ctypes.c_char_p,
                                                             P(ctypes.c_uint64)]),
+        "kvt_client_hash_tokens_lora": (ctypes.c_size_t, [P(ctypes.c_uint32), ctypes.c_size_t,
+                                                          ctypes.c_uint32, ctypes.c_char_p,
+                                                          ctypes.c_char_p, ctypes.c_int,
+                                                          P(ctypes.c_uint64)]),
         "kvt_client_free": (None, [ctypes.c_void_p]),
         "kvt_client_version": (ctypes.c_char_p, []),
     }
@@ -253,23 +257,34 @@ def _salt(cache_salt):
     return _name(cache_salt, "cache_salt", allow_empty=True) or None
 
 
-def hash_tokens(token_ids, block_size, cache_salt=None):
+# kvtierd's --lora-keys modes (kvt_client_lora_keys_t).
+LORA_KEYS = {"namespace": 0, "dynamo": 1}
+
+
+def hash_tokens(token_ids, block_size, cache_salt=None, lora=None, lora_keys="namespace"):
     """Block keys of token_ids under kvtier's hashing standard (XXH3-64, seed 1337,
     chained), as query_keys() takes them. Trailing tokens that fill no block are ignored.
     cache_salt (str or bytes, 1..255 bytes without NUL; None or "": none) is a request's
     vLLM/SGLang cache salt: it seeds the first block's hash, as kvtierd does for events and
-    queries that carry it."""
+    queries that carry it. lora (str or bytes, 1..255 bytes; None or "": the base model) is
+    the request's LoRA adapter and lora_keys the kvtierd --lora-keys it is keyed under:
+    "namespace" (default) leaves the keys unchanged, "dynamo" gives NVIDIA Dynamo's
+    KV-router keys (every block seeded with 1337 + XXH3-64(lora, 0); with a salt, block 0
+    also takes the salt's seed: kvtier's rule, docs/api.md "LoRA keys")."""
     lib = _load()
     if not isinstance(block_size, int) or not 0 < block_size < 2**32:
         raise ValueError("block_size must be an integer in 1..4294967295")
+    if lora_keys not in LORA_KEYS:
+        raise ValueError("lora_keys must be 'namespace' or 'dynamo'")
     salt_b = _salt(cache_salt)
+    lora_b = _name(lora, "lora", allow_empty=True) or None
     toks = _u32_array(token_ids, "token_ids")
     nblocks = len(toks) // block_size
     if nblocks == 0:
         return []
     out = (ctypes.c_uint64 * nblocks)()
-    n = lib.kvt_client_hash_tokens_salted(_ptr(toks, ctypes.c_uint32), len(toks), block_size,
-                                          salt_b, out)
+    n = lib.kvt_client_hash_tokens_lora(_ptr(toks, ctypes.c_uint32), len(toks), block_size,
+                                        salt_b, lora_b, LORA_KEYS[lora_keys], out)
     return list(out[:n])
 
 
