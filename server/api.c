@@ -62,13 +62,23 @@ kvt_status_t srv_query_run(kvt_srv_worker_t *w, const srv_query_t *q, srv_answer
     const uint64_t *keys = q->keys;
     size_t nb = q->n;
     if (!q->by_keys) {
-        /* a cache salt seeds the first block, as the events that stored the prefix did */
-        uint64_t first_seed = kvt_hash_salt_seed(q->salt, q->salt_len);
+        /*
+         * A cache salt seeds the first block, as the events that stored the prefix did; under
+         * --lora-keys dynamo a LoRA seeds every block (kvindex/hash.h), as its events' keys.
+         */
+        size_t lora_len = srv->cfg.lora_keys == KVT_SRV_LORA_KEYS_DYNAMO ? q->lora_len : 0;
+        kvt_hash_seeds_t seeds;
+        kvt_hash_seeds_lora(q->salt, q->salt_len, q->lora, lora_len, &seeds);
+        bool plain = seeds.block == KVT_HASH_SEED; /* the standard's fast paths */
         nb = q->n / bs;
-        if (q->le_tokens != NULL)
-            kvt_hash_seq_salted_le(q->le_tokens, q->n, bs, first_seed, NULL, NULL, w->keys);
+        if (q->le_tokens != NULL && plain)
+            kvt_hash_seq_salted_le(q->le_tokens, q->n, bs, seeds.first, NULL, NULL, w->keys);
+        else if (q->le_tokens != NULL)
+            kvt_hash_seq_seeds_le(q->le_tokens, q->n, bs, &seeds, NULL, NULL, w->keys);
+        else if (plain)
+            kvt_hash_seq_salted(q->tokens, q->n, bs, seeds.first, NULL, NULL, w->keys);
         else
-            kvt_hash_seq_salted(q->tokens, q->n, bs, first_seed, NULL, NULL, w->keys);
+            kvt_hash_seq_seeds(q->tokens, q->n, bs, &seeds, NULL, NULL, w->keys);
         keys = w->keys;
     }
     *a = (srv_answer_t){bs, (uint32_t)nb, 0, NULL};

@@ -20,6 +20,32 @@ typedef struct daemon_cfg {
     char *log_format;
 } daemon_cfg_t;
 
+/* --lora-keys: namespace or dynamo (kvt_srv_lora_keys_t). */
+static const char *const lora_keys_names[] = {"namespace", "dynamo"};
+
+static kvt_status_t parse_lora_keys(void *field, const char *text, char *why, size_t why_len)
+{
+    for (size_t i = 0; i < sizeof(lora_keys_names) / sizeof(lora_keys_names[0]); i++)
+        if (strcmp(text, lora_keys_names[i]) == 0) {
+            *(kvt_srv_lora_keys_t *)field = (kvt_srv_lora_keys_t)i;
+            return KVT_OK;
+        }
+    snprintf(why, why_len, "expected namespace or dynamo");
+    return KVT_ERR_INVAL;
+}
+
+static int format_lora_keys(const void *field, size_t i, char *buf, size_t len)
+{
+    kvt_srv_lora_keys_t v = *(const kvt_srv_lora_keys_t *)field;
+    if (i != 0 || (size_t)v >= sizeof(lora_keys_names) / sizeof(lora_keys_names[0]))
+        return -1;
+    return snprintf(buf, len, "%s", lora_keys_names[v]);
+}
+
+static const kvt_cfg_type_t lora_keys_type = {
+    "MODE", sizeof(kvt_srv_lora_keys_t), false, parse_lora_keys, format_lora_keys, NULL,
+};
+
 #define O(f) offsetof(daemon_cfg_t, srv.f)
 static const kvt_cfg_opt_t opts[] = {
     {"http-listen", "127.0.0.1:7421", "HTTP/JSON API address (host:port; empty: off)",
@@ -53,6 +79,9 @@ static const kvt_cfg_opt_t opts[] = {
      O(index_budget), 0},
     {"block-size", "16", "tokens per block for models whose events do not say", &kvt_cfg_u32,
      O(block_size), 0},
+    {"lora-keys", "namespace",
+     "LoRA block keys: namespace (the standard's) or dynamo (Dynamo's: the LoRA seeds every block)",
+     &lora_keys_type, O(lora_keys), 0},
     {"max-query-tokens", "131072", "tokens or keys in one query", &kvt_cfg_u32, O(max_query_tokens),
      0},
     {"max-event-items", "4194304", "block hashes plus token ids in one event batch", &kvt_cfg_u32,

@@ -111,13 +111,15 @@ kvt_status_t kvt_srv_create(const kvt_srv_config_t *cfg, kvt_srv_t **srv_p)
         srv->cfg.rpc_max_frame > (64u << 20) || srv->cfg.rpc_max_frame < 1024 ||
         srv->cfg.replay_timeout_ms == 0 || srv->cfg.replay_hold == 0 ||
         srv->cfg.event_max_message == 0 || srv->cfg.publish_buffer == 0 ||
-        srv->cfg.writer_stall_ms == 0) {
+        srv->cfg.writer_stall_ms == 0 || srv->cfg.lora_keys > KVT_SRV_LORA_KEYS_DYNAMO) {
         kvt_log_error("bad limits: block-size, writer-queue, max-connections, replay-timeout, "
                       "replay-hold, event-max-message and publish-buffer must be > 0, "
-                      "rpc-max-frame in 1KiB..64MiB, writer-stall > 0");
+                      "rpc-max-frame in 1KiB..64MiB, writer-stall > 0, lora-keys known");
         st = KVT_ERR_INVAL;
         goto err;
     }
+    if (srv->cfg.lora_keys == KVT_SRV_LORA_KEYS_DYNAMO)
+        kvt_log_info("lora keys: dynamo (a LoRA's name seeds every block's hash)");
     if (srv->cfg.data_dir[0] && mkdir_p(srv->cfg.data_dir) != KVT_OK) {
         kvt_log_error("cannot create data dir %s: %s", srv->cfg.data_dir, strerror(errno));
         st = KVT_ERR_IO;

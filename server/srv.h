@@ -12,6 +12,15 @@
 #include "common/log.h"
 #include "common/status.h"
 
+/*
+ * How kvtierd keys the blocks of a LoRA request (--lora-keys, docs/configuration.md).
+ * Either way each (model, LoRA) is a namespace of its own in the index.
+ */
+typedef enum kvt_srv_lora_keys {
+    KVT_SRV_LORA_KEYS_NAMESPACE = 0, /* the standard's keys, as for the base model */
+    KVT_SRV_LORA_KEYS_DYNAMO = 1,    /* Dynamo's: the LoRA seeds every block (kvindex/hash.h) */
+} kvt_srv_lora_keys_t;
+
 typedef struct kvt_srv_config {
     char *http_listen;           /* "host:port"; "" disables HTTP */
     char *rpc_listen;            /* "host:port"; "" disables the TCP RPC */
@@ -46,6 +55,8 @@ typedef struct kvt_srv_config {
     uint32_t publish_buffer;     /* batches kept for replay */
     uint64_t removed_map_bytes;  /* engine-hash -> key mappings of removed blocks, bytes */
     uint64_t forget_idle_ms;     /* pods and namespaces empty and idle this long go; 0: never */
+    /* how LoRA requests are keyed (--lora-keys) */
+    kvt_srv_lora_keys_t lora_keys;
 } kvt_srv_config_t;
 
 typedef struct kvt_srv kvt_srv_t;

@@ -61,13 +61,19 @@ static void names_publish(kvt_srv_t *srv)
         kvt_log_warn("names snapshot: out of memory; queries see the previous names");
 }
 
+/* kvt_ev_apply() flags every source of events shares (HTTP/RPC batches, engine streams). */
+static unsigned srv_ev_flags(const kvt_srv_t *srv)
+{
+    return srv->cfg.lora_keys == KVT_SRV_LORA_KEYS_DYNAMO ? KVT_EV_LORA_DYNAMO : 0u;
+}
+
 static void job_events(kvt_srv_t *srv, srv_job_t *job)
 {
     kvt_evbatch_t *b = &job->batch;
     kvt_ev_counters_t before = srv->st_ev;
     char err[256];
-    job->st = kvt_ev_apply(srv->idx, srv->ev_ctx, b, srv->cfg.block_size, KVT_EV_STRICT,
-                           &srv->st_ev, err, sizeof(err));
+    job->st = kvt_ev_apply(srv->idx, srv->ev_ctx, b, srv->cfg.block_size,
+                           KVT_EV_STRICT | srv_ev_flags(srv), &srv->st_ev, err, sizeof(err));
     if (job->st != KVT_OK) {
         srv->st_rejected += job->st == KVT_ERR_INVAL;
         answer_error(job, kvt_proto_http_status(job->st), err[0] ? err : kvt_status_str(job->st));
@@ -409,6 +415,7 @@ kvt_status_t srv_writer_init(kvt_srv_t *srv, const kvt_srv_config_t *cfg)
     zc.replay_timeout_ms = cfg->replay_timeout_ms;
     zc.max_held = cfg->replay_hold;
     zc.ev_ctx = srv->ev_ctx;
+    zc.ev_flags = srv_ev_flags(srv); /* streams key LoRAs as HTTP/RPC events do */
     zc.ipc_dir = srv->ipc_dir;
     kvt_status_t st = kvt_zsub_create(srv->idx, &zc, &srv->zsub);
     if (st == KVT_OK && srv->cfg.publish[0] != '\0') {

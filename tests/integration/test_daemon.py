@@ -1227,6 +1227,28 @@ class TestCommandLine(unittest.TestCase):
         self.assertIn("block-size = 32", p.stdout)
         self.assertIn("http-listen = ", p.stdout)
 
+    def test_lora_keys_option(self):
+        """--lora-keys: namespace (the default) or dynamo, from a flag or KVTIER_LORA_KEYS,
+        in the dump; anything else stops the start with one line naming the flag."""
+        def dump(*args, env=None):
+            p = subprocess.run([BIN, "--dump-config", *args], capture_output=True, text=True,
+                               timeout=20, env=None if env is None else dict(os.environ, **env))
+            self.assertEqual(p.returncode, 0, p.stderr)
+            return p.stdout
+        self.assertIn("lora-keys = namespace\n", dump())
+        self.assertIn("lora-keys = dynamo\n", dump("--lora-keys", "dynamo"))
+        self.assertIn("lora-keys = dynamo\n", dump("--lora-keys=dynamo"))
+        self.assertIn("lora-keys = dynamo\n", dump(env={"KVTIER_LORA_KEYS": "dynamo"}))
+        self.assertIn("lora-keys = namespace\n",
+                      dump("--lora-keys", "namespace", env={"KVTIER_LORA_KEYS": "dynamo"}))
+        for bad in ("Dynamo", "", "vllm", "dynamo "):
+            p = subprocess.run([BIN, "--lora-keys", bad, "--dump-config"], capture_output=True,
+                               text=True, timeout=20)
+            self.assertEqual(p.returncode, 2, (bad, p.stderr))
+            self.assertEqual(p.stdout, "")
+            self.assertIn("--lora-keys", p.stderr)
+            self.assertIn("expected namespace or dynamo", p.stderr)
+
 
 if __name__ == "__main__":
     if len(sys.argv) < 2:

@@ -9,7 +9,8 @@ removal and clear work; a dropped batch comes back through replay; an engine
 restart clears stale entries; a gap beyond the replay buffer (or without a
 replay endpoint, or a replay that times out) drops the pod's state; garbage
 frames and truncated msgpack are counted and skipped; the API refuses bad
-engines; /metrics carries the stream counters.
+engines; /metrics carries the stream counters; with --lora-keys dynamo, LoRA
+blocks from a stream are keyed as NVIDIA Dynamo keys them (TestLoraKeysDynamo).
 """
 
 import json
@@ -644,6 +645,77 @@ class TestForms(Base):
         self.assertEqual((s["bad_events"], s["state_drops"]), (2, 1), s)
         log = self.d.read_log()
         self.assertIn("may have been a removal: state dropped", log)
+
+
+class TestLoraKeysDynamo(Base):
+    """--lora-keys dynamo reaches the stream subscriber: a LoRA's blocks published over ZMQ
+    (vLLM positional and map forms, SGLang; continued through a parent; with a salt) get
+    the keys Dynamo's router computes (tests/fixtures/hash_vectors.py), the base model's
+    stay the standard's."""
+    flags = ("--stats-period", "20ms", "--lora-keys", "dynamo")
+
+    def by_keys(self, keys, lora=None):
+        body = {"model": "m", "block_hashes": keys}
+        if lora is not None:
+            body["lora_name"] = lora
+        s, ans = self.d.http("POST", "/v1/query", body)
+        self.assertEqual(s, 200, ans)
+        return sorted((p["pod"], p["matched_blocks"]) for p in ans["pods"])
+
+    def by_tokens(self, toks, lora=None, salt=None):
+        body = {"model": "m", "token_ids": toks}
+        if lora is not None:
+            body["lora_name"] = lora
+        if salt is not None:
+            body["cache_salt"] = salt
+        s, ans = self.d.http("POST", "/v1/query", body)
+        self.assertEqual(s, 200, ans)
+        return sorted((p["pod"], p["matched_blocks"]) for p in ans["pods"])
+
+    def test_stream_lora_blocks_take_dynamo_keys(self):
+        try:
+            import hash_vectors as hv
+            import xxhash  # noqa: F401
+        except ImportError as e:
+            self.skipTest("reference keys need xxhash: %s" % e)
+        pubs = {}
+        for pod, fmt in (("va", "vllm"), ("vm", "vllm"), ("sg", "sglang")):
+            pubs[pod] = self.publisher(layout=4 if fmt == "sglang" else 5)
+            self.add_engine(pod, pubs[pod], format=fmt)
+        enc = {"va": dict(form="array"), "vm": dict(form="map"),
+               "sg": dict(engine="sglang", hash_form="int", form="map")}
+        for pod, pub in pubs.items():
+            self.sync(pod, pub, **enc[pod])
+        t = tokens(120, 4)
+        # va: LoRA ad-1 in two events through the parent, and the base model; vm: LoRA ad-1
+        # salted (vLLM's extra_keys); sg: LoRA ad-2 (SGLang, map events)
+        pubs["va"].publish(kv.encode_batch([kv.stored([1, 2], t[:32], BS, lora_name="ad-1"),
+                                            kv.stored([3, 4], t[32:], BS, parent=2,
+                                                      lora_name="ad-1"),
+                                            kv.stored([5, 6, 7, 8], t, BS)], **enc["va"]))
+        pubs["vm"].publish(kv.encode_batch([kv.stored([1, 2, 3, 4], t, BS, lora_name="ad-1",
+                                                      cache_salt="tenant-a")], **enc["vm"]))
+        pubs["sg"].publish(kv.encode_batch([kv.stored([-1, -2, -3], t[:48], BS,
+                                                      lora_name="ad-2")], **enc["sg"]))
+        for pod, pub in pubs.items():
+            self.settle(pod, pub)
+        ad1 = hv.hash_seq(t, BS, lora=b"ad-1")[1]
+        ad1_salted = hv.hash_seq(t, BS, salt=b"tenant-a", lora=b"ad-1")[1]
+        ad2 = hv.hash_seq(t, BS, lora=b"ad-2")[1]
+        std = seq_keys(t)
+        self.assertEqual(self.by_keys(ad1, "ad-1"), [("va", 4)])
+        self.assertEqual(self.by_keys(ad1_salted, "ad-1"), [("vm", 4)])
+        self.assertEqual(self.by_keys(ad2, "ad-2"), [("sg", 3)])
+        self.assertEqual(self.by_keys(std, "ad-1"), [])
+        self.assertEqual(self.by_keys(std), [("va", 4)])  # the base model: the standard
+        self.assertEqual(self.by_keys(ad1), [])
+        self.assertEqual(self.by_tokens(t, "ad-1"), [("va", 4)])
+        self.assertEqual(self.by_tokens(t, "ad-1", "tenant-a"), [("vm", 4)])
+        self.assertEqual(self.by_tokens(t, "ad-2"), [("sg", 3)])
+        self.assertEqual(self.by_tokens(t), [("va", 4)])
+        for pod in pubs:
+            s = self.stream(pod)
+            self.assertEqual((s["undecodable"], s["bad_events"], s["orphans"]), (0, 0, 0), s)
 
 
 class TestLimits(Base):

@@ -14,6 +14,13 @@ TestCacheSalt checks cache-salt isolation both ways over HTTP, the binding, raw 
 frames (QUERY kind 2) and the kvtier CLI (next to kvtierd), salted keys against an
 independent implementation, every refusal, and runs the cache-salt examples of
 docs/api.md and docs/cli.md.
+
+TestLoraKeysDynamo runs kvtierd with --lora-keys dynamo: LoRA blocks stored through
+events are found by keys computed Dynamo's way by the independent reference
+(tests/fixtures/hash_vectors.py), by token queries with the LoRA (HTTP, the binding's
+RPC, the CLI), and by hash_tokens(lora_keys="dynamo") / kvtier hash --lora-keys dynamo;
+TestLoraKeysNamespace checks that the default daemon does not match those keys and keeps
+the base model's behaviour.
 """
 
 import json
@@ -31,8 +38,10 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.normpath(os.path.join(HERE, "..", ".."))
 sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.join(REPO, "router-plugin", "python"))
+sys.path.insert(0, os.path.join(REPO, "tests", "fixtures"))
 import kvtierd_fixture as fx  # noqa: E402
 import kvtier  # noqa: E402
+import hash_vectors as hv  # noqa: E402
 
 try:
     import xxhash
@@ -799,6 +808,144 @@ def doc_block(path, name):
             end = text.index("```", i + 2)
             return text[i + 2:end]
     raise AssertionError("%s: no code block marked %r" % (path, marker))
+
+
+# ---- LoRA keys (--lora-keys) ------------------------------------------------------------------
+
+LORA_A, LORA_B = "adapter-a", "adapter-b"
+
+
+def dynamo_keys(tokens, bs, lora, salt=""):
+    """Keys Dynamo's router computes for a LoRA request, from the independent reference
+    (hash_vectors.py: XXH3 with seed 1337 + XXH3(lora, 0) per block, chain 1337; a salt
+    adds its seed to block 0's, kvtier's rule)."""
+    return hv.hash_seq(tokens, bs, salt=salt.encode(), lora=lora.encode())[1]
+
+
+class LoraBase(Base):
+    """Stores, over HTTP POST /v1/events, TOK's 8 blocks (block size 4) as: L under LORA_A,
+    S under LORA_A with cache salt tenant-a, P under LORA_A in two events (the second
+    continues the first through its parent), B in the base model; and Dynamo's published
+    prompt (tokens 1..12) as D under LORA_A."""
+
+    def setUp(self):
+        if xxhash is None:
+            self.skipTest("the xxhash module is needed for the reference keys")
+        super().setUp()
+        h = list(range(1, 9))
+        for b in [batch("L", [stored(h, TOK, lora=LORA_A)]),
+                  batch("S", [salted(stored(h, TOK, lora=LORA_A), "tenant-a")]),
+                  batch("P", [stored(h[:3], TOK[:12])], lora_name=LORA_A),
+                  batch("P", [stored(h[3:], TOK[12:], parent=3)], lora_name=LORA_A),
+                  batch("B", [stored(h, TOK)]),
+                  batch("D", [stored([91, 92, 93], list(range(1, 13)), lora=LORA_A)])]:
+            s, ans = self.http_events(b)
+            self.assertEqual(s, 200, ans)
+            self.assertEqual((ans["applied"], ans["orphans"]), (len(b["events"]), 0), ans)
+
+    def sees(self, lora=None, **body):
+        body.setdefault("model", "m")
+        if lora is not None:
+            body["lora_name"] = lora
+        return sorted((p["pod"], p["matched_blocks"]) for p in self.http_query(**body)["pods"])
+
+    def assertSees(self, pods, want):
+        self.assertEqual(sorted((p["pod"], p["matched_blocks"]) for p in pods), sorted(want))
+
+
+class TestLoraKeysDynamo(LoraBase):
+    flags = ("--lora-keys", "dynamo")
+
+    def test_dynamo_keys_and_token_queries_find_lora_blocks(self):
+        c = self.client()
+        keys = dynamo_keys(TOK, 4, LORA_A)
+        std = seq_keys(TOK, 4)
+        self.assertTrue(all(a != b for a, b in zip(keys, std)))
+        # a Dynamo frontend's keys, as they are: the LoRA's blocks, in the LoRA's namespace
+        self.assertEqual(self.sees(LORA_A, block_hashes=keys), [("L", 8), ("P", 8)])
+        self.assertSees(c.query_keys("m", keys, lora=LORA_A), [("L", 8), ("P", 8)])
+        self.assertEqual(self.sees(None, block_hashes=keys), [])  # namespaces stay apart
+        self.assertEqual(self.sees(LORA_B, block_hashes=keys), [])
+        self.assertEqual(self.sees(LORA_A, block_hashes=std), [])
+        # token queries with the LoRA hash Dynamo's way: HTTP, RPC (binding), CLI
+        want = self.http_query(token_ids=TOK, lora_name=LORA_A)
+        self.assertEqual(sorted((p["pod"], p["matched_blocks"]) for p in want["pods"]),
+                         [("L", 8), ("P", 8)])
+        self.assertEqual(c.query_answer("m", TOK, lora=LORA_A), want)
+        for n in (0, 3, 4, 13, 16):
+            self.assertEqual(c.query_answer("m", TOK[:n], lora=LORA_A),
+                             self.http_query(token_ids=TOK[:n], lora_name=LORA_A))
+        p = subprocess.run([CLI, "query", "--addr", self.addr, "--model", "m", "--lora", LORA_A,
+                            "--tokens", ",".join(map(str, TOK))],
+                           capture_output=True, text=True, timeout=30)
+        self.assertEqual((p.returncode, p.stderr), (0, ""))
+        self.assertEqual(json.loads(p.stdout), want)
+        self.assertEqual(self.sees(LORA_B, token_ids=TOK), [])
+        # the client side computes the same keys: binding and CLI
+        self.assertEqual(kvtier.hash_tokens(TOK, 4, lora=LORA_A, lora_keys="dynamo"), keys)
+        self.assertEqual(kvtier.hash_tokens(TOK, 4, lora=LORA_A.encode(), lora_keys="dynamo"),
+                         keys)
+        p = subprocess.run([CLI, "hash", "--block-size", "4", "--lora", LORA_A, "--lora-keys",
+                            "dynamo", "--tokens", ",".join(map(str, TOK))],
+                           capture_output=True, text=True, timeout=30)
+        self.assertEqual((p.returncode, p.stderr), (0, ""))
+        self.assertEqual(json.loads(p.stdout)["seq"], keys)
+        # Dynamo's prompt of test_hash.c's pinned vector (tokens 1..12, block size 4)
+        pinned = [11381080598872079209, 17518568667535815909, 12857975441449519705]
+        self.assertEqual(dynamo_keys(list(range(1, 13)), 4, LORA_A), pinned)
+        self.assertEqual(self.sees(LORA_A, block_hashes=pinned), [("D", 3)])
+        self.assertEqual(self.sees(LORA_A, token_ids=list(range(1, 13))), [("D", 3)])
+
+    def test_salt_and_lora(self):
+        """kvtier's rule: block 0 takes the salt's seed plus the LoRA term."""
+        c = self.client()
+        keys = dynamo_keys(TOK, 4, LORA_A, "tenant-a")
+        self.assertEqual(self.sees(LORA_A, block_hashes=keys), [("S", 8)])
+        self.assertEqual(self.sees(LORA_A, token_ids=TOK, cache_salt="tenant-a"), [("S", 8)])
+        self.assertSees(c.query("m", TOK, lora=LORA_A, cache_salt="tenant-a"), [("S", 8)])
+        self.assertEqual(kvtier.hash_tokens(TOK, 4, cache_salt="tenant-a", lora=LORA_A,
+                                            lora_keys="dynamo"), keys)
+        self.assertEqual(self.sees(LORA_A, token_ids=TOK, cache_salt="tenant-b"), [])
+        self.assertEqual(self.sees(LORA_A, block_hashes=dynamo_keys(TOK, 4, LORA_A)),
+                         [("L", 8), ("P", 8)])
+
+    def test_base_model_unchanged(self):
+        c = self.client()
+        std = seq_keys(TOK, 4)
+        self.assertEqual(dynamo_keys(TOK, 4, ""), std)
+        self.assertEqual(self.sees(None, token_ids=TOK), [("B", 8)])
+        self.assertEqual(self.sees(None, block_hashes=std), [("B", 8)])
+        self.assertSees(c.query("m", TOK), [("B", 8)])
+        self.assertSees(c.query("m", TOK, lora=""), [("B", 8)])
+        self.assertEqual(kvtier.hash_tokens(TOK, 4, lora_keys="dynamo"), std)
+        self.assertEqual(kvtier.hash_tokens(TOK, 4, lora="", lora_keys="dynamo"), std)
+
+
+class TestLoraKeysNamespace(LoraBase):
+    """The default daemon: a LoRA's keys are the standard's in its own namespace."""
+
+    def test_dynamo_keys_do_not_match(self):
+        c = self.client()
+        keys = dynamo_keys(TOK, 4, LORA_A)
+        std = seq_keys(TOK, 4)
+        self.assertEqual(self.sees(LORA_A, block_hashes=keys), [])
+        self.assertEqual(c.query_keys("m", keys, lora=LORA_A), [])
+        self.assertEqual(self.sees(LORA_A, block_hashes=std), [("L", 8), ("P", 8)])
+        self.assertEqual(self.sees(LORA_A, token_ids=TOK), [("L", 8), ("P", 8)])
+        self.assertSees(c.query("m", TOK, lora=LORA_A), [("L", 8), ("P", 8)])
+        self.assertEqual(self.sees(LORA_A, token_ids=TOK, cache_salt="tenant-a"), [("S", 8)])
+        self.assertEqual(self.sees(None, token_ids=TOK), [("B", 8)])
+        self.assertEqual(kvtier.hash_tokens(TOK, 4, lora=LORA_A), std)
+        self.assertEqual(kvtier.hash_tokens(TOK, 4, lora=LORA_A, lora_keys="namespace"), std)
+        self.assertEqual(self.sees(LORA_A, block_hashes=[11381080598872079209]), [])
+
+    def test_hash_tokens_refusals(self):
+        for kw, exc in [({"lora_keys": "Dynamo"}, ValueError), ({"lora_keys": None}, ValueError),
+                        ({"lora": "x" * 256, "lora_keys": "dynamo"}, ValueError),
+                        ({"lora": "a\0b", "lora_keys": "dynamo"}, ValueError),
+                        ({"lora": 5, "lora_keys": "dynamo"}, TypeError)]:
+            with self.assertRaises(exc, msg=repr(kw)[:40]):
+                kvtier.hash_tokens(TOK, 4, **kw)
 
 
 class TestServerLimits(Base):
