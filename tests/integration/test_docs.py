@@ -61,6 +61,15 @@ C_FRAGMENT = ("a fragment of a router (its tokens, clients and callbacks are the
               "tests/integration/test_client.c makes these calls against a real kvtierd")
 # Unmarked blocks: (file, start of the block's first line, why it is not run).
 NOT_RUN = [
+    ("docs/api.md", "lora_seed = 1337 + XXH3_64bits_withSeed",
+     "a formula; test_hash.c checks it against tests/fixtures/hash_vectors.py --lora, which "
+     "computes it independently, and docs/cli.md's cli-hash-lora block prints its keys"),
+    ("docs/api.md", "seed_0 = XXH3_64bits_withSeed(salt bytes, 1337)",
+     "a formula; test_hash.c's salted LoRA vectors (hash_vectors.py --lora --cache-salt) check "
+     "it"),
+    ("docs/client.md", "uint64_t keys[64];",
+     "a fragment (tokens, n, c and r come from the surrounding program); test_client.c calls "
+     "kvt_client_hash_tokens_lora and kvt_client_query_keys against kvtierd"),
     ("docs/api.md", "seed = XXH3_64bits_withSeed(enc(key_1)",
      "a formula; test_event_msgpack's test_extra_keys_json_agrees pins its bytes and checks that "
      "the JSON and msgpack decoders give the same seeds"),
@@ -631,9 +640,9 @@ def cli_overview(ctx, blocks):
             assert run("help", words[1]).returncode == 0, words[1]
 
 
-@runs("cli-usage-error", "cli-hash", "cli-hash-salted")
+@runs("cli-usage-error", "cli-hash", "cli-hash-salted", "cli-hash-lora")
 def cli_sessions(ctx, blocks):
-    for name in ("cli-usage-error", "cli-hash", "cli-hash-salted"):
+    for name in ("cli-usage-error", "cli-hash", "cli-hash-salted", "cli-hash-lora"):
         Shell(ctx, ctx.dir("cli")).session(parse_session(blocks[name]))
 
 
