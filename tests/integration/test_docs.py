@@ -61,6 +61,8 @@ C_FRAGMENT = ("a fragment of a router (its tokens, clients and callbacks are the
               "tests/integration/test_client.c makes these calls against a real kvtierd")
 # Unmarked blocks: (file, start of the block's first line, why it is not run).
 NOT_RUN = [
+    ("docs/architecture.md", "   kvtierd (server/main.c)",
+     "a diagram; tests/integration/test_layout.py checks the include directions it draws"),
     ("docs/api.md", "lora_seed = 1337 + XXH3_64bits_withSeed",
      "a formula; test_hash.c checks it against tests/fixtures/hash_vectors.py --lora, which "
      "computes it independently, and docs/cli.md's cli-hash-lora block prints its keys"),
@@ -689,10 +691,15 @@ def cli_subscribe(ctx, blocks):
 def cli_bench_overview(ctx, blocks):
     p = subprocess.run([ctx.bench, "--help"], stdout=subprocess.PIPE, text=True, env=ctx.env)
     assert p.returncode == 0, p
+    shown = set()
     for ln in blocks["cli-bench-overview"].lines:
         sub = ln.split()[1]
         if not sub.startswith("-"):
             assert re.search(r"^  %s\s" % re.escape(sub), p.stdout, re.M), (sub, p.stdout)
+            shown.add(sub)
+    # and every subcommand the binary has is in the doc
+    listed = set(re.findall(r"^  (\w+)\s", p.stdout.split("subcommands:", 1)[1], re.M))
+    assert listed == shown, (sorted(listed), sorted(shown))
 
 
 @runs("cli-bench-hash-json")
