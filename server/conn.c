@@ -447,7 +447,13 @@ static enum srv_call http_dispatch(kvt_srv_conn_t *c, const kvt_http_req_t *r, c
     bool ka = r->keep_alive && !c->probe; /* the probe reserve serves one probe per connection */
     const srv_route_t *rt = srv_route_http(r->path, r->path_len);
     enum srv_call call = rt ? rt->call : CALL_OTHER;
-    srv_req_t rq = {.w = w, .proto = PROTO_HTTP, .body = (const uint8_t *)body, .len = r->body_len};
+    char msg[256];
+    srv_req_t rq = {.w = w,
+                    .proto = PROTO_HTTP,
+                    .body = (const uint8_t *)body,
+                    .len = r->body_len,
+                    .msg = msg,
+                    .msg_cap = sizeof(msg)};
     srv_result_t res;
     char name[KVT_IDX_MAX_NAME + 1];
     if (c->probe && !(rt != NULL && rt->probe && r->method == KVT_HTTP_GET)) {
@@ -477,11 +483,11 @@ static enum srv_call http_dispatch(kvt_srv_conn_t *c, const kvt_http_req_t *r, c
             rq.name = name;
         }
         if (n == -2) {
-            snprintf(rq.msg, sizeof(rq.msg), "no such path (escape a '/' in a %s name as %%2F)",
+            snprintf(rq.msg, rq.msg_cap, "no such path (escape a '/' in a %s name as %%2F)",
                      rt->name_what);
             res = (srv_result_t){.out = OUT_ERROR, .status = 404, .msg = rq.msg};
         } else if (n < 0) {
-            snprintf(rq.msg, sizeof(rq.msg),
+            snprintf(rq.msg, rq.msg_cap,
                      "bad %s name in path: a bad %%-escape, %%00, or over %u bytes", rt->name_what,
                      KVT_IDX_MAX_NAME);
             res = (srv_result_t){.out = OUT_ERROR, .status = 400, .msg = rq.msg};
@@ -631,7 +637,10 @@ static int rpc_dispatch(kvt_srv_conn_t *c, const kvt_proto_hdr_t *h, const uint8
     kvt_srv_t *srv = w->srv;
     const srv_route_t *rt = srv_route_rpc(h->op);
     *call_p = rt ? rt->call : CALL_OTHER;
+    char msg[256];
     srv_req_t rq = {.w = w,
+                    .msg = msg,
+                    .msg_cap = sizeof(msg),
                     .proto = PROTO_RPC,
                     .body = body,
                     .len = h->body_len,

@@ -111,7 +111,7 @@ static void h_events(srv_req_t *rq, srv_result_t *res)
 {
     srv_job_t *job = NULL;
     kvt_status_t st =
-        srv_api_events_job(rq->w, (const char *)rq->body, rq->len, &job, rq->msg, sizeof(rq->msg));
+        srv_api_events_job(rq->w, (const char *)rq->body, rq->len, &job, rq->msg, rq->msg_cap);
     job_or_error(rq, res, st, job);
 }
 
@@ -119,8 +119,8 @@ static void h_events(srv_req_t *rq, srv_result_t *res)
 static void h_engine_add(srv_req_t *rq, srv_result_t *res)
 {
     srv_job_t *job = NULL;
-    kvt_status_t st = srv_api_engine_add_job(rq->w, (const char *)rq->body, rq->len, &job, rq->msg,
-                                             sizeof(rq->msg));
+    kvt_status_t st =
+        srv_api_engine_add_job(rq->w, (const char *)rq->body, rq->len, &job, rq->msg, rq->msg_cap);
     job_or_error(rq, res, st, job);
 }
 
@@ -144,7 +144,7 @@ static void drop(srv_req_t *rq, srv_result_t *res, job_kind_t kind)
         n = name;
     }
     srv_job_t *job = NULL;
-    kvt_status_t st = srv_api_drop_job(rq->w, kind, n, &job, rq->msg, sizeof(rq->msg));
+    kvt_status_t st = srv_api_drop_job(rq->w, kind, n, &job, rq->msg, rq->msg_cap);
     job_or_error(rq, res, st, job);
 }
 

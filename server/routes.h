@@ -52,7 +52,8 @@ typedef struct srv_req {
     uint8_t op;         /* RPC */
     bool *authed;       /* RPC: the connection's HELLO state (HELLO sets it) */
     kvt_proto_wr_t *wr; /* RPC: answers are appended here */
-    char msg[256];      /* scratch for a message */
+    char *msg;          /* scratch for a message: the front end's buffer, not zeroed per request */
+    size_t msg_cap;
 } srv_req_t;
 
 typedef void (*srv_handler_t)(srv_req_t *rq, srv_result_t *res);
