@@ -15,7 +15,7 @@
 #include <cmocka.h>
 
 #include "kvindex/index.h"
-#include "kvindex/index_writer_int.h" /* white box: a reader held in a query, the alias array */
+#include "kvindex/index_test.h" /* white box: memory retired while a reader holds it, the alias array */
 
 static uint64_t key_of(uint64_t chain, uint64_t i)
 {
@@ -371,9 +371,9 @@ static void test_pods_under_full_budget(void **state)
  * A reader inside a query keeps what the writer retires meanwhile (EBR), and
  * that memory is counted until it is freed: rebuilding the key table (to
  * grow it, or to clear its tombstones), shrinking holder sets and the like
- * must fit with the old copies still held. White box: the reader's epoch is
- * entered by hand, as kvt_idx_query() does, and held while the writer fills
- * the index past its budget and churns it.
+ * must fit with the old copies still held. The reader opens a read section
+ * (its epoch entered, as kvt_idx_query() does) and holds it while the writer
+ * fills the index past its budget and churns it. White box: the retired bytes.
  */
 static void test_reader_in_query_holds_retired_memory(void **state)
 {
@@ -391,8 +391,7 @@ static void test_reader_in_query_holds_retired_memory(void **state)
         snprintf(name, sizeof(name), "p%d", p);
         assert_int_equal(kvt_idx_pod_get(idx, name, 0, &pods[p]), KVT_OK);
     }
-    kvt_idx_shared_t *sh = idx_shared(idx);
-    kvt_ebr_enter(&sh->ebr, r->slot);
+    kvt_idx_read_begin(r);
     enum { LEN = 32 };
     uint64_t k[LEN];
     uint64_t peak = 0;
@@ -411,17 +410,18 @@ static void test_reader_in_query_holds_retired_memory(void **state)
                      (unsigned long long)c, (unsigned long long)b, (unsigned long long)budget);
         peak = b > peak ? b : peak;
     }
-    assert_true(sh->ebr.limbo_bytes > 0); /* the test held retired memory */
-    kvt_ebr_exit(&sh->ebr, r->slot);
+    assert_true(kvt_idx_test_limbo_bytes(idx) > 0); /* the test held retired memory */
+    kvt_idx_read_end(r);
     kvt_idx_stats_t st;
     kvt_idx_stats(idx, &st);
     print_message("reader held: peak %llu bytes of %llu, %llu retired at the end, %llu evicted\n",
                   (unsigned long long)peak, (unsigned long long)budget,
-                  (unsigned long long)sh->ebr.limbo_bytes, (unsigned long long)st.evicted);
+                  (unsigned long long)kvt_idx_test_limbo_bytes(idx),
+                  (unsigned long long)st.evicted);
     assert_true(st.evicted > 0);
     /* the query over, the retired memory goes and the index fills again */
     kvt_idx_advance(idx, 100000);
-    assert_int_equal(sh->ebr.limbo_bytes, 0);
+    assert_int_equal(kvt_idx_test_limbo_bytes(idx), 0);
     for (int i = 0; i < LEN; i++)
         k[i] = key_of(99999, (uint64_t)i);
     assert_int_equal(kvt_idx_store(idx, ns, pods[0], KVT_TIER_GPU, NULL, k, NULL, LEN), KVT_OK);
@@ -456,17 +456,20 @@ static void test_alias_reused_after_eviction(void **state)
         assert_int_equal(kvt_idx_store(idx, ns, a, KVT_TIER_GPU, NULL, &k, NULL, 1), KVT_OK);
         assert_int_equal(kvt_idx_store(idx, ns, b, KVT_TIER_GPU, NULL, &k, &eh, 1), KVT_OK);
     }
-    assert_int_equal(idx->alias_used, 64);
-    assert_int_equal(idx->alias_cap, 64);
-    assert_int_equal(idx->alias_free, KVT_NIL);
+    kvt_idx_test_alias_t al;
+    kvt_idx_test_alias(idx, &al);
+    assert_int_equal(al.used, 64);
+    assert_int_equal(al.cap, 64);
+    assert_int_equal(al.free, KVT_IDX_TEST_NIL);
     kvt_idx_advance(idx, 2);
     for (uint64_t i = 0; i < 2000; i++) {
         uint64_t k = key_of(2, i);
         assert_int_equal(kvt_idx_store(idx, ns, a, KVT_TIER_GPU, NULL, &k, NULL, 1), KVT_OK);
     }
     /* block data may grow by 1 KiB: not enough for 128 more alias records */
-    uint64_t used = bytes_of(idx) + ktab_bytes(idx->sh.ktab->ngroups) + 1024;
-    idx->cfg.budget_bytes = (used * 64 + 62) / 63;
+    uint64_t used = bytes_of(idx) + kvt_idx_test_ktab_bytes(idx) + 1024;
+    const uint64_t budget = (used * 64 + 62) / 63;
+    kvt_idx_test_set_budget(idx, budget);
     kvt_idx_advance(idx, 3);
     uint64_t k = key_of(2, 7), eh = k ^ (1ull << 60);
     assert_int_equal(kvt_idx_store(idx, ns, b, KVT_TIER_GPU, NULL, &k, &eh, 1), KVT_OK);
@@ -474,9 +477,10 @@ static void test_alias_reused_after_eviction(void **state)
     kvt_idx_stats(idx, &st);
     assert_int_equal(st.dropped, 0);
     assert_true(st.evicted > 0 && st.evicted <= 128);
-    assert_int_equal(idx->alias_cap, 64);
+    kvt_idx_test_alias(idx, &al);
+    assert_int_equal(al.cap, 64);
     assert_int_equal(query1(r, ns, &k, 1, b).matched, 1);
-    assert_true(st.bytes <= idx->cfg.budget_bytes);
+    assert_true(st.bytes <= budget);
     kvt_idx_reader_destroy(r);
     kvt_idx_destroy(idx);
 }

@@ -24,7 +24,7 @@
 
 #include "common/clock.h"
 #include "kvindex/index.h"
-#include "kvindex/index_writer_int.h" /* white box: directory sizes (the trim run) */
+#include "kvindex/index_test.h" /* white box: directory sizes (the trim run) */
 
 enum { READERS = 3, STABLE_LEN = 48, CHURN_PODS = 40, CHAINS = 400, LEN = 24 };
 
@@ -565,17 +565,20 @@ static void test_concurrent_trim(void **state)
             if (c % 256 == 0)
                 kvt_idx_advance(idx, now++);
         }
-        assert_true(idx->sh.nodes->n > NODE_SLAB_CHUNKS);
-        assert_true(idx->sh.sets->n > 0);
-        assert_true(idx->sh.nss->n > 1);
+        kvt_idx_test_dirs_t dirs;
+        kvt_idx_test_dirs(idx, &dirs);
+        assert_true(dirs.nodes > kvt_idx_test_node_slab_chunks());
+        assert_true(dirs.sets > 0);
+        assert_true(dirs.nss > 1);
         for (int i = 0; i < TRIM_NS; i++)
             assert_int_equal(kvt_idx_ns_drop(idx, sh.ns_ids[i], NULL), KVT_OK);
         for (int p = 0; p < TRIM_PODS; p++)
             assert_int_equal(kvt_idx_pod_drop(idx, pods[p]), KVT_OK);
         /* what is left (the stable chain, namespace "m") fits the first slab and chunk */
-        assert_int_equal(idx->sh.nodes->n, NODE_SLAB_CHUNKS);
-        assert_int_equal(idx->sh.sets->n, 0);
-        assert_int_equal(idx->sh.nss->n, 1);
+        kvt_idx_test_dirs(idx, &dirs);
+        assert_int_equal(dirs.nodes, kvt_idx_test_node_slab_chunks());
+        assert_int_equal(dirs.sets, 0);
+        assert_int_equal(dirs.nss, 1);
         assert_int_equal(kvt_idx_ns_count(idx), 1);
         kvt_idx_advance(idx, now++);
     }

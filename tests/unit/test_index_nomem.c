@@ -3,7 +3,7 @@
  * nothing is left half done. The program is linked with -Wl,--wrap=malloc
  * and -Wl,--wrap=calloc (tests/CMakeLists.txt), so the index's allocations
  * (statically linked) go through the wrappers below, which fail the next one
- * of a chosen size. White box: sizes come from the index's private headers.
+ * of a chosen size. White box: sizes come from kvindex/index_test.h.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -16,7 +16,7 @@
 #include <cmocka.h>
 
 #include "kvindex/index.h"
-#include "kvindex/index_writer_int.h"
+#include "kvindex/index_test.h"
 
 void *__real_malloc(size_t n);
 void *__real_calloc(size_t m, size_t n);
@@ -69,7 +69,7 @@ static void test_alias_no_mem_is_no_mem(void **state)
     assert_int_equal(kvt_idx_pod_get(idx, "b", 0, &b), KVT_OK);
     uint64_t k = 42, eh = 43; /* b hashes the block differently: an alias */
     assert_int_equal(kvt_idx_store(idx, ns, a, KVT_TIER_GPU, NULL, &k, NULL, 1), KVT_OK);
-    fail_size = 64 * sizeof(kvt_alias_t); /* the alias array's first allocation */
+    fail_size = kvt_idx_test_alias_bytes(64); /* the alias array's first allocation */
     fail_count = 0;
     assert_int_equal(kvt_idx_store(idx, ns, b, KVT_TIER_GPU, NULL, &k, &eh, 1), KVT_ERR_NO_MEM);
     assert_int_equal(fail_count, 1);
@@ -114,7 +114,7 @@ static void test_node_trim_no_mem_changes_nothing(void **state)
         else
             assert_int_equal(bytes_of(idx), full); /* the same nodes, chunks and tables */
         /* the first drop cannot allocate the trimmed directory; the second can */
-        fail_size = round == 0 ? dir_bytes(DIR_MIN) : 0;
+        fail_size = round == 0 ? kvt_idx_test_dir_min_bytes() : 0;
         fail_count = 0;
         assert_int_equal(kvt_idx_pod_drop(idx, pod), KVT_OK);
         assert_int_equal(fail_count, round == 0 ? 1 : 0);
