@@ -6,7 +6,8 @@
  * a mapping, and one the index budget has no room for counts as dropped, not
  * recovered. (test_event_apply.c has the GPU removal followed by its CPU
  * placeholder, in one batch and across two.)
- * KVT_EVC_SEED=<n> replays a random run.
+ * KVT_TEST_SEED=<n> draws other random runs, or replays a printed seed
+ * (tests/support/rng.h).
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -18,17 +19,14 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "kvindex/event.h"
 #include "kvindex/hash.h"
+#include "tests/support/rng.h"
 
-static uint64_t rnd(uint64_t *s)
+static uint64_t rnd(kvt_rng_t *s)
 {
-    *s ^= *s << 13;
-    *s ^= *s >> 7;
-    *s ^= *s << 17;
-    return *s;
+    return kvt_rng_next(s);
 }
 
 /* The reference: entries in insertion order, the oldest first out. */
@@ -73,9 +71,9 @@ static void ref_put(ref_t *r, uint32_t pod, uint64_t ehash, uint32_t ns, uint64_
 static void test_random_against_reference(void **state)
 {
     (void)state;
-    const char *env = getenv("KVT_EVC_SEED");
-    uint64_t seed = env ? strtoull(env, NULL, 10) : (uint64_t)time(NULL);
-    uint64_t s = seed | 1;
+    const uint64_t seed = kvt_test_seed(); /* named in a failure's message */
+    kvt_rng_t s;
+    kvt_rng_init(&s, 0);
     for (int round = 0; round < 20; round++) {
         size_t budget = 256 + (size_t)(rnd(&s) % 8192);
         kvt_ev_ctx_t *ctx;

@@ -5,7 +5,8 @@
  * worst cases of its size bound; ASan checks the rest), a batch of 10k
  * events, and random batches written as JSON in random field order with
  * random extra fields, decoded and compared with what was written.
- * KVT_EVJ_SEED=<n> replays a random run.
+ * KVT_TEST_SEED=<n> draws other random batches, or replays a printed seed
+ * (tests/support/rng.h).
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -24,6 +25,7 @@
 
 #include "common/json.h"
 #include "kvindex/event.h"
+#include "tests/support/rng.h"
 
 #define BIG ((size_t)1 << 40)
 
@@ -675,19 +677,16 @@ static void test_big_batch(void **state)
 
 /* ---- random batches against what was written ------------------------------------------ */
 
-static uint64_t g_rng;
+static kvt_rng_t g_rng;
 
 static uint64_t rnd(void)
 {
-    g_rng ^= g_rng >> 12;
-    g_rng ^= g_rng << 25;
-    g_rng ^= g_rng >> 27;
-    return g_rng * UINT64_C(2685821657736338717);
+    return kvt_rng_next(&g_rng);
 }
 
 static size_t rnd_below(size_t n)
 {
-    return (size_t)(rnd() % n);
+    return (size_t)kvt_rng_below(&g_rng, n);
 }
 
 /* A reference event, as written. */
@@ -839,9 +838,8 @@ static void write_event(kvt_jbuf_t *j, ref_ev_t *r)
 static void test_random_batches(void **state)
 {
     (void)state;
-    const char *env = getenv("KVT_EVJ_SEED");
-    uint64_t seed = env != NULL ? strtoull(env, NULL, 10) : (uint64_t)time(NULL) | 1;
-    g_rng = seed;
+    const uint64_t seed = kvt_test_seed(); /* named in a failure's message */
+    kvt_rng_init(&g_rng, 0);
     kvt_jbuf_t j;
     kvt_jbuf_init(&j);
     ref_ev_t *refs = calloc(64, sizeof(ref_ev_t));

@@ -10,7 +10,8 @@
  * random forms, decoded and compared with what was packed, and extra keys
  * that give the same seeds as the same keys in a JSON event (docs/api.md's
  * canonical form).
- * KVT_EVM_SEED=<n> replays a random run.
+ * KVT_TEST_SEED=<n> draws other random batches, or replays a printed seed
+ * (tests/support/rng.h).
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -25,9 +26,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "kvindex/event.h"
+#include "tests/support/rng.h"
 
 #include <xxhash.h>
 
@@ -1043,16 +1044,13 @@ typedef struct ref_ev {
     int kind;      /* index into kind_name, -1 none */
 } ref_ev_t;
 
-static uint64_t rnd(uint64_t *s)
+static uint64_t rnd(kvt_rng_t *s)
 {
-    *s ^= *s << 13;
-    *s ^= *s >> 7;
-    *s ^= *s << 17;
-    return *s;
+    return kvt_rng_next(s);
 }
 
 /* Packs hash @v in a random form that decodes back to @v under @fmt. */
-static void pack_hash(msgpack_packer *p, uint64_t *s, kvt_ev_format_t fmt, uint64_t v)
+static void pack_hash(msgpack_packer *p, kvt_rng_t *s, kvt_ev_format_t fmt, uint64_t v)
 {
     uint8_t d[32];
     switch (rnd(s) % 3) {
@@ -1110,7 +1108,7 @@ static void pack_meta(msgpack_packer *p, const ref_ev_t *e)
 }
 
 /* Packs @e malformed (it decodes to KVT_EV_BAD): what can go wrong with each type. */
-static void pack_bad(msgpack_packer *p, uint64_t *s, ref_ev_t *e)
+static void pack_bad(msgpack_packer *p, kvt_rng_t *s, ref_ev_t *e)
 {
     switch (rnd(s) % 4) {
     case 0: /* not an event: it may have been anything */
@@ -1144,7 +1142,7 @@ static void pack_bad(msgpack_packer *p, uint64_t *s, ref_ev_t *e)
 }
 
 /* Packs @e as an array or a map, with nils, omissions and unknown fields at random; counts them. */
-static void pack_event(msgpack_packer *p, uint64_t *s, kvt_ev_format_t fmt, ref_ev_t *e,
+static void pack_event(msgpack_packer *p, kvt_rng_t *s, kvt_ev_format_t fmt, ref_ev_t *e,
                        size_t *unknown)
 {
     if (e->type == KVT_EV_BAD) {
@@ -1333,9 +1331,9 @@ static void pack_event(msgpack_packer *p, uint64_t *s, kvt_ev_format_t fmt, ref_
 static void test_random_batches(void **state)
 {
     (void)state;
-    const char *env = getenv("KVT_EVM_SEED");
-    uint64_t seed = env ? strtoull(env, NULL, 10) : (uint64_t)time(NULL);
-    uint64_t s = seed | 1;
+    const uint64_t seed = kvt_test_seed(); /* named in a failure's message */
+    kvt_rng_t s;
+    kvt_rng_init(&s, 0);
     enum { ROUNDS = 400 };
     ref_ev_t *ref = malloc(64 * sizeof(*ref));
     assert_non_null(ref);

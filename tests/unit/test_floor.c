@@ -14,16 +14,7 @@
 
 #include "bench/floor_index.h"
 #include "bench/naive_index.h"
-
-static uint64_t rnd_state = 0x243f6a8885a308d3ull;
-
-static uint64_t rnd(void)
-{
-    uint64_t x = rnd_state += 0x9e3779b97f4a7c15ull;
-    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-    x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-    return x ^ (x >> 31);
-}
+#include "tests/support/rng.h"
 
 /* One engine hash per key, as in the bench. */
 static uint64_t ehash_of(uint64_t key)
@@ -67,16 +58,18 @@ static void test_random_vs_naive(void **state)
     kvt_naive_t *nv = NULL;
     assert_int_equal(kvt_floor_create(PODS, &f), KVT_OK);
     assert_int_equal(kvt_naive_create(&nv), KVT_OK);
+    kvt_rng_t rng;
+    kvt_rng_init(&rng, 0x243f6a8885a308d3ull);
     uint64_t keys[MAXLEN], eh[MAXLEN];
     for (int r = 0; r < ROUNDS; r++) {
-        uint32_t pod = (uint32_t)(rnd() % PODS);
-        uint64_t leaf = 1 + rnd() % KEYS;
+        uint32_t pod = (uint32_t)kvt_rng_below(&rng, PODS);
+        uint64_t leaf = 1 + kvt_rng_below(&rng, KEYS);
         size_t n = 0;
         uint64_t path[MAXLEN];
         for (uint64_t k = leaf; k != 0 && n < MAXLEN; k /= 4)
             path[n++] = k;
         /* root first; sometimes only a prefix of the path */
-        size_t len = rnd() % 4 == 0 ? 1 + rnd() % n : n;
+        size_t len = kvt_rng_below(&rng, 4) == 0 ? 1 + kvt_rng_below(&rng, n) : n;
         for (size_t i = 0; i < len; i++) {
             keys[i] = path[n - 1 - i] * 0x2545f4914f6cdd1dull; /* spread over u64 */
             eh[i] = ehash_of(keys[i]);

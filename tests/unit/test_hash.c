@@ -27,6 +27,7 @@
 #include <xxhash.h>
 
 #include "kvindex/hash.h"
+#include "tests/support/rng.h"
 
 #define PYTHON "/usr/bin/python3"
 
@@ -666,11 +667,10 @@ static void test_le_bytes_entry(void **state)
     enum { N = 200 };
     uint32_t tok[N];
     unsigned char raw[N * 4 + 8];
-    uint64_t rng = 42;
-    for (size_t i = 0; i < N; i++) {
-        rng = rng * 6364136223846793005ull + 1442695040888963407ull;
-        tok[i] = (uint32_t)(rng >> 29);
-    }
+    kvt_rng_t rng;
+    kvt_rng_init(&rng, 42);
+    for (size_t i = 0; i < N; i++)
+        tok[i] = (uint32_t)kvt_rng_next(&rng);
     static const uint32_t sizes[] = {1, 3, 16, 32, 33, 64, 200};
     const uint64_t salt_seed = kvt_hash_salt_seed("tenant-a", 8);
     for (size_t si = 0; si < sizeof(sizes) / sizeof(sizes[0]); si++) {

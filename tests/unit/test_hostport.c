@@ -13,6 +13,7 @@
 #include <cmocka.h>
 
 #include "common/hostport.h"
+#include "tests/support/rng.h"
 
 static void ok(const char *text, bool zero, const char *host, uint16_t port)
 {
@@ -125,18 +126,15 @@ static void test_random_against_reference(void **state)
 {
     (void)state;
     static const char alphabet[] = "[]:0123456789ab.%";
-    uint64_t x = 0x9e3779b97f4a7c15ull;
+    kvt_rng_t rng;
+    kvt_rng_init(&rng, 0);
     for (int round = 0; round < 200000; round++) {
-        x ^= x >> 12, x ^= x << 25, x ^= x >> 27;
-        uint64_t r = x * 0x2545f4914f6cdd1dull;
         char s[16];
-        size_t n = (size_t)(r % 12);
-        for (size_t i = 0; i < n; i++) {
-            r = r * 6364136223846793005ull + 1442695040888963407ull;
-            s[i] = alphabet[(r >> 33) % (sizeof(alphabet) - 1)];
-        }
+        size_t n = kvt_rng_below(&rng, 12);
+        for (size_t i = 0; i < n; i++)
+            s[i] = alphabet[kvt_rng_below(&rng, sizeof(alphabet) - 1)];
         s[n] = '\0';
-        bool zero = (r >> 7) & 1;
+        bool zero = kvt_rng_below(&rng, 2);
         char h1[32], h2[32];
         uint16_t p1 = 0;
         unsigned p2 = 0;

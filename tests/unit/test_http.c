@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "server/http.h"
+#include "tests/support/rng.h"
 
 #define MAXH 4096
 
@@ -157,20 +158,21 @@ static void test_too_large(void **state)
 static void test_random_heads(void **state)
 {
     (void)state;
-    srand(7);
+    kvt_rng_t rng;
+    kvt_rng_init(&rng, 7);
     static const char *methods[] = {"GET", "POST", "PUT", "DELETE", "HEAD"};
     char buf[2048];
     for (int iter = 0; iter < 2000; iter++) {
-        int m = rand() % 5;
+        int m = (int)kvt_rng_below(&rng, 5);
         char path[64];
-        int pl = 1 + rand() % 40;
+        int pl = 1 + (int)kvt_rng_below(&rng, 40);
         path[0] = '/';
         for (int i = 1; i < pl; i++)
-            path[i] = "abcdefghijklmnopqrstuvwxyz0123456789/_-.%"[rand() % 41];
+            path[i] = "abcdefghijklmnopqrstuvwxyz0123456789/_-.%"[kvt_rng_below(&rng, 41)];
         path[pl] = '\0';
-        unsigned long long cl = (unsigned long long)rand() * 1000u;
-        int minor = rand() % 2;
-        const char *eol = rand() % 2 ? "\r\n" : "\n";
+        unsigned long long cl = kvt_rng_below(&rng, 1ull << 31) * 1000u; /* up to 2.1e12 */
+        int minor = (int)kvt_rng_below(&rng, 2);
+        const char *eol = kvt_rng_below(&rng, 2) ? "\r\n" : "\n";
         int n = snprintf(buf, sizeof(buf), "%s %s HTTP/1.%d%sContent-Length: %llu%sX-%d: v%s%s",
                          methods[m], path, minor, eol, cl, eol, iter, eol, eol);
         assert_true(n > 0 && n < (int)sizeof(buf));

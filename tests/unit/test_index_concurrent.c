@@ -25,6 +25,7 @@
 #include "common/clock.h"
 #include "kvindex/index.h"
 #include "kvindex/index_test.h" /* white box: directory sizes (the trim run) */
+#include "tests/support/rng.h"
 
 enum { READERS = 3, STABLE_LEN = 48, CHURN_PODS = 40, CHAINS = 400, LEN = 24 };
 
@@ -139,22 +140,24 @@ static void *reader_main(void *p)
     kvt_idx_reader_t *r = reader_open(&sh->b, a->id);
     if (r == NULL)
         return NULL;
-    uint64_t rng = (uint64_t)a->id * 1234567 + 1, keys[LEN + STABLE_LEN];
+    kvt_rng_t rng;
+    kvt_rng_init(&rng, (uint64_t)a->id * 1234567 + 1);
+    uint64_t keys[LEN + STABLE_LEN];
     while (!__atomic_load_n(&sh->b.done, __ATOMIC_ACQUIRE)) {
         const kvt_idx_match_t *res;
         size_t nres;
         /* the stable chain, extended by a churned chain's keys that never match */
         memcpy(keys, sh->stable, sizeof(sh->stable));
+        const uint64_t tail = kvt_rng_below(&rng, CHAINS);
         for (int i = 0; i < LEN; i++)
-            keys[STABLE_LEN + i] = key_of(rng % CHAINS, (uint64_t)i);
+            keys[STABLE_LEN + i] = key_of(tail, (uint64_t)i);
         if (kvt_idx_query(r, sh->ns, keys, STABLE_LEN + LEN, NULL, 0, &res, &nres) != KVT_OK) {
             sh->b.bad[a->id]++;
             break;
         }
         sh->b.bad[a->id] += stable_bad(res, nres, sh->stable_pod, sh->strict);
         /* a churned chain: whatever it says must be well formed */
-        rng = rng * 6364136223846793005ull + 1442695040888963407ull;
-        uint64_t c = (rng >> 33) % CHAINS;
+        uint64_t c = kvt_rng_below(&rng, CHAINS);
         for (int i = 0; i < LEN; i++)
             keys[i] = key_of(c, (uint64_t)i);
         if (kvt_idx_query(r, sh->ns, keys, LEN, NULL, 0, &res, &nres) != KVT_OK) {
@@ -186,11 +189,12 @@ static void run(uint64_t budget, uint64_t ops)
         snprintf(name, sizeof(name), "c%d", p);
         assert_int_equal(kvt_idx_pod_get(idx, name, 0, &pods[p]), KVT_OK);
     }
-    uint64_t rng = 42, keys[LEN], eh[LEN], refused = 0;
+    kvt_rng_t rng;
+    kvt_rng_init(&rng, 42);
+    uint64_t keys[LEN], eh[LEN], refused = 0;
     uint64_t t0 = kvt_clock_ns();
     for (uint64_t op = 0; op < ops; op++) {
-        rng = rng * 6364136223846793005ull + 1442695040888963407ull;
-        uint64_t x = rng >> 20;
+        uint64_t x = kvt_rng_next(&rng) >> 20;
         int p = (int)(x % CHURN_PODS);
         uint64_t c = (x >> 8) % CHAINS;
         int n = 1 + (int)((x >> 20) % LEN);
@@ -331,10 +335,11 @@ static void *ns_reader_main(void *p)
     int old_model[OLD_IDS];
     for (int i = 0; i < OLD_IDS; i++)
         old[i] = NO_NS;
-    uint64_t rng = (uint64_t)a->id * 7777 + 3, keys[CLEN];
+    kvt_rng_t rng;
+    kvt_rng_init(&rng, (uint64_t)a->id * 7777 + 3);
+    uint64_t keys[CLEN];
     while (!__atomic_load_n(&sh->b.done, __ATOMIC_ACQUIRE)) {
-        rng = rng * 6364136223846793005ull + 1442695040888963407ull;
-        uint64_t x = rng >> 24;
+        uint64_t x = kvt_rng_next(&rng) >> 24;
         int m = (int)(x % MODELS);
         uint32_t id = __atomic_load_n(&sh->ids[m], __ATOMIC_ACQUIRE);
         int slot = (int)((x >> 8) % OLD_IDS);
@@ -394,11 +399,12 @@ static void test_concurrent_ns_drop(void **state)
     int slot_model[MODELS + 1]; /* the model that last had each slot */
     for (int i = 0; i <= MODELS; i++)
         slot_model[i] = -1;
-    uint64_t ops = ops_from_env() / 4, rng = 99, keys[CLEN], eh[CLEN];
+    kvt_rng_t rng;
+    kvt_rng_init(&rng, 99);
+    uint64_t ops = ops_from_env() / 4, keys[CLEN], eh[CLEN];
     uint64_t drops = 0, reuses = 0;
     for (uint64_t op = 0; op < ops; op++) {
-        rng = rng * 6364136223846793005ull + 1442695040888963407ull;
-        uint64_t x = rng >> 20;
+        uint64_t x = kvt_rng_next(&rng) >> 20;
         int m = (int)(x % MODELS);
         uint32_t id = sh.ids[m];
         if (id == NO_NS) {
@@ -489,13 +495,14 @@ static void *trim_reader_main(void *p)
     kvt_idx_reader_t *r = reader_open(&sh->b, a->id);
     if (r == NULL)
         return NULL;
-    uint64_t rng = (uint64_t)a->id * 4242 + 7, keys[STABLE_LEN + TRIM_LEN];
+    kvt_rng_t rng;
+    kvt_rng_init(&rng, (uint64_t)a->id * 4242 + 7);
+    uint64_t keys[STABLE_LEN + TRIM_LEN];
     const kvt_idx_match_t *res;
     size_t nres;
     uint64_t *bad = &sh->b.bad[a->id];
     while (!__atomic_load_n(&sh->b.done, __ATOMIC_ACQUIRE)) {
-        rng = rng * 6364136223846793005ull + 1442695040888963407ull;
-        uint64_t x = rng >> 20, c = x % sh->nchains;
+        uint64_t x = kvt_rng_next(&rng) >> 20, c = x % sh->nchains;
         /* the stable chain, then a churned chain's keys: the stable pod alone, whole */
         memcpy(keys, sh->stable, sizeof(sh->stable));
         for (int i = 0; i < TRIM_LEN; i++)

@@ -17,6 +17,7 @@
 
 #include "common/json.h"
 #include "kvindex/index.h"
+#include "tests/support/rng.h"
 
 #define NNAMES 24
 #define NRANKS 3
@@ -43,12 +44,11 @@ typedef struct ref {
     uint32_t ns_bs[NMODELS][NLORAS];
 } ref_t;
 
-static uint64_t g_rng = 0x9e3779b97f4a7c15ull;
+static kvt_rng_t g_rng; /* the main thread's; started by each test that draws */
 
 static uint32_t below(uint32_t n)
 {
-    g_rng ^= g_rng >> 12, g_rng ^= g_rng << 25, g_rng ^= g_rng >> 27;
-    return (uint32_t)((g_rng * 0x2545f4914f6cdd1dull) >> 33) % n;
+    return (uint32_t)kvt_rng_below(&g_rng, n);
 }
 
 static void model_name(int m, char *buf, size_t cap)
@@ -117,6 +117,7 @@ static void check(kvt_idx_t *idx, kvt_idx_reader_t *r, const ref_t *ref)
 static void test_random_against_reference(void **state)
 {
     (void)state;
+    kvt_rng_init(&g_rng, 1);
     kvt_idx_t *idx;
     kvt_idx_reader_t *r;
     assert_int_equal(kvt_idx_create(NULL, &idx), KVT_OK);
@@ -247,6 +248,7 @@ static void *reader_main(void *arg)
 static void test_readers_on_other_threads(void **state)
 {
     (void)state;
+    kvt_rng_init(&g_rng, 2);
     shared_t s = {0};
     assert_int_equal(kvt_idx_create(NULL, &s.idx), KVT_OK);
     assert_int_equal(kvt_idx_reader_create(s.idx, &s.r), KVT_OK);

@@ -10,7 +10,8 @@
  * the eviction callback, each checked to be a leaf). Entry counts are
  * compared after every operation.
  *
- * KVT_RANDOM_OPS overrides the number of operations; KVT_RANDOM_SEED the seed.
+ * KVT_RANDOM_OPS overrides the number of operations; KVT_TEST_SEED draws
+ * other sequences (tests/support/rng.h).
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -25,6 +26,7 @@
 
 #include "bench/naive_index.h"
 #include "kvindex/index.h"
+#include "tests/support/rng.h"
 
 enum { NS = 2, PODS = 6, KEYS = 1500, MAXCHAIN = 24, STALE = 8 };
 
@@ -44,7 +46,7 @@ typedef struct world {
     int *children[KEYS];
     int nchildren[KEYS];
     uint64_t salted[NS][KEYS];
-    uint64_t rng;
+    kvt_rng_t rng;
     uint64_t now;
     uint64_t op; /* the operation running, for messages */
     uint64_t evictions;
@@ -57,16 +59,12 @@ static const char *const ns_lora[NS] = {NULL, "lora"};
 
 static uint64_t rnd(world_t *w)
 {
-    /* splitmix64 */
-    uint64_t z = (w->rng += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
+    return kvt_rng_next(&w->rng);
 }
 
 static uint32_t below(world_t *w, uint32_t n)
 {
-    return (uint32_t)(rnd(w) % n);
+    return (uint32_t)kvt_rng_below(&w->rng, n);
 }
 
 /* Engine hash of key i on pod p: usually the same on every pod, sometimes pod-specific. */
@@ -175,10 +173,11 @@ static bool pod_register(world_t *w, int p)
     return true;
 }
 
-static void build_world(world_t *w, uint64_t seed, uint64_t budget)
+/* @stream: the world's random stream (tests/support/rng.h). */
+static void build_world(world_t *w, uint64_t stream, uint64_t budget)
 {
     memset(w, 0, sizeof(*w));
-    w->rng = seed;
+    kvt_rng_init(&w->rng, stream);
     for (int s = 0; s < STALE; s++)
         w->stale[s] = NONE;
     kvt_idx_config_t cfg = {.budget_bytes = budget, .on_evict = on_evict, .on_evict_arg = w};
@@ -497,8 +496,7 @@ static void test_random_unbounded(void **state)
 {
     (void)state;
     static world_t w;
-    uint64_t seed = env_u64("KVT_RANDOM_SEED", 0x5eed);
-    build_world(&w, seed, 0);
+    build_world(&w, 0x5eed, 0);
     run(&w, env_u64("KVT_RANDOM_OPS", 700000), 0);
     report(&w);
     assert_int_equal(w.evictions, 0);
@@ -511,10 +509,9 @@ static void test_random_budget(void **state)
 {
     (void)state;
     static world_t w;
-    uint64_t seed = env_u64("KVT_RANDOM_SEED", 0x5eed) + 1;
     /* small enough that the index evicts often, big enough for its fixed part */
     const uint64_t budget = 200 * 1024;
-    build_world(&w, seed, budget);
+    build_world(&w, 0x5eed + 1, budget);
     run(&w, env_u64("KVT_RANDOM_OPS", 700000) / 2, budget);
     report(&w);
     assert_true(w.evictions > 1000);

@@ -7,8 +7,10 @@
  * (tests/fixtures/json_check.py) on tricky and mutated documents.
  *
  * Without /usr/bin/python3 the other tests still run; the program then exits
- * 77 (skip) because the comparison could not run. KVT_JSON_SEED=<n> replays
- * a random run; KVT_JSON_ROUNDS=<n> changes the round-trip count (20000).
+ * 77 (skip) because the comparison could not run. The random runs draw
+ * from tests/support/rng.h (KVT_TEST_SEED=<n> runs other sequences, or
+ * replays a printed seed); KVT_JSON_ROUNDS=<n> changes the round-trip count
+ * (20000).
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -25,10 +27,10 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "common/json.h"
+#include "tests/support/rng.h"
 
 #define PYTHON "/usr/bin/python3"
 
@@ -1241,20 +1243,16 @@ static void test_writer(void **state)
 
 /* ---- randomized round trip ------------------------------------------------------------ */
 
-static uint64_t g_rng;
+static kvt_rng_t g_rng; /* started by each randomized test on its own stream */
 
 static uint64_t rnd(void)
 {
-    /* xorshift64* */
-    g_rng ^= g_rng >> 12;
-    g_rng ^= g_rng << 25;
-    g_rng ^= g_rng >> 27;
-    return g_rng * UINT64_C(2685821657736338717);
+    return kvt_rng_next(&g_rng);
 }
 
 static size_t rnd_below(size_t n)
 {
-    return n == 0 ? 0 : (size_t)(rnd() % n);
+    return (size_t)kvt_rng_below(&g_rng, n);
 }
 
 enum { N_OBJ, N_ARR, N_STR, N_U64, N_I64, N_F64, N_TRUE, N_FALSE, N_NULL };
@@ -1650,8 +1648,6 @@ static void compare(kvt_json_t *j, const node_t *nd, char *buf, size_t cap)
     }
 }
 
-static uint64_t g_seed;
-
 static void test_round_trip_random(void **state)
 {
     (void)state;
@@ -1662,7 +1658,7 @@ static void test_round_trip_random(void **state)
     char *buf = malloc(1 << 16);
     assert_non_null(buf);
 
-    g_rng = g_seed;
+    kvt_rng_init(&g_rng, 0);
     kvt_jbuf_init(&b);
     for (size_t r = 0; r < rounds; r++) {
         node_t root;
@@ -1685,7 +1681,7 @@ static void test_round_trip_random(void **state)
     }
     kvt_jbuf_cleanup(&b);
     free(buf);
-    printf("round trip: %zu documents, %zu bytes, seed %" PRIu64 "\n", rounds, bytes, g_seed);
+    printf("round trip: %zu documents, %zu bytes\n", rounds, bytes);
 }
 
 /*
@@ -1705,7 +1701,7 @@ static void test_u32_array_random(void **state)
     static char text[MAXN * 16 + 64];
     static uint32_t got[MAXN], want[MAXN];
     size_t fast_ok = 0, errors = 0;
-    g_rng = g_seed ^ 0x75333261ull;
+    kvt_rng_init(&g_rng, 0x75333261ull);
     for (size_t r = 0; r < ROUNDS; r++) {
         size_t n = rnd_below(MAXN), len = 0;
         uint32_t max = rnd_below(8) == 0 ? (uint32_t)rnd_below(200000) : UINT32_MAX;
@@ -1792,7 +1788,7 @@ static void test_put_numbers(void **state)
     kvt_jbuf_init(&b);
     char want[4096];
     size_t wlen = 0;
-    g_rng = g_seed ^ 0x707574ull;
+    kvt_rng_init(&g_rng, 0x707574ull);
     for (size_t r = 0; r < 20000; r++) {
         uint64_t u = rnd() >> rnd_below(64);
         int64_t i = (int64_t)(rnd() >> rnd_below(64)) * (rnd_below(2) ? -1 : 1);
@@ -1841,7 +1837,7 @@ static void test_f64_random(void **state)
     static const double w[] = {1.0, 0.8, 0.5, 0.25, 0.3, 0.7, 1.5, 0.1};
     kvt_jbuf_t b;
     kvt_jbuf_init(&b);
-    g_rng = g_seed ^ 0x663634ull;
+    kvt_rng_init(&g_rng, 0x663634ull);
     size_t fractions = 0;
     static const double edge[] = {
         0.0, -0.0,      1.0,  -1.0,    16.0, 1e15 - 1, 1e15,  -1e15, 9007199254740992.0,
@@ -2207,7 +2203,7 @@ static void dup_value(dup_gen_t *g, int depth)
 static void test_duplicate_keys_random(void **state)
 {
     (void)state;
-    g_rng = g_seed ^ 0x647570ull;
+    kvt_rng_init(&g_rng, 0x647570ull);
     size_t dups = 0, ok = 0;
     for (int round = 0; round < 20000; round++) {
         dup_gen_t g;
@@ -2259,7 +2255,7 @@ static void test_python_agreement(void **state)
         memcpy(docs[i].s, g_tricky[i].s, g_tricky[i].n);
         docs[i].n = g_tricky[i].n;
     }
-    g_rng = g_seed ^ UINT64_C(0x9e3779b97f4a7c15);
+    kvt_rng_init(&g_rng, UINT64_C(0x9e3779b97f4a7c15));
     kvt_jbuf_t b;
     kvt_jbuf_init(&b);
     for (size_t i = ntricky; i < ndocs; i++) {
@@ -2328,12 +2324,6 @@ static void test_python_agreement(void **state)
 
 int main(void)
 {
-    const char *env = getenv("KVT_JSON_SEED");
-    g_seed = env != NULL ? strtoull(env, NULL, 10) : (uint64_t)time(NULL) * 2654435761u + 1;
-    if (g_seed == 0)
-        g_seed = 1;
-    printf("test_json: seed %" PRIu64 " (KVT_JSON_SEED to replay)\n", g_seed);
-
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_scalars),
         cmocka_unit_test(test_double_rounding),

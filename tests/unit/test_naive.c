@@ -14,6 +14,7 @@
 #include <string.h>
 
 #include "bench/naive_index.h"
+#include "tests/support/rng.h"
 
 #define NS 3u
 #define CAP 64
@@ -523,24 +524,17 @@ static uint64_t brute_entries(const brute_t *b)
     return e;
 }
 
-static uint64_t rnd_state = 0x1234567u;
-
-static uint64_t rnd(void)
-{
-    uint64_t z = (rnd_state += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-}
+static kvt_rng_t g_rng; /* started by test_random_vs_brute() */
 
 static unsigned rn(unsigned bound)
 {
-    return (unsigned)(rnd() % bound);
+    return (unsigned)kvt_rng_below(&g_rng, bound);
 }
 
 static void test_random_vs_brute(void **state)
 {
     (void)state;
+    kvt_rng_init(&g_rng, 0x1234567u);
     kvt_naive_t *n = mk();
     const uint64_t initial = kvt_naive_bytes(n);
     static brute_t b;

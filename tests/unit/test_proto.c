@@ -12,23 +12,21 @@
 #include <string.h>
 
 #include "proto/proto.h"
+#include "tests/support/rng.h"
 
 /* ---- helpers -------------------------------------------------------------------------------- */
 
-/* xorshift64*: deterministic, seeded per test. */
-static uint64_t rng_state = 0x9E3779B97F4A7C15ull;
+/* Started by each randomized test on its own stream (tests/support/rng.h). */
+static kvt_rng_t g_rng;
 
 static uint64_t rnd(void)
 {
-    rng_state ^= rng_state >> 12;
-    rng_state ^= rng_state << 25;
-    rng_state ^= rng_state >> 27;
-    return rng_state * 0x2545F4914F6CDD1Dull;
+    return kvt_rng_next(&g_rng);
 }
 
 static uint32_t rnd_below(uint32_t n)
 {
-    return n == 0 ? 0 : (uint32_t)(rnd() % n);
+    return (uint32_t)kvt_rng_below(&g_rng, n);
 }
 
 static kvt_proto_str_t S(const char *s)
@@ -1420,7 +1418,7 @@ static void ra_check(const ra_t *a, const kvt_proto_query_ans_t *d)
 static void test_random_roundtrips(void **state)
 {
     (void)state;
-    rng_state = 0xC0FFEE1234ull;
+    kvt_rng_init(&g_rng, 0xC0FFEE1234ull);
     enum { ROUNDS = 1250, BATCH = 8 }; /* 10,000 queries and 10,000 answers */
     rq_t *qs = calloc(BATCH, sizeof(*qs));
     ra_t *as = calloc(BATCH, sizeof(*as));
@@ -1505,7 +1503,7 @@ static void test_random_roundtrips(void **state)
 static void test_random_garbage(void **state)
 {
     (void)state;
-    rng_state = 0xBADC0DEull;
+    kvt_rng_init(&g_rng, 0xBADC0DEull);
     kvt_proto_wr_t w;
     kvt_proto_wr_init(&w);
     size_t accepted = 0;

@@ -9,6 +9,7 @@
 #include <cmocka.h>
 
 #include "kvindex/score.h"
+#include "tests/support/rng.h"
 
 static void test_defaults(void **state)
 {
@@ -99,16 +100,17 @@ static void test_rank_sorted_random(void **state)
     (void)state;
     kvt_score_weights_t w;
     kvt_score_weights_default(&w);
-    uint64_t rng = 99;
+    kvt_rng_t rng;
+    kvt_rng_init(&rng, 99);
     for (int round = 0; round < 200; round++) {
         kvt_idx_match_t m[64];
         double load[128];
         size_t n = 0;
         for (uint32_t p = 0; p < 128; p++) {
-            rng = rng * 6364136223846793005ull + 1442695040888963407ull;
-            load[p] = (double)((rng >> 40) % 4);
-            if ((rng >> 20) % 2 && n < 64) {
-                uint32_t g = (uint32_t)(rng >> 50) % 5, c = (uint32_t)(rng >> 54) % 5;
+            const uint64_t x = kvt_rng_next(&rng);
+            load[p] = (double)((x >> 40) % 4);
+            if ((x >> 20) % 2 && n < 64) {
+                uint32_t g = (uint32_t)(x >> 50) % 5, c = (uint32_t)(x >> 54) % 5;
                 m[n++] = (kvt_idx_match_t){p, g + c, g, c, 0};
             }
         }
@@ -144,21 +146,22 @@ static void test_rank_matches_reference(void **state)
     static kvt_idx_match_t m[MAXN];
     static kvt_scored_t out[MAXN], ref[MAXN];
     static double load[3 * MAXN + 1];
-    uint64_t rng = 7;
+    kvt_rng_t rng;
+    kvt_rng_init(&rng, 7);
     static const size_t sizes[] = {0, 1, 2, 3, 17, 64, 65, 255, 1024, 1025, 1500};
     for (size_t si = 0; si < sizeof(sizes) / sizeof(sizes[0]); si++) {
         for (int round = 0; round < 20; round++) {
             size_t n = sizes[si];
             for (size_t i = 0; i < n; i++) {
-                rng = rng * 6364136223846793005ull + 1442695040888963407ull;
+                const uint64_t x = kvt_rng_next(&rng);
                 /* few distinct scores: ties are the common case, as in real answers */
-                uint32_t g = (uint32_t)(rng >> 60) % 3, c = (uint32_t)(rng >> 50) % 2;
+                uint32_t g = (uint32_t)(x >> 60) % 3, c = (uint32_t)(x >> 50) % 2;
                 m[i] = (kvt_idx_match_t){(uint32_t)(i * 3 + 1), g + c, g, c, 0};
                 /* odd rounds: many distinct scores, so the heap-sort fallback runs */
                 load[i * 3 + 1] =
-                    round % 2 ? (double)((rng >> 20) % 1000) / 7.0 : (double)((rng >> 40) % 2);
+                    round % 2 ? (double)((x >> 20) % 1000) / 7.0 : (double)((x >> 40) % 2);
             }
-            uint64_t seed = rng;
+            uint64_t seed = kvt_rng_next(&rng);
             size_t k = kvt_score_rank(&w, m, n, NULL, 0, load, 3 * MAXN + 1, seed, out);
             assert_int_equal(k, n);
             memcpy(ref, out, n * sizeof(*out));

@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "kvindex/tokens.h"
+#include "tests/support/rng.h"
 
 /* Parses a NUL-terminated @s, expecting success with the @n values in @want. */
 static void expect_ok(const char *s, const uint32_t *want, size_t n)
@@ -277,13 +278,10 @@ static void test_big_lists(void **state)
     const size_t n_all = 1000000;
     uint32_t *want = malloc(n_all * sizeof(uint32_t));
     assert_non_null(want);
-    uint64_t x = 88172645463325252u;
-    for (size_t i = 0; i < n_all; i++) {
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
-        want[i] = (uint32_t)x;
-    }
+    kvt_rng_t rng;
+    kvt_rng_init(&rng, 88172645463325252u);
+    for (size_t i = 0; i < n_all; i++)
+        want[i] = (uint32_t)kvt_rng_next(&rng);
     want[0] = 0;
 
     /* A million ids with commas; a quarter of that for the other separators. */
