@@ -99,19 +99,21 @@ kvt_status_t srv_query_run(kvt_srv_worker_t *w, const srv_query_t *q, srv_answer
         srv_query_done(w);
         return st;
     }
-    size_t sc = w->scored_cap;
-    if (!grow((void **)&w->scored, &sc, nres + 1, sizeof(kvt_scored_t))) {
+    size_t sc = w->scored_cap, vc = w->scored_cap;
+    if (!grow((void **)&w->scored, &sc, nres + 1, sizeof(kvt_scored_t)) ||
+        !grow((void **)&w->views, &vc, nres + 1, sizeof(kvt_idx_pod_view_t))) {
         *why_p = "out of memory";
         srv_query_done(w);
         return KVT_ERR_NO_MEM;
     }
-    w->scored_cap = sc;
+    w->scored_cap = sc < vc ? sc : vc;
     size_t n = kvt_score_rank(&srv->weights, res, nres, NULL, 0, NULL, 0, keys[nb - 1], w->scored);
-    /* pods registered after this snapshot have no name yet: leave them out this time */
+    /* pods registered after this snapshot have no name yet: leave them out this time; the
+     * names of those kept are looked up once, here, for srv_query_pod() */
     size_t k = 0;
-    kvt_idx_pod_view_t v;
     for (size_t i = 0; i < n; i++)
-        if (w->scored[i].matched > 0 && kvt_idx_pod_view(w->reader, w->scored[i].pod, &v)) {
+        if (w->scored[i].matched > 0 &&
+            kvt_idx_pod_view(w->reader, w->scored[i].pod, &w->views[k])) {
             if (k != i)
                 w->scored[k] = w->scored[i];
             k++;
@@ -124,10 +126,9 @@ kvt_status_t srv_query_run(kvt_srv_worker_t *w, const srv_query_t *q, srv_answer
 void srv_query_pod(kvt_srv_worker_t *w, const srv_answer_t *a, size_t i, srv_answer_pod_t *p)
 {
     const kvt_scored_t *s = &a->scored[i];
-    kvt_idx_pod_view_t v = {"", 0, "\"\"", 2, 0}; /* srv_query_run() kept named pods only */
-    kvt_idx_pod_view(w->reader, s->pod, &v);
-    *p = (srv_answer_pod_t){v.name,     v.name_len, v.json, v.json_len, v.dp_rank,
-                            s->matched, s->gpu,     s->cpu, s->disk,    s->score};
+    const kvt_idx_pod_view_t *v = &w->views[i]; /* found by srv_query_run() */
+    *p = (srv_answer_pod_t){v->name,    v->name_len, v->json, v->json_len, v->dp_rank,
+                            s->matched, s->gpu,      s->cpu,  s->disk,     s->score};
 }
 
 void srv_query_done(kvt_srv_worker_t *w)

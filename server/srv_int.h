@@ -141,7 +141,8 @@ struct kvt_srv_worker {
     uint32_t *filter;
     size_t filter_cap;
     kvt_scored_t *scored;
-    size_t scored_cap;
+    kvt_idx_pod_view_t *views; /* the names of scored[i], for the answer */
+    size_t scored_cap;         /* of both */
     kvt_jbuf_t out;            /* answer scratch */
     kvt_proto_wr_t rpc_out;    /* RPC answers not yet sent, all for rpc_owner */
     kvt_srv_conn_t *rpc_owner; /* NULL while rpc_out is empty */

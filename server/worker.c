@@ -79,6 +79,7 @@ void srv_worker_cleanup(kvt_srv_worker_t *w)
     free(w->tokens);
     free(w->filter);
     free(w->scored);
+    free(w->views);
     kvt_jbuf_cleanup(&w->out);
     kvt_proto_wr_cleanup(&w->rpc_out);
 }
