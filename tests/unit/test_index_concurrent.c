@@ -237,20 +237,19 @@ static void run(uint64_t budget, uint64_t ops)
             assert_int_equal(kvt_idx_speculate(idx, sh.ns, pods[p], keys, (size_t)n, 3), KVT_OK);
             break;
         case 12: assert_int_equal(kvt_idx_pod_clear(idx, pods[p], KVT_TIER_GPU), KVT_OK); break;
-        case 13:
-            if ((x >> 44) % 16 == 0) {
-                /* drop and re-add: ids and holder sets churn */
-                snprintf(name, sizeof(name), "c%d", p);
-                assert_int_equal(kvt_idx_pod_drop(idx, pods[p]), KVT_OK);
-                kvt_status_t st = kvt_idx_pod_get(idx, name, 0, &pods[p]);
-                if (st == KVT_ERR_NO_SPACE && budget != 0) {
-                    pods[p] = UINT32_MAX;
-                    refused++;
-                    break;
-                }
-                assert_int_equal(st, KVT_OK);
+        case 13: {
+            /* drop and re-add: ids and holder sets churn */
+            snprintf(name, sizeof(name), "c%d", p);
+            assert_int_equal(kvt_idx_pod_drop(idx, pods[p]), KVT_OK);
+            kvt_status_t st = kvt_idx_pod_get(idx, name, 0, &pods[p]);
+            if (st == KVT_ERR_NO_SPACE && budget != 0) {
+                pods[p] = UINT32_MAX;
+                refused++;
+                break;
             }
+            assert_int_equal(st, KVT_OK);
             break;
+        }
         default: kvt_idx_advance(idx, op / 64 + 1); break;
         }
         if (budget != 0) {
