@@ -18,6 +18,7 @@
 
 #include "common/bytes.h"
 #include "common/clock.h"
+#include "common/grow.h"
 #include "common/ipcdir.h"
 #include "common/log.h"
 #include "kvindex/zsub_int.h"
@@ -136,29 +137,9 @@ static bool zs_topics_clash(const char *a, const char *b)
     return strncmp(a, b, la < lb ? la : lb) == 0;
 }
 
-/*
- * Room for one more element in the pointer array at @arr_p (a T ** holding @n of
- * *@cap_p): doubles it when full. The array is read and written through memcpy,
- * so any pointer-to-pointer type can use it.
- */
-static bool zs_reserve(void *arr_p, size_t n, size_t *cap_p)
-{
-    if (n < *cap_p)
-        return true;
-    size_t ncap = *cap_p ? 2 * *cap_p : 8;
-    void *arr;
-    memcpy(&arr, arr_p, sizeof(arr));
-    arr = realloc(arr, ncap * sizeof(void *));
-    if (arr == NULL)
-        return false;
-    memcpy(arr_p, &arr, sizeof(arr));
-    *cap_p = ncap;
-    return true;
-}
-
 static bool zs_sock_add_stream(zs_sock_t *k, zs_stream_t *s)
 {
-    if (!zs_reserve(&k->streams, k->n, &k->cap))
+    if (!kvt_grow(&k->streams, &k->cap, k->n + 1, sizeof(void *), 8))
         return false;
     k->streams[k->n++] = s;
     s->sub = k;
@@ -244,7 +225,7 @@ static kvt_status_t zs_open_sub(kvt_zsub_t *z, zs_stream_t *s, bool bind, char *
         memcpy(s->endpoint, k->addr, sizeof(s->endpoint));
         return KVT_OK;
     }
-    if (!zs_reserve(&z->socks, z->nsocks, &z->socks_cap))
+    if (!kvt_grow(&z->socks, &z->socks_cap, z->nsocks + 1, sizeof(void *), 8))
         return KVT_ERR_NO_MEM;
     zs_sock_t *k = calloc(1, sizeof(*k));
     if (k == NULL)
@@ -312,7 +293,7 @@ kvt_status_t kvt_zsub_add(kvt_zsub_t *z, const kvt_zsub_engine_t *spec, char *er
         snprintf(err, errlen, "too many streams (%zu open)", streams);
         return KVT_ERR_LIMIT;
     }
-    if (!zs_reserve(&z->eng, z->neng, &z->eng_cap))
+    if (!kvt_grow(&z->eng, &z->eng_cap, z->neng + 1, sizeof(void *), 8))
         return KVT_ERR_NO_MEM;
     zs_engine_t *e = calloc(1, sizeof(*e));
     if (e == NULL)

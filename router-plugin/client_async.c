@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/grow.h"
 #include "router-plugin/client_int.h"
 
 /* ---- asynchronous queries ------------------------------------------------------------------- */
@@ -40,14 +41,8 @@ kvt_status_t kvt_cl_submit(kvt_client_t *c, const cl_q_t *q, uint64_t limit, uin
         if (st != KVT_OK)
             return st;
     }
-    if (c->nfl == c->fl_cap) {
-        size_t cap = c->fl_cap == 0 ? 16 : c->fl_cap * 2;
-        cl_flight_t *fl = realloc(c->fl, cap * sizeof(*fl));
-        if (fl == NULL)
-            return kvt_cl_fail(c, KVT_ERR_NO_MEM, "out of memory for in-flight queries");
-        c->fl = fl;
-        c->fl_cap = cap;
-    }
+    if (!kvt_grow(&c->fl, &c->fl_cap, c->nfl + 1, sizeof(*c->fl), 16))
+        return kvt_cl_fail(c, KVT_ERR_NO_MEM, "out of memory for in-flight queries");
     uint64_t id = c->next_id++;
     size_t off = c->out.len;
     kvt_status_t st = kvt_cl_build_query(c, &c->out, id, q);

@@ -11,36 +11,22 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/grow.h"
 #include "kvindex/hash.h"
 #include "server/query_json.h"
 
 /* ---- scratch ---------------------------------------------------------------------- */
 
-static bool grow(void **p, size_t *cap, size_t need, size_t elem)
-{
-    if (need <= *cap)
-        return true;
-    size_t n = *cap ? *cap : 256;
-    while (n < need)
-        n *= 2;
-    void *q = realloc(*p, n * elem);
-    if (q == NULL)
-        return false;
-    *p = q;
-    *cap = n;
-    return true;
-}
-
 kvt_status_t srv_scratch(kvt_srv_worker_t *w, size_t nkeys, size_t ntokens, size_t nfilter)
 {
     size_t kc = w->keys_cap, tc = w->tokens_cap, fc = w->filter_cap;
-    if (!grow((void **)&w->keys, &kc, nkeys + 1, sizeof(uint64_t)))
+    if (!kvt_grow(&w->keys, &kc, nkeys + 1, sizeof(uint64_t), 256))
         return KVT_ERR_NO_MEM;
     w->keys_cap = kc;
-    if (ntokens > 0 && !grow((void **)&w->tokens, &tc, ntokens + 1, sizeof(uint32_t)))
+    if (ntokens > 0 && !kvt_grow(&w->tokens, &tc, ntokens + 1, sizeof(uint32_t), 256))
         return KVT_ERR_NO_MEM;
     w->tokens_cap = tc;
-    if (!grow((void **)&w->filter, &fc, nfilter + 1, sizeof(uint32_t)))
+    if (!kvt_grow(&w->filter, &fc, nfilter + 1, sizeof(uint32_t), 256))
         return KVT_ERR_NO_MEM;
     w->filter_cap = fc;
     return KVT_OK;
@@ -100,8 +86,8 @@ kvt_status_t srv_query_run(kvt_srv_worker_t *w, const srv_query_t *q, srv_answer
         return st;
     }
     size_t sc = w->scored_cap, vc = w->scored_cap;
-    if (!grow((void **)&w->scored, &sc, nres + 1, sizeof(kvt_scored_t)) ||
-        !grow((void **)&w->views, &vc, nres + 1, sizeof(kvt_idx_pod_view_t))) {
+    if (!kvt_grow(&w->scored, &sc, nres + 1, sizeof(kvt_scored_t), 256) ||
+        !kvt_grow(&w->views, &vc, nres + 1, sizeof(kvt_idx_pod_view_t), 256)) {
         *why_p = "out of memory";
         srv_query_done(w);
         return KVT_ERR_NO_MEM;
