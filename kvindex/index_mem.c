@@ -338,6 +338,20 @@ static kvt_dir_t *dir_trunc(kvt_idx_t *idx, const kvt_dir_t *d, uint32_t n)
     return nd;
 }
 
+/*
+ * The capacity an array of @cap entries, @used of them in use, shrinks to:
+ * halved while at most a quarter would be used, never below @floor; 0 when
+ * nothing is used. (One rule for every writer array that gives memory back.)
+ */
+static size_t shrunk_cap(size_t cap, size_t used, size_t floor)
+{
+    if (used == 0)
+        return 0;
+    while (cap > floor && used * 4 <= cap)
+        cap /= 2;
+    return cap;
+}
+
 /* Drops speculative-ring items whose mark is gone (confirmed or dropped); shrinks the ring. */
 static void spec_compact(kvt_idx_t *idx)
 {
@@ -349,11 +363,7 @@ static void spec_compact(kvt_idx_t *idx)
             idx->spec[(idx->spec_head + keep++) % idx->spec_cap] = it; /* keep <= i: read already */
     }
     idx->spec_len = keep;
-    size_t cap = idx->spec_cap;
-    while (cap > 64 && keep * 4 <= cap)
-        cap /= 2;
-    if (keep == 0)
-        cap = 0;
+    size_t cap = shrunk_cap(idx->spec_cap, keep, 64);
     if (cap != idx->spec_cap)
         kvt_idx_spec_resize(idx, cap); /* on failure the bigger ring stays */
 }
@@ -473,11 +483,7 @@ void kvt_idx_ns_trim(kvt_idx_t *idx)
             kvt_idx_acct_retire(idx, old, dir_bytes(old->cap));
         }
     }
-    uint32_t cap = idx->nsw_cap;
-    while (cap > 16 && (uint64_t)nns * 4 <= cap)
-        cap /= 2;
-    if (nns == 0)
-        cap = 0;
+    uint32_t cap = (uint32_t)shrunk_cap(idx->nsw_cap, nns, 16);
     if (cap != idx->nsw_cap && kvt_idx_acct_resize(idx, (void **)&idx->nsw, sizeof(ns_w_t), nns,
                                                    idx->nsw_cap, cap) == KVT_OK)
         idx->nsw_cap = cap;
@@ -496,11 +502,7 @@ void kvt_idx_pods_trim(kvt_idx_t *idx)
             idx->pod_free[k++] = idx->pod_free[i];
     idx->npod_free = k;
     idx->pod_hi = hi;
-    uint32_t cap = idx->pods_alloc;
-    while (cap > 16 && (uint64_t)hi * 4 <= cap)
-        cap /= 2;
-    if (hi == 0)
-        cap = 0;
+    uint32_t cap = (uint32_t)shrunk_cap(idx->pods_alloc, hi, 16);
     if (cap != idx->pods_alloc)
         kvt_idx_pods_resize(idx, cap); /* on failure the bigger arrays stay */
 }

@@ -9,6 +9,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <xxhash.h>
+
 #include "common/json.h"
 #include "kvindex/index_writer_int.h"
 
@@ -37,15 +39,10 @@ struct kvt_names {
     char *text;                       /* names; offset 0 is "" */
 };
 
-/* FNV-1a over @a then, after a separator, @b: bucket hashes only (the names are compared). */
+/* Bucket hash of (@a, @b): XXH3 of each, combined (buckets only: the names are compared). */
 static uint32_t nm_hash(const char *a, size_t an, const char *b, size_t bn)
 {
-    uint64_t h = 1469598103934665603ull;
-    for (size_t i = 0; i < an; i++)
-        h = (h ^ (unsigned char)a[i]) * 1099511628211ull;
-    h = (h ^ 0xffu) * 1099511628211ull;
-    for (size_t i = 0; i < bn; i++)
-        h = (h ^ (unsigned char)b[i]) * 1099511628211ull;
+    uint64_t h = XXH3_64bits(a, an) ^ kvt_mix64(XXH3_64bits(b, bn) + 1);
     return (uint32_t)(h ^ (h >> 32));
 }
 

@@ -256,7 +256,7 @@ static kvt_status_t zs_open_sub(kvt_zsub_t *z, zs_stream_t *s, bool bind, char *
         int e = errno;
         snprintf(err, errlen, "%s %s: %s", bind ? "bind" : "connect", s->endpoint, zmq_strerror(e));
         zs_sock_detach(z, s);
-        return e == EINVAL || e == EPROTONOSUPPORT ? KVT_ERR_INVAL : KVT_ERR_IO;
+        return KVT_ERR_INVAL; /* the endpoint given cannot be used (bad, in use, no device) */
     }
     if (bind) {
         /* "tcp://127.0.0.1:*" picks a port: report the one bound */

@@ -123,10 +123,10 @@ void kvt_zsub_destroy(kvt_zsub_t *z);
  * bind on an endpoint another engine bound (the same text, a fixed port)
  * shares that socket: every engine on it needs a topic that no other's
  * starts, and each message goes to the engine whose topic starts its topic.
- * Returns KVT_OK, KVT_ERR_INVAL (a bad field, a clashing topic: @err says which),
- * KVT_ERR_EXISTS (the pod is already subscribed), KVT_ERR_LIMIT (too many
- * streams), KVT_ERR_IO (ZMQ refused the endpoint, e.g. an address in use)
- * or KVT_ERR_NO_MEM. On error nothing is left open.
+ * Returns KVT_OK, KVT_ERR_INVAL (a bad field, a clashing topic, or an
+ * endpoint ZMQ will not bind or connect, e.g. an address in use: @err says
+ * which), KVT_ERR_EXISTS (the pod is already subscribed), KVT_ERR_LIMIT (too
+ * many streams), KVT_ERR_IO (no ZMQ socket could be made) or KVT_ERR_NO_MEM. On error nothing is left open.
  */
 kvt_status_t kvt_zsub_add(kvt_zsub_t *z, const kvt_zsub_engine_t *e, char *err, size_t errlen);
 

@@ -200,31 +200,34 @@ static void h_later(srv_req_t *rq, srv_result_t *res)
 #define DELETE KVT_HTTP_DELETE
 #define NOHTTP KVT_HTTP_OTHER
 #define ANY SRV_ANY_METHOD
+#define PATH(p) p, sizeof(p) - 1
+#define NOPATH NULL, 0
 
-/* call, label, HTTP method, path, name, RPC op, auth, writes, probe, HTTP handler, RPC handler */
+/* call, label, HTTP method, path (and its length), name, RPC op, auth, writes, probe, HTTP handler,
+ * RPC handler */
 const srv_route_t srv_routes[] = {
-    {CALL_HEALTHZ, "healthz", GET, "/healthz", NULL, 0, false, false, true, h_healthz, NULL},
-    {CALL_READYZ, "readyz", GET, "/readyz", NULL, 0, false, false, true, h_readyz, NULL},
-    {CALL_METRICS, "metrics", GET, "/metrics", NULL, 0, false, false, false, h_metrics, NULL},
-    {CALL_STATS, "stats", GET, "/v1/stats", NULL, KVT_PROTO_OP_STATS, false, false, false, h_stats,
-     h_stats},
-    {CALL_QUERY, "query", POST, "/v1/query", NULL, KVT_PROTO_OP_QUERY, false, false, false,
+    {CALL_HEALTHZ, "healthz", GET, PATH("/healthz"), NULL, 0, false, false, true, h_healthz, NULL},
+    {CALL_READYZ, "readyz", GET, PATH("/readyz"), NULL, 0, false, false, true, h_readyz, NULL},
+    {CALL_METRICS, "metrics", GET, PATH("/metrics"), NULL, 0, false, false, false, h_metrics, NULL},
+    {CALL_STATS, "stats", GET, PATH("/v1/stats"), NULL, KVT_PROTO_OP_STATS, false, false, false,
+     h_stats, h_stats},
+    {CALL_QUERY, "query", POST, PATH("/v1/query"), NULL, KVT_PROTO_OP_QUERY, false, false, false,
      h_query_http, h_query_rpc},
-    {CALL_EVENTS, "events", POST, "/v1/events", NULL, KVT_PROTO_OP_EVENTS, true, true, false,
+    {CALL_EVENTS, "events", POST, PATH("/v1/events"), NULL, KVT_PROTO_OP_EVENTS, true, true, false,
      h_events, h_events},
-    {CALL_ENGINES, "engines", POST, "/v1/engines", NULL, KVT_PROTO_OP_ENGINE_ADD, true, true, false,
-     h_engine_add, h_engine_add},
-    {CALL_ENGINES, "engines", DELETE, "/v1/engines/", "pod", KVT_PROTO_OP_ENGINE_DROP, true, true,
-     false, h_engine_drop, h_engine_drop},
-    {CALL_MODELS, "models", DELETE, "/v1/models/", "model", KVT_PROTO_OP_MODEL_DROP, true, true,
-     false, h_model_drop, h_model_drop},
-    {CALL_HELLO, "hello", NOHTTP, NULL, NULL, KVT_PROTO_OP_HELLO, false, false, false, NULL,
+    {CALL_ENGINES, "engines", POST, PATH("/v1/engines"), NULL, KVT_PROTO_OP_ENGINE_ADD, true, true,
+     false, h_engine_add, h_engine_add},
+    {CALL_ENGINES, "engines", DELETE, PATH("/v1/engines/"), "pod", KVT_PROTO_OP_ENGINE_DROP, true,
+     true, false, h_engine_drop, h_engine_drop},
+    {CALL_MODELS, "models", DELETE, PATH("/v1/models/"), "model", KVT_PROTO_OP_MODEL_DROP, true,
+     true, false, h_model_drop, h_model_drop},
+    {CALL_HELLO, "hello", NOHTTP, NOPATH, NULL, KVT_PROTO_OP_HELLO, false, false, false, NULL,
      h_hello},
-    {CALL_PING, "ping", NOHTTP, NULL, NULL, KVT_PROTO_OP_PING, false, false, false, NULL, h_ping},
+    {CALL_PING, "ping", NOHTTP, NOPATH, NULL, KVT_PROTO_OP_PING, false, false, false, NULL, h_ping},
     /* the data plane's paths: 501 whatever the method (method ANY) */
-    {CALL_OTHER, "other", ANY, "/v1/blocks/", "block", 0, false, false, false, h_later, NULL},
-    {CALL_OTHER, "other", ANY, "/v1/prefetch", NULL, 0, false, false, false, h_later, NULL},
-    {CALL_OTHER, "other", ANY, "/v1/transfer", NULL, 0, false, false, false, h_later, NULL},
+    {CALL_OTHER, "other", ANY, PATH("/v1/blocks/"), "block", 0, false, false, false, h_later, NULL},
+    {CALL_OTHER, "other", ANY, PATH("/v1/prefetch"), NULL, 0, false, false, false, h_later, NULL},
+    {CALL_OTHER, "other", ANY, PATH("/v1/transfer"), NULL, 0, false, false, false, h_later, NULL},
 };
 const size_t srv_nroutes = sizeof(srv_routes) / sizeof(srv_routes[0]);
 
@@ -242,7 +245,7 @@ const srv_route_t *srv_route_http(const char *path, size_t len)
         const srv_route_t *r = &srv_routes[i];
         if (r->path == NULL)
             continue;
-        size_t n = strlen(r->path);
+        size_t n = r->path_len;
         if (r->name_what != NULL ? len >= n && memcmp(path, r->path, n) == 0
                                  : len == n && memcmp(path, r->path, n) == 0)
             return r;

@@ -63,6 +63,7 @@ typedef struct srv_route {
     const char *label;        /* the call's metrics label; routes of one call share it */
     kvt_http_method_t method; /* KVT_HTTP_OTHER: not over HTTP; SRV_ANY_METHOD: any method */
     const char *path;         /* HTTP path; with name_what: the prefix a name segment follows */
+    size_t path_len;          /* strlen(path) */
     const char *name_what;    /* "pod", "model": a percent-decoded name follows path; else NULL */
     uint8_t op;               /* RPC opcode; 0: not served over RPC */
     bool auth;                /* needs the bearer token (HTTP header, or RPC HELLO) */

@@ -194,10 +194,10 @@ kvt_status_t kvt_srv_run(kvt_srv_t *srv)
     if (st != KVT_OK)
         return st;
     int started;
-    srv_workers_start(srv, &started);
+    st = srv_workers_start(srv, &started);
     kvt_log_info("kvtierd serving: http port %u, rpc port %u, %d workers%s", srv->http_port,
                  srv->rpc_port, srv->nworkers, srv->auth_token ? ", auth token required" : "");
-    if (started == srv->nworkers) {
+    if (st == KVT_OK) {
         char c;
         while (read(stop_pipe[0], &c, 1) < 0 && errno == EINTR)
             ;
@@ -207,7 +207,7 @@ kvt_status_t kvt_srv_run(kvt_srv_t *srv)
     /* writes already queued are applied and answered before the workers go */
     srv_writer_stop(srv);
     srv_workers_stop(srv, started);
-    return started == srv->nworkers ? KVT_OK : KVT_ERR_NO_MEM;
+    return st;
 }
 
 void kvt_srv_stop(kvt_srv_t *srv)

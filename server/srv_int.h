@@ -62,7 +62,8 @@ enum srv_class { CLASS_2XX, CLASS_4XX, CLASS_5XX, NCLASSES };
 
 /*
  * An answer body encoded once and shared by every request for it until the
- * writer publishes new counters (GET /v1/stats and RPC STATS, GET /metrics):
+ * writer publishes new counters or --stats-period passes (GET /v1/stats and
+ * RPC STATS, GET /metrics):
  * immutable once made; each holder (the server's cache slot, every output
  * buffer that still has to send it) owns one reference, and the last drop
  * frees it. Sending it costs a reference, not a copy or an encoding.

@@ -124,7 +124,6 @@ static void job_drop(kvt_srv_t *srv, srv_job_t *job)
         return;
     }
     srv->st_drops++;
-    names_publish(srv);
     job->st = KVT_OK;
     job->http_status = 200;
     kvt_jbuf_cstr(&job->answer, "{\"pod\":");
@@ -159,7 +158,6 @@ static void job_model_drop(kvt_srv_t *srv, srv_job_t *job)
         answer_error(job, 404, msg);
         return;
     }
-    names_publish(srv);
     job->st = KVT_OK;
     job->http_status = 200;
     kvt_jbuf_cstr(&job->answer, "{\"model\":");
@@ -200,9 +198,7 @@ static void job_engine_add(kvt_srv_t *srv, srv_job_t *job)
     char err[320];
     job->st = srv_engine_add(srv, job->engine, err, sizeof(err));
     if (job->st != KVT_OK) {
-        /* IO here is an endpoint that would not bind or connect: the request's fault */
-        answer_error(job, job->st == KVT_ERR_IO ? 400 : kvt_proto_http_status(job->st),
-                     err[0] ? err : kvt_status_str(job->st));
+        answer_error(job, kvt_proto_http_status(job->st), err[0] ? err : kvt_status_str(job->st));
         return;
     }
     job->http_status = 200;
@@ -369,9 +365,8 @@ static void *writer_main(void *arg)
          * would cost O(pods^2)), and before any answer goes: a caller that
          * queries after its answer finds its pod.
          */
-        if (jobs != NULL)
-            names_publish(srv);
-        if (others) { /* published at once: a caller reads its own change */
+        names_publish(srv); /* a no-op when no job changed a name */
+        if (others) {       /* published at once: a caller reads its own change */
             srv_stats_publish(srv);
             last_stats = now;
         }

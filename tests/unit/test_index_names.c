@@ -63,9 +63,8 @@ static const char *lora_name(int l)
 }
 
 /* Every name the reference holds is found, with its id, and nothing else is. */
-static void check(kvt_idx_t *idx, kvt_idx_reader_t *r, const ref_t *ref)
+static void check(kvt_idx_reader_t *r, const ref_t *ref)
 {
-    (void)idx;
     kvt_idx_read_begin(r);
     char buf[64];
     kvt_jbuf_t js;
@@ -167,7 +166,7 @@ static void test_random_against_reference(void **state)
             }
         }
         assert_int_equal(kvt_idx_names_publish(idx), KVT_OK);
-        check(idx, r, &ref);
+        check(r, &ref);
         kvt_idx_advance(idx, (uint64_t)round); /* frees retired snapshots */
     }
     kvt_idx_reader_destroy(r);
