@@ -1139,6 +1139,18 @@ class TestIpcDir(Base):
             self.untouched(victim, files[victim], b"precious bytes\n")
             self.assertFalse(os.path.exists(os.path.join(self.d.data_dir + "2", "ipc", "pub")))
 
+    def test_an_ipc_dir_open_to_others_stops_the_start_untouched(self):
+        shared = os.path.join(self.d.dir.name, "shared")
+        os.mkdir(shared)
+        os.chmod(shared, 0o755)
+        p = subprocess.run([BIN, "--http-listen", "127.0.0.1:0", "--rpc-listen", "127.0.0.1:0",
+                            "--data-dir", self.d.data_dir + "3", "--ipc-dir", shared],
+                           capture_output=True, text=True, timeout=20)
+        self.assertEqual(p.returncode, 1, p.stderr)
+        self.assertIn("open to other users", p.stderr)
+        self.assertEqual(stat.S_IMODE(os.stat(shared).st_mode), 0o755)  # not chmod'ed
+        self.assertEqual(os.listdir(shared), [])
+
     def wait_blocks(self, toks, pod, n):
         end = time.time() + 10
         while time.time() < end:
