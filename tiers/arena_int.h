@@ -65,8 +65,7 @@ typedef struct kvt_arena {
  * KVT_ERR_IO, with one line in @err; *@a is then closed (fd -1) and no file
  * created by this call is left behind.
  */
-kvt_status_t kvt_arena_open(kvt_arena_t *a, const kvt_arena_cfg_t *cfg, char *err,
-                            size_t errlen);
+kvt_status_t kvt_arena_open(kvt_arena_t *a, const kvt_arena_cfg_t *cfg, char *err, size_t errlen);
 
 /* Unmaps, closes, and unlinks a named file. Safe on a closed arena. */
 void kvt_arena_close(kvt_arena_t *a);

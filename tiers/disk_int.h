@@ -70,8 +70,7 @@ bool kvt_disk_created(const kvt_disk_t *d); /* this open made the store */
 
 /* Registers [@base, @base + @len) (the arena) as fixed buffers, in chunks the
  * kernel accepts. I/O on buffers inside it then uses fixed-buffer opcodes. */
-kvt_status_t kvt_disk_register(kvt_disk_t *d, void *base, uint64_t len, char *err,
-                               size_t errlen);
+kvt_status_t kvt_disk_register(kvt_disk_t *d, void *base, uint64_t len, char *err, size_t errlen);
 
 /* Queues @io (submitted by kvt_disk_submit()). KVT_ERR_LIMIT when io_depth
  * I/Os are queued or in flight; KVT_ERR_INVAL for a bad slot, length or

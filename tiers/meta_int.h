@@ -80,7 +80,7 @@ kvt_status_t kvt_meta_write(kvt_meta_t *m, const kvt_meta_rec_t *put, size_t npu
 /* Calls @fn for every block record in key order; stops early when @fn
  * returns false. A record that does not decode is skipped and counted in
  * *@bad_p (may be NULL). */
-kvt_status_t kvt_meta_scan(kvt_meta_t *m, bool (*fn)(void *arg, const kvt_meta_rec_t *r),
-                           void *arg, uint64_t *bad_p, char *err, size_t errlen);
+kvt_status_t kvt_meta_scan(kvt_meta_t *m, bool (*fn)(void *arg, const kvt_meta_rec_t *r), void *arg,
+                           uint64_t *bad_p, char *err, size_t errlen);
 
 #endif
