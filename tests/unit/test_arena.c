@@ -244,6 +244,14 @@ static void test_geometry_refused(void **state)
         {(uint64_t)UINT32_MAX * 4096, 4096}, /* UINT32_MAX slots: KVT_SLOT_NONE */
         {(uint64_t)UINT32_MAX * 0xFFFFF000u, 0xFFFFF000u},
     };
+    /* should a huge geometry ever be accepted, sizing the file fails (EFBIG) at once rather
+     * than filling memory with a memfd of terabytes */
+    struct rlimit old, lim;
+    assert_int_equal(getrlimit(RLIMIT_FSIZE, &old), 0);
+    lim = old;
+    lim.rlim_cur = 64u << 20;
+    void (*oldsig)(int) = signal(SIGXFSZ, SIG_IGN);
+    assert_int_equal(setrlimit(RLIMIT_FSIZE, &lim), 0);
     for (size_t k = 0; k < sizeof(bad) / sizeof(bad[0]); k++) {
         for (int named = 0; named < 2; named++) {
             char err[256] = "";
@@ -258,6 +266,8 @@ static void test_geometry_refused(void **state)
             assert_false(exists(p));
         }
     }
+    assert_int_equal(setrlimit(RLIMIT_FSIZE, &old), 0);
+    signal(SIGXFSZ, oldsig);
     /* no room for the reason is fine */
     kvt_arena_t a;
     kvt_arena_cfg_t cfg = {.ram_bytes = 100, .block_bytes = 4096};
