@@ -12,6 +12,9 @@
  * owner pid) and is held with flock(LOCK_EX). kvtierd creates it with O_EXCL,
  * or reuses one that carries its magic and that no live kvtierd holds (left
  * behind by a kill -9); any other existing file is refused, never truncated.
+ * The lock belongs to the open file, so a process that shares kvtierd's
+ * (an fd passed with SCM_RIGHTS, or inherited) keeps the arena held after
+ * kvtierd is gone: hand engines of a named arena a new open() of the path.
  * The slots follow the header: slot i lives at byte slot_off + i * slot_bytes
  * of the file, and slot_bytes is block_bytes rounded up to 4 KiB, so every
  * slot goes to NVMe in one O_DIRECT I/O. The contents do not survive a
@@ -36,6 +39,16 @@
 #define KVT_ARENA_ALIGN 4096u
 #define KVT_ARENA_MAGIC "KVTARENA" /* 8 bytes at offset 0 of a named arena file */
 #define KVT_ARENA_VERSION 1u
+
+/* The start of a named arena's header page (host byte order; the rest of the page is zero). */
+typedef struct kvt_arena_hdr {
+    char magic[8];       /* KVT_ARENA_MAGIC, without its NUL */
+    uint32_t version;    /* KVT_ARENA_VERSION */
+    uint32_t slot_bytes; /* as in kvt_arena_t */
+    uint32_t nslots;
+    int32_t pid;       /* the kvtierd that opened it last */
+    uint64_t slot_off; /* file offset of slot 0 */
+} kvt_arena_hdr_t;
 
 typedef struct kvt_arena_cfg {
     uint64_t ram_bytes;   /* bytes for slots (rounded down to whole slots); the file is larger
