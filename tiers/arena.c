@@ -207,6 +207,21 @@ static kvt_status_t arena_populate(const kvt_arena_t *a, uint64_t page, char *er
     return e == EFAULT ? KVT_ERR_NO_SPACE : arena_errno_status(e);
 }
 
+/* MemAvailable from /proc/meminfo, in bytes; 0 when it cannot be read. */
+static uint64_t arena_mem_available(void)
+{
+    FILE *f = fopen("/proc/meminfo", "re");
+    if (f == NULL)
+        return 0;
+    char line[128];
+    unsigned long long kb = 0;
+    while (fgets(line, sizeof(line), f) != NULL)
+        if (sscanf(line, "MemAvailable: %llu kB", &kb) == 1)
+            break;
+    fclose(f);
+    return (uint64_t)kb * 1024u;
+}
+
 kvt_status_t kvt_arena_open(kvt_arena_t *a, const kvt_arena_cfg_t *cfg, char *err, size_t errlen)
 {
     kvt_arena_t r = {.fd = -1};
@@ -275,6 +290,20 @@ kvt_status_t kvt_arena_open(kvt_arena_t *a, const kvt_arena_cfg_t *cfg, char *er
     }
     r.map_bytes = (r.slot_off + slots_total + page - 1) / page * page;
 
+    if (!r.hugetlb) {
+        /* shmem pages are real memory: reserving more than the machine has would bring the
+         * OOM killer, not ENOSPC; a reused file's own pages are already counted as used */
+        uint64_t have = arena_mem_available();
+        struct stat sb;
+        uint64_t own = fstat(r.fd, &sb) == 0 ? (uint64_t)sb.st_blocks * 512u : 0;
+        if (have != 0 && r.map_bytes > have + own) {
+            snprintf(err, errlen,
+                     "arena %s: %llu bytes are more than the %llu bytes of memory available", what,
+                     (unsigned long long)r.map_bytes, (unsigned long long)(have + own));
+            st = KVT_ERR_NO_SPACE;
+            goto err_close;
+        }
+    }
     if (r.path[0] != '\0' && !r.hugetlb) {
         /* the header first, so a new file is recognizable as an arena as early as can be;
          * hugetlbfs takes no write(): it gets its header through the mapping below */

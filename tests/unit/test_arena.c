@@ -283,6 +283,37 @@ static void test_geometry_refused(void **state)
     assert_int_equal(dir_entries(tmpdir), 0);
 }
 
+/* More than the machine's memory: refused with KVT_ERR_NO_SPACE before anything is reserved
+ * (a memfd or /dev/shm arena past memory would bring the OOM killer, not ENOSPC). */
+static void test_more_than_memory(void **state)
+{
+    (void)state;
+    char p[300];
+    tpath(p, sizeof(p), "huge");
+    long pages = sysconf(_SC_PHYS_PAGES), psize = sysconf(_SC_PAGESIZE);
+    assert_true(pages > 0 && psize > 0);
+    uint64_t twice = (uint64_t)pages * (uint64_t)psize * 2u;
+    /* should the check ever go, sizing fails at the file-size limit instead of filling memory */
+    struct rlimit old, lim;
+    assert_int_equal(getrlimit(RLIMIT_FSIZE, &old), 0);
+    lim = old;
+    lim.rlim_cur = 64u << 20;
+    void (*oldsig)(int) = signal(SIGXFSZ, SIG_IGN);
+    assert_int_equal(setrlimit(RLIMIT_FSIZE, &lim), 0);
+    for (int named = 0; named < 2; named++) {
+        char err[256] = "";
+        kvt_arena_t a;
+        kvt_arena_cfg_t cfg = {
+            .ram_bytes = twice, .block_bytes = 1u << 20, .name = named ? p : NULL};
+        assert_int_equal(kvt_arena_open(&a, &cfg, err, sizeof(err)), KVT_ERR_NO_SPACE);
+        assert_non_null(strstr(err, "memory available"));
+        assert_int_equal(a.fd, -1);
+        assert_false(exists(p));
+    }
+    assert_int_equal(setrlimit(RLIMIT_FSIZE, &old), 0);
+    signal(SIGXFSZ, oldsig);
+}
+
 static void test_names_refused(void **state)
 {
     (void)state;
@@ -683,6 +714,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_memfd_geometry, setup, teardown),
         cmocka_unit_test_setup_teardown(test_populate_and_thp, setup, teardown),
         cmocka_unit_test_setup_teardown(test_geometry_refused, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_more_than_memory, setup, teardown),
         cmocka_unit_test_setup_teardown(test_names_refused, setup, teardown),
         cmocka_unit_test_setup_teardown(test_named, setup, teardown),
         cmocka_unit_test_setup_teardown(test_leftover_after_crash, setup, teardown),
