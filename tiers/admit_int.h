@@ -35,7 +35,17 @@ typedef struct kvt_admit kvt_admit_t;
 kvt_status_t kvt_admit_parse(const char *s, kvt_admit_kind_t *kind_p);
 const char *kvt_admit_name(kvt_admit_kind_t kind);
 
-/* @capacity: blocks the disk holds (sizes the filter). */
+/* Capacities below this count as this. */
+#define KVT_ADMIT_MIN_CAPACITY 1024u
+
+/*
+ * @capacity: blocks the disk holds (sizes the filter; at most UINT32_MAX).
+ * seen-twice remembers an access for at least the next capacity accesses,
+ * and forgets it within 2 x capacity accesses to blocks it does not already
+ * count as seen twice; tinylfu halves its counts every 10 x capacity
+ * accesses. The caller frees *a_p with kvt_admit_free(). KVT_ERR_INVAL
+ * (unknown kind), KVT_ERR_RANGE (capacity), KVT_ERR_NO_MEM.
+ */
 kvt_status_t kvt_admit_new(kvt_admit_kind_t kind, uint64_t capacity, kvt_admit_t **a_p);
 void kvt_admit_free(kvt_admit_t *a);
 
@@ -45,5 +55,14 @@ void kvt_admit_touch(kvt_admit_t *a, uint64_t h);
 /* Whether block @cand goes to NVMe. @full: the disk has no free slot, and
  * @victim is the block that would leave to make room. */
 bool kvt_admit_ok(kvt_admit_t *a, uint64_t cand, bool full, uint64_t victim);
+
+/*
+ * What the filter knows of @h's accesses. tinylfu: the doorkeeper's bit plus
+ * the sketch's 4-bit minimum (at most 16); never below the exact count, which
+ * is 1 for the first access since the last halving plus the later accesses
+ * (counted up to 15; a halving halves that count and drops the first's 1).
+ * seen-twice: 0 (not remembered), 1 (once) or 2 (twice or more). always: 0.
+ */
+uint32_t kvt_admit_estimate(const kvt_admit_t *a, uint64_t h);
 
 #endif
