@@ -540,6 +540,8 @@ static void prep(const kvt_disk_t *d, struct io_uring_sqe *sqe, kvt_disk_io_t *i
     } else {
         io_uring_prep_read(sqe, 0, buf, len, off);
     }
+    if (io->write)
+        sqe->rw_flags = RWF_DSYNC; /* durable when it completes */
     io_uring_sqe_set_flags(sqe, IOSQE_FIXED_FILE);
     io_uring_sqe_set_data(sqe, io);
 }

@@ -492,11 +492,15 @@ static void test_bad_io(void **state)
         got = kvt_disk_reap(d, 100, on_done, &log);
     assert_int_equal(got, 1);
     assert_int_equal(log.failed, 0);
-    /* buffers misaligned or empty are not registered */
+    /* buffers misaligned, empty or too many are not registered */
     kvt_disk_close(d);
     d = must_open(&cfg);
     assert_int_equal(kvt_disk_register(d, buf + 512, SLOT, err, sizeof(err)), KVT_ERR_INVAL);
     assert_int_equal(kvt_disk_register(d, buf, 0, err, sizeof(err)), KVT_ERR_INVAL);
+    /* more than 16384 buffers of 1 GiB: refused before the kernel sees (or pins) any of it */
+    assert_int_equal(kvt_disk_register(d, buf, 1ull << 45, err, sizeof(err)), KVT_ERR_TOO_BIG);
+    /* and still free to register what it can */
+    assert_int_equal(kvt_disk_register(d, buf, 2 * SLOT, err, sizeof(err)), KVT_OK);
     kvt_disk_close(d);
     free(buf);
     unlink(path);
