@@ -32,7 +32,7 @@ typedef struct kvt_disk_cfg {
     const char *path;    /* regular file (created when missing) or block device */
     uint64_t bytes;      /* file size to preallocate; a device's own size is used; 0: the
                             existing file's size */
-    uint32_t slot_bytes; /* a multiple of 4096 (the arena's) */
+    uint32_t slot_bytes; /* a multiple of 4096 (the arena's), up to 1 GiB */
     uint32_t io_depth;   /* I/Os in flight at most; the ring's size; >= 1 */
     bool sqpoll;         /* IORING_SETUP_SQPOLL (falls back to none, logged, where refused) */
     bool format_device;  /* a block device without kvtier's header may be formatted */
@@ -55,13 +55,16 @@ typedef struct kvt_disk_io {
 /*
  * Opens or creates the store (see above). Errors, with one line in @err:
  * KVT_ERR_INVAL (slot size, depth, path), KVT_ERR_EXISTS (a file or device
- * that is not a kvtier store, or one made with another slot size),
- * KVT_ERR_NO_SPACE (fallocate refused, or fewer than one slot), KVT_ERR_IO
- * (open, O_DIRECT not supported, io_uring unavailable). A file created by a
- * failed call is removed.
+ * that is not a kvtier store, one made with another slot size, or one another
+ * process holds: the store is flock()ed while open),
+ * KVT_ERR_NO_SPACE (fallocate found no space, or fewer than one slot),
+ * KVT_ERR_IO (open, O_DIRECT or fallocate not supported, io_uring
+ * unavailable). A file created by a failed call is removed. An existing store
+ * keeps its size and slot count whatever @cfg->bytes says.
  */
 kvt_status_t kvt_disk_open(const kvt_disk_cfg_t *cfg, kvt_disk_t **disk_p, char *err,
                            size_t errlen);
+/* Waits for the I/O in flight (handed to no callback), then closes. The store stays. */
 void kvt_disk_close(kvt_disk_t *d);
 
 uint32_t kvt_disk_nslots(const kvt_disk_t *d);
@@ -69,7 +72,10 @@ uint64_t kvt_disk_store_id(const kvt_disk_t *d);
 bool kvt_disk_created(const kvt_disk_t *d); /* this open made the store */
 
 /* Registers [@base, @base + @len) (the arena) as fixed buffers, in chunks the
- * kernel accepts. I/O on buffers inside it then uses fixed-buffer opcodes. */
+ * kernel accepts. I/O on buffers inside it then uses fixed-buffer opcodes.
+ * Once per store: KVT_ERR_INVAL when called again, @len is 0 or @base is not
+ * 4096-aligned; KVT_ERR_TOO_BIG beyond io_uring's 16384 buffers of 1 GiB;
+ * KVT_ERR_NO_MEM where the locked-memory limit refuses it; KVT_ERR_IO. */
 kvt_status_t kvt_disk_register(kvt_disk_t *d, void *base, uint64_t len, char *err, size_t errlen);
 
 /* Queues @io (submitted by kvt_disk_submit()). KVT_ERR_LIMIT when io_depth
@@ -83,7 +89,7 @@ void kvt_disk_submit(kvt_disk_t *d);
 
 /* Hands each completed I/O to @done (res set), after waiting up to @wait_ms
  * for the first (0: no wait; -1: until one completes, when any is in
- * flight). Returns how many completed. */
+ * flight). Returns how many completed. @done may queue I/O, never reap. */
 size_t kvt_disk_reap(kvt_disk_t *d, int wait_ms, void (*done)(void *arg, kvt_disk_io_t *io),
                      void *arg);
 
