@@ -143,8 +143,15 @@ static kvt_status_t hdr_write(kvt_disk_t *d, const char *path, uint8_t *hdr, uin
 
 static kvt_status_t disk_lock(kvt_disk_t *d, const char *path, char *err, size_t errlen)
 {
-    if (flock(d->fd, LOCK_EX | LOCK_NB) == 0)
-        return KVT_OK;
+    /* a process that just died may hold the lock a moment longer: the kernel tears its
+     * io_uring (which holds the file) down after the exit, so a restart waits that out */
+    for (int tries = 0; tries < 50; tries++) {
+        if (flock(d->fd, LOCK_EX | LOCK_NB) == 0)
+            return KVT_OK;
+        if (errno != EWOULDBLOCK)
+            break;
+        usleep(20000);
+    }
     if (errno == EWOULDBLOCK) {
         snprintf(err, errlen, "disk store %s is in use by another process", path);
         return KVT_ERR_EXISTS;
