@@ -589,6 +589,12 @@ kvt_status_t kvt_tier_open(const kvt_tier_cfg_t *cfg, kvt_tier_t **tier_p, char 
     return KVT_OK;
 
 err_free:
+    if (t->disk != NULL && kvt_disk_created(t->disk)) {
+        /* made by this call: nothing stays behind (closed first, then removed) */
+        kvt_disk_close(t->disk);
+        t->disk = NULL;
+        unlink(t->disk_path);
+    }
     tier_free(t);
     return st;
 }
