@@ -59,7 +59,8 @@ typedef struct kvt_meta_cfg {
  * dir that cannot be made or read, or is read-only), KVT_ERR_EXISTS (locked by
  * another process: another kvtierd uses this data dir; or its store record
  * names another disk while fresh_disk is false), KVT_ERR_INTERNAL (RocksDB
- * reported corruption).
+ * reported corruption, or the store record is malformed while fresh_disk is
+ * false), KVT_ERR_INVAL (no dir), KVT_ERR_NO_MEM.
  */
 kvt_status_t kvt_meta_open(const kvt_meta_cfg_t *cfg, kvt_meta_t **meta_p, char *err,
                            size_t errlen);
@@ -73,7 +74,8 @@ kvt_status_t kvt_meta_ns(kvt_meta_t *m, const char *name, size_t len, uint32_t *
 const char *kvt_meta_ns_name(const kvt_meta_t *m, uint32_t ns, size_t *len_p);
 
 /* Puts @nput records and deletes @ndel (ns, key) pairs (given as records;
- * only ns and key are read) in one synced batch. */
+ * only ns and key are read) in one synced batch. The deletes apply first: a
+ * key both deleted and put ends up put. */
 kvt_status_t kvt_meta_write(kvt_meta_t *m, const kvt_meta_rec_t *put, size_t nput,
                             const kvt_meta_rec_t *del, size_t ndel, char *err, size_t errlen);
 
