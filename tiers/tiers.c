@@ -101,6 +101,7 @@ static void deliver(kvt_tier_t *t)
             if (x->kind == CB_PIN) {
                 x->pin->done(x->pin->arg, x->pin->out, x->pin->n);
                 free(x->pin->out);
+                free(x->pin->w);
                 free(x->pin);
             } else {
                 x->done(x->arg, x->st);

@@ -315,8 +315,10 @@ static void plan(io_state_t *s)
             break;
         }
     }
-    memmove(t->promo, t->promo + p, (t->npromo - p) * sizeof(*t->promo));
-    t->npromo -= p;
+    if (p > 0) {
+        memmove(t->promo, t->promo + p, (t->npromo - p) * sizeof(*t->promo));
+        t->npromo -= p;
+    }
     /* durable puts */
     size_t d = 0;
     for (; d < t->ndurable && room > 0; d++, room--) {
@@ -328,8 +330,10 @@ static void plan(io_state_t *s)
             room++;
         }
     }
-    memmove(t->durable, t->durable + d, (t->ndurable - d) * sizeof(*t->durable));
-    t->ndurable -= d;
+    if (d > 0) {
+        memmove(t->durable, t->durable + d, (t->ndurable - d) * sizeof(*t->durable));
+        t->ndurable -= d;
+    }
     /* background: keep the RAM tail on NVMe while free slots run low */
     if (t->ram_slots.nfree >= t->low_water)
         return;
