@@ -11,7 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "tiers/meta_int.h"
+#include "tiers/tiers_test.h"
 
 #include "tests/fuzz/fuzz_check.h"
 
