@@ -19,6 +19,7 @@
 #include "bench/naive_index.h"
 #include "bench/trace.h"
 #include "common/clock.h"
+#include "common/heap.h"
 #include "kvindex/hash.h"
 #include "kvindex/index.h"
 #include "kvindex/score.h"
@@ -265,45 +266,18 @@ typedef struct bi_load {
     size_t n;
 } bi_load_t;
 
-static void bi_heap_push(bi_load_t *l, bi_active_t a)
+static inline bool bi_ends_first(const bi_active_t *a, const bi_active_t *b)
 {
-    size_t i = l->n++;
-    while (i > 0) {
-        size_t parent = (i - 1) / 2;
-        if (l->heap[parent].end_ms <= a.end_ms)
-            break;
-        l->heap[i] = l->heap[parent];
-        i = parent;
-    }
-    l->heap[i] = a;
+    return a->end_ms < b->end_ms;
 }
 
-static bi_active_t bi_heap_pop(bi_load_t *l)
-{
-    bi_active_t top = l->heap[0];
-    bi_active_t last = l->heap[--l->n];
-    size_t i = 0;
-    for (;;) {
-        size_t c = 2 * i + 1;
-        if (c >= l->n)
-            break;
-        if (c + 1 < l->n && l->heap[c + 1].end_ms < l->heap[c].end_ms)
-            c++;
-        if (last.end_ms <= l->heap[c].end_ms)
-            break;
-        l->heap[i] = l->heap[c];
-        i = c;
-    }
-    if (l->n > 0)
-        l->heap[i] = last;
-    return top;
-}
+KVT_HEAP_DEFINE(bi_heap, bi_active_t, bi_ends_first)
 
 /* Ends the requests finished by @now_ms: a request is active in [start, start + service). */
 static void bi_load_expire(bi_load_t *l, double now_ms)
 {
     while (l->n > 0 && l->heap[0].end_ms <= now_ms) {
-        bi_active_t a = bi_heap_pop(l);
+        bi_active_t a = bi_heap_pop(l->heap, &l->n);
         l->load[a.pod] -= 1.0;
     }
 }
@@ -395,7 +369,8 @@ static int bi_replay(const bi_opts_t *o, const bi_prep_t *p, kvt_idx_t *idx,
             }
             if (o->route == BI_SPREAD) {
                 double service = q->input_length * 0.1 + q->output_length * 25.0;
-                bi_heap_push(&load, (bi_active_t){(double)q->timestamp_ms + service, pod});
+                bi_heap_push(load.heap, &load.n,
+                             (bi_active_t){(double)q->timestamp_ms + service, pod});
                 load.load[pod] += 1.0;
             }
         }

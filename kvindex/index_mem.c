@@ -7,6 +7,7 @@
 #include <string.h>
 #include <sys/mman.h>
 
+#include "common/heap.h"
 #include "kvindex/index_writer_int.h"
 
 /* ---- accounting and counters ------------------------------------------ */
@@ -213,33 +214,13 @@ static void shrink_tables(kvt_idx_t *idx)
     ktab_maybe_shrink(idx);
 }
 
-/* Max-heap of (age << 32 | node): the oldest leaf on top. */
-static void heap_down(uint64_t *h, size_t n, size_t i)
+/* Eviction heap of (age << 32 | node): the oldest leaf on top. */
+static inline bool older(const uint64_t *a, const uint64_t *b)
 {
-    for (;;) {
-        size_t c = 2 * i + 1;
-        if (c >= n)
-            return;
-        if (c + 1 < n && h[c + 1] > h[c])
-            c++;
-        if (h[i] >= h[c])
-            return;
-        uint64_t t = h[i];
-        h[i] = h[c];
-        h[c] = t;
-        i = c;
-    }
+    return *a > *b;
 }
 
-static void heap_up(uint64_t *h, size_t i)
-{
-    while (i > 0 && h[(i - 1) / 2] < h[i]) {
-        uint64_t t = h[i];
-        h[i] = h[(i - 1) / 2];
-        h[(i - 1) / 2] = t;
-        i = (i - 1) / 2;
-    }
-}
+KVT_HEAP_DEFINE(evict_heap, uint64_t, older)
 
 static bool evictable_leaf(kvt_idx_t *idx, uint32_t nid)
 {
@@ -280,12 +261,9 @@ size_t kvt_idx_evict_batch(kvt_idx_t *idx)
         }
         heap[n++] = heap_item(idx, nid, now);
     }
-    for (size_t i = n / 2; i-- > 0;)
-        heap_down(heap, n, i);
+    evict_heap_make(heap, n);
     while (n > 0 && freed < want) {
-        uint32_t nid = (uint32_t)heap[0];
-        heap[0] = heap[--n];
-        heap_down(heap, n, 0);
+        uint32_t nid = (uint32_t)evict_heap_pop(heap, &n);
         if (!evictable_leaf(idx, nid))
             continue;
         kvt_node_t *nd = N(idx, nid);
@@ -301,10 +279,8 @@ size_t kvt_idx_evict_batch(kvt_idx_t *idx)
         freed++;
         /* the parent may have become a leaf: it competes with its own age (heap slot freed above)
          */
-        if (parent != KVT_NIL && evictable_leaf(idx, parent)) {
-            heap[n] = heap_item(idx, parent, now);
-            heap_up(heap, n++);
-        }
+        if (parent != KVT_NIL && evictable_leaf(idx, parent))
+            evict_heap_push(heap, &n, heap_item(idx, parent, now));
     }
     free(heap);
     shrink_tables(idx);

@@ -5,6 +5,7 @@
 
 #include <string.h>
 
+#include "common/heap.h"
 #include "kvindex/index_int.h"
 
 void kvt_score_weights_default(kvt_score_weights_t *w)
@@ -98,35 +99,13 @@ static size_t fill(const kvt_score_weights_t *w, const kvt_idx_match_t *matches,
     return ncands;
 }
 
-static void sift_down(kvt_scored_t *a, size_t root, size_t n)
+/* The heap sort's order: the worst entry on top, so the sorted array ends best first. */
+static inline bool worse(const kvt_scored_t *a, const kvt_scored_t *b)
 {
-    for (;;) {
-        size_t child = 2 * root + 1;
-        if (child >= n)
-            return;
-        /* max-heap on "worse": the worst entry rises, so the array ends best first */
-        if (child + 1 < n && better(&a[child], &a[child + 1]))
-            child++;
-        if (!better(&a[root], &a[child]))
-            return;
-        kvt_scored_t t = a[root];
-        a[root] = a[child];
-        a[child] = t;
-        root = child;
-    }
+    return better(b, a);
 }
 
-static void heap_sort(kvt_scored_t *out, size_t n)
-{
-    for (size_t i = n / 2; i-- > 0;)
-        sift_down(out, i, n);
-    for (size_t end = n; end > 1; end--) {
-        kvt_scored_t t = out[0];
-        out[0] = out[end - 1];
-        out[end - 1] = t;
-        sift_down(out, 0, end - 1);
-    }
-}
+KVT_HEAP_DEFINE(score_heap, kvt_scored_t, worse)
 
 /*
  * The usual answer has many entries and few distinct scores, so comparison
@@ -260,7 +239,7 @@ size_t kvt_score_rank(const kvt_score_weights_t *w, const kvt_idx_match_t *match
     size_t n = fill(w, matches, nmatches, cands, ncands, load, nload, tie_seed, out);
     /* no allocation; O(n) for the usual shape, else O(n log n) */
     if (!bucket_sort(out, n))
-        heap_sort(out, n);
+        score_heap_sort(out, n);
     return n;
 }
 
