@@ -2,7 +2,8 @@
 #   make / make build   install missing Debian packages, configure and build the release tree
 #   make test           all tests (release), the unit tests again under ASan+UBSan, and the
 #                       concurrency test under TSan
-#   make bench          the benchmarks (hash, index, rpc, latency, events, json); logs in build/bench/
+#   make bench          the benchmarks (hash, index, rpc, latency, events, json, tiers); logs in
+#                       build/bench/
 #   make fuzz           every libFuzzer target for FUZZ_SECONDS on a copy of its seed corpus
 #   make format         clang-format -i on every .c/.h outside build/
 #   make clean          remove build/
@@ -66,6 +67,7 @@ bench: build
 	build/bin/kvtier-bench latency | tee build/bench/latency.log
 	build/bin/kvtier-bench events | tee build/bench/events.log
 	build/bin/kvtier-bench json | tee build/bench/json.log
+	build/bin/kvtier-bench tiers | tee build/bench/tiers.log
 
 # Each fuzzer runs on build/fuzz/corpus/<name>, seeded from tests/fuzz/corpus/<name>
 # (or tests/fuzz/corpus/<name without fuzz_>), so the checked-in corpus never changes.

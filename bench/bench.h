@@ -47,6 +47,10 @@ int kvt_bench_events_main(int argc, char **argv);
  */
 int kvt_bench_json_main(int argc, char **argv);
 
+/* `kvtier-bench tiers`: the RAM and NVMe tiers against memcpy and fio, the restore at open
+ * against a RocksDB iteration, the reload of a block from NVMe (bench_tiers.c). */
+int kvt_bench_tiers_main(int argc, char **argv);
+
 /* ---- the daemon benches' helpers (bench_daemon.c) ---- */
 
 /* A blocking TCP connection to 127.0.0.1:@port (TCP_NODELAY), or -1. */

@@ -28,6 +28,8 @@ static const kvt_bench_cmd_t kvt_bench_cmds[] = {
      kvt_bench_events_main},
     {"json", "kvtier's JSON decoders vs. jansson on the API's bodies (ns/body, MB/s)",
      kvt_bench_json_main},
+    {"tiers", "RAM and NVMe tiers vs. memcpy and fio, restore vs. RocksDB, reload per block",
+     kvt_bench_tiers_main},
 };
 
 #define KVT_BENCH_NCMDS (sizeof(kvt_bench_cmds) / sizeof(kvt_bench_cmds[0]))

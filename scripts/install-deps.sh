@@ -8,8 +8,9 @@ packages=(
     build-essential cmake ninja-build pkg-config clang libclang-rt-14-dev
     liburing-dev libxxhash-dev libucx-dev librocksdb-dev libevent-dev libzmq3-dev
     libmsgpack-dev libcmocka-dev
-    # jansson: only `kvtier-bench json` links it, as the yardstick for kvtier's own JSON
-    # reader (docs/architecture.md, "JSON: own parser or jansson"); kvtierd does not.
+    # jansson: only kvtier-bench links it: `json` as the yardstick for kvtier's own JSON
+    # reader (docs/architecture.md, "JSON: own parser or jansson"), `tiers` for fio's
+    # report; kvtierd does not.
     libjansson-dev
     python3 python3-zmq python3-msgpack python3-xxhash
     fio ucx-utils redis-server redis-tools

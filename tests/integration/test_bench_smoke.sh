@@ -1,5 +1,6 @@
 #!/bin/sh
-# Smoke test of `kvtier-bench index`, and short runs of `kvtier-bench rpc`, `events` and `json`.
+# Smoke test of `kvtier-bench index`, and short runs of `kvtier-bench rpc`, `events`, `json` and
+# `tiers`.
 # usage: test_bench_smoke.sh KVTIER_BENCH SOURCE_DIR
 #
 # tests/fixtures/mini_trace.jsonl, by hand (a block is a hit iff its hash id
@@ -333,5 +334,72 @@ expect_exit 2 json --blocks x
 expect_exit 2 json --jansson-dups maybe
 expect_exit 2 json --frobnicate
 expect_exit 2 json extra
+
+# ---- tiers: quick runs (tiny sizes) on a file system with O_DIRECT ----
+# The bench keeps its files in a temp dir of its own under --dir and removes it. tmpfs has no
+# O_DIRECT: then the build tree (next to the bench) holds them.
+TDIR=$TMP
+if [ "$(stat -f -c %T "$TMP" 2>/dev/null)" = tmpfs ]; then
+    TDIR=$(cd "$(dirname "$BENCH")" && pwd)
+fi
+tiers_check() {
+    tail -n 1 "$1" | "$PY" -c '
+import json, sys
+j = json.loads(sys.stdin.read())
+assert j["bench"] == "tiers" and j["quick"] is True, j
+assert j["block_bytes"] == 65536 and j["blocks"] == 16 and j["depth"] == 4, j
+assert j["restore_blocks"] == 2000 and j["reload_blocks"] == 2, j
+for k in ("ram_put_gbps", "ram_get_gbps", "memcpy_gbps", "disk_write_gbps", "disk_read_gbps",
+          "restore_blocks_per_sec", "rocksdb_iter_per_sec", "restore_ms", "rocksdb_iter_ms"):
+    assert j[k] > 0, (k, j)
+fio = sys.argv[1]
+assert j["fio"] == fio or (fio == "any" and j["fio"] in ("ok", "missing", "failed")), j
+for k in ("fio_write_gbps", "fio_write_nosync_gbps", "fio_read_gbps"):
+    assert (j[k] > 0) == (j["fio"] == "ok"), (k, j)
+def near(a, b):
+    return abs(a - b) <= 0.01 * abs(b) + 0.002
+assert near(j["ram_put_vs_memcpy"], j["ram_put_gbps"] / j["memcpy_gbps"]), j
+assert near(j["ram_get_vs_memcpy"], j["ram_get_gbps"] / j["memcpy_gbps"]), j
+assert near(j["restore_vs_rocksdb"], j["restore_blocks_per_sec"] / j["rocksdb_iter_per_sec"]), j
+for k, f in (("disk_write_vs_fio", "fio_write_gbps"), ("disk_read_vs_fio", "fio_read_gbps")):
+    d = "disk_" + k.split("_")[1] + "_gbps"
+    assert near(j[k], j[d] / j[f] if j[f] > 0 else 0), (k, j)
+assert sorted(j["reload_us"], key=int) == [str(s << 10) for s in (256, 512, 1024, 2048, 4096)], j
+assert all(v > 0 for v in j["reload_us"].values()), j
+' "$2"
+}
+if "$BENCH" tiers --quick --dir "$TDIR" >"$TMP/tiers" 2>"$TMP/err"; then
+    tiers_check "$TMP/tiers" any || fail "kvtier-bench tiers --quick: bad JSON line: $(tail -n 1 "$TMP/tiers")"
+    if [ -s "$TMP/err" ]; then
+        fail "kvtier-bench tiers --quick: unexpected stderr"
+        cat "$TMP/err" >&2
+    fi
+    # without fio: a note, fio's figures 0, still a result
+    if "$BENCH" tiers --quick --dir "$TDIR" --fio "$TMP/no-such-fio" >"$TMP/tiers" 2>"$TMP/err"; then
+        tiers_check "$TMP/tiers" missing || fail "kvtier-bench tiers without fio: bad JSON line"
+        grep -q "^note: .*no-such-fio not found" "$TMP/tiers" || fail "tiers without fio: no note"
+    else
+        fail "kvtier-bench tiers --fio (missing): exit $?: $(cat "$TMP/err")"
+    fi
+    ls -d "$TDIR"/kvtier-bench-tiers.* >/dev/null 2>&1 && fail "kvtier-bench tiers left its files"
+elif grep -q -e "io_uring" -e "O_DIRECT" "$TMP/err"; then
+    echo "note: kvtier-bench tiers not checked here: $(cat "$TMP/err")"
+else
+    fail "kvtier-bench tiers --quick: exit $?: $(cat "$TMP/err")"
+fi
+"$BENCH" tiers --help >"$TMP/out" 2>&1 || fail "tiers --help: exit status $?"
+grep -q -- '--restore-blocks' "$TMP/out" || fail "tiers --help: no usage text"
+expect_exit 1 tiers --quick --dir "$TMP/no-such-dir"
+expect_exit 2 tiers --block-bytes 5000
+expect_exit 2 tiers --block-bytes 0
+expect_exit 2 tiers --blocks 0
+expect_exit 2 tiers --blocks 2048
+expect_exit 2 tiers --depth 0
+expect_exit 2 tiers --depth 257
+expect_exit 2 tiers --restore-blocks 1000001
+expect_exit 2 tiers --dir=
+expect_exit 2 tiers --quick --quick
+expect_exit 2 tiers --frobnicate
+expect_exit 2 tiers extra
 
 finish bench_index_smoke

@@ -715,6 +715,26 @@ def cli_bench_hash_json(ctx, blocks):
     assert got["bench"] == "hash" and got["stat"] == "best" and got["bytes"] == 1 << 20, got
 
 
+@runs("cli-bench-tiers-json")
+def cli_bench_tiers_json(ctx, blocks):
+    shown = json.loads(" ".join(blocks["cli-bench-tiers-json"].lines))
+    # The shape of the line with a quick run, on a file system with O_DIRECT (not tmpfs).
+    where = ctx.dir("tiers")
+    if subprocess.run(["stat", "-f", "-c", "%T", where], stdout=subprocess.PIPE,
+                      text=True).stdout.strip() == "tmpfs":
+        where = ctx.build
+    p = subprocess.run([ctx.bench, "tiers", "--quick", "--dir", where],
+                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=ctx.env)
+    if p.returncode == 1 and ("io_uring" in p.stderr or "O_DIRECT" in p.stderr):
+        print("note: cli-bench-tiers-json: the shape is not checked here: " + p.stderr.strip())
+        return
+    assert p.returncode == 0, p
+    got = json.loads(p.stdout.rstrip("\n").split("\n")[-1])
+    assert sorted(got) == sorted(shown), (sorted(got), sorted(shown))
+    assert sorted(got["reload_us"]) == sorted(shown["reload_us"]), got
+    assert got["bench"] == "tiers" and got["quick"] is True, got
+
+
 @runs("perf-hash")
 def perf_hash(ctx, blocks):
     (cmd,) = parse_script(blocks["perf-hash"])
