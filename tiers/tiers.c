@@ -382,16 +382,12 @@ static bool restore_one(void *arg, const kvt_meta_rec_t *rec)
         restore_bad(r, rec);
         return !r->oom;
     }
+    /* (ns, key) is unique: the records are keyed by it and names map to ids one to one */
     uint32_t ns = tier_ns(t, name, nlen);
-    if (ns == TB_NONE || tmap_find(&t->map, ns, rec->key) != TB_NONE) {
+    if (ns == TB_NONE) {
         kvt_slots_free(&t->disk_slots, rec->slot);
-        if (ns == TB_NONE) {
-            r->oom = true;
-            return false;
-        }
-        t->st.restore_bad++;
-        restore_bad(r, rec);
-        return !r->oom;
+        r->oom = true;
+        return false;
     }
     t->ns[ns].meta = rec->ns;
     uint32_t bi = tmap_add(&t->map, ns, rec->key);

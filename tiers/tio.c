@@ -50,6 +50,8 @@ typedef struct io_state {
     uint32_t nfree, depth;
     tio_t **fin; /* reaped this round */
     uint32_t nfin;
+    tio_t *wdone; /* finished writes whose records are not committed yet */
+    size_t nwdone, wdone_cap;
     plan_wr_t *wr;
     size_t nwr, wr_cap;
     tier_del_t *del;
@@ -170,7 +172,11 @@ static void write_done(kvt_tier_t *t, tio_t *x, bool ok)
     tier_wait_end(t, x->bi, ok, ok ? KVT_OK : KVT_ERR_IO);
 }
 
-/* Reaps what finished and settles it. */
+/*
+ * Reaps what finished. Reads are checked and settled at once; finished writes
+ * wait in @s->wdone for commit_writes(), which the loop runs after it has
+ * submitted the next I/O, so the device works while RocksDB syncs.
+ */
 static void reap(io_state_t *s, int wait_ms)
 {
     kvt_tier_t *t = s->t;
@@ -179,9 +185,6 @@ static void reap(io_state_t *s, int wait_ms)
     if (s->nfin == 0)
         return;
     uint64_t now = kvt_clock_ns();
-    size_t nrec = 0;
-    if (s->recs_cap < s->nfin && !kvt_grow(&s->recs, &s->recs_cap, s->nfin, sizeof(*s->recs), 64))
-        nrec = SIZE_MAX; /* out of memory: the writes count as failed */
     for (uint32_t i = 0; i < s->nfin; i++) {
         tio_t *x = s->fin[i];
         uint32_t want = (x->len + 4095u) & ~4095u;
@@ -190,23 +193,6 @@ static void reap(io_state_t *s, int wait_ms)
             x->done = false;
             x->io.res = 0; /* marks a checksum failure, not an I/O error */
         }
-        if (x->io.write && x->done && nrec != SIZE_MAX)
-            s->recs[nrec++] = (kvt_meta_rec_t){.ns = x->ns_meta,
-                                               .key = t->map.b[x->bi].key,
-                                               .slot = x->io.slot,
-                                               .len = x->len,
-                                               .sum = x->sum,
-                                               .gen = x->gen};
-    }
-    bool meta_ok = true;
-    if (nrec != SIZE_MAX && nrec > 0) {
-        char err[256];
-        if (kvt_meta_write(t->meta, s->recs, nrec, NULL, 0, err, sizeof(err)) != KVT_OK) {
-            kvt_log_error("committing %zu block records: %s", nrec, err);
-            meta_ok = false;
-        }
-    } else if (nrec == SIZE_MAX) {
-        meta_ok = false;
     }
     tier_lock(t);
     for (uint32_t i = 0; i < s->nfin; i++) {
@@ -218,7 +204,13 @@ static void reap(io_state_t *s, int wait_ms)
                 t->st.write_bytes += (uint64_t)x->io.res;
             if (x->io.res < 0)
                 t->st.io_errors++;
-            write_done(t, x, x->done && meta_ok);
+            /* the pool entry is free again; the write's facts wait for their commit */
+            if (s->nwdone == s->wdone_cap &&
+                !kvt_grow(&s->wdone, &s->wdone_cap, s->nwdone + 1, sizeof(*s->wdone), 64)) {
+                write_done(t, x, false); /* cannot remember it: the write counts as failed */
+            } else {
+                s->wdone[s->nwdone++] = *x;
+            }
         } else {
             t->st.read_hist[hist_bucket(us)]++;
             if (x->io.res > 0)
@@ -235,6 +227,43 @@ static void reap(io_state_t *s, int wait_ms)
         }
         s->free[s->nfree++] = (uint32_t)(x - s->pool);
     }
+    tier_unlock(t);
+}
+
+/* Commits the records of the writes that finished whole, in one synced batch, then settles
+ * every finished write: on NVMe once its record is durable, else failed. */
+static void commit_writes(io_state_t *s)
+{
+    kvt_tier_t *t = s->t;
+    if (s->nwdone == 0)
+        return;
+    size_t nrec = 0;
+    bool meta_ok = true;
+    if (s->recs_cap < s->nwdone &&
+        !kvt_grow(&s->recs, &s->recs_cap, s->nwdone, sizeof(*s->recs), 64)) {
+        meta_ok = false; /* out of memory: the writes count as failed */
+    } else {
+        for (size_t i = 0; i < s->nwdone; i++) {
+            tio_t *x = &s->wdone[i];
+            if (x->done)
+                s->recs[nrec++] = (kvt_meta_rec_t){.ns = x->ns_meta,
+                                                   .key = t->map.b[x->bi].key,
+                                                   .slot = x->io.slot,
+                                                   .len = x->len,
+                                                   .sum = x->sum,
+                                                   .gen = x->gen};
+        }
+        char err[256];
+        if (nrec > 0 &&
+            kvt_meta_write(t->meta, s->recs, nrec, NULL, 0, err, sizeof(err)) != KVT_OK) {
+            kvt_log_error("committing %zu block records: %s", nrec, err);
+            meta_ok = false;
+        }
+    }
+    tier_lock(t);
+    for (size_t i = 0; i < s->nwdone; i++)
+        write_done(t, &s->wdone[i], s->wdone[i].done && meta_ok);
+    s->nwdone = 0;
     tier_unlock(t);
 }
 
@@ -481,8 +510,10 @@ static void io_loop(io_state_t *s)
         if (t->disk != NULL && !stop)
             plan(s);
         tier_unlock(t);
-        if (t->disk != NULL)
+        if (t->disk != NULL) {
             execute(s);
+            commit_writes(s);
+        }
         if (stop)
             return;
     }
@@ -494,6 +525,8 @@ static void io_drain(io_state_t *s)
     kvt_tier_t *t = s->t;
     while (t->disk != NULL && s->nfree < s->depth)
         reap(s, -1);
+    if (t->disk != NULL)
+        commit_writes(s);
     tier_lock(t);
     for (size_t i = 0; i < t->npromo; i++) {
         tblk_t *b = &t->map.b[t->promo[i]];
@@ -537,6 +570,7 @@ void *tier_io_main(void *arg)
     free(s.wr);
     free(s.del);
     free(s.recs);
+    free(s.wdone);
     free(s.ns_new);
     return NULL;
 }
