@@ -70,7 +70,17 @@ bool kvt_proto_op_known(uint8_t op)
     case KVT_PROTO_OP_ENGINE_DROP:
     case KVT_PROTO_OP_ENGINE_ADD:
     case KVT_PROTO_OP_MODEL_DROP:
-    case KVT_PROTO_OP_STATS: return true;
+    case KVT_PROTO_OP_STATS:
+    case KVT_PROTO_OP_ATTACH:
+    case KVT_PROTO_OP_LOOKUP:
+    case KVT_PROTO_OP_RESERVE:
+    case KVT_PROTO_OP_COMMIT:
+    case KVT_PROTO_OP_PIN:
+    case KVT_PROTO_OP_UNPIN:
+    case KVT_PROTO_OP_PREFETCH:
+    case KVT_PROTO_OP_BLOCK_PUT:
+    case KVT_PROTO_OP_BLOCK_GET:
+    case KVT_PROTO_OP_BLOCK_DELETE: return true;
     }
     return false;
 }
@@ -86,14 +96,35 @@ const char *kvt_proto_op_name(uint8_t op)
     case KVT_PROTO_OP_ENGINE_ADD: return "ENGINE_ADD";
     case KVT_PROTO_OP_MODEL_DROP: return "MODEL_DROP";
     case KVT_PROTO_OP_STATS: return "STATS";
+    case KVT_PROTO_OP_ATTACH: return "ATTACH";
+    case KVT_PROTO_OP_LOOKUP: return "LOOKUP";
+    case KVT_PROTO_OP_RESERVE: return "RESERVE";
+    case KVT_PROTO_OP_COMMIT: return "COMMIT";
+    case KVT_PROTO_OP_PIN: return "PIN";
+    case KVT_PROTO_OP_UNPIN: return "UNPIN";
+    case KVT_PROTO_OP_PREFETCH: return "PREFETCH";
+    case KVT_PROTO_OP_BLOCK_PUT: return "BLOCK_PUT";
+    case KVT_PROTO_OP_BLOCK_GET: return "BLOCK_GET";
+    case KVT_PROTO_OP_BLOCK_DELETE: return "BLOCK_DELETE";
     }
     return "UNKNOWN";
 }
 
 bool kvt_proto_op_mutating(uint8_t op)
 {
-    return op == KVT_PROTO_OP_EVENTS || op == KVT_PROTO_OP_ENGINE_DROP ||
-           op == KVT_PROTO_OP_ENGINE_ADD || op == KVT_PROTO_OP_MODEL_DROP;
+    switch (op) {
+    case KVT_PROTO_OP_EVENTS:
+    case KVT_PROTO_OP_ENGINE_DROP:
+    case KVT_PROTO_OP_ENGINE_ADD:
+    case KVT_PROTO_OP_MODEL_DROP:
+    /* the tier's: an arena mapped read-write, slots taken or filled, blocks stored or dropped */
+    case KVT_PROTO_OP_ATTACH:
+    case KVT_PROTO_OP_RESERVE:
+    case KVT_PROTO_OP_COMMIT:
+    case KVT_PROTO_OP_BLOCK_PUT:
+    case KVT_PROTO_OP_BLOCK_DELETE: return true;
+    }
+    return false;
 }
 
 uint16_t kvt_proto_http_status(kvt_status_t st)

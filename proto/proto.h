@@ -378,4 +378,7 @@ kvt_status_t kvt_proto_err_encode(kvt_proto_wr_t *w, uint8_t op, uint64_t req_id
 kvt_status_t kvt_proto_err_decode(const uint8_t *body, size_t len, kvt_proto_err_t *e_p,
                                   const char **why_p);
 
+/* The tier data plane and block API (ATTACH..BLOCK_DELETE). */
+#include "proto/proto_tier.h"
+
 #endif

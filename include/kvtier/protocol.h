@@ -47,7 +47,8 @@
  * HELLO   req: u32 client_version, str auth_token (empty when none)
  *         ans: u32 server_version, u32 max_body
  *         A server with an auth token refuses mutating calls (EVENTS,
- *         ENGINE_DROP, MODEL_DROP) on a connection that has not said HELLO with it.
+ *         ENGINE_ADD, ENGINE_DROP, MODEL_DROP and the tier calls named
+ *         below) on a connection that has not said HELLO with it.
  * PING    req: empty. ans: empty.
  * QUERY   req: str model, str lora (empty: base model), u8 kind
  *              (KVT_PROTO_Q_TOKENS | KVT_PROTO_Q_KEYS |
@@ -65,6 +66,35 @@
  * ENGINE_DROP req: str pod. ans: the JSON answer of DELETE /v1/engines/{pod}
  * MODEL_DROP req: str model. ans: the JSON answer of DELETE /v1/models/{model}
  *
+ * The tier data plane (docs/protocol.md, "Tiers"). KEYS below is: str model
+ * (1..255 bytes), str lora (0..255), u32 n (>= 1), n x u64 key, nothing after;
+ * KEY is: str model (1..255), str lora, u64 key.
+ *
+ * ATTACH   req: empty. ans: u64 map_bytes, u64 slot_off, u32 slot_bytes,
+ *               u32 nslots, u32 block_bytes, u32 disk_slots, str arena_path
+ *               (empty: a memfd). On a Unix socket the server sends the
+ *               arena's fd with the answer frame (SCM_RIGHTS); slot i is at
+ *               slot_off + i * slot_bytes of that mapping.
+ * LOOKUP   req: KEYS. ans: u32 hit, hit x u8 loc (KVT_PROTO_LOC_RAM | _DISK):
+ *               how many leading keys are held, and where.
+ * RESERVE  req: KEYS. ans: u32 n, n x u32 slot (KVT_PROTO_SLOT_NONE: none),
+ *               u32 nevicted, nevicted x u64 key evicted altogether.
+ * COMMIT   req: str model, str lora, u8 ok (0 | 1), u8 pad[3] (0), u32 n
+ *               (>= 1), n x u64 key, n x u32 len (0: the block size).
+ *               ans: u32 done (reservations ended).
+ * PIN      req: KEYS. ans: u32 n, n x (u32 slot, u32 len); answered once
+ *               the blocks are in RAM.
+ * UNPIN    req: KEYS. ans: u32 done.
+ * PREFETCH req: KEYS. ans: u32 started (reads from NVMe started).
+ * BLOCK_PUT    req: str model, str lora, u64 key, u8 durable (0 | 1),
+ *               u8 pad[3] (0), u32 len (>= 1), len bytes (the body ends
+ *               there). ans: empty.
+ * BLOCK_GET    req: KEY. ans: the block's bytes (the whole body, >= 1 byte).
+ * BLOCK_DELETE req: KEY. ans: empty.
+ * Reservations and pins belong to the connection (a session): it releases
+ * them when it closes. Mutating (refused before HELLO on a server with an
+ * auth token): ATTACH, RESERVE, COMMIT, BLOCK_PUT, BLOCK_DELETE.
+ *
  * Error answer body (flags RESPONSE|ERROR): i32 kvt_status_t, u16 http-like
  * status (400, 401, 404, 413, 429, 500, 501, 503), str message.
  */
@@ -77,6 +107,16 @@ enum kvt_proto_op {
     KVT_PROTO_OP_ENGINE_ADD = 0x22,
     KVT_PROTO_OP_MODEL_DROP = 0x23,
     KVT_PROTO_OP_STATS = 0x30,
+    KVT_PROTO_OP_ATTACH = 0x40,
+    KVT_PROTO_OP_LOOKUP = 0x41,
+    KVT_PROTO_OP_RESERVE = 0x42,
+    KVT_PROTO_OP_COMMIT = 0x43,
+    KVT_PROTO_OP_PIN = 0x44,
+    KVT_PROTO_OP_UNPIN = 0x45,
+    KVT_PROTO_OP_PREFETCH = 0x46,
+    KVT_PROTO_OP_BLOCK_PUT = 0x47,
+    KVT_PROTO_OP_BLOCK_GET = 0x48,
+    KVT_PROTO_OP_BLOCK_DELETE = 0x49,
 };
 
 /* QUERY kinds. */
@@ -85,5 +125,11 @@ enum kvt_proto_op {
 /* u32 token ids with a request's cache salt (vLLM/SGLang `cache_salt`): the salt (a non-empty
  * str) follows pad, and seeds the first block's hash (docs/api.md, "POST /v1/query"). */
 #define KVT_PROTO_Q_TOKENS_SALTED 2u
+
+/* Where a LOOKUP answer says a block is: the fastest place that holds it. */
+#define KVT_PROTO_LOC_RAM 1u
+#define KVT_PROTO_LOC_DISK 2u
+/* A RESERVE or PIN answer's slot for a key that got none. */
+#define KVT_PROTO_SLOT_NONE 0xFFFFFFFFu
 
 #endif

@@ -67,7 +67,8 @@ fi
 LIBDIR=$(dirname "$(find "$PREFIX" -name 'libkvtier.so.0' | head -n 1)")
 for f in "$LIBDIR/libkvtier.so.0" "$LIBDIR/libkvtier.so" "$LIBDIR/libkvtier.a" \
     "$PREFIX/include/kvtier/client.h" "$PREFIX/include/kvtier/protocol.h" \
-    "$PREFIX/include/kvtier/proto.h" "$PREFIX/include/kvtier/common/status.h" \
+    "$PREFIX/include/kvtier/proto.h" "$PREFIX/include/kvtier/proto/proto_tier.h" \
+    "$PREFIX/include/kvtier/common/status.h" \
     "$PREFIX/include/kvtier/kvindex/hash.h" "$PREFIX/include/kvtier/kvindex/score.h" \
     "$LIBDIR/pkgconfig/kvtier.pc" "$LIBDIR/cmake/kvtier/kvtierConfig.cmake" \
     "$LIBDIR/cmake/kvtier/kvtierConfigVersion.cmake" "$PREFIX/bin/kvtier" \
@@ -123,6 +124,18 @@ int main(int argc, char **argv)
         fprintf(stderr, "codec round trip failed\n");
         bad = 1;
     }
+    /* The tier data plane's codec comes with proto.h (kvtier/proto/proto_tier.h). */
+    kvt_proto_wr_t wr;
+    uint32_t done = 0;
+    kvt_proto_wr_init(&wr);
+    if (kvt_proto_count_ans_encode(&wr, KVT_PROTO_OP_UNPIN, 8, 3) != KVT_OK ||
+        kvt_proto_count_ans_decode(wr.buf + KVT_PROTO_HDR_SIZE, wr.len - KVT_PROTO_HDR_SIZE, &done,
+                                   NULL, 0) != KVT_OK ||
+        done != 3) {
+        fprintf(stderr, "tier codec round trip failed\n");
+        bad = 1;
+    }
+    kvt_proto_wr_cleanup(&wr);
     /* A client for an address nobody listens on: created lazily, the call fails cleanly. */
     kvt_client_opts_default(&o);
     o.address = argc > 1 ? argv[1] : "unix:/nonexistent/kvtier.sock";
