@@ -26,6 +26,7 @@
 #include <unistd.h>
 
 #include "common/clock.h"
+#include "common/errtext.h"
 #include "common/hostport.h"
 #include "kvindex/hash.h"
 #include "router-plugin/client_int.h"
@@ -38,11 +39,9 @@ kvt_status_t kvt_cl_fail(kvt_client_t *c, kvt_status_t st, const char *fmt, ...)
     va_list ap;
 
     va_start(ap, fmt);
-    vsnprintf(msg, sizeof(msg), fmt, ap);
+    kvt_verrf(msg, sizeof(msg), fmt, ap);
     va_end(ap);
-    /* A long message is cut; the return value is checked only to say so to the compiler. */
-    if (snprintf(c->err, sizeof(c->err), "%s: %s", c->addr, msg) < 0)
-        c->err[0] = '\0';
+    kvt_errf(c->err, sizeof(c->err), "%s: %s", c->addr, msg); /* a long message is cut */
     /* One line, whatever the server or a file name contained. */
     for (char *p = c->err; *p != '\0'; p++)
         if ((unsigned char)*p < 0x20)
@@ -106,33 +105,39 @@ void kvt_client_opts_default(kvt_client_opts_t *o)
     o->io_timeout_ms = CL_DEFAULT_TIMEOUT_MS;
 }
 
-/* Splits @a into the client's host/port or path. Returns a static reason or NULL. */
-static const char *cl_parse_addr(kvt_client_t *c, const char *a)
+/* Splits @a into the client's host/port or path. Returns KVT_OK, or KVT_ERR_INVAL with the
+ * reason in @err (@errlen bytes). */
+static kvt_status_t cl_parse_addr(kvt_client_t *c, const char *a, char *err, size_t errlen)
 {
     size_t alen = strlen(a);
 
-    if (alen >= sizeof(c->addr))
-        return "address too long";
+    if (alen >= sizeof(c->addr)) {
+        kvt_errf(err, errlen, "address too long");
+        return KVT_ERR_INVAL;
+    }
     memcpy(c->addr, a, alen + 1);
     if (strncmp(a, "unix:", 5) == 0) {
         size_t plen = alen - 5;
-        if (plen == 0)
-            return "empty unix socket path";
-        if (plen >= sizeof(c->path))
-            return "unix socket path too long";
+        if (plen == 0 || plen >= sizeof(c->path)) {
+            kvt_errf(err, errlen, "%s",
+                     plen == 0 ? "empty unix socket path" : "unix socket path too long");
+            return KVT_ERR_INVAL;
+        }
         memcpy(c->path, a + 5, plen + 1);
         c->is_unix = true;
-        return NULL;
+        return KVT_OK;
     }
-    if (strchr(a, ':') == NULL)
-        return "expected host:port or unix:/path";
+    if (strchr(a, ':') == NULL) {
+        kvt_errf(err, errlen, "expected host:port or unix:/path");
+        return KVT_ERR_INVAL;
+    }
     uint16_t port;
-    const char *why = kvt_hostport_split(a, c->host, sizeof(c->host), &port, false);
-    if (why != NULL)
-        return why;
+    kvt_status_t st = kvt_hostport_split(a, c->host, sizeof(c->host), &port, false, err, errlen);
+    if (st != KVT_OK)
+        return st;
     snprintf(c->port, sizeof(c->port), "%u", port);
     c->is_unix = false;
-    return NULL;
+    return KVT_OK;
 }
 
 /* ---- connection ----------------------------------------------------------------------------- */
@@ -453,24 +458,25 @@ kvt_status_t kvt_cl_error_answer(kvt_client_t *c, const kvt_proto_hdr_t *h, cons
 
 /* ---- create / destroy ----------------------------------------------------------------------- */
 
-kvt_status_t kvt_client_create_msg(const kvt_client_opts_t *o, kvt_client_t **c_p, char *msg,
-                                   size_t msglen)
+kvt_status_t kvt_client_create_msg(const kvt_client_opts_t *o, kvt_client_t **c_p, char *err,
+                                   size_t errlen)
 {
     kvt_client_opts_t def;
     kvt_status_t st;
 
-    if (msg != NULL && msglen > 0)
-        msg[0] = '\0';
-    if (c_p == NULL)
+    if (err != NULL && errlen > 0)
+        err[0] = '\0';
+    if (c_p == NULL) {
+        kvt_errf(err, errlen, "kvt_client_create: NULL c_p");
         return KVT_ERR_INVAL;
+    }
     if (o == NULL) {
         kvt_client_opts_default(&def);
         o = &def;
     }
     kvt_client_t *c = calloc(1, sizeof(*c));
     if (c == NULL) {
-        if (msg != NULL && msglen > 0)
-            snprintf(msg, msglen, "out of memory");
+        kvt_errf(err, errlen, "out of memory");
         return KVT_ERR_NO_MEM;
     }
     c->fd = -1;
@@ -481,8 +487,8 @@ kvt_status_t kvt_client_create_msg(const kvt_client_opts_t *o, kvt_client_t **c_
     kvt_proto_wr_init(&c->out);
 
     const char *addr = o->address != NULL ? o->address : KVT_CLIENT_DEFAULT_ADDR;
-    const char *why = cl_parse_addr(c, addr);
-    if (why != NULL) {
+    char why[128];
+    if (cl_parse_addr(c, addr, why, sizeof(why)) != KVT_OK) {
         snprintf(c->addr, sizeof(c->addr), "%.200s", addr);
         st = kvt_cl_fail(c, KVT_ERR_INVAL, "bad address: %s", why);
         goto err_free;
@@ -506,8 +512,7 @@ kvt_status_t kvt_client_create_msg(const kvt_client_opts_t *o, kvt_client_t **c_
     return KVT_OK;
 
 err_free:
-    if (msg != NULL && msglen > 0)
-        snprintf(msg, msglen, "%s", c->err);
+    kvt_errf(err, errlen, "%s", c->err);
     kvt_client_destroy(c);
     return st;
 }
