@@ -252,7 +252,7 @@ static kvt_status_t cl_hello(kvt_client_t *c, uint64_t deadline)
             /* A server with a token refuses a HELLO without one, yet serves reads: carry on
              * unauthenticated (mutating calls will get their own 401). */
             if (c->token_len == 0 && h.req_id == id &&
-                kvt_proto_err_decode(body, h.body_len, &e, NULL) == KVT_OK && e.http == 401) {
+                kvt_proto_err_decode(body, h.body_len, &e, NULL, 0) == KVT_OK && e.http == 401) {
                 c->max_body = KVT_PROTO_MAX_BODY_DEFAULT;
                 return KVT_OK;
             }
@@ -263,8 +263,8 @@ static kvt_status_t cl_hello(kvt_client_t *c, uint64_t deadline)
             return kvt_cl_fail(c, KVT_ERR_PROTO, "answer to hello has opcode %s",
                                kvt_proto_op_name(h.op));
         kvt_proto_hello_ans_t ans;
-        const char *why = NULL;
-        if (kvt_proto_hello_ans_decode(body, h.body_len, &ans, &why) != KVT_OK)
+        char why[128];
+        if (kvt_proto_hello_ans_decode(body, h.body_len, &ans, why, sizeof(why)) != KVT_OK)
             return kvt_cl_fail(c, KVT_ERR_PROTO, "%s", why);
         if (ans.server_version != KVT_PROTO_VERSION)
             return kvt_cl_fail(c, KVT_ERR_PROTO, "server speaks protocol version %u, not %u",
@@ -429,9 +429,9 @@ kvt_status_t kvt_cl_next_frame(kvt_client_t *c, bool *got_p, kvt_proto_hdr_t *h_
     if (avail < KVT_PROTO_HDR_SIZE)
         return KVT_OK;
     const uint8_t *p = c->in + c->in_off;
-    const char *why = NULL;
+    char why[128];
     kvt_proto_hdr_t h;
-    kvt_status_t st = kvt_proto_hdr_check(p, KVT_PROTO_MAX_BODY_LIMIT, &h, &why);
+    kvt_status_t st = kvt_proto_hdr_check(p, KVT_PROTO_MAX_BODY_LIMIT, &h, why, sizeof(why));
     if (st != KVT_OK)
         return kvt_cl_fail(c, KVT_ERR_PROTO, "bad answer %s", why);
     if ((h.flags & KVT_PROTO_F_RESPONSE) == 0)
@@ -449,8 +449,8 @@ kvt_status_t kvt_cl_next_frame(kvt_client_t *c, bool *got_p, kvt_proto_hdr_t *h_
 kvt_status_t kvt_cl_error_answer(kvt_client_t *c, const kvt_proto_hdr_t *h, const uint8_t *body)
 {
     kvt_proto_err_t e;
-    const char *why = NULL;
-    if (kvt_proto_err_decode(body, h->body_len, &e, &why) != KVT_OK)
+    char why[128];
+    if (kvt_proto_err_decode(body, h->body_len, &e, why, sizeof(why)) != KVT_OK)
         return kvt_cl_fail(c, KVT_ERR_PROTO, "%s", why);
     return kvt_cl_fail(c, (kvt_status_t)e.status, "server: %.*s (%u)", (int)e.msg.len,
                        e.msg.len > 0 ? e.msg.p : "", e.http);
@@ -567,9 +567,9 @@ kvt_status_t kvt_cl_decode_result(kvt_client_t *c, const uint8_t *body, uint32_t
                                   kvt_client_result_t *r, size_t *cap)
 {
     kvt_proto_query_ans_t a;
-    const char *why = NULL;
+    char why[128];
 
-    if (kvt_proto_query_ans_decode(body, len, &a, &why) != KVT_OK)
+    if (kvt_proto_query_ans_decode(body, len, &a, why, sizeof(why)) != KVT_OK)
         return kvt_cl_fail(c, KVT_ERR_PROTO, "%s", why);
     if (a.npods > *cap) {
         kvt_client_pod_t *pods = realloc(r->pods, (size_t)a.npods * sizeof(*pods));
