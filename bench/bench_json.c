@@ -489,10 +489,10 @@ static int bj_kvt(bj_t *b, int shape)
     size_t len = b->doc[shape].len;
     kvt_status_t st;
     if (shape == BJ_QUERY) {
-        const char *why = NULL;
-        st = kvt_srv_query_decode(doc, len, b->qcap, b->qtok_k, b->qkeys, &b->qk, &why);
+        char err[200];
+        st = kvt_srv_query_decode(doc, len, b->qcap, b->qtok_k, b->qkeys, &b->qk, err, sizeof(err));
         if (st != KVT_OK)
-            snprintf(b->why, sizeof(b->why), "kvtier: query: %s", why ? why : "");
+            snprintf(b->why, sizeof(b->why), "kvtier: query: %s", err);
         b->sum += b->qk.n + b->qk.model_len;
     } else if (shape == BJ_EVENTS) {
         char err[200];
@@ -652,8 +652,7 @@ static void bj_probe_dups(const char **kvt_p, const char **jan_p, const char **r
     uint32_t tok[4];
     uint64_t keys[4];
     kvt_srv_query_body_t q;
-    const char *why;
-    *kvt_p = kvt_srv_query_decode(doc, sizeof(doc) - 1, 4, tok, keys, &q, &why) == KVT_OK
+    *kvt_p = kvt_srv_query_decode(doc, sizeof(doc) - 1, 4, tok, keys, &q, NULL, 0) == KVT_OK
                  ? "accepted"
                  : "refused";
     json_error_t e;

@@ -234,10 +234,11 @@ static long bl_rpc_answer(const uint8_t *buf, size_t n, uint64_t seq, bool *ok_p
     if (n < total)
         return 0;
     kvt_proto_query_ans_t a;
-    *ok_p = h.op == KVT_PROTO_OP_QUERY && h.req_id == seq && (h.flags & KVT_PROTO_F_RESPONSE) &&
-            !(h.flags & KVT_PROTO_F_ERROR) &&
-            kvt_proto_query_ans_decode(buf + KVT_PROTO_HDR_SIZE, h.body_len, &a, NULL) == KVT_OK &&
-            a.npods > 0;
+    *ok_p =
+        h.op == KVT_PROTO_OP_QUERY && h.req_id == seq && (h.flags & KVT_PROTO_F_RESPONSE) &&
+        !(h.flags & KVT_PROTO_F_ERROR) &&
+        kvt_proto_query_ans_decode(buf + KVT_PROTO_HDR_SIZE, h.body_len, &a, NULL, 0) == KVT_OK &&
+        a.npods > 0;
     return (long)total;
 }
 

@@ -160,9 +160,8 @@ typedef struct br_inproc {
 static int br_inproc_one(br_inproc_t *c, const uint8_t *req, size_t reqlen, uint64_t id)
 {
     kvt_proto_query_t pq;
-    const char *why;
     if (kvt_proto_query_decode(req + KVT_PROTO_HDR_SIZE, reqlen - KVT_PROTO_HDR_SIZE, 1u << 20, &pq,
-                               &why) != KVT_OK)
+                               NULL, 0) != KVT_OK)
         return -1;
     size_t n = kvt_hash_seq_le(pq.values, pq.n, 16, KVT_HASH_SEED, NULL, NULL, c->keys);
     const kvt_idx_match_t *m;

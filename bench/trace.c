@@ -14,6 +14,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/errtext.h"
+
 /* Nesting allowed inside skipped values. */
 #define TR_MAX_DEPTH 64
 
@@ -34,17 +36,15 @@ typedef struct tr_build {
     int oom;
 } tr_build_t;
 
+/* Writes "line N: <reason>" to the caller's error buffer and returns -1. Error path only. */
 __attribute__((format(printf, 2, 3))) static int tr_fail(tr_cur_t *c, const char *fmt, ...)
 {
-    if (c->err != NULL && c->errlen > 0) {
-        int n = snprintf(c->err, c->errlen, "line %zu: ", c->line);
-        if (n >= 0 && (size_t)n < c->errlen) {
-            va_list ap;
-            va_start(ap, fmt);
-            vsnprintf(c->err + n, c->errlen - (size_t)n, fmt, ap);
-            va_end(ap);
-        }
-    }
+    char msg[256];
+    va_list ap;
+    va_start(ap, fmt);
+    kvt_verrf(msg, sizeof(msg), fmt, ap);
+    va_end(ap);
+    kvt_errf(c->err, c->errlen, "line %zu: %s", c->line, msg);
     return -1;
 }
 
@@ -402,22 +402,13 @@ static int tr_line(tr_cur_t *c, tr_build_t *b)
     return 0;
 }
 
-__attribute__((format(printf, 3, 4))) static void tr_set_err(char *err, size_t errlen,
-                                                             const char *fmt, ...)
-{
-    if (err != NULL && errlen > 0) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(err, errlen, fmt, ap);
-        va_end(ap);
-    }
-}
-
 kvt_status_t kvt_trace_parse(const char *buf, size_t len, kvt_trace_t **t_p, char *err,
                              size_t errlen)
 {
-    if ((buf == NULL && len > 0) || t_p == NULL)
+    if ((buf == NULL && len > 0) || t_p == NULL) {
+        kvt_errf(err, errlen, "kvt_trace_parse: NULL argument");
         return KVT_ERR_INVAL;
+    }
     tr_build_t b = {0};
     kvt_status_t st;
     tr_cur_t c = {.err = err, .errlen = errlen};
@@ -437,7 +428,7 @@ kvt_status_t kvt_trace_parse(const char *buf, size_t len, kvt_trace_t **t_p, cha
     }
     kvt_trace_t *t = calloc(1, sizeof(*t));
     if (t == NULL) {
-        tr_set_err(err, errlen, "out of memory");
+        kvt_errf(err, errlen, "out of memory");
         st = KVT_ERR_NO_MEM;
         goto err_build;
     }
@@ -464,19 +455,21 @@ err_build:
 
 kvt_status_t kvt_trace_load(const char *path, kvt_trace_t **t_p, char *err, size_t errlen)
 {
-    if (path == NULL || t_p == NULL)
+    if (path == NULL || t_p == NULL) {
+        kvt_errf(err, errlen, "kvt_trace_load: NULL argument");
         return KVT_ERR_INVAL;
+    }
     kvt_status_t st;
     FILE *f = fopen(path, "rb");
     if (f == NULL) {
-        tr_set_err(err, errlen, "cannot open: %s", strerror(errno));
+        kvt_errf(err, errlen, "cannot open: %s", strerror(errno));
         return KVT_ERR_IO;
     }
     size_t len = 0, cap = 1 << 20;
     char *buf = malloc(cap);
     if (buf == NULL) {
         st = KVT_ERR_NO_MEM;
-        tr_set_err(err, errlen, "out of memory");
+        kvt_errf(err, errlen, "out of memory");
         goto err_file;
     }
     for (;;) {
@@ -484,7 +477,7 @@ kvt_status_t kvt_trace_load(const char *path, kvt_trace_t **t_p, char *err, size
             char *nb = realloc(buf, cap * 2);
             if (nb == NULL) {
                 st = KVT_ERR_NO_MEM;
-                tr_set_err(err, errlen, "out of memory");
+                kvt_errf(err, errlen, "out of memory");
                 goto err_buf;
             }
             buf = nb;
@@ -497,7 +490,7 @@ kvt_status_t kvt_trace_load(const char *path, kvt_trace_t **t_p, char *err, size
     }
     if (ferror(f)) {
         st = KVT_ERR_IO;
-        tr_set_err(err, errlen, "read error");
+        kvt_errf(err, errlen, "read error");
         goto err_buf;
     }
     fclose(f);

@@ -4,11 +4,11 @@
 #include <errno.h>
 #include <inttypes.h>
 #include <math.h>
-#include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
 
+#include "common/errtext.h"
 #include "common/log.h"
 
 /* Where a value came from, in increasing precedence. */
@@ -16,28 +16,6 @@ enum cfg_src { SRC_NONE, SRC_DEFAULT, SRC_FILE, SRC_ENV, SRC_FLAG };
 
 #define WHY_MAX 160
 #define ENV_NAME_MAX 128
-
-__attribute__((format(printf, 3, 4))) static void set_err(char *err, size_t len, const char *fmt,
-                                                          ...)
-{
-    if (err == NULL || len == 0)
-        return;
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, len, fmt, ap);
-    va_end(ap);
-}
-
-__attribute__((format(printf, 3, 4))) static void set_why(char *why, size_t len, const char *fmt,
-                                                          ...)
-{
-    if (why == NULL || len == 0)
-        return;
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(why, len, fmt, ap);
-    va_end(ap);
-}
 
 /* ---------------------------------------------------------------- number syntax */
 
@@ -96,11 +74,11 @@ static enum num_result parse_unsigned_text(const char *text, uint64_t max, uint6
 
 /* ---------------------------------------------------------------- types */
 
-static kvt_status_t parse_string(void *field, const char *text, char *why, size_t why_len)
+static kvt_status_t parse_string(void *field, const char *text, char *err, size_t errlen)
 {
     char *copy = strdup(text);
     if (copy == NULL) {
-        set_why(why, why_len, "out of memory");
+        kvt_errf(err, errlen, "out of memory");
         return KVT_ERR_NO_MEM;
     }
     char **f = field;
@@ -128,7 +106,7 @@ const kvt_cfg_type_t kvt_cfg_string = {
     "STRING", sizeof(char *), false, parse_string, format_string, cleanup_string,
 };
 
-static kvt_status_t parse_bool(void *field, const char *text, char *why, size_t why_len)
+static kvt_status_t parse_bool(void *field, const char *text, char *err, size_t errlen)
 {
     static const char *const yes[] = {"true", "1", "yes", "on"};
     static const char *const no[] = {"false", "0", "no", "off"};
@@ -142,7 +120,7 @@ static kvt_status_t parse_bool(void *field, const char *text, char *why, size_t 
             return KVT_OK;
         }
     }
-    set_why(why, why_len, "expected true/false, yes/no, on/off or 1/0");
+    kvt_errf(err, errlen, "expected true/false, yes/no, on/off or 1/0");
     return KVT_ERR_INVAL;
 }
 
@@ -157,13 +135,13 @@ const kvt_cfg_type_t kvt_cfg_bool = {
     "BOOL", sizeof(bool), false, parse_bool, format_bool, NULL,
 };
 
-static kvt_status_t parse_u32(void *field, const char *text, char *why, size_t why_len)
+static kvt_status_t parse_u32(void *field, const char *text, char *err, size_t errlen)
 {
     uint64_t v = 0;
     switch (parse_unsigned_text(text, UINT32_MAX, &v)) {
     case NUM_OK: *(uint32_t *)field = (uint32_t)v; return KVT_OK;
-    case NUM_RANGE: set_why(why, why_len, "out of range (at most %" PRIu32 ")", UINT32_MAX); break;
-    case NUM_SYNTAX: set_why(why, why_len, "expected an unsigned integer"); break;
+    case NUM_RANGE: kvt_errf(err, errlen, "out of range (at most %" PRIu32 ")", UINT32_MAX); break;
+    case NUM_SYNTAX: kvt_errf(err, errlen, "expected an unsigned integer"); break;
     }
     return KVT_ERR_INVAL;
 }
@@ -179,13 +157,13 @@ const kvt_cfg_type_t kvt_cfg_u32 = {
     "N", sizeof(uint32_t), false, parse_u32, format_u32, NULL,
 };
 
-static kvt_status_t parse_u64(void *field, const char *text, char *why, size_t why_len)
+static kvt_status_t parse_u64(void *field, const char *text, char *err, size_t errlen)
 {
     uint64_t v = 0;
     switch (parse_unsigned_text(text, UINT64_MAX, &v)) {
     case NUM_OK: *(uint64_t *)field = v; return KVT_OK;
-    case NUM_RANGE: set_why(why, why_len, "out of range (at most %" PRIu64 ")", UINT64_MAX); break;
-    case NUM_SYNTAX: set_why(why, why_len, "expected an unsigned integer"); break;
+    case NUM_RANGE: kvt_errf(err, errlen, "out of range (at most %" PRIu64 ")", UINT64_MAX); break;
+    case NUM_SYNTAX: kvt_errf(err, errlen, "expected an unsigned integer"); break;
     }
     return KVT_ERR_INVAL;
 }
@@ -201,7 +179,7 @@ const kvt_cfg_type_t kvt_cfg_u64 = {
     "N", sizeof(uint64_t), false, parse_u64, format_u64, NULL,
 };
 
-static kvt_status_t parse_i64(void *field, const char *text, char *why, size_t why_len)
+static kvt_status_t parse_i64(void *field, const char *text, char *err, size_t errlen)
 {
     const char *p = text;
     bool neg = false;
@@ -212,11 +190,11 @@ static kvt_status_t parse_i64(void *field, const char *text, char *why, size_t w
     uint64_t v = 0;
     enum num_result r = scan_unsigned(&p, false, max, &v);
     if (r == NUM_SYNTAX || *p != '\0') {
-        set_why(why, why_len, "expected an integer");
+        kvt_errf(err, errlen, "expected an integer");
         return KVT_ERR_INVAL;
     }
     if (r == NUM_RANGE) {
-        set_why(why, why_len, "out of range (%" PRId64 " to %" PRId64 ")", INT64_MIN, INT64_MAX);
+        kvt_errf(err, errlen, "out of range (%" PRId64 " to %" PRId64 ")", INT64_MIN, INT64_MAX);
         return KVT_ERR_INVAL;
     }
     /* Negate in unsigned arithmetic: -(INT64_MIN) would overflow int64_t. */
@@ -235,22 +213,22 @@ const kvt_cfg_type_t kvt_cfg_i64 = {
     "N", sizeof(int64_t), false, parse_i64, format_i64, NULL,
 };
 
-static kvt_status_t parse_double(void *field, const char *text, char *why, size_t why_len)
+static kvt_status_t parse_double(void *field, const char *text, char *err, size_t errlen)
 {
     char *end;
     if (*text == '\0' || isspace((unsigned char)*text)) {
-        set_why(why, why_len, "expected a number");
+        kvt_errf(err, errlen, "expected a number");
         return KVT_ERR_INVAL;
     }
     errno = 0;
     double v = strtod(text, &end);
     if (*end != '\0' || isnan(v)) {
-        set_why(why, why_len, "expected a number");
+        kvt_errf(err, errlen, "expected a number");
         return KVT_ERR_INVAL;
     }
     /* ERANGE also flags underflow to a denormal, which is a fine value. */
     if (isinf(v) || (errno == ERANGE && fabs(v) == HUGE_VAL)) {
-        set_why(why, why_len, "out of range");
+        kvt_errf(err, errlen, "out of range");
         return KVT_ERR_INVAL;
     }
     *(double *)field = v;
@@ -311,14 +289,14 @@ static const unit_t size_units[] = {
     {"MiB", MIB}, {"g", GIB}, {"G", GIB}, {"GiB", GIB}, {"t", TIB},   {"T", TIB}, {"TiB", TIB},
 };
 
-static kvt_status_t parse_size(void *field, const char *text, char *why, size_t why_len)
+static kvt_status_t parse_size(void *field, const char *text, char *err, size_t errlen)
 {
     uint64_t v = 0;
     switch (parse_with_unit(text, size_units, sizeof(size_units) / sizeof(size_units[0]), &v)) {
     case NUM_OK: *(uint64_t *)field = v; return KVT_OK;
-    case NUM_RANGE: set_why(why, why_len, "size out of range (at most 2^64-1 bytes)"); break;
+    case NUM_RANGE: kvt_errf(err, errlen, "size out of range (at most 2^64-1 bytes)"); break;
     case NUM_SYNTAX:
-        set_why(why, why_len, "expected a size in bytes such as 4096, 64k, 64KiB, 2G or 1TiB");
+        kvt_errf(err, errlen, "expected a size in bytes such as 4096, 64k, 64KiB, 2G or 1TiB");
         break;
     }
     return KVT_ERR_INVAL;
@@ -345,15 +323,15 @@ static const unit_t duration_units[] = {
     {"", 1}, {"ms", 1}, {"s", 1000}, {"m", 60000}, {"h", 3600000},
 };
 
-static kvt_status_t parse_duration(void *field, const char *text, char *why, size_t why_len)
+static kvt_status_t parse_duration(void *field, const char *text, char *err, size_t errlen)
 {
     uint64_t v = 0;
     size_t nunits = sizeof(duration_units) / sizeof(duration_units[0]);
     switch (parse_with_unit(text, duration_units, nunits, &v)) {
     case NUM_OK: *(uint64_t *)field = v; return KVT_OK;
-    case NUM_RANGE: set_why(why, why_len, "duration out of range"); break;
+    case NUM_RANGE: kvt_errf(err, errlen, "duration out of range"); break;
     case NUM_SYNTAX:
-        set_why(why, why_len, "expected a duration such as 250 (ms), 250ms, 30s, 5m or 1h");
+        kvt_errf(err, errlen, "expected a duration such as 250 (ms), 250ms, 30s, 5m or 1h");
         break;
     }
     return KVT_ERR_INVAL;
@@ -376,7 +354,7 @@ const kvt_cfg_type_t kvt_cfg_duration = {
     "DURATION", sizeof(uint64_t), false, parse_duration, format_duration, NULL,
 };
 
-static kvt_status_t parse_list(void *field, const char *text, char *why, size_t why_len)
+static kvt_status_t parse_list(void *field, const char *text, char *err, size_t errlen)
 {
     kvt_cfg_list_t *l = field;
     char *copy = strdup(text);
@@ -393,7 +371,7 @@ static kvt_status_t parse_list(void *field, const char *text, char *why, size_t 
 err_free_copy:
     free(copy);
 err_nomem:
-    set_why(why, why_len, "out of memory");
+    kvt_errf(err, errlen, "out of memory");
     return KVT_ERR_NO_MEM;
 }
 
@@ -419,11 +397,11 @@ const kvt_cfg_type_t kvt_cfg_string_list = {
     "STRING", sizeof(kvt_cfg_list_t), true, parse_list, format_list, cleanup_list,
 };
 
-static kvt_status_t parse_log_level(void *field, const char *text, char *why, size_t why_len)
+static kvt_status_t parse_log_level(void *field, const char *text, char *err, size_t errlen)
 {
     kvt_log_level_t level;
     if (kvt_log_parse_level(text, &level) != KVT_OK) {
-        set_why(why, why_len, "expected error, warn, info or debug");
+        kvt_errf(err, errlen, "expected error, warn, info or debug");
         return KVT_ERR_INVAL;
     }
     *(kvt_log_level_t *)field = level;
@@ -484,26 +462,26 @@ static bool is_reserved(const char *name)
 }
 
 static kvt_status_t check_table(const kvt_cfg_opt_t *table, size_t n, size_t cfg_size, char *err,
-                                size_t err_len)
+                                size_t errlen)
 {
     for (size_t i = 0; i < n; i++) {
         const kvt_cfg_opt_t *o = &table[i];
         if (o->name == NULL || o->name[0] == '\0' || o->name[0] == '-') {
-            set_err(err, err_len, "config table: option %zu has no name", i);
+            kvt_errf(err, errlen, "config table: option %zu has no name", i);
             return KVT_ERR_INVAL;
         }
         const kvt_cfg_type_t *t = o->type;
         if (t == NULL || t->parse == NULL || t->format == NULL ||
             (t->list && t->size != sizeof(kvt_cfg_list_t))) {
-            set_err(err, err_len, "config table: option %s has no usable type", o->name);
+            kvt_errf(err, errlen, "config table: option %s has no usable type", o->name);
             return KVT_ERR_INVAL;
         }
         if (o->offset > cfg_size || t->size > cfg_size - o->offset) {
-            set_err(err, err_len, "config table: option %s lies outside the struct", o->name);
+            kvt_errf(err, errlen, "config table: option %s lies outside the struct", o->name);
             return KVT_ERR_INVAL;
         }
         if (is_reserved(o->name) || find_opt(table, i, o->name, strlen(o->name), false) != NULL) {
-            set_err(err, err_len, "config table: option name %s is reserved or repeated", o->name);
+            kvt_errf(err, errlen, "config table: option name %s is reserved or repeated", o->name);
             return KVT_ERR_INVAL;
         }
     }
@@ -528,7 +506,7 @@ typedef struct load {
     char *cfg;            /* scratch copy; committed to the caller only on success */
     enum cfg_src *set_by; /* per option: the source that last set it */
     char *err;
-    size_t err_len;
+    size_t errlen;
 } load_t;
 
 /*
@@ -549,7 +527,7 @@ static kvt_status_t apply(load_t *ld, const kvt_cfg_opt_t *opt, enum cfg_src src
     if (st != KVT_OK) {
         char shown[80];
         shown_value(value, shown, sizeof(shown));
-        set_err(ld->err, ld->err_len, "%s: bad value '%s': %s", where, shown, why);
+        kvt_errf(ld->err, ld->errlen, "%s: bad value '%s': %s", where, shown, why);
         return st == KVT_ERR_NO_MEM ? st : KVT_ERR_INVAL;
     }
     ld->set_by[idx] = src;
@@ -571,9 +549,9 @@ static bool is_key_char(char c)
 /*
  * Splits one line (newline already removed) in place. Returns KVT_OK with *key_p NULL
  * for a blank or comment line, KVT_OK with key and value set, or KVT_ERR_INVAL with a
- * reason in @why.
+ * reason in @err (@errlen bytes).
  */
-static kvt_status_t split_line(char *line, char **key_p, char **value_p, char *why, size_t why_len)
+static kvt_status_t split_line(char *line, char **key_p, char **value_p, char *err, size_t errlen)
 {
     char *p = line;
     *key_p = NULL;
@@ -589,7 +567,7 @@ static kvt_status_t split_line(char *line, char **key_p, char **value_p, char *w
     while (is_blank(*p))
         p++;
     if (key_end == key || *p != '=') {
-        set_why(why, why_len, "expected 'key = value'");
+        kvt_errf(err, errlen, "expected 'key = value'");
         return KVT_ERR_INVAL;
     }
     *key_end = '\0';
@@ -602,7 +580,7 @@ static kvt_status_t split_line(char *line, char **key_p, char **value_p, char *w
         char *w = p; /* unescape in place; the text only shrinks */
         for (p++;; p++) {
             if (*p == '\0') {
-                set_why(why, why_len, "unterminated quoted value");
+                kvt_errf(err, errlen, "unterminated quoted value");
                 return KVT_ERR_INVAL;
             }
             if (*p == '"')
@@ -616,8 +594,8 @@ static kvt_status_t split_line(char *line, char **key_p, char **value_p, char *w
                 case 't': *w++ = '\t'; break;
                 case 'r': *w++ = '\r'; break;
                 default:
-                    set_why(why, why_len,
-                            "unknown escape in quoted value (use \\\" \\\\ \\n \\t \\r)");
+                    kvt_errf(err, errlen,
+                             "unknown escape in quoted value (use \\\" \\\\ \\n \\t \\r)");
                     return KVT_ERR_INVAL;
                 }
             } else {
@@ -628,7 +606,7 @@ static kvt_status_t split_line(char *line, char **key_p, char **value_p, char *w
         for (p++; is_blank(*p); p++)
             ;
         if (*p != '\0' && *p != '#') {
-            set_why(why, why_len, "unexpected text after the closing quote");
+            kvt_errf(err, errlen, "unexpected text after the closing quote");
             return KVT_ERR_INVAL;
         }
     } else {
@@ -660,7 +638,7 @@ static kvt_status_t load_file(load_t *ld, const char *path, bool must_exist, boo
     if (f == NULL) {
         if (!must_exist && errno == ENOENT)
             return KVT_OK;
-        set_err(ld->err, ld->err_len, "file %s: cannot open: %s", path, strerror(errno));
+        kvt_errf(ld->err, ld->errlen, "file %s: cannot open: %s", path, strerror(errno));
         return KVT_ERR_INVAL;
     }
 
@@ -673,7 +651,7 @@ static kvt_status_t load_file(load_t *ld, const char *path, bool must_exist, boo
         if (len > 0 && line[len - 1] == '\r')
             line[--len] = '\0';
         if (strlen(line) != (size_t)len) {
-            set_err(ld->err, ld->err_len, "file %s line %u: contains a NUL byte", path, lineno);
+            kvt_errf(ld->err, ld->errlen, "file %s line %u: contains a NUL byte", path, lineno);
             st = KVT_ERR_INVAL;
             goto out;
         }
@@ -681,7 +659,7 @@ static kvt_status_t load_file(load_t *ld, const char *path, bool must_exist, boo
         char *key, *value;
         char why[WHY_MAX] = "";
         if (split_line(line, &key, &value, why, sizeof(why)) != KVT_OK) {
-            set_err(ld->err, ld->err_len, "file %s line %u: %s", path, lineno, why);
+            kvt_errf(ld->err, ld->errlen, "file %s line %u: %s", path, lineno, why);
             st = KVT_ERR_INVAL;
             goto out;
         }
@@ -689,8 +667,8 @@ static kvt_status_t load_file(load_t *ld, const char *path, bool must_exist, boo
             continue;
         const kvt_cfg_opt_t *opt = find_opt(ld->table, ld->n, key, strlen(key), true);
         if (opt == NULL) {
-            set_err(ld->err, ld->err_len, "file %s line %u: unknown key '%.64s'", path, lineno,
-                    key);
+            kvt_errf(ld->err, ld->errlen, "file %s line %u: unknown key '%.64s'", path, lineno,
+                     key);
             st = KVT_ERR_INVAL;
             goto out;
         }
@@ -702,7 +680,7 @@ static kvt_status_t load_file(load_t *ld, const char *path, bool must_exist, boo
         errno = 0;
     }
     if (ferror(f)) {
-        set_err(ld->err, ld->err_len, "file %s: read failed: %s", path, strerror(errno));
+        kvt_errf(ld->err, ld->errlen, "file %s: read failed: %s", path, strerror(errno));
         st = KVT_ERR_INVAL;
         goto out;
     }
@@ -732,7 +710,7 @@ typedef struct flag_scan {
 } flag_scan_t;
 
 static kvt_status_t scan_flags(const kvt_cfg_opt_t *table, size_t n, int argc, char **argv,
-                               flag_scan_t *fs, char *err, size_t err_len)
+                               flag_scan_t *fs, char *err, size_t errlen)
 {
     int i = argc > 0 ? 1 : 0; /* argv[0] is the program */
     for (; i < argc; i++) {
@@ -748,7 +726,7 @@ static kvt_status_t scan_flags(const kvt_cfg_opt_t *table, size_t n, int argc, c
             return KVT_OK;
         }
         if (a[1] != '-') {
-            set_err(err, err_len, "flag %.64s: unknown option", a);
+            kvt_errf(err, errlen, "flag %.64s: unknown option", a);
             return KVT_ERR_INVAL;
         }
         const char *name = a + 2;
@@ -757,7 +735,7 @@ static kvt_status_t scan_flags(const kvt_cfg_opt_t *table, size_t n, int argc, c
 
         if (len == 11 && strncmp(name, "dump-config", len) == 0) {
             if (eq != NULL) {
-                set_err(err, err_len, "flag --dump-config: takes no value");
+                kvt_errf(err, errlen, "flag --dump-config: takes no value");
                 return KVT_ERR_INVAL;
             }
             fs->dump = true;
@@ -773,7 +751,7 @@ static kvt_status_t scan_flags(const kvt_cfg_opt_t *table, size_t n, int argc, c
             const kvt_cfg_opt_t *neg = find_opt(table, n, name + 3, len - 3, false);
             if (neg != NULL && neg->type == &kvt_cfg_bool) {
                 if (eq != NULL) {
-                    set_err(err, err_len, "flag --%.*s: takes no value", (int)len, name);
+                    kvt_errf(err, errlen, "flag --%.*s: takes no value", (int)len, name);
                     return KVT_ERR_INVAL;
                 }
                 opt = neg;
@@ -781,7 +759,7 @@ static kvt_status_t scan_flags(const kvt_cfg_opt_t *table, size_t n, int argc, c
             }
         }
         if (opt == NULL && !is_config) {
-            set_err(err, err_len, "flag --%.*s: unknown option", (int)(len < 64 ? len : 64), name);
+            kvt_errf(err, errlen, "flag --%.*s: unknown option", (int)(len < 64 ? len : 64), name);
             return KVT_ERR_INVAL;
         }
         if (value == NULL) {
@@ -792,7 +770,7 @@ static kvt_status_t scan_flags(const kvt_cfg_opt_t *table, size_t n, int argc, c
             else if (i + 1 < argc)
                 value = argv[++i];
             else {
-                set_err(err, err_len, "flag --%.*s: missing value", (int)len, name);
+                kvt_errf(err, errlen, "flag --%.*s: missing value", (int)len, name);
                 return KVT_ERR_INVAL;
             }
         }
@@ -810,19 +788,19 @@ static kvt_status_t scan_flags(const kvt_cfg_opt_t *table, size_t n, int argc, c
 
 kvt_status_t kvt_cfg_load(const kvt_cfg_opt_t *table, size_t n, void *cfg, size_t cfg_size,
                           int argc, char **argv, const char *default_file, kvt_cfg_result_t *res_p,
-                          char *err, size_t err_len)
+                          char *err, size_t errlen)
 {
     kvt_status_t st;
     flag_scan_t fs = {0};
-    load_t ld = {table, n, NULL, NULL, err, err_len};
+    load_t ld = {table, n, NULL, NULL, err, errlen};
     char *file_used = NULL;
 
     if ((table == NULL && n > 0) || cfg == NULL || res_p == NULL || argc < 0 ||
         (argc > 0 && argv == NULL)) {
-        set_err(err, err_len, "config: bad arguments");
+        kvt_errf(err, errlen, "config: bad arguments");
         return KVT_ERR_INVAL;
     }
-    st = check_table(table, n, cfg_size, err, err_len);
+    st = check_table(table, n, cfg_size, err, errlen);
     if (st != KVT_OK)
         return st;
 
@@ -830,12 +808,12 @@ kvt_status_t kvt_cfg_load(const kvt_cfg_opt_t *table, size_t n, void *cfg, size_
     ld.cfg = malloc(cfg_size + 1);
     ld.set_by = calloc(n + 1, sizeof(*ld.set_by));
     if (fs.vals == NULL || ld.cfg == NULL || ld.set_by == NULL) {
-        set_err(err, err_len, "config: out of memory");
+        kvt_errf(err, errlen, "config: out of memory");
         st = KVT_ERR_NO_MEM;
         goto err_free;
     }
 
-    st = scan_flags(table, n, argc, argv, &fs, err, err_len);
+    st = scan_flags(table, n, argc, argv, &fs, err, errlen);
     if (st != KVT_OK)
         goto err_free;
     if (fs.help) {
@@ -875,7 +853,7 @@ kvt_status_t kvt_cfg_load(const kvt_cfg_opt_t *table, size_t n, void *cfg, size_
         if (st != KVT_OK)
             goto err_cleanup;
         if (was_read && (file_used = strdup(path)) == NULL) {
-            set_err(err, err_len, "config: out of memory");
+            kvt_errf(err, errlen, "config: out of memory");
             st = KVT_ERR_NO_MEM;
             goto err_cleanup;
         }

@@ -47,10 +47,12 @@ typedef struct kvt_cfg_type {
     bool list;           /* repeatable: each value appends (field is kvt_cfg_list_t) */
     /*
      * Parses @text into @field (replacing a scalar, appending to a list). On error
-     * returns KVT_ERR_INVAL, leaves @field unchanged and writes a short lowercase
-     * reason ("expected a size such as 4096, 64KiB or 2GiB") to @why.
+     * returns KVT_ERR_INVAL (KVT_ERR_NO_MEM when memory runs out), leaves @field
+     * unchanged and writes a short reason ("expected a size such as 4096, 64KiB or
+     * 2GiB") to @err (@errlen bytes, common/errtext.h); kvt_cfg_load() prefixes it with
+     * the source and the value.
      */
-    kvt_status_t (*parse)(void *field, const char *text, char *why, size_t why_len);
+    kvt_status_t (*parse)(void *field, const char *text, char *err, size_t errlen);
     /*
      * Writes item @i of @field as text that parse() reads back into an equal value
      * (for scalars @i is 0). Returns the length it needed, like snprintf, or -1 when
@@ -116,13 +118,13 @@ typedef struct kvt_cfg_result {
  * Returns KVT_OK and fills *res_p (free res_p->file with free(), or kvt_cfg_result_cleanup);
  * with res_p->help set, @cfg is untouched. Returns KVT_ERR_INVAL for an unknown flag or
  * key, a missing or bad value, an unreadable file or a bad table, KVT_ERR_NO_MEM when
- * memory runs out; then @cfg and *res_p are untouched and @err (@err_len bytes, may be
- * 0) holds one line naming the source: "flag --block-size: ...", "file F line 3: ...",
- * "env KVTIER_BLOCK_SIZE: ...".
+ * memory runs out; then @cfg and *res_p are untouched and @err (@errlen bytes, may be
+ * 0; common/errtext.h) holds one line naming the source: "flag --block-size: ...",
+ * "file F line 3: ...", "env KVTIER_BLOCK_SIZE: ...".
  */
 kvt_status_t kvt_cfg_load(const kvt_cfg_opt_t *table, size_t n, void *cfg, size_t cfg_size,
                           int argc, char **argv, const char *default_file, kvt_cfg_result_t *res_p,
-                          char *err, size_t err_len);
+                          char *err, size_t errlen);
 
 /* Frees res->file. */
 void kvt_cfg_result_cleanup(kvt_cfg_result_t *res);

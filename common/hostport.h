@@ -11,13 +11,16 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "common/status.h"
+
 /*
  * Splits @text into @host (NUL-terminated, brackets removed; @hcap bytes of
  * room) and *@port_p. The port is decimal, 1..65535, or 0 too with
- * @allow_zero (a listener asking for an ephemeral port). Returns NULL, or a
- * static one-line reason (nothing is written then).
+ * @allow_zero (a listener asking for an ephemeral port). Returns KVT_OK, or
+ * KVT_ERR_INVAL with a one-line reason in @err (@errlen bytes, may be 0;
+ * common/errtext.h) and @host and *@port_p untouched.
  */
-const char *kvt_hostport_split(const char *text, char *host, size_t hcap, uint16_t *port_p,
-                               bool allow_zero);
+kvt_status_t kvt_hostport_split(const char *text, char *host, size_t hcap, uint16_t *port_p,
+                                bool allow_zero, char *err, size_t errlen);
 
 #endif

@@ -14,6 +14,8 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include "common/errtext.h"
+
 #define IPC_PREFIX "ipc://"
 #define IPC_PREFIX_LEN 6
 #define IPC_NAME_MAX 64
@@ -21,7 +23,7 @@
 /* Refuses with a reason: every caller has (err, errlen) in scope. */
 #define IPC_FAIL(...)                                                                              \
     do {                                                                                           \
-        snprintf(err, errlen, __VA_ARGS__);                                                        \
+        kvt_errf(err, errlen, __VA_ARGS__);                                                        \
         return KVT_ERR_INVAL;                                                                      \
     } while (0)
 
@@ -43,19 +45,19 @@ kvt_status_t kvt_ipcdir_open(const char *path, char *out, size_t cap, char *err,
             continue;
         *p = '\0';
         if (mkdir(buf, 0750) != 0 && errno != EEXIST) {
-            snprintf(err, errlen, "ipc dir: cannot create %s: %s", buf, strerror(errno));
+            kvt_errf(err, errlen, "ipc dir: cannot create %s: %s", buf, strerror(errno));
             return KVT_ERR_IO;
         }
         *p = '/';
     }
     if (mkdir(buf, 0700) != 0 && errno != EEXIST) {
-        snprintf(err, errlen, "ipc dir: cannot create %s: %s", buf, strerror(errno));
+        kvt_errf(err, errlen, "ipc dir: cannot create %s: %s", buf, strerror(errno));
         return KVT_ERR_IO;
     }
     char real[PATH_MAX];
     struct stat st;
     if (realpath(buf, real) == NULL || stat(real, &st) != 0) {
-        snprintf(err, errlen, "ipc dir %s: %s", buf, strerror(errno));
+        kvt_errf(err, errlen, "ipc dir %s: %s", buf, strerror(errno));
         return KVT_ERR_IO;
     }
     if (!S_ISDIR(st.st_mode))
@@ -68,7 +70,7 @@ kvt_status_t kvt_ipcdir_open(const char *path, char *out, size_t cap, char *err,
                  "(chmod 0700) or one kvtierd may create",
                  real, (unsigned)(st.st_mode & 0777));
     if (strlen(real) + 1 > cap || strlen(real) + 2 > KVT_IPCDIR_MAX_PATH) {
-        snprintf(err, errlen, "ipc dir %s: path too long for Unix sockets", real);
+        kvt_errf(err, errlen, "ipc dir %s: path too long for Unix sockets", real);
         return KVT_ERR_RANGE;
     }
     memcpy(out, real, strlen(real) + 1);

@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "common/errtext.h"
 #include "kvindex/event.h"
 #include "kvindex/event_int.h"
 #include "kvindex/hash.h"
@@ -106,11 +107,11 @@ static kvt_status_t ev_check_one(kvt_idx_t *idx, const kvt_evbatch_t *b, size_t 
     const kvt_event_t *e = &b->ev[i];
     uint32_t bs = ev_block_size(e, def);
     if (b->model == NULL || b->model[0] == '\0') {
-        snprintf(err, errlen, "events[%zu]: BlockStored with token_ids needs \"model\"", i);
+        kvt_errf(err, errlen, "events[%zu]: BlockStored with token_ids needs \"model\"", i);
         return KVT_ERR_INVAL;
     }
     if (bs == 0 || (uint64_t)bs * e->nhashes != e->ntokens) {
-        snprintf(err, errlen, "events[%zu]: %u token_ids do not fill %u blocks of %u", i,
+        kvt_errf(err, errlen, "events[%zu]: %u token_ids do not fill %u blocks of %u", i,
                  e->ntokens, e->nhashes, bs);
         return KVT_ERR_INVAL;
     }
@@ -120,7 +121,7 @@ static kvt_status_t ev_check_one(kvt_idx_t *idx, const kvt_evbatch_t *b, size_t 
     else if (pending != NULL)
         want = ev_pending_bs(pending, b, i, ev_lora(b, e), bs, def);
     if (want != 0 && want != bs) {
-        snprintf(err, errlen, "events[%zu]: block_size %u, but model '%s' uses %u", i, bs, b->model,
+        kvt_errf(err, errlen, "events[%zu]: block_size %u, but model '%s' uses %u", i, bs, b->model,
                  want);
         return KVT_ERR_INVAL;
     }
@@ -266,11 +267,11 @@ kvt_status_t kvt_ev_apply(kvt_idx_t *idx, kvt_ev_ctx_t *ctx, const kvt_evbatch_t
     uint32_t pod;
     st = kvt_idx_pod_get(idx, b->pod, b->dp_rank, &pod);
     if (st != KVT_OK) {
-        snprintf(err, errlen, "pod '%s': %s", b->pod, kvt_status_str(st));
+        kvt_errf(err, errlen, "pod '%s': %s", b->pod, kvt_status_str(st));
         return st;
     }
     if ((st = ev_ctx_pod(ctx, pod)) != KVT_OK) {
-        snprintf(err, errlen, "pod '%s': %s", b->pod, kvt_status_str(st));
+        kvt_errf(err, errlen, "pod '%s': %s", b->pod, kvt_status_str(st));
         if (!strict)
             ev_state_drop(idx, ctx, pod, c); /* as for any hard error: the batch is lost */
         return st;
@@ -312,7 +313,7 @@ kvt_status_t kvt_ev_apply(kvt_idx_t *idx, kvt_ev_ctx_t *ctx, const kvt_evbatch_t
             c->events += dropped == 0; /* one the index had no room for is not applied */
             c->blocks += e->nhashes - dropped;
         } else {
-            snprintf(err, errlen, "events[%zu]: %s", i, kvt_status_str(st));
+            kvt_errf(err, errlen, "events[%zu]: %s", i, kvt_status_str(st));
             if (!strict)
                 ev_state_drop(idx, ctx, pod, c); /* what follows may have held removals */
         }

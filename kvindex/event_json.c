@@ -28,11 +28,11 @@
 #include "kvindex/event.h"
 
 #include <stdarg.h>
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
 
+#include "common/errtext.h"
 #include "common/json.h"
 
 #include "kvindex/event_json_int.h"
@@ -82,11 +82,15 @@ __attribute__((format(printf, 4, 0)))
 static kvt_status_t
 kvt_evj_vfail(kvt_evj_t *d, bool in_event, kvt_status_t st, const char *fmt, va_list ap)
 {
-    if (d->err == NULL || d->errlen == 0)
+    if (!in_event) {
+        kvt_verrf(d->err, d->errlen, fmt, ap);
         return st;
-    int n = in_event ? snprintf(d->err, d->errlen, "events[%zu]: ", d->idx) : 0;
-    if (n >= 0 && (size_t)n < d->errlen)
-        vsnprintf(d->err + n, d->errlen - (size_t)n, fmt, ap);
+    }
+    if (d->err == NULL || d->errlen == 0)
+        return st; /* no text wanted: skip formatting the part */
+    char msg[512];
+    kvt_verrf(msg, sizeof(msg), fmt, ap);
+    kvt_errf(d->err, d->errlen, "events[%zu]: %s", d->idx, msg);
     return st;
 }
 
@@ -878,14 +882,12 @@ kvt_status_t kvt_ev_json_decode(const char *body, size_t len, size_t max_items, 
     if (err != NULL && errlen > 0)
         err[0] = '\0';
     if (b == NULL || (body == NULL && len > 0)) {
-        if (err != NULL && errlen > 0)
-            snprintf(err, errlen, "kvt_ev_json_decode: NULL argument");
+        kvt_errf(err, errlen, "kvt_ev_json_decode: NULL argument");
         return KVT_ERR_INVAL;
     }
     /* The arena is about 8x the body; refuse what could overflow its size. */
     if (len > (SIZE_MAX - 4096) / 16) {
-        if (err != NULL && errlen > 0)
-            snprintf(err, errlen, "body of %zu bytes is too large", len);
+        kvt_errf(err, errlen, "body of %zu bytes is too large", len);
         return KVT_ERR_TOO_BIG;
     }
     memset(&d, 0, sizeof(d));
@@ -896,8 +898,7 @@ kvt_status_t kvt_ev_json_decode(const char *body, size_t len, size_t max_items, 
     d.bump_end = ev_bytes + 5 * len + 64;
     d.arena = malloc(d.bump_end);
     if (d.arena == NULL) {
-        if (err != NULL && errlen > 0)
-            snprintf(err, errlen, "out of memory for a %zu-byte body", len);
+        kvt_errf(err, errlen, "out of memory for a %zu-byte body", len);
         return KVT_ERR_NO_MEM;
     }
     d.ev = (kvt_event_t *)(void *)d.arena;
@@ -911,7 +912,7 @@ kvt_status_t kvt_ev_json_decode(const char *body, size_t len, size_t max_items, 
     kvt_status_t st = kvt_evj_top(&d, &out);
     if (st != KVT_OK) {
         if (err != NULL && errlen > 0 && err[0] == '\0')
-            snprintf(err, errlen, "%s", kvt_status_str(st));
+            kvt_errf(err, errlen, "%s", kvt_status_str(st));
         free(d.arena);
         return st;
     }

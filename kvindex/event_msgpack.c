@@ -20,10 +20,10 @@
 #include "kvindex/event.h"
 
 #include "common/bytes.h"
+#include "common/errtext.h"
 
 #include <msgpack.h>
 #include <stdarg.h>
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
@@ -117,8 +117,13 @@ static bool mp_shape(uint8_t c, unsigned *len_bytes_p, uint64_t *fixed_p, unsign
 /* Containers nested deeper than this are refused (msgpack-c's own stack holds 32). */
 #define MP_MAX_DEPTH 24
 
-/* Checks that @buf[@len] is exactly one msgpack value; else the reason and offset. */
-static kvt_status_t mp_check(const uint8_t *buf, size_t len, const char **why_p, size_t *at_p)
+/* Refuses the value at byte @at of mp_check()'s input: KVT_ERR_PARSE with the reason. */
+#define MP_CHECK_FAIL(at, why)                                                                     \
+    (kvt_errf(err, errlen, "msgpack, offset %zu: %s", (at), (why)), KVT_ERR_PARSE)
+
+/* Checks that @buf[@len] is exactly one msgpack value; else KVT_ERR_PARSE with the reason and
+ * offset in @err (@errlen bytes). */
+static kvt_status_t mp_check(const uint8_t *buf, size_t len, char *err, size_t errlen)
 {
     uint64_t left[MP_MAX_DEPTH]; /* values still due in each open container */
     int depth = 0;
@@ -142,11 +147,9 @@ static kvt_status_t mp_check(const uint8_t *buf, size_t len, const char **why_p,
                 continue;
             }
         }
-        *at_p = off;
-        if (off >= len) {
-            *why_p = "truncated";
-            return KVT_ERR_PARSE;
-        }
+        size_t at = off; /* where the value starts: what a refusal names */
+        if (off >= len)
+            return MP_CHECK_FAIL(at, "truncated");
         uint8_t c = buf[off++];
         pending--;
         if (depth > 0)
@@ -154,47 +157,34 @@ static kvt_status_t mp_check(const uint8_t *buf, size_t len, const char **why_p,
         unsigned len_bytes, per_len;
         uint64_t fixed, children;
         bool container;
-        if (!mp_shape(c, &len_bytes, &fixed, &per_len, &container, &children)) {
-            *why_p = "reserved byte 0xc1";
-            return KVT_ERR_PARSE;
-        }
+        if (!mp_shape(c, &len_bytes, &fixed, &per_len, &container, &children))
+            return MP_CHECK_FAIL(at, "reserved byte 0xc1");
         uint64_t n = 0;
         if (len_bytes > 0) {
-            if (len - off < len_bytes) {
-                *why_p = "truncated";
-                return KVT_ERR_PARSE;
-            }
+            if (len - off < len_bytes)
+                return MP_CHECK_FAIL(at, "truncated");
             n = kvt_load_be(buf + off, len_bytes);
             off += len_bytes;
         }
         if (container) {
             uint64_t kids = children + n * per_len;
             pending += kids;
-            if (pending > len - off) {
-                *why_p = "an array or map claims more elements than bytes remain";
-                return KVT_ERR_PARSE;
-            }
+            if (pending > len - off)
+                return MP_CHECK_FAIL(at, "an array or map claims more elements than bytes remain");
             if (kids > 0) {
-                if (depth == MP_MAX_DEPTH) {
-                    *why_p = "nested deeper than 24 arrays and maps";
-                    return KVT_ERR_PARSE;
-                }
+                if (depth == MP_MAX_DEPTH)
+                    return MP_CHECK_FAIL(at, "nested deeper than 24 arrays and maps");
                 left[depth++] = kids;
             }
         } else {
             uint64_t skip = fixed + n * per_len;
-            if (skip > len - off) {
-                *why_p = "truncated";
-                return KVT_ERR_PARSE;
-            }
+            if (skip > len - off)
+                return MP_CHECK_FAIL(at, "truncated");
             off += (size_t)skip;
         }
     }
-    if (off != len) {
-        *at_p = off;
-        *why_p = "trailing bytes after the batch";
-        return KVT_ERR_PARSE;
-    }
+    if (off != len)
+        return MP_CHECK_FAIL(off, "trailing bytes after the batch");
     return KVT_OK;
 }
 
@@ -286,20 +276,8 @@ typedef struct mp_dec {
     size_t errlen;
 } mp_dec_t;
 
-#if defined(__GNUC__)
-__attribute__((format(printf, 3, 4)))
-#endif
-static kvt_status_t
-mp_fail(mp_dec_t *d, kvt_status_t st, const char *fmt, ...)
-{
-    if (d->err == NULL || d->errlen == 0)
-        return st;
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(d->err, d->errlen, fmt, ap);
-    va_end(ap);
-    return st;
-}
+/* Writes a reason to the decoder's error buffer and is @st. Error path only. */
+#define MP_FAIL(d, st, ...) (kvt_errf((d)->err, (d)->errlen, __VA_ARGS__), (st))
 
 /*
  * Marks event @e bad: it is skipped, and the batch decodes on. The first
@@ -317,13 +295,12 @@ mp_bad(mp_dec_t *d, mp_ev_t *e, const char *fmt, ...)
     e->skip = KVT_EV_SKIP_NONE;
     if (d->err == NULL || d->errlen == 0 || d->err[0] != '\0')
         return KVT_OK;
-    int n = snprintf(d->err, d->errlen, "events[%u]: ", e->idx);
-    if (n >= 0 && (size_t)n < d->errlen) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(d->err + n, d->errlen - (size_t)n, fmt, ap);
-        va_end(ap);
-    }
+    char msg[512];
+    va_list ap;
+    va_start(ap, fmt);
+    kvt_verrf(msg, sizeof(msg), fmt, ap);
+    va_end(ap);
+    kvt_errf(d->err, d->errlen, "events[%u]: %s", e->idx, msg);
     return KVT_OK;
 }
 
@@ -636,7 +613,7 @@ static kvt_status_t mp_size(mp_dec_t *d, mp_ev_t *e, size_t *bytes_p)
         (e->type == KVT_EV_STORED && !mp_array_len(d, e, MPF_TOKENS, &nt)))
         return KVT_OK;
     if ((size_t)nh + nt > d->max_items - d->items)
-        return mp_fail(d, KVT_ERR_TOO_BIG, "events[%zu]: more than %zu hashes and tokens in all",
+        return MP_FAIL(d, KVT_ERR_TOO_BIG, "events[%zu]: more than %zu hashes and tokens in all",
                        d->idx, d->max_items);
     d->items += (size_t)nh + nt;
     size_t b = (size_t)nh * 8 + mp_round8((size_t)nt * 4);
@@ -873,7 +850,7 @@ static kvt_status_t mp_rank(mp_dec_t *d, const msgpack_object *o, uint32_t *dp_r
     if (o == NULL || o->type == MSGPACK_OBJECT_NIL)
         return KVT_OK;
     if (o->type != MSGPACK_OBJECT_POSITIVE_INTEGER || o->via.u64 > UINT32_MAX)
-        return mp_fail(d, KVT_ERR_INVAL, "batch dp_rank: want an integer in 0..4294967295");
+        return MP_FAIL(d, KVT_ERR_INVAL, "batch dp_rank: want an integer in 0..4294967295");
     *dp_rank_p = (uint32_t)o->via.u64;
     return KVT_OK;
 }
@@ -890,7 +867,7 @@ static kvt_status_t mp_batch(mp_dec_t *d, const msgpack_object *root,
     if (root->type == MSGPACK_OBJECT_ARRAY) {
         const msgpack_object_array *a = &root->via.array;
         if (a->size < 2)
-            return mp_fail(d, KVT_ERR_INVAL, "a batch array is [ts, events, dp_rank?]");
+            return MP_FAIL(d, KVT_ERR_INVAL, "a batch array is [ts, events, dp_rank?]");
         ts = &a->ptr[0];
         events = &a->ptr[1];
         rank = a->size >= 3 ? &a->ptr[2] : NULL;
@@ -910,20 +887,20 @@ static kvt_status_t mp_batch(mp_dec_t *d, const msgpack_object *root,
                 continue;
             }
             if (*slot != NULL)
-                return mp_fail(d, KVT_ERR_INVAL, "batch field '%.*s' given twice",
+                return MP_FAIL(d, KVT_ERR_INVAL, "batch field '%.*s' given twice",
                                (int)k->via.str.size, k->via.str.ptr);
             *slot = v;
         }
         if (ts == NULL || events == NULL)
-            return mp_fail(d, KVT_ERR_INVAL, "a batch map needs \"ts\" and \"events\"");
+            return MP_FAIL(d, KVT_ERR_INVAL, "a batch map needs \"ts\" and \"events\"");
     } else {
-        return mp_fail(d, KVT_ERR_INVAL,
+        return MP_FAIL(d, KVT_ERR_INVAL,
                        "a batch is an array [ts, events, dp_rank?] or a map {ts, events, ...}");
     }
     if (!mp_is_number(ts))
-        return mp_fail(d, KVT_ERR_INVAL, "batch ts: want a number");
+        return MP_FAIL(d, KVT_ERR_INVAL, "batch ts: want a number");
     if (events->type != MSGPACK_OBJECT_ARRAY)
-        return mp_fail(d, KVT_ERR_INVAL, "batch events: want an array");
+        return MP_FAIL(d, KVT_ERR_INVAL, "batch events: want an array");
     *events_p = &events->via.array;
     return mp_rank(d, rank, dp_rank_p);
 }
@@ -936,17 +913,15 @@ kvt_status_t kvt_ev_msgpack_decode(const void *payload, size_t len, kvt_ev_forma
     if (errlen > 0)
         err[0] = '\0';
     if (fmt != KVT_EV_FMT_VLLM && fmt != KVT_EV_FMT_SGLANG)
-        return mp_fail(&d, KVT_ERR_INVAL, "unknown event format %d", (int)fmt);
-    const char *why;
-    size_t at;
+        return MP_FAIL(&d, KVT_ERR_INVAL, "unknown event format %d", (int)fmt);
     if (payload == NULL && len != 0)
-        return mp_fail(&d, KVT_ERR_INVAL, "no payload");
-    if (mp_check(payload, len, &why, &at) != KVT_OK)
-        return mp_fail(&d, KVT_ERR_PARSE, "msgpack, offset %zu: %s", at, why);
+        return MP_FAIL(&d, KVT_ERR_INVAL, "no payload");
+    if (mp_check(payload, len, err, errlen) != KVT_OK)
+        return KVT_ERR_PARSE;
 
     msgpack_zone zone;
     if (!msgpack_zone_init(&zone, len < 4096 ? 4096 : len * 2))
-        return mp_fail(&d, KVT_ERR_NO_MEM, "out of memory");
+        return MP_FAIL(&d, KVT_ERR_NO_MEM, "out of memory");
     kvt_status_t st = KVT_OK;
     mp_ev_t *cls = NULL;
     char *arena = NULL;
@@ -956,7 +931,7 @@ kvt_status_t kvt_ev_msgpack_decode(const void *payload, size_t len, kvt_ev_forma
     if (ur != MSGPACK_UNPACK_SUCCESS) {
         /* mp_check() passed (shape, lengths, depth), so only memory can fail here */
         st =
-            mp_fail(&d, ur == MSGPACK_UNPACK_NOMEM_ERROR ? KVT_ERR_NO_MEM : KVT_ERR_INTERNAL,
+            MP_FAIL(&d, ur == MSGPACK_UNPACK_NOMEM_ERROR ? KVT_ERR_NO_MEM : KVT_ERR_INTERNAL,
                     "msgpack-c: %s",
                     ur == MSGPACK_UNPACK_NOMEM_ERROR ? "out of memory" : "refused a checked value");
         goto out;
@@ -968,7 +943,7 @@ kvt_status_t kvt_ev_msgpack_decode(const void *payload, size_t len, kvt_ev_forma
 
     cls = malloc((events->size ? events->size : 1) * sizeof(*cls));
     if (cls == NULL) {
-        st = mp_fail(&d, KVT_ERR_NO_MEM, "out of memory");
+        st = MP_FAIL(&d, KVT_ERR_NO_MEM, "out of memory");
         goto out;
     }
     size_t nkeep = 0, bytes = 0;
@@ -989,7 +964,7 @@ kvt_status_t kvt_ev_msgpack_decode(const void *payload, size_t len, kvt_ev_forma
     size_t ev_bytes = nkeep * sizeof(kvt_event_t);
     arena = malloc(ev_bytes + bytes + 8);
     if (arena == NULL) {
-        st = mp_fail(&d, KVT_ERR_NO_MEM, "out of memory");
+        st = MP_FAIL(&d, KVT_ERR_NO_MEM, "out of memory");
         goto out;
     }
     kvt_event_t *ev = (kvt_event_t *)(void *)arena;

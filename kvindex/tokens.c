@@ -5,9 +5,10 @@
  */
 #include "kvindex/tokens.h"
 
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
+
+#include "common/errtext.h"
 
 typedef struct kvt_tokens_parser {
     const char *s;
@@ -31,20 +32,8 @@ static void kvt_tokens_skip_ws(kvt_tokens_parser_t *p)
         p->pos++;
 }
 
-#if defined(__GNUC__)
-__attribute__((format(printf, 3, 4)))
-#endif
-static kvt_status_t
-kvt_tokens_fail(kvt_tokens_parser_t *p, kvt_status_t st, const char *fmt, ...)
-{
-    if (p->err != NULL && p->errlen > 0) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(p->err, p->errlen, fmt, ap);
-        va_end(ap);
-    }
-    return st;
-}
+/* Writes a reason to the parser's error buffer and is @st. Error path only. */
+#define KVT_TOKENS_FAIL(p, st, ...) (kvt_errf((p)->err, (p)->errlen, __VA_ARGS__), (st))
 
 /* Fails with "byte <p->pos>: expected <what>, got <the byte at pos><hint>". */
 static kvt_status_t kvt_tokens_expected(kvt_tokens_parser_t *p, const char *what)
@@ -69,7 +58,7 @@ static kvt_status_t kvt_tokens_expected(kvt_tokens_parser_t *p, const char *what
         else if (c == 'x' || c == 'X')
             hint = " (only decimal is allowed)";
     }
-    return kvt_tokens_fail(p, KVT_ERR_PARSE, "byte %zu: expected %s, got %s%s", p->pos, what, got,
+    return KVT_TOKENS_FAIL(p, KVT_ERR_PARSE, "byte %zu: expected %s, got %s%s", p->pos, what, got,
                            hint);
 }
 
@@ -78,14 +67,14 @@ static kvt_status_t kvt_tokens_push(kvt_tokens_parser_t *p, uint32_t value, size
 {
     if (p->n == p->cap) {
         if (p->cap >= p->max)
-            return kvt_tokens_fail(p, KVT_ERR_TOO_BIG, "byte %zu: more than %zu tokens", at,
+            return KVT_TOKENS_FAIL(p, KVT_ERR_TOO_BIG, "byte %zu: more than %zu tokens", at,
                                    p->max);
         size_t cap = p->cap == 0 ? 256 : p->cap * 2;
         if (cap > p->max)
             cap = p->max;
         uint32_t *v = realloc(p->v, cap * sizeof(*v));
         if (v == NULL)
-            return kvt_tokens_fail(p, KVT_ERR_NO_MEM, "byte %zu: out of memory for %zu tokens", at,
+            return KVT_TOKENS_FAIL(p, KVT_ERR_NO_MEM, "byte %zu: out of memory for %zu tokens", at,
                                    cap);
         p->v = v;
         p->cap = cap;
@@ -122,7 +111,7 @@ static kvt_status_t kvt_tokens_elements(kvt_tokens_parser_t *p, int bracket)
         do {
             value = value * 10 + (uint64_t)(s[pos] - '0');
             if (value > UINT32_MAX)
-                return kvt_tokens_fail(p, KVT_ERR_RANGE, "byte %zu: token id exceeds 4294967295",
+                return KVT_TOKENS_FAIL(p, KVT_ERR_RANGE, "byte %zu: token id exceeds 4294967295",
                                        start);
             pos++;
         } while (pos < len && KVT_TOKENS_IS_DIGIT(s[pos]));
@@ -180,7 +169,7 @@ kvt_status_t kvt_tokens_parse_max(const char *s, size_t len, size_t max_tokens, 
     if (err != NULL && errlen > 0)
         err[0] = '\0';
     if (tokens_p == NULL || n_p == NULL || (s == NULL && len > 0))
-        return kvt_tokens_fail(&p, KVT_ERR_INVAL, "invalid arguments");
+        return KVT_TOKENS_FAIL(&p, KVT_ERR_INVAL, "invalid arguments");
 
     kvt_tokens_skip_ws(&p);
     int bracket = p.pos < len && s[p.pos] == '[';

@@ -18,6 +18,7 @@
 
 #include "common/bytes.h"
 #include "common/clock.h"
+#include "common/errtext.h"
 #include "common/grow.h"
 #include "common/ipcdir.h"
 #include "common/log.h"
@@ -213,28 +214,31 @@ static kvt_status_t zs_open_sub(kvt_zsub_t *z, zs_stream_t *s, bool bind, char *
             continue;
         for (size_t j = 0; j < k->n; j++)
             if (topic[0] == '\0' || zs_topics_clash(topic, k->streams[j]->eng->spec.topic)) {
-                snprintf(err, errlen,
+                kvt_errf(err, errlen,
                          "%s is shared with engine '%s': engines dialing into one port need "
                          "topics that do not start one another (as kv@<pod>@<model>)",
                          s->endpoint, k->streams[j]->eng->spec.pod);
                 return KVT_ERR_INVAL;
             }
-        if (!zs_sock_add_stream(k, s))
+        if (!zs_sock_add_stream(k, s)) {
+            kvt_errf(err, errlen, "out of memory");
             return KVT_ERR_NO_MEM;
+        }
         zmq_setsockopt(k->sock, ZMQ_SUBSCRIBE, topic, strlen(topic));
         memcpy(s->endpoint, k->addr, sizeof(s->endpoint));
         return KVT_OK;
     }
-    if (!kvt_grow(&z->socks, &z->socks_cap, z->nsocks + 1, sizeof(void *), 8))
+    zs_sock_t *k = NULL;
+    if (!kvt_grow(&z->socks, &z->socks_cap, z->nsocks + 1, sizeof(void *), 8) ||
+        (k = calloc(1, sizeof(*k))) == NULL) {
+        kvt_errf(err, errlen, "out of memory");
         return KVT_ERR_NO_MEM;
-    zs_sock_t *k = calloc(1, sizeof(*k));
-    if (k == NULL)
-        return KVT_ERR_NO_MEM;
+    }
     memcpy(k->want, s->endpoint, sizeof(k->want));
     k->bound = bind;
     k->sock = zmq_socket(z->ctx, ZMQ_SUB);
     if (k->sock == NULL || !zs_sock_add_stream(k, s)) {
-        snprintf(err, errlen, "zmq_socket: %s", zmq_strerror(errno));
+        kvt_errf(err, errlen, "zmq_socket: %s", zmq_strerror(errno));
         if (k->sock != NULL)
             zmq_close(k->sock);
         free(k);
@@ -254,7 +258,7 @@ static kvt_status_t zs_open_sub(kvt_zsub_t *z, zs_stream_t *s, bool bind, char *
     int rc = bind ? zmq_bind(k->sock, s->endpoint) : zmq_connect(k->sock, s->endpoint);
     if (rc != 0) {
         int e = errno;
-        snprintf(err, errlen, "%s %s: %s", bind ? "bind" : "connect", s->endpoint, zmq_strerror(e));
+        kvt_errf(err, errlen, "%s %s: %s", bind ? "bind" : "connect", s->endpoint, zmq_strerror(e));
         zs_sock_detach(z, s);
         return KVT_ERR_INVAL; /* the endpoint given cannot be used (bad, in use, no device) */
     }
@@ -272,38 +276,30 @@ static kvt_status_t zs_open_sub(kvt_zsub_t *z, zs_stream_t *s, bool bind, char *
 
 kvt_status_t kvt_zsub_add(kvt_zsub_t *z, const kvt_zsub_engine_t *spec, char *err, size_t errlen)
 {
-    char scratch[8];
-    if (err == NULL || errlen == 0) {
-        err = scratch;
-        errlen = sizeof(scratch);
-    }
-    err[0] = '\0';
     kvt_status_t st = kvt_zsub_engine_check(spec, err, errlen);
     if (st != KVT_OK)
         return st;
     size_t streams = 0;
     for (size_t i = 0; i < z->neng; i++) {
         if (strcmp(z->eng[i]->spec.pod, spec->pod) == 0) {
-            snprintf(err, errlen, "pod '%s' is already subscribed", spec->pod);
+            kvt_errf(err, errlen, "pod '%s' is already subscribed", spec->pod);
             return KVT_ERR_EXISTS;
         }
         streams += z->eng[i]->spec.dp_size;
     }
     if (streams + spec->dp_size > 65536) {
-        snprintf(err, errlen, "too many streams (%zu open)", streams);
+        kvt_errf(err, errlen, "too many streams (%zu open)", streams);
         return KVT_ERR_LIMIT;
     }
-    if (!kvt_grow(&z->eng, &z->eng_cap, z->neng + 1, sizeof(void *), 8))
-        return KVT_ERR_NO_MEM;
-    zs_engine_t *e = calloc(1, sizeof(*e));
-    if (e == NULL)
-        return KVT_ERR_NO_MEM;
-    e->spec = *spec;
-    e->streams = calloc(spec->dp_size, sizeof(*e->streams));
-    if (e->streams == NULL) {
+    zs_engine_t *e = NULL;
+    if (!kvt_grow(&z->eng, &z->eng_cap, z->neng + 1, sizeof(void *), 8) ||
+        (e = calloc(1, sizeof(*e))) == NULL ||
+        (e->streams = calloc(spec->dp_size, sizeof(*e->streams))) == NULL) {
         free(e);
+        kvt_errf(err, errlen, "out of memory");
         return KVT_ERR_NO_MEM;
     }
+    e->spec = *spec;
     bool bind = kvt_zsub_engine_binds(spec);
     for (uint32_t r = 0; r < spec->dp_size && st == KVT_OK; r++) {
         zs_stream_t *s = &e->streams[r];

@@ -126,7 +126,9 @@ void kvt_zsub_destroy(kvt_zsub_t *z);
  * Returns KVT_OK, KVT_ERR_INVAL (a bad field, a clashing topic, or an
  * endpoint ZMQ will not bind or connect, e.g. an address in use: @err says
  * which), KVT_ERR_EXISTS (the pod is already subscribed), KVT_ERR_LIMIT (too
- * many streams), KVT_ERR_IO (no ZMQ socket could be made) or KVT_ERR_NO_MEM. On error nothing is left open.
+ * many streams), KVT_ERR_IO (no ZMQ socket could be made) or KVT_ERR_NO_MEM;
+ * every error with a one-line reason in @err (@errlen bytes, common/errtext.h).
+ * On error nothing is left open.
  */
 kvt_status_t kvt_zsub_add(kvt_zsub_t *z, const kvt_zsub_engine_t *e, char *err, size_t errlen);
 
@@ -164,8 +166,9 @@ bool kvt_zsub_engine_binds(const kvt_zsub_engine_t *e);
  * buffered batches from start_seq as [b"", seq, payload] and then
  * [b"", 0xff x 8, b""] (the <= v0.25 layout). At most @buffer_steps batches
  * are kept. Endpoints are bound ("tcp://127.0.0.1:*" picks a port).
- * Returns KVT_OK, KVT_ERR_EXISTS (already open), KVT_ERR_INVAL or KVT_ERR_IO
- * (with @err); nothing is left open on error.
+ * Returns KVT_OK, KVT_ERR_EXISTS (already open), KVT_ERR_INVAL, KVT_ERR_IO or
+ * KVT_ERR_NO_MEM, each with a one-line reason in @err (@errlen bytes,
+ * common/errtext.h); nothing is left open on error.
  */
 kvt_status_t kvt_zsub_publish_open(kvt_zsub_t *z, const char *endpoint, const char *replay_endpoint,
                                    uint32_t buffer_steps, char *err, size_t errlen);

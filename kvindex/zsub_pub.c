@@ -14,6 +14,7 @@
 
 #include "common/bytes.h"
 #include "common/clock.h"
+#include "common/errtext.h"
 #include "common/ipcdir.h"
 #include "common/log.h"
 #include "kvindex/zsub_int.h"
@@ -46,7 +47,7 @@ kvt_status_t kvt_zsub_publish_open(kvt_zsub_t *z, const char *endpoint, const ch
                                    uint32_t buffer_steps, char *err, size_t errlen)
 {
     if (z->pub != NULL) {
-        snprintf(err, errlen, "the publisher is already open");
+        kvt_errf(err, errlen, "the publisher is already open");
         return KVT_ERR_EXISTS;
     }
     if (kvt_zsub_check_endpoint("publish endpoint", endpoint, 1, err, errlen) != KVT_OK ||
@@ -55,7 +56,7 @@ kvt_status_t kvt_zsub_publish_open(kvt_zsub_t *z, const char *endpoint, const ch
              KVT_OK))
         return KVT_ERR_INVAL;
     if (buffer_steps == 0) {
-        snprintf(err, errlen, "the replay buffer needs at least 1 batch");
+        kvt_errf(err, errlen, "the replay buffer needs at least 1 batch");
         return KVT_ERR_INVAL;
     }
     /* ipc binds: inside the ipc dir, never over a file that is not a dead socket of ours */
@@ -69,7 +70,7 @@ kvt_status_t kvt_zsub_publish_open(kvt_zsub_t *z, const char *endpoint, const ch
             KVT_OK)
             return KVT_ERR_INVAL;
         if (i == 1 && strcmp(ep[0], ep[1]) == 0) { /* the second bind would take the first's file */
-            snprintf(err, errlen, "the publisher and its replay need two ipc names");
+            kvt_errf(err, errlen, "the publisher and its replay need two ipc names");
             return KVT_ERR_INVAL;
         }
         if (kvt_ipcdir_check_free(ep[i], err, errlen) != KVT_OK)
@@ -80,6 +81,7 @@ kvt_status_t kvt_zsub_publish_open(kvt_zsub_t *z, const char *endpoint, const ch
     zs_pub_t *p = calloc(1, sizeof(*p));
     if (p == NULL || (p->ring = calloc(buffer_steps, sizeof(*p->ring))) == NULL) {
         free(p);
+        kvt_errf(err, errlen, "out of memory");
         return KVT_ERR_NO_MEM;
     }
     msgpack_sbuffer_init(&p->sb);
@@ -90,7 +92,7 @@ kvt_status_t kvt_zsub_publish_open(kvt_zsub_t *z, const char *endpoint, const ch
         goto err_zmq;
     zmq_setsockopt(p->pub, ZMQ_LINGER, &zero, sizeof(zero));
     if (zmq_bind(p->pub, endpoint) != 0) {
-        snprintf(err, errlen, "bind %s: %s", endpoint, zmq_strerror(errno));
+        kvt_errf(err, errlen, "bind %s: %s", endpoint, zmq_strerror(errno));
         goto err_io;
     }
     size_t n = sizeof(p->info.endpoint);
@@ -102,7 +104,7 @@ kvt_status_t kvt_zsub_publish_open(kvt_zsub_t *z, const char *endpoint, const ch
         zmq_setsockopt(p->router, ZMQ_LINGER, &zero, sizeof(zero));
         zmq_setsockopt(p->router, ZMQ_SNDHWM, &zero, sizeof(zero)); /* a replay is sent whole */
         if (zmq_bind(p->router, replay_endpoint) != 0) {
-            snprintf(err, errlen, "bind %s: %s", replay_endpoint, zmq_strerror(errno));
+            kvt_errf(err, errlen, "bind %s: %s", replay_endpoint, zmq_strerror(errno));
             goto err_io;
         }
         n = sizeof(p->info.replay_endpoint);
@@ -114,7 +116,7 @@ kvt_status_t kvt_zsub_publish_open(kvt_zsub_t *z, const char *endpoint, const ch
                  p->router ? p->info.replay_endpoint : "none", buffer_steps);
     return KVT_OK;
 err_zmq:
-    snprintf(err, errlen, "zmq_socket: %s", zmq_strerror(errno));
+    kvt_errf(err, errlen, "zmq_socket: %s", zmq_strerror(errno));
 err_io:
     return zs_open_failed(p, errno); /* errno is read before the frees can change it */
 }

@@ -4,29 +4,17 @@
  */
 #include "kvindex/zsub.h"
 
-#include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
 
+#include "common/errtext.h"
 #include "common/json.h"
 #include "kvindex/zsub_int.h"
 
 /* ---- engine specs ---------------------------------------------------------------------------- */
 
-#if defined(__GNUC__)
-__attribute__((format(printf, 3, 4)))
-#endif
-static kvt_status_t
-zs_fail(char *err, size_t errlen, const char *fmt, ...)
-{
-    if (err != NULL && errlen > 0) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(err, errlen, fmt, ap);
-        va_end(ap);
-    }
-    return KVT_ERR_INVAL;
-}
+/* Writes a reason (every caller has err and errlen in scope) and is KVT_ERR_INVAL. */
+#define ZS_FAIL(...) (kvt_errf(err, errlen, __VA_ARGS__), KVT_ERR_INVAL)
 
 /* The ":PORT" at the end of a tcp:// endpoint: its value, and where the digits start. */
 static bool zs_tcp_port(const char *ep, unsigned *port_p, size_t *at_p)
@@ -54,16 +42,16 @@ kvt_status_t kvt_zsub_check_endpoint(const char *what, const char *ep, uint32_t 
 {
     if (strncmp(ep, "tcp://", 6) != 0 && strncmp(ep, "ipc://", 6) != 0 &&
         strncmp(ep, "inproc://", 9) != 0)
-        return zs_fail(err, errlen, "%s: want tcp://, ipc:// or inproc://", what);
+        return ZS_FAIL("%s: want tcp://, ipc:// or inproc://", what);
     if (strchr(ep, ' ') != NULL || strlen(ep) < 8)
-        return zs_fail(err, errlen, "%s: not an endpoint", what);
+        return ZS_FAIL("%s: not an endpoint", what);
     unsigned port;
     size_t at;
     if (dp_size > 1 && !zs_tcp_port(ep, &port, &at))
-        return zs_fail(err, errlen, "%s: dp_size %u needs tcp://host:port (rank r uses port + r)",
-                       what, dp_size);
+        return ZS_FAIL("%s: dp_size %u needs tcp://host:port (rank r uses port + r)", what,
+                       dp_size);
     if (dp_size > 1 && port + dp_size - 1 > 65535)
-        return zs_fail(err, errlen, "%s: port %u + %u ranks passes 65535", what, port, dp_size);
+        return ZS_FAIL("%s: port %u + %u ranks passes 65535", what, port, dp_size);
     return KVT_OK;
 }
 
@@ -75,15 +63,15 @@ bool kvt_zsub_engine_binds(const kvt_zsub_engine_t *e)
 kvt_status_t kvt_zsub_engine_check(const kvt_zsub_engine_t *e, char *err, size_t errlen)
 {
     if (e->pod[0] == '\0')
-        return zs_fail(err, errlen, "field 'pod' is missing or empty");
+        return ZS_FAIL("field 'pod' is missing or empty");
     if (e->model[0] == '\0')
-        return zs_fail(err, errlen, "field 'model' is missing or empty");
+        return ZS_FAIL("field 'model' is missing or empty");
     if (e->endpoint[0] == '\0')
-        return zs_fail(err, errlen, "field 'endpoint' is missing or empty");
+        return ZS_FAIL("field 'endpoint' is missing or empty");
     if (e->format != KVT_EV_FMT_VLLM && e->format != KVT_EV_FMT_SGLANG)
-        return zs_fail(err, errlen, "field 'format': want \"vllm\" or \"sglang\"");
+        return ZS_FAIL("field 'format': want \"vllm\" or \"sglang\"");
     if (e->dp_size < 1 || e->dp_size > KVT_ZSUB_MAX_RANKS)
-        return zs_fail(err, errlen, "field 'dp_size': want 1..%d", KVT_ZSUB_MAX_RANKS);
+        return ZS_FAIL("field 'dp_size': want 1..%d", KVT_ZSUB_MAX_RANKS);
     kvt_status_t st =
         kvt_zsub_check_endpoint("field 'endpoint'", e->endpoint, e->dp_size, err, errlen);
     if (st == KVT_OK && e->replay_endpoint[0] != '\0')
@@ -99,18 +87,18 @@ static kvt_status_t zs_json_str(kvt_json_t *j, const char *field, char *buf, siz
     size_t n;
     if (kvt_json_peek(j) != KVT_JSON_STRING) {
         if (kvt_json_status(j) != KVT_OK)
-            return zs_fail(err, errlen, "field '%s': %s", field, kvt_json_error(j));
-        return zs_fail(err, errlen, "field '%s' must be a string", field);
+            return ZS_FAIL("field '%s': %s", field, kvt_json_error(j));
+        return ZS_FAIL("field '%s' must be a string", field);
     }
     if (kvt_json_string(j, buf, cap, &n) != KVT_OK) {
         if (kvt_json_status(j) == KVT_ERR_TOO_BIG)
-            return zs_fail(err, errlen, "field '%s' is over %zu bytes", field, cap - 1);
-        return zs_fail(err, errlen, "field '%s': %s", field, kvt_json_error(j));
+            return ZS_FAIL("field '%s' is over %zu bytes", field, cap - 1);
+        return ZS_FAIL("field '%s': %s", field, kvt_json_error(j));
     }
     if (memchr(buf, '\0', n) != NULL)
-        return zs_fail(err, errlen, "field '%s' contains a NUL character", field);
+        return ZS_FAIL("field '%s' contains a NUL character", field);
     if (n == 0 && !empty_ok)
-        return zs_fail(err, errlen, "field '%s' is empty", field);
+        return ZS_FAIL("field '%s' is empty", field);
     return KVT_OK;
 }
 
@@ -118,7 +106,7 @@ static kvt_status_t zs_json_str(kvt_json_t *j, const char *field, char *buf, siz
 static kvt_status_t zs_json_null(kvt_json_t *j, const char *field, char *err, size_t errlen)
 {
     if (kvt_json_null(j) != KVT_OK)
-        return zs_fail(err, errlen, "field '%s': %s", field, kvt_json_error(j));
+        return ZS_FAIL("field '%s': %s", field, kvt_json_error(j));
     return KVT_OK;
 }
 
@@ -135,10 +123,10 @@ kvt_status_t kvt_zsub_engine_json_decode(const char *body, size_t len, kvt_zsub_
         err[0] = '\0';
     if (kvt_json_peek(&j) != KVT_JSON_OBJECT) {
         if (kvt_json_status(&j) != KVT_OK) {
-            zs_fail(err, errlen, "%s", kvt_json_error(&j));
+            kvt_errf(err, errlen, "%s", kvt_json_error(&j));
             return KVT_ERR_PARSE;
         }
-        return zs_fail(err, errlen, "the body must be a JSON object");
+        return ZS_FAIL("the body must be a JSON object");
     }
     kvt_json_object_begin(&j);
     const char *key;
@@ -168,29 +156,28 @@ kvt_status_t kvt_zsub_engine_json_decode(const char *body, size_t len, kvt_zsub_
             else if (st == KVT_OK && strcmp(f, "sglang") == 0)
                 e.format = KVT_EV_FMT_SGLANG;
             else if (st == KVT_OK)
-                st = zs_fail(err, errlen, "field 'format': want \"vllm\" or \"sglang\"");
+                st = ZS_FAIL("field 'format': want \"vllm\" or \"sglang\"");
             else if (kvt_json_status(&j) == KVT_OK)
-                st = zs_fail(err, errlen, "field 'format': want \"vllm\" or \"sglang\"");
+                st = ZS_FAIL("field 'format': want \"vllm\" or \"sglang\"");
         } else if (strcmp(key, "dp_size") == 0 && klen == 7) {
             if (kvt_json_u32(&j, &e.dp_size) != KVT_OK)
-                st = zs_fail(err, errlen, "field 'dp_size': want an integer (%s)",
-                             kvt_json_error(&j));
+                st = ZS_FAIL("field 'dp_size': want an integer (%s)", kvt_json_error(&j));
         } else if (strcmp(key, "bind") == 0 && klen == 4) {
             if (kvt_json_bool(&j, &e.bind) != KVT_OK)
-                st = zs_fail(err, errlen, "field 'bind': want true or false");
+                st = ZS_FAIL("field 'bind': want true or false");
         } else {
             char shown[48];
             snprintf(shown, sizeof(shown), "%.40s", key);
             for (char *p = shown; *p; p++)
                 if ((unsigned char)*p < 0x20 || (unsigned char)*p >= 0x7f || *p == '\'')
                     *p = '?';
-            st = zs_fail(err, errlen, "unknown field '%s'", shown);
+            st = ZS_FAIL("unknown field '%s'", shown);
         }
     }
     if (st == KVT_OK && r < 0)
-        st = zs_fail(err, errlen, "%s", kvt_json_error(&j));
+        st = ZS_FAIL("%s", kvt_json_error(&j));
     if (st == KVT_OK && kvt_json_end(&j) != KVT_OK)
-        st = zs_fail(err, errlen, "%s", kvt_json_error(&j));
+        st = ZS_FAIL("%s", kvt_json_error(&j));
     if (st != KVT_OK)
         return kvt_json_status(&j) == KVT_ERR_PARSE ? KVT_ERR_PARSE : KVT_ERR_INVAL;
     if ((st = kvt_zsub_engine_check(&e, err, errlen)) != KVT_OK)

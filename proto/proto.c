@@ -11,6 +11,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/errtext.h"
+
 /* ---- little-endian helpers ------------------------------------------------------------------ */
 
 static uint16_t ld16(const uint8_t *p)
@@ -48,12 +50,6 @@ static void st64(uint8_t *p, uint64_t v)
     for (int i = 0; i < 8; i++)
         p[i] = (uint8_t)(v >> (8 * i));
 #endif
-}
-
-static void set_why(const char **why_p, const char *why)
-{
-    if (why_p != NULL)
-        *why_p = why;
 }
 
 /* ---- header --------------------------------------------------------------------------------- */
@@ -159,7 +155,7 @@ void kvt_proto_hdr_peek(const uint8_t *buf, kvt_proto_hdr_t *h)
 }
 
 kvt_status_t kvt_proto_hdr_check(const uint8_t *buf, uint32_t max_body, kvt_proto_hdr_t *h_p,
-                                 const char **why_p)
+                                 char *err, size_t errlen)
 {
     kvt_proto_hdr_t h;
 
@@ -167,31 +163,31 @@ kvt_status_t kvt_proto_hdr_check(const uint8_t *buf, uint32_t max_body, kvt_prot
         max_body = KVT_PROTO_MAX_BODY_LIMIT;
     kvt_proto_hdr_peek(buf, &h);
     if (ld32(buf) != KVT_PROTO_MAGIC) {
-        set_why(why_p, "header: bad magic (not a kvtier frame)");
+        kvt_errf(err, errlen, "header: bad magic (not a kvtier frame)");
         return KVT_ERR_PROTO;
     }
     if (h.version != KVT_PROTO_VERSION) {
-        set_why(why_p, "header: unsupported protocol version");
+        kvt_errf(err, errlen, "header: unsupported protocol version");
         return KVT_ERR_PROTO;
     }
     if ((h.flags & ~KVT_PROTO_F_KNOWN) != 0) {
-        set_why(why_p, "header: unknown flag bits");
+        kvt_errf(err, errlen, "header: unknown flag bits");
         return KVT_ERR_PROTO;
     }
     if ((h.flags & KVT_PROTO_F_ERROR) != 0 && (h.flags & KVT_PROTO_F_RESPONSE) == 0) {
-        set_why(why_p, "header: error flag on a request");
+        kvt_errf(err, errlen, "header: error flag on a request");
         return KVT_ERR_PROTO;
     }
     if (ld32(buf + 20) != 0) {
-        set_why(why_p, "header: reserved field is not zero");
+        kvt_errf(err, errlen, "header: reserved field is not zero");
         return KVT_ERR_PROTO;
     }
     if (h.body_len > max_body) {
-        set_why(why_p, "header: body larger than the maximum frame size");
+        kvt_errf(err, errlen, "header: body larger than the maximum frame size");
         return KVT_ERR_TOO_BIG;
     }
     if (!kvt_proto_op_known(h.op)) {
-        set_why(why_p, "header: unknown opcode");
+        kvt_errf(err, errlen, "header: unknown opcode");
         return KVT_ERR_UNSUPPORTED;
     }
     *h_p = h;
@@ -200,7 +196,7 @@ kvt_status_t kvt_proto_hdr_check(const uint8_t *buf, uint32_t max_body, kvt_prot
 
 kvt_status_t kvt_proto_hdr_decode(const uint8_t *buf, uint32_t max_body, kvt_proto_hdr_t *h_p)
 {
-    return kvt_proto_hdr_check(buf, max_body, h_p, NULL);
+    return kvt_proto_hdr_check(buf, max_body, h_p, NULL, 0);
 }
 
 void kvt_proto_hdr_encode(const kvt_proto_hdr_t *h, uint8_t *out)
@@ -487,7 +483,7 @@ kvt_status_t kvt_proto_hello_ans_encode(kvt_proto_wr_t *w, uint64_t req_id,
 }
 
 kvt_status_t kvt_proto_hello_req_decode(const uint8_t *body, size_t len, kvt_proto_hello_req_t *h_p,
-                                        const char **why_p)
+                                        char *err, size_t errlen)
 {
     kvt_proto_rd_t r;
     kvt_proto_hello_req_t h;
@@ -495,16 +491,16 @@ kvt_status_t kvt_proto_hello_req_decode(const uint8_t *body, size_t len, kvt_pro
     kvt_proto_rd_init(&r, body, len);
     h.client_version = kvt_proto_rd_u32(&r);
     if (r.bad) {
-        set_why(why_p, "hello: body shorter than its version field");
+        kvt_errf(err, errlen, "hello: body shorter than its version field");
         return KVT_ERR_INVAL;
     }
     h.token = kvt_proto_rd_str(&r);
     if (r.bad) {
-        set_why(why_p, "hello: bad auth token string (truncated, too long or NUL byte)");
+        kvt_errf(err, errlen, "hello: bad auth token string (truncated, too long or NUL byte)");
         return KVT_ERR_INVAL;
     }
     if (!kvt_proto_rd_done(&r)) {
-        set_why(why_p, "hello: trailing bytes after the auth token");
+        kvt_errf(err, errlen, "hello: trailing bytes after the auth token");
         return KVT_ERR_INVAL;
     }
     *h_p = h;
@@ -512,7 +508,7 @@ kvt_status_t kvt_proto_hello_req_decode(const uint8_t *body, size_t len, kvt_pro
 }
 
 kvt_status_t kvt_proto_hello_ans_decode(const uint8_t *body, size_t len, kvt_proto_hello_ans_t *h_p,
-                                        const char **why_p)
+                                        char *err, size_t errlen)
 {
     kvt_proto_rd_t r;
     kvt_proto_hello_ans_t h;
@@ -521,11 +517,11 @@ kvt_status_t kvt_proto_hello_ans_decode(const uint8_t *body, size_t len, kvt_pro
     h.server_version = kvt_proto_rd_u32(&r);
     h.max_body = kvt_proto_rd_u32(&r);
     if (r.bad) {
-        set_why(why_p, "hello answer: body shorter than 8 bytes");
+        kvt_errf(err, errlen, "hello answer: body shorter than 8 bytes");
         return KVT_ERR_INVAL;
     }
     if (!kvt_proto_rd_done(&r)) {
-        set_why(why_p, "hello answer: trailing bytes");
+        kvt_errf(err, errlen, "hello answer: trailing bytes");
         return KVT_ERR_INVAL;
     }
     *h_p = h;
@@ -542,85 +538,85 @@ bool kvt_proto_query_kind_tokens(uint8_t kind)
 /*
  * Reads one str field of a QUERY request into *@s. False, with @bad_why (a
  * malformed str) or @empty_why (an empty one, when @empty_why is not NULL)
- * in *@why_p, when it is refused.
+ * in @err (@errlen bytes), when it is refused.
  */
 static bool query_str(kvt_proto_rd_t *r, kvt_proto_str_t *s, const char *bad_why,
-                      const char *empty_why, const char **why_p)
+                      const char *empty_why, char *err, size_t errlen)
 {
     *s = kvt_proto_rd_str(r);
     if (r->bad) {
-        set_why(why_p, bad_why);
+        kvt_errf(err, errlen, "%s", bad_why);
         return false;
     }
     if (s->len == 0 && empty_why != NULL) {
-        set_why(why_p, empty_why);
+        kvt_errf(err, errlen, "%s", empty_why);
         return false;
     }
     return true;
 }
 
 kvt_status_t kvt_proto_query_decode(const uint8_t *body, size_t len, uint32_t max_items,
-                                    kvt_proto_query_t *q_p, const char **why_p)
+                                    kvt_proto_query_t *q_p, char *err, size_t errlen)
 {
     kvt_proto_rd_t r;
     kvt_proto_query_t q;
 
     kvt_proto_rd_init(&r, body, len);
     if (!query_str(&r, &q.model, "query: bad model string (truncated, too long or NUL byte)",
-                   "query: empty model name", why_p) ||
+                   "query: empty model name", err, errlen) ||
         !query_str(&r, &q.lora, "query: bad lora string (truncated, too long or NUL byte)", NULL,
-                   why_p))
+                   err, errlen))
         return KVT_ERR_INVAL;
     q.kind = kvt_proto_rd_u8(&r);
     const uint8_t *pad = kvt_proto_rd_raw(&r, 3);
     if (r.bad) {
-        set_why(why_p, "query: body ends inside kind, pad or count");
+        kvt_errf(err, errlen, "query: body ends inside kind, pad or count");
         return KVT_ERR_INVAL;
     }
     if (q.kind != KVT_PROTO_Q_KEYS && !kvt_proto_query_kind_tokens(q.kind)) {
-        set_why(why_p, "query: unknown kind (0 tokens, 1 keys, 2 salted tokens)");
+        kvt_errf(err, errlen, "query: unknown kind (0 tokens, 1 keys, 2 salted tokens)");
         return KVT_ERR_INVAL;
     }
     if (pad[0] != 0 || pad[1] != 0 || pad[2] != 0) {
-        set_why(why_p, "query: pad bytes are not zero");
+        kvt_errf(err, errlen, "query: pad bytes are not zero");
         return KVT_ERR_INVAL;
     }
     q.salt = (kvt_proto_str_t){NULL, 0};
     /* one encoding per request: no salt is kind 0, never kind 2 with "" */
     if (q.kind == KVT_PROTO_Q_TOKENS_SALTED &&
         !query_str(&r, &q.salt, "query: bad cache salt string (truncated, too long or NUL byte)",
-                   "query: empty cache salt under kind 2 (no salt is kind 0)", why_p))
+                   "query: empty cache salt under kind 2 (no salt is kind 0)", err, errlen))
         return KVT_ERR_INVAL;
     q.n = kvt_proto_rd_u32(&r);
     if (r.bad) {
-        set_why(why_p, "query: body ends inside kind, pad or count");
+        kvt_errf(err, errlen, "query: body ends inside kind, pad or count");
         return KVT_ERR_INVAL;
     }
     if (q.n > max_items) {
-        set_why(why_p, "query: more tokens or keys than the server accepts");
+        kvt_errf(err, errlen, "query: more tokens or keys than the server accepts");
         return KVT_ERR_TOO_BIG;
     }
     size_t width = q.kind == KVT_PROTO_Q_KEYS ? 8 : 4;
     if ((size_t)q.n > kvt_proto_rd_left(&r) / width) {
-        set_why(why_p, "query: body ends inside the values");
+        kvt_errf(err, errlen, "query: body ends inside the values");
         return KVT_ERR_INVAL;
     }
     q.values = kvt_proto_rd_raw(&r, (size_t)q.n * width);
     q.npods = kvt_proto_rd_u32(&r);
     if (r.bad) {
-        set_why(why_p, "query: body ends before the pod count");
+        kvt_errf(err, errlen, "query: body ends before the pod count");
         return KVT_ERR_INVAL;
     }
     q.pods = r.p;
     for (uint32_t i = 0; i < q.npods; i++) {
         kvt_proto_str_t pod;
         if (!query_str(&r, &pod, "query: bad pod name (truncated, too long or NUL byte)",
-                       "query: empty pod name", why_p))
+                       "query: empty pod name", err, errlen))
             return KVT_ERR_INVAL;
     }
     q.pods_len = (size_t)(r.p - q.pods);
     if (!kvt_proto_rd_done(&r)) {
-        set_why(why_p, "query: trailing bytes after the pod list");
+        kvt_errf(err, errlen, "query: trailing bytes after the pod list");
         return KVT_ERR_INVAL;
     }
     *q_p = q;
@@ -778,15 +774,15 @@ kvt_status_t kvt_proto_query_ans_end(kvt_proto_wr_t *w, kvt_proto_query_ans_enc_
 }
 
 /* Reads one entry; false when it is truncated or invalid (@r may then be bad or not). */
-static bool read_pod(kvt_proto_rd_t *r, kvt_proto_pod_ans_t *pod, const char **why_p)
+static bool read_pod(kvt_proto_rd_t *r, kvt_proto_pod_ans_t *pod, char *err, size_t errlen)
 {
     pod->pod = kvt_proto_rd_str(r);
     if (r->bad) {
-        set_why(why_p, "query answer: bad pod name (truncated, too long or NUL byte)");
+        kvt_errf(err, errlen, "query answer: bad pod name (truncated, too long or NUL byte)");
         return false;
     }
     if (pod->pod.len == 0) {
-        set_why(why_p, "query answer: empty pod name");
+        kvt_errf(err, errlen, "query answer: empty pod name");
         return false;
     }
     pod->dp_rank = kvt_proto_rd_u32(r);
@@ -796,18 +792,18 @@ static bool read_pod(kvt_proto_rd_t *r, kvt_proto_pod_ans_t *pod, const char **w
     pod->disk = kvt_proto_rd_u32(r);
     pod->score = kvt_proto_rd_f64(r);
     if (r->bad) {
-        set_why(why_p, "query answer: body ends inside a pod entry");
+        kvt_errf(err, errlen, "query answer: body ends inside a pod entry");
         return false;
     }
     if (!isfinite(pod->score)) {
-        set_why(why_p, "query answer: score is not a finite number");
+        kvt_errf(err, errlen, "query answer: score is not a finite number");
         return false;
     }
     return true;
 }
 
 kvt_status_t kvt_proto_query_ans_decode(const uint8_t *body, size_t len, kvt_proto_query_ans_t *a_p,
-                                        const char **why_p)
+                                        char *err, size_t errlen)
 {
     kvt_proto_rd_t r;
     kvt_proto_query_ans_t a;
@@ -818,16 +814,16 @@ kvt_status_t kvt_proto_query_ans_decode(const uint8_t *body, size_t len, kvt_pro
     a.num_blocks = kvt_proto_rd_u32(&r);
     a.npods = kvt_proto_rd_u32(&r);
     if (r.bad) {
-        set_why(why_p, "query answer: body shorter than 12 bytes");
+        kvt_errf(err, errlen, "query answer: body shorter than 12 bytes");
         return KVT_ERR_INVAL;
     }
     a.pods = r.p;
     for (uint32_t i = 0; i < a.npods; i++)
-        if (!read_pod(&r, &pod, why_p))
+        if (!read_pod(&r, &pod, err, errlen))
             return KVT_ERR_INVAL;
     a.pods_len = (size_t)(r.p - a.pods);
     if (!kvt_proto_rd_done(&r)) {
-        set_why(why_p, "query answer: trailing bytes after the pod entries");
+        kvt_errf(err, errlen, "query answer: trailing bytes after the pod entries");
         return KVT_ERR_INVAL;
     }
     *a_p = a;
@@ -841,7 +837,7 @@ bool kvt_proto_query_ans_next(kvt_proto_rd_t *r, kvt_proto_pod_ans_t *pod_p)
 
     if (r->bad || r->p == r->end)
         return false;
-    if (!read_pod(r, &pod, NULL)) {
+    if (!read_pod(r, &pod, NULL, 0)) {
         *r = save;
         r->bad = true;
         return false;
@@ -865,22 +861,22 @@ static kvt_status_t name_req_encode(kvt_proto_wr_t *w, uint8_t op, uint64_t req_
 /* A body that is one name; @bad, @empty and @trailing are the messages for its three faults. */
 static kvt_status_t name_req_decode(const uint8_t *body, size_t len, const char *bad,
                                     const char *empty, const char *trailing,
-                                    kvt_proto_str_t *name_p, const char **why_p)
+                                    kvt_proto_str_t *name_p, char *err, size_t errlen)
 {
     kvt_proto_rd_t r;
 
     kvt_proto_rd_init(&r, body, len);
     kvt_proto_str_t name = kvt_proto_rd_str(&r);
     if (r.bad) {
-        set_why(why_p, bad);
+        kvt_errf(err, errlen, "%s", bad);
         return KVT_ERR_INVAL;
     }
     if (name.len == 0) {
-        set_why(why_p, empty);
+        kvt_errf(err, errlen, "%s", empty);
         return KVT_ERR_INVAL;
     }
     if (!kvt_proto_rd_done(&r)) {
-        set_why(why_p, trailing);
+        kvt_errf(err, errlen, "%s", trailing);
         return KVT_ERR_INVAL;
     }
     *name_p = name;
@@ -893,11 +889,11 @@ kvt_status_t kvt_proto_drop_req_encode(kvt_proto_wr_t *w, uint64_t req_id, kvt_p
 }
 
 kvt_status_t kvt_proto_drop_req_decode(const uint8_t *body, size_t len, kvt_proto_str_t *pod_p,
-                                       const char **why_p)
+                                       char *err, size_t errlen)
 {
     return name_req_decode(body, len, "engine drop: bad pod name (truncated, too long or NUL byte)",
                            "engine drop: empty pod name",
-                           "engine drop: trailing bytes after the pod name", pod_p, why_p);
+                           "engine drop: trailing bytes after the pod name", pod_p, err, errlen);
 }
 
 kvt_status_t kvt_proto_model_drop_req_encode(kvt_proto_wr_t *w, uint64_t req_id,
@@ -907,12 +903,12 @@ kvt_status_t kvt_proto_model_drop_req_encode(kvt_proto_wr_t *w, uint64_t req_id,
 }
 
 kvt_status_t kvt_proto_model_drop_req_decode(const uint8_t *body, size_t len,
-                                             kvt_proto_str_t *model_p, const char **why_p)
+                                             kvt_proto_str_t *model_p, char *err, size_t errlen)
 {
     return name_req_decode(body, len,
                            "model drop: bad model name (truncated, too long or NUL byte)",
                            "model drop: empty model name",
-                           "model drop: trailing bytes after the model name", model_p, why_p);
+                           "model drop: trailing bytes after the model name", model_p, err, errlen);
 }
 
 /* ---- error answers -------------------------------------------------------------------------- */
@@ -941,8 +937,8 @@ kvt_status_t kvt_proto_err_encode(kvt_proto_wr_t *w, uint8_t op, uint64_t req_id
     return kvt_proto_wr_frame_end(w, off);
 }
 
-kvt_status_t kvt_proto_err_decode(const uint8_t *body, size_t len, kvt_proto_err_t *e_p,
-                                  const char **why_p)
+kvt_status_t kvt_proto_err_decode(const uint8_t *body, size_t len, kvt_proto_err_t *e_p, char *err,
+                                  size_t errlen)
 {
     kvt_proto_rd_t r;
     kvt_proto_err_t e;
@@ -951,24 +947,24 @@ kvt_status_t kvt_proto_err_decode(const uint8_t *body, size_t len, kvt_proto_err
     e.status = kvt_proto_rd_i32(&r);
     e.http = kvt_proto_rd_u16(&r);
     if (r.bad) {
-        set_why(why_p, "error answer: body shorter than 6 bytes");
+        kvt_errf(err, errlen, "error answer: body shorter than 6 bytes");
         return KVT_ERR_INVAL;
     }
     if (e.status >= 0) {
-        set_why(why_p, "error answer: status is not negative");
+        kvt_errf(err, errlen, "error answer: status is not negative");
         return KVT_ERR_INVAL;
     }
     if (e.http < 400 || e.http > 599) {
-        set_why(why_p, "error answer: http status outside 400..599");
+        kvt_errf(err, errlen, "error answer: http status outside 400..599");
         return KVT_ERR_INVAL;
     }
     e.msg = kvt_proto_rd_str(&r);
     if (r.bad) {
-        set_why(why_p, "error answer: bad message string (truncated, too long or NUL byte)");
+        kvt_errf(err, errlen, "error answer: bad message string (truncated, too long or NUL byte)");
         return KVT_ERR_INVAL;
     }
     if (!kvt_proto_rd_done(&r)) {
-        set_why(why_p, "error answer: trailing bytes after the message");
+        kvt_errf(err, errlen, "error answer: trailing bytes after the message");
         return KVT_ERR_INVAL;
     }
     *e_p = e;

@@ -1,13 +1,15 @@
 /*
  * proto/proto.h: the binary RPC codec shared by kvtierd (server/), libkvtier
- * (router-plugin/) and kvtier-bench. include/kvtier/protocol.h fixes the wire layout; docs/protocol.md
- * is the specification.
+ * (router-plugin/) and kvtier-bench. include/kvtier/protocol.h fixes the wire layout;
+ * docs/protocol.md is the specification.
  *
  * Decoders never allocate and never log: bodies are parsed in place, strings
  * are pointer + length into the caller's buffer (NOT NUL-terminated) and stay
  * valid as long as that buffer. Every decoder validates the whole body before
- * it sets any output; on failure it returns a status and, when @why_p is not
- * NULL, a static one-line reason ("query: pad bytes are not zero").
+ * it sets any output; on failure it returns a status and writes a one-line
+ * reason ("query: pad bytes are not zero") to the caller's buffer @err of
+ * @errlen bytes (cut to fit, NUL-terminated; @errlen 0 and @err NULL ask for
+ * none). The reason is formatted only on failure.
  *
  * Encoders append whole frames to a growable writer (kvt_proto_wr_t); several
  * frames may be appended to one writer (pipelining). A frame that cannot be
@@ -58,10 +60,10 @@ typedef struct kvt_proto_hdr {
  */
 kvt_status_t kvt_proto_hdr_decode(const uint8_t *buf, uint32_t max_body, kvt_proto_hdr_t *h_p);
 
-/* kvt_proto_hdr_decode() that also sets *@why_p (when not NULL) to a static
- * one-line reason on failure ("header: bad magic"). */
+/* kvt_proto_hdr_decode() that also writes a one-line reason on failure
+ * ("header: bad magic") to @err (@errlen bytes, may be 0). */
 kvt_status_t kvt_proto_hdr_check(const uint8_t *buf, uint32_t max_body, kvt_proto_hdr_t *h_p,
-                                 const char **why_p);
+                                 char *err, size_t errlen);
 
 /* Copies the header fields at @buf into *@h without any check (to find the
  * req_id and body_len of a frame kvt_proto_hdr_decode() refused). */
@@ -203,11 +205,11 @@ kvt_status_t kvt_proto_hello_req_encode(kvt_proto_wr_t *w, uint64_t req_id,
 kvt_status_t kvt_proto_hello_ans_encode(kvt_proto_wr_t *w, uint64_t req_id,
                                         const kvt_proto_hello_ans_t *h);
 
-/* Decode a HELLO request / answer body. KVT_OK or KVT_ERR_INVAL (+ @why_p). */
+/* Decode a HELLO request / answer body. KVT_OK or KVT_ERR_INVAL (+ @err). */
 kvt_status_t kvt_proto_hello_req_decode(const uint8_t *body, size_t len, kvt_proto_hello_req_t *h_p,
-                                        const char **why_p);
+                                        char *err, size_t errlen);
 kvt_status_t kvt_proto_hello_ans_decode(const uint8_t *body, size_t len, kvt_proto_hello_ans_t *h_p,
-                                        const char **why_p);
+                                        char *err, size_t errlen);
 
 /* ---- QUERY request -------------------------------------------------------------------------- */
 
@@ -232,10 +234,10 @@ bool kvt_proto_query_kind_tokens(uint8_t kind);
  * NUL: an empty salt is refused, as no salt is kind TOKENS), n values present,
  * every pod name (1..255 bytes), nothing trailing. Returns KVT_OK and sets
  * *@q_p; KVT_ERR_TOO_BIG when n > @max_items; KVT_ERR_INVAL for anything else
- * malformed. @why_p as above.
+ * malformed. @err/@errlen as above.
  */
 kvt_status_t kvt_proto_query_decode(const uint8_t *body, size_t len, uint32_t max_items,
-                                    kvt_proto_query_t *q_p, const char **why_p);
+                                    kvt_proto_query_t *q_p, char *err, size_t errlen);
 
 /* Token @i (< q->n) of a token query (TOKENS or TOKENS_SALTED), in host order. */
 uint32_t kvt_proto_query_token(const kvt_proto_query_t *q, uint32_t i);
@@ -324,10 +326,10 @@ kvt_status_t kvt_proto_query_ans_end(kvt_proto_wr_t *w, kvt_proto_query_ans_enc_
 
 /*
  * Decodes and validates a whole QUERY answer body (every entry, nothing
- * trailing). KVT_OK, or KVT_ERR_INVAL (+ @why_p).
+ * trailing). KVT_OK, or KVT_ERR_INVAL (+ @err).
  */
 kvt_status_t kvt_proto_query_ans_decode(const uint8_t *body, size_t len, kvt_proto_query_ans_t *a_p,
-                                        const char **why_p);
+                                        char *err, size_t errlen);
 
 /*
  * Reads the next pod entry of a decoded answer: start with
@@ -341,18 +343,19 @@ bool kvt_proto_query_ans_next(kvt_proto_rd_t *r, kvt_proto_pod_ans_t *pod_p);
 /* Appends an ENGINE_DROP request for @pod (1..255 bytes). KVT_OK, KVT_ERR_INVAL
  * (empty), KVT_ERR_TOO_BIG, KVT_ERR_NO_MEM. */
 kvt_status_t kvt_proto_drop_req_encode(kvt_proto_wr_t *w, uint64_t req_id, kvt_proto_str_t pod);
-/* Decodes an ENGINE_DROP request body. KVT_OK or KVT_ERR_INVAL (+ @why_p). */
+/* Decodes an ENGINE_DROP request body. KVT_OK or KVT_ERR_INVAL (+ @err). */
 kvt_status_t kvt_proto_drop_req_decode(const uint8_t *body, size_t len, kvt_proto_str_t *pod_p,
-                                       const char **why_p);
+                                       char *err, size_t errlen);
 
 /* ---- MODEL_DROP request --------------------------------------------------------------------- */
 
-/* Appends a MODEL_DROP request for @model (1..255 bytes). Returns as kvt_proto_drop_req_encode(). */
+/* Appends a MODEL_DROP request for @model (1..255 bytes). Returns as kvt_proto_drop_req_encode().
+ */
 kvt_status_t kvt_proto_model_drop_req_encode(kvt_proto_wr_t *w, uint64_t req_id,
                                              kvt_proto_str_t model);
-/* Decodes a MODEL_DROP request body. KVT_OK or KVT_ERR_INVAL (+ @why_p). */
+/* Decodes a MODEL_DROP request body. KVT_OK or KVT_ERR_INVAL (+ @err). */
 kvt_status_t kvt_proto_model_drop_req_decode(const uint8_t *body, size_t len,
-                                             kvt_proto_str_t *model_p, const char **why_p);
+                                             kvt_proto_str_t *model_p, char *err, size_t errlen);
 
 /* ---- error answers -------------------------------------------------------------------------- */
 
@@ -373,10 +376,10 @@ kvt_status_t kvt_proto_err_encode(kvt_proto_wr_t *w, uint8_t op, uint64_t req_id
                                   kvt_status_t status, uint16_t http, const char *msg,
                                   size_t msg_len);
 
-/* Decodes an error body. KVT_OK or KVT_ERR_INVAL (+ @why_p): status not
+/* Decodes an error body. KVT_OK or KVT_ERR_INVAL (+ @err): status not
  * negative, http outside 400..599, bad str, trailing bytes. */
-kvt_status_t kvt_proto_err_decode(const uint8_t *body, size_t len, kvt_proto_err_t *e_p,
-                                  const char **why_p);
+kvt_status_t kvt_proto_err_decode(const uint8_t *body, size_t len, kvt_proto_err_t *e_p, char *err,
+                                  size_t errlen);
 
 /* The tier data plane and block API (ATTACH..BLOCK_DELETE). */
 #include "proto/proto_tier.h"

@@ -26,6 +26,7 @@
 #include <unistd.h>
 
 #include "common/clock.h"
+#include "common/errtext.h"
 #include "common/hostport.h"
 #include "kvindex/hash.h"
 #include "router-plugin/client_int.h"
@@ -38,11 +39,9 @@ kvt_status_t kvt_cl_fail(kvt_client_t *c, kvt_status_t st, const char *fmt, ...)
     va_list ap;
 
     va_start(ap, fmt);
-    vsnprintf(msg, sizeof(msg), fmt, ap);
+    kvt_verrf(msg, sizeof(msg), fmt, ap);
     va_end(ap);
-    /* A long message is cut; the return value is checked only to say so to the compiler. */
-    if (snprintf(c->err, sizeof(c->err), "%s: %s", c->addr, msg) < 0)
-        c->err[0] = '\0';
+    kvt_errf(c->err, sizeof(c->err), "%s: %s", c->addr, msg); /* a long message is cut */
     /* One line, whatever the server or a file name contained. */
     for (char *p = c->err; *p != '\0'; p++)
         if ((unsigned char)*p < 0x20)
@@ -106,33 +105,39 @@ void kvt_client_opts_default(kvt_client_opts_t *o)
     o->io_timeout_ms = CL_DEFAULT_TIMEOUT_MS;
 }
 
-/* Splits @a into the client's host/port or path. Returns a static reason or NULL. */
-static const char *cl_parse_addr(kvt_client_t *c, const char *a)
+/* Splits @a into the client's host/port or path. Returns KVT_OK, or KVT_ERR_INVAL with the
+ * reason in @err (@errlen bytes). */
+static kvt_status_t cl_parse_addr(kvt_client_t *c, const char *a, char *err, size_t errlen)
 {
     size_t alen = strlen(a);
 
-    if (alen >= sizeof(c->addr))
-        return "address too long";
+    if (alen >= sizeof(c->addr)) {
+        kvt_errf(err, errlen, "address too long");
+        return KVT_ERR_INVAL;
+    }
     memcpy(c->addr, a, alen + 1);
     if (strncmp(a, "unix:", 5) == 0) {
         size_t plen = alen - 5;
-        if (plen == 0)
-            return "empty unix socket path";
-        if (plen >= sizeof(c->path))
-            return "unix socket path too long";
+        if (plen == 0 || plen >= sizeof(c->path)) {
+            kvt_errf(err, errlen, "%s",
+                     plen == 0 ? "empty unix socket path" : "unix socket path too long");
+            return KVT_ERR_INVAL;
+        }
         memcpy(c->path, a + 5, plen + 1);
         c->is_unix = true;
-        return NULL;
+        return KVT_OK;
     }
-    if (strchr(a, ':') == NULL)
-        return "expected host:port or unix:/path";
+    if (strchr(a, ':') == NULL) {
+        kvt_errf(err, errlen, "expected host:port or unix:/path");
+        return KVT_ERR_INVAL;
+    }
     uint16_t port;
-    const char *why = kvt_hostport_split(a, c->host, sizeof(c->host), &port, false);
-    if (why != NULL)
-        return why;
+    kvt_status_t st = kvt_hostport_split(a, c->host, sizeof(c->host), &port, false, err, errlen);
+    if (st != KVT_OK)
+        return st;
     snprintf(c->port, sizeof(c->port), "%u", port);
     c->is_unix = false;
-    return NULL;
+    return KVT_OK;
 }
 
 /* ---- connection ----------------------------------------------------------------------------- */
@@ -247,7 +252,7 @@ static kvt_status_t cl_hello(kvt_client_t *c, uint64_t deadline)
             /* A server with a token refuses a HELLO without one, yet serves reads: carry on
              * unauthenticated (mutating calls will get their own 401). */
             if (c->token_len == 0 && h.req_id == id &&
-                kvt_proto_err_decode(body, h.body_len, &e, NULL) == KVT_OK && e.http == 401) {
+                kvt_proto_err_decode(body, h.body_len, &e, NULL, 0) == KVT_OK && e.http == 401) {
                 c->max_body = KVT_PROTO_MAX_BODY_DEFAULT;
                 return KVT_OK;
             }
@@ -258,8 +263,8 @@ static kvt_status_t cl_hello(kvt_client_t *c, uint64_t deadline)
             return kvt_cl_fail(c, KVT_ERR_PROTO, "answer to hello has opcode %s",
                                kvt_proto_op_name(h.op));
         kvt_proto_hello_ans_t ans;
-        const char *why = NULL;
-        if (kvt_proto_hello_ans_decode(body, h.body_len, &ans, &why) != KVT_OK)
+        char why[128];
+        if (kvt_proto_hello_ans_decode(body, h.body_len, &ans, why, sizeof(why)) != KVT_OK)
             return kvt_cl_fail(c, KVT_ERR_PROTO, "%s", why);
         if (ans.server_version != KVT_PROTO_VERSION)
             return kvt_cl_fail(c, KVT_ERR_PROTO, "server speaks protocol version %u, not %u",
@@ -424,9 +429,9 @@ kvt_status_t kvt_cl_next_frame(kvt_client_t *c, bool *got_p, kvt_proto_hdr_t *h_
     if (avail < KVT_PROTO_HDR_SIZE)
         return KVT_OK;
     const uint8_t *p = c->in + c->in_off;
-    const char *why = NULL;
+    char why[128];
     kvt_proto_hdr_t h;
-    kvt_status_t st = kvt_proto_hdr_check(p, KVT_PROTO_MAX_BODY_LIMIT, &h, &why);
+    kvt_status_t st = kvt_proto_hdr_check(p, KVT_PROTO_MAX_BODY_LIMIT, &h, why, sizeof(why));
     if (st != KVT_OK)
         return kvt_cl_fail(c, KVT_ERR_PROTO, "bad answer %s", why);
     if ((h.flags & KVT_PROTO_F_RESPONSE) == 0)
@@ -444,8 +449,8 @@ kvt_status_t kvt_cl_next_frame(kvt_client_t *c, bool *got_p, kvt_proto_hdr_t *h_
 kvt_status_t kvt_cl_error_answer(kvt_client_t *c, const kvt_proto_hdr_t *h, const uint8_t *body)
 {
     kvt_proto_err_t e;
-    const char *why = NULL;
-    if (kvt_proto_err_decode(body, h->body_len, &e, &why) != KVT_OK)
+    char why[128];
+    if (kvt_proto_err_decode(body, h->body_len, &e, why, sizeof(why)) != KVT_OK)
         return kvt_cl_fail(c, KVT_ERR_PROTO, "%s", why);
     return kvt_cl_fail(c, (kvt_status_t)e.status, "server: %.*s (%u)", (int)e.msg.len,
                        e.msg.len > 0 ? e.msg.p : "", e.http);
@@ -453,24 +458,25 @@ kvt_status_t kvt_cl_error_answer(kvt_client_t *c, const kvt_proto_hdr_t *h, cons
 
 /* ---- create / destroy ----------------------------------------------------------------------- */
 
-kvt_status_t kvt_client_create_msg(const kvt_client_opts_t *o, kvt_client_t **c_p, char *msg,
-                                   size_t msglen)
+kvt_status_t kvt_client_create_msg(const kvt_client_opts_t *o, kvt_client_t **c_p, char *err,
+                                   size_t errlen)
 {
     kvt_client_opts_t def;
     kvt_status_t st;
 
-    if (msg != NULL && msglen > 0)
-        msg[0] = '\0';
-    if (c_p == NULL)
+    if (err != NULL && errlen > 0)
+        err[0] = '\0';
+    if (c_p == NULL) {
+        kvt_errf(err, errlen, "kvt_client_create: NULL c_p");
         return KVT_ERR_INVAL;
+    }
     if (o == NULL) {
         kvt_client_opts_default(&def);
         o = &def;
     }
     kvt_client_t *c = calloc(1, sizeof(*c));
     if (c == NULL) {
-        if (msg != NULL && msglen > 0)
-            snprintf(msg, msglen, "out of memory");
+        kvt_errf(err, errlen, "out of memory");
         return KVT_ERR_NO_MEM;
     }
     c->fd = -1;
@@ -481,8 +487,8 @@ kvt_status_t kvt_client_create_msg(const kvt_client_opts_t *o, kvt_client_t **c_
     kvt_proto_wr_init(&c->out);
 
     const char *addr = o->address != NULL ? o->address : KVT_CLIENT_DEFAULT_ADDR;
-    const char *why = cl_parse_addr(c, addr);
-    if (why != NULL) {
+    char why[128];
+    if (cl_parse_addr(c, addr, why, sizeof(why)) != KVT_OK) {
         snprintf(c->addr, sizeof(c->addr), "%.200s", addr);
         st = kvt_cl_fail(c, KVT_ERR_INVAL, "bad address: %s", why);
         goto err_free;
@@ -506,8 +512,7 @@ kvt_status_t kvt_client_create_msg(const kvt_client_opts_t *o, kvt_client_t **c_
     return KVT_OK;
 
 err_free:
-    if (msg != NULL && msglen > 0)
-        snprintf(msg, msglen, "%s", c->err);
+    kvt_errf(err, errlen, "%s", c->err);
     kvt_client_destroy(c);
     return st;
 }
@@ -562,9 +567,9 @@ kvt_status_t kvt_cl_decode_result(kvt_client_t *c, const uint8_t *body, uint32_t
                                   kvt_client_result_t *r, size_t *cap)
 {
     kvt_proto_query_ans_t a;
-    const char *why = NULL;
+    char why[128];
 
-    if (kvt_proto_query_ans_decode(body, len, &a, &why) != KVT_OK)
+    if (kvt_proto_query_ans_decode(body, len, &a, why, sizeof(why)) != KVT_OK)
         return kvt_cl_fail(c, KVT_ERR_PROTO, "%s", why);
     if (a.npods > *cap) {
         kvt_client_pod_t *pods = realloc(r->pods, (size_t)a.npods * sizeof(*pods));

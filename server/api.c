@@ -7,10 +7,10 @@
 #include "server/api.h"
 
 #include <math.h>
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/errtext.h"
 #include "common/grow.h"
 #include "kvindex/hash.h"
 #include "server/query_json.h"
@@ -35,8 +35,8 @@ kvt_status_t srv_scratch(kvt_srv_worker_t *w, size_t nkeys, size_t ntokens, size
 /* ---- the query itself ------------------------------------------------------------- */
 
 /* Runs @q; on KVT_OK the worker is in a read section of the index until srv_query_done(). */
-kvt_status_t srv_query_run(kvt_srv_worker_t *w, const srv_query_t *q, srv_answer_t *a,
-                           const char **why_p)
+kvt_status_t srv_query_run(kvt_srv_worker_t *w, const srv_query_t *q, srv_answer_t *a, char *err,
+                           size_t errlen)
 {
     kvt_srv_t *srv = w->srv;
     kvt_idx_read_begin(w->reader);
@@ -81,14 +81,14 @@ kvt_status_t srv_query_run(kvt_srv_worker_t *w, const srv_query_t *q, srv_answer
     kvt_status_t st =
         kvt_idx_query(w->reader, ns, keys, nb, q->npods ? w->filter : NULL, nf, &res, &nres);
     if (st != KVT_OK) {
-        *why_p = "out of memory";
+        kvt_errf(err, errlen, "out of memory");
         srv_query_done(w);
         return st;
     }
     size_t sc = w->scored_cap, vc = w->scored_cap;
     if (!kvt_grow(&w->scored, &sc, nres + 1, sizeof(kvt_scored_t), 256) ||
         !kvt_grow(&w->views, &vc, nres + 1, sizeof(kvt_idx_pod_view_t), 256)) {
-        *why_p = "out of memory";
+        kvt_errf(err, errlen, "out of memory");
         srv_query_done(w);
         return KVT_ERR_NO_MEM;
     }
@@ -127,25 +127,25 @@ void srv_query_done(kvt_srv_worker_t *w)
 #define MAX_FILTER KVT_SRV_QUERY_MAX_PODS /* pod names in one query's filter */
 
 kvt_status_t srv_api_query_json(kvt_srv_worker_t *w, const char *body, size_t len, kvt_jbuf_t *out,
-                                const char **why_p)
+                                char *err, size_t errlen)
 {
     kvt_srv_t *srv = w->srv;
     size_t cap = len / 2 + 1;
     if (cap > srv->cfg.max_query_tokens)
         cap = srv->cfg.max_query_tokens;
     if (srv_scratch(w, cap, cap, MAX_FILTER * 8) != KVT_OK) {
-        *why_p = "out of memory";
+        kvt_errf(err, errlen, "out of memory");
         return KVT_ERR_NO_MEM;
     }
     kvt_srv_query_body_t b;
-    kvt_status_t st = kvt_srv_query_decode(body, len, cap, w->tokens, w->keys, &b, why_p);
+    kvt_status_t st = kvt_srv_query_decode(body, len, cap, w->tokens, w->keys, &b, err, errlen);
     if (st != KVT_OK)
         return st;
     srv_query_t q = {b.model,     b.model_len,     b.lora, b.lora_len, b.by_keys,
                      b.n,         w->tokens,       NULL,   w->keys,    b.npods,
                      b.pod_names, b.pod_name_lens, b.salt, b.salt_len};
     srv_answer_t a;
-    st = srv_query_run(w, &q, &a, why_p);
+    st = srv_query_run(w, &q, &a, err, errlen);
     if (st != KVT_OK)
         return st;
     kvt_jbuf_cstr(out, "{\"block_size\":");
@@ -181,7 +181,11 @@ kvt_status_t srv_api_query_json(kvt_srv_worker_t *w, const char *body, size_t le
     }
     kvt_jbuf_cstr(out, "]}");
     srv_query_done(w);
-    return out->oom ? KVT_ERR_NO_MEM : KVT_OK;
+    if (out->oom) {
+        kvt_errf(err, errlen, "out of memory");
+        return KVT_ERR_NO_MEM;
+    }
+    return KVT_OK;
 }
 
 /* ---- RPC front end -------------------------------------------------------------------- */
@@ -191,27 +195,24 @@ static __thread const char *filter_name[MAX_FILTER];
 static __thread size_t filter_len[MAX_FILTER];
 
 kvt_status_t srv_api_query_rpc(kvt_srv_worker_t *w, uint64_t req_id, const uint8_t *body,
-                               size_t len, kvt_proto_wr_t *wr, const char **why_p)
+                               size_t len, kvt_proto_wr_t *wr, char *err, size_t errlen)
 {
     kvt_srv_t *srv = w->srv;
     kvt_proto_query_t pq;
-    kvt_status_t st = kvt_proto_query_decode(body, len, srv->cfg.max_query_tokens, &pq, why_p);
-    if (st == KVT_ERR_TOO_BIG) {
-        /* worded as the HTTP front end words it, with the limit */
-        static __thread char why[96];
-        snprintf(why, sizeof(why), "more than %u tokens or keys in one query",
+    kvt_status_t st =
+        kvt_proto_query_decode(body, len, srv->cfg.max_query_tokens, &pq, err, errlen);
+    if (st == KVT_ERR_TOO_BIG) /* worded as the HTTP front end words it, with the limit */
+        kvt_errf(err, errlen, "more than %u tokens or keys in one query",
                  (unsigned)srv->cfg.max_query_tokens);
-        *why_p = why;
-    }
     if (st != KVT_OK)
         return st;
     if (pq.npods > MAX_FILTER) {
-        *why_p = "too many pods in the filter";
+        kvt_errf(err, errlen, "too many pods in the filter");
         return KVT_ERR_TOO_BIG;
     }
     /* RPC tokens are hashed straight from the frame: keys only */
     if (srv_scratch(w, pq.n, 0, MAX_FILTER * 8) != KVT_OK) {
-        *why_p = "out of memory";
+        kvt_errf(err, errlen, "out of memory");
         return KVT_ERR_NO_MEM;
     }
     bool by_keys = pq.kind == KVT_PROTO_Q_KEYS; /* else tokens, salted when pq.salt is set */
@@ -240,7 +241,7 @@ kvt_status_t srv_api_query_rpc(kvt_srv_worker_t *w, uint64_t req_id, const uint8
                      pq.salt.p,
                      pq.salt.len};
     srv_answer_t a;
-    st = srv_query_run(w, &q, &a, why_p);
+    st = srv_query_run(w, &q, &a, err, errlen);
     if (st != KVT_OK)
         return st;
     kvt_proto_query_ans_enc_t e;
@@ -265,22 +266,22 @@ kvt_status_t srv_api_query_rpc(kvt_srv_worker_t *w, uint64_t req_id, const uint8
     st = kvt_proto_query_ans_end(wr, &e);
     srv_query_done(w);
     if (st != KVT_OK)
-        *why_p = "answer could not be encoded";
+        kvt_errf(err, errlen, "answer could not be encoded");
     return st;
 }
 
 /* ---- writes ------------------------------------------------------------------------------ */
 
 kvt_status_t srv_api_events_job(kvt_srv_worker_t *w, const char *body, size_t len,
-                                srv_job_t **job_p, char *msg, size_t msglen)
+                                srv_job_t **job_p, char *err, size_t errlen)
 {
     srv_job_t *job = calloc(1, sizeof(*job));
     if (job == NULL) {
-        snprintf(msg, msglen, "out of memory");
+        kvt_errf(err, errlen, "out of memory");
         return KVT_ERR_NO_MEM;
     }
     kvt_status_t st =
-        kvt_ev_json_decode(body, len, w->srv->cfg.max_event_items, &job->batch, msg, msglen);
+        kvt_ev_json_decode(body, len, w->srv->cfg.max_event_items, &job->batch, err, errlen);
     if (st != KVT_OK) {
         free(job);
         return st;
@@ -292,17 +293,17 @@ kvt_status_t srv_api_events_job(kvt_srv_worker_t *w, const char *body, size_t le
 }
 
 kvt_status_t srv_api_engine_add_job(kvt_srv_worker_t *w, const char *body, size_t len,
-                                    srv_job_t **job_p, char *msg, size_t msglen)
+                                    srv_job_t **job_p, char *err, size_t errlen)
 {
     srv_job_t *job = calloc(1, sizeof(*job));
     kvt_zsub_engine_t *e = malloc(sizeof(*e));
     if (job == NULL || e == NULL) {
         free(job);
         free(e);
-        snprintf(msg, msglen, "out of memory");
+        kvt_errf(err, errlen, "out of memory");
         return KVT_ERR_NO_MEM;
     }
-    kvt_status_t st = kvt_zsub_engine_json_decode(body, len, e, msg, msglen);
+    kvt_status_t st = kvt_zsub_engine_json_decode(body, len, e, err, errlen);
     if (st != KVT_OK) {
         free(job);
         free(e);
@@ -316,17 +317,17 @@ kvt_status_t srv_api_engine_add_job(kvt_srv_worker_t *w, const char *body, size_
 }
 
 kvt_status_t srv_api_drop_job(kvt_srv_worker_t *w, job_kind_t kind, const char *name,
-                              srv_job_t **job_p, char *msg, size_t msglen)
+                              srv_job_t **job_p, char *err, size_t errlen)
 {
     size_t n = strlen(name);
     if (n == 0 || n > KVT_IDX_MAX_NAME) {
-        snprintf(msg, msglen, "%s name must be 1..%u bytes", kind == JOB_DROP ? "pod" : "model",
+        kvt_errf(err, errlen, "%s name must be 1..%u bytes", kind == JOB_DROP ? "pod" : "model",
                  KVT_IDX_MAX_NAME);
         return KVT_ERR_INVAL;
     }
     srv_job_t *job = calloc(1, sizeof(*job));
     if (job == NULL) {
-        snprintf(msg, msglen, "out of memory");
+        kvt_errf(err, errlen, "out of memory");
         return KVT_ERR_NO_MEM;
     }
     job->kind = kind;

@@ -47,39 +47,39 @@ typedef struct srv_answer {
 } srv_answer_t;
 
 /* Runs a query on the worker; on KVT_OK call srv_query_pod() for each pod, then srv_query_done().
- */
-kvt_status_t srv_query_run(kvt_srv_worker_t *w, const srv_query_t *q, srv_answer_t *a,
-                           const char **why_p);
+ * On error returns the status with a one-line reason in @err (@errlen bytes; common/errtext.h). */
+kvt_status_t srv_query_run(kvt_srv_worker_t *w, const srv_query_t *q, srv_answer_t *a, char *err,
+                           size_t errlen);
 void srv_query_pod(kvt_srv_worker_t *w, const srv_answer_t *a, size_t i, srv_answer_pod_t *p);
 void srv_query_done(kvt_srv_worker_t *w);
 /* Grows worker scratch to hold @nkeys keys, @ntokens tokens (0: none needed) and @nfilter pods. */
 kvt_status_t srv_scratch(kvt_srv_worker_t *w, size_t nkeys, size_t ntokens, size_t nfilter);
 
 /* POST /v1/query: decodes @body, runs the query, writes the JSON answer to @out.
- * On error returns the status and a one-line reason in *@why_p (valid until the
- * worker's next call). */
+ * On error returns the status and a one-line reason in @err (@errlen bytes). */
 kvt_status_t srv_api_query_json(kvt_srv_worker_t *w, const char *body, size_t len, kvt_jbuf_t *out,
-                                const char **why_p);
+                                char *err, size_t errlen);
 
 /* RPC QUERY: decodes @body and appends the answer frame to @wr. Errors as above. */
 kvt_status_t srv_api_query_rpc(kvt_srv_worker_t *w, uint64_t req_id, const uint8_t *body,
-                               size_t len, kvt_proto_wr_t *wr, const char **why_p);
+                               size_t len, kvt_proto_wr_t *wr, char *err, size_t errlen);
 
 /* Decodes an events body into a new job (caller submits or frees it). On error
- * writes a one-line reason to @msg. */
+ * writes a one-line reason to @err (@errlen bytes). */
 kvt_status_t srv_api_events_job(kvt_srv_worker_t *w, const char *body, size_t len,
-                                srv_job_t **job_p, char *msg, size_t msglen);
+                                srv_job_t **job_p, char *err, size_t errlen);
 
 /*
  * A job dropping @name (NUL-terminated, 1..255 bytes): with @kind JOB_DROP
  * every DP rank of that pod, with JOB_MODEL_DROP every namespace (base and
- * LoRAs) of that model.
+ * LoRAs) of that model. Errors as srv_api_events_job().
  */
 kvt_status_t srv_api_drop_job(kvt_srv_worker_t *w, job_kind_t kind, const char *name,
-                              srv_job_t **job_p, char *msg, size_t msglen);
+                              srv_job_t **job_p, char *err, size_t errlen);
 
-/* Worker: decodes a POST /v1/engines body (also the RPC ENGINE_ADD body) into a job. */
+/* Worker: decodes a POST /v1/engines body (also the RPC ENGINE_ADD body) into a job. Errors as
+ * srv_api_events_job(). */
 kvt_status_t srv_api_engine_add_job(kvt_srv_worker_t *w, const char *body, size_t len,
-                                    srv_job_t **job_p, char *msg, size_t msglen);
+                                    srv_job_t **job_p, char *err, size_t errlen);
 
 #endif

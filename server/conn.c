@@ -26,6 +26,7 @@
 #include <event2/listener.h>
 
 #include "common/clock.h"
+#include "common/errtext.h"
 #include "common/log.h"
 #include "proto/proto.h"
 #include "server/api.h"
@@ -447,13 +448,13 @@ static enum srv_call http_dispatch(kvt_srv_conn_t *c, const kvt_http_req_t *r, c
     bool ka = r->keep_alive && !c->probe; /* the probe reserve serves one probe per connection */
     const srv_route_t *rt = srv_route_http(r->path, r->path_len);
     enum srv_call call = rt ? rt->call : CALL_OTHER;
-    char msg[256];
+    char err[256];
     srv_req_t rq = {.w = w,
                     .proto = PROTO_HTTP,
                     .body = (const uint8_t *)body,
                     .len = r->body_len,
-                    .msg = msg,
-                    .msg_cap = sizeof(msg)};
+                    .err = err,
+                    .errlen = sizeof(err)};
     srv_result_t res;
     char name[KVT_IDX_MAX_NAME + 1];
     if (c->probe && !(rt != NULL && rt->probe && r->method == KVT_HTTP_GET)) {
@@ -483,14 +484,14 @@ static enum srv_call http_dispatch(kvt_srv_conn_t *c, const kvt_http_req_t *r, c
             rq.name = name;
         }
         if (n == -2) {
-            snprintf(rq.msg, rq.msg_cap, "no such path (escape a '/' in a %s name as %%2F)",
+            kvt_errf(rq.err, rq.errlen, "no such path (escape a '/' in a %s name as %%2F)",
                      rt->name_what);
-            res = (srv_result_t){.out = OUT_ERROR, .status = 404, .msg = rq.msg};
+            res = (srv_result_t){.out = OUT_ERROR, .status = 404, .msg = rq.err};
         } else if (n < 0) {
-            snprintf(rq.msg, rq.msg_cap,
+            kvt_errf(rq.err, rq.errlen,
                      "bad %s name in path: a bad %%-escape, %%00, or over %u bytes", rt->name_what,
                      KVT_IDX_MAX_NAME);
-            res = (srv_result_t){.out = OUT_ERROR, .status = 400, .msg = rq.msg};
+            res = (srv_result_t){.out = OUT_ERROR, .status = 400, .msg = rq.err};
         } else {
             rt->http(&rq, &res);
         }
@@ -530,8 +531,8 @@ static void http_read(kvt_srv_conn_t *c)
         const char *p = (const char *)evbuffer_pullup(in, (ssize_t)look);
         kvt_http_req_t r;
         int status = 0;
-        const char *why = NULL;
-        int got = kvt_http_parse_head(p, look, srv->cfg.max_header, &r, &status, &why);
+        char why[128];
+        int got = kvt_http_parse_head(p, look, srv->cfg.max_header, &r, &status, why, sizeof(why));
         if (got == 0) {
             request_started(c);
             return;
@@ -569,7 +570,7 @@ static void http_read(kvt_srv_conn_t *c)
         }
         p = (const char *)evbuffer_pullup(in, (ssize_t)total);
         /* the parse result points into the first pullup, which may have moved */
-        kvt_http_parse_head(p, r.head_len, srv->cfg.max_header, &r, &status, &why);
+        kvt_http_parse_head(p, r.head_len, srv->cfg.max_header, &r, &status, NULL, 0);
         enum srv_call call = http_dispatch(c, &r, p + r.head_len, t0, &status);
         evbuffer_drain(in, total);
         request_finished(c);
@@ -637,10 +638,10 @@ static int rpc_dispatch(kvt_srv_conn_t *c, const kvt_proto_hdr_t *h, const uint8
     kvt_srv_t *srv = w->srv;
     const srv_route_t *rt = srv_route_rpc(h->op);
     *call_p = rt ? rt->call : CALL_OTHER;
-    char msg[256];
+    char err[256];
     srv_req_t rq = {.w = w,
-                    .msg = msg,
-                    .msg_cap = sizeof(msg),
+                    .err = err,
+                    .errlen = sizeof(err),
                     .proto = PROTO_RPC,
                     .body = body,
                     .len = h->body_len,
@@ -702,8 +703,9 @@ static void rpc_read(kvt_srv_conn_t *c)
         }
         const uint8_t *p = evbuffer_pullup(in, KVT_PROTO_HDR_SIZE);
         kvt_proto_hdr_t h;
-        const char *why = NULL;
-        kvt_status_t st = kvt_proto_hdr_check(p, (uint32_t)srv->cfg.rpc_max_frame, &h, &why);
+        char why[128];
+        kvt_status_t st =
+            kvt_proto_hdr_check(p, (uint32_t)srv->cfg.rpc_max_frame, &h, why, sizeof(why));
         if (st == KVT_ERR_UNSUPPORTED) {
             kvt_proto_hdr_peek(p, &h); /* valid framing: skip the frame, answer 501 */
         } else if (st != KVT_OK) {

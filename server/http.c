@@ -7,6 +7,8 @@
 
 #include <string.h>
 
+#include "common/errtext.h"
+
 /* RFC 9110 tchar */
 static bool is_tchar(unsigned char c)
 {
@@ -91,15 +93,16 @@ static void conn_token(void *arg, const char *t, size_t n)
         f->keep = true;
 }
 
+/* Refuses the head with HTTP status @code and the reason @msg. Error path only. */
 #define FAIL(code, msg)                                                                            \
     do {                                                                                           \
         *status_p = (code);                                                                        \
-        *why_p = (msg);                                                                            \
+        kvt_errf(err, errlen, "%s", (msg));                                                        \
         return -1;                                                                                 \
     } while (0)
 
 int kvt_http_parse_head(const char *buf, size_t len, size_t max_head, kvt_http_req_t *req,
-                        int *status_p, const char **why_p)
+                        int *status_p, char *err, size_t errlen)
 {
     size_t scan = len < max_head ? len : max_head;
     const char *p = buf, *end = buf + scan;

@@ -45,12 +45,13 @@ typedef struct kvt_http_req {
  * head is complete (*@req filled), 0 when more bytes are needed (and fewer
  * than @max_head were seen), or -1 on error: then *@status_p is the HTTP
  * status to answer (400 malformed, 431 head longer than @max_head, 501 a
- * chunked body or an unknown transfer coding, 505 not HTTP/1.x) and *@why_p
- * a static one-line reason. Blank lines before the request line are skipped
- * (RFC 9112 2.2); lines may end in CRLF or LF.
+ * chunked body or an unknown transfer coding, 505 not HTTP/1.x) and a
+ * one-line reason is in @err (@errlen bytes, may be 0; common/errtext.h).
+ * Blank lines before the request line are skipped (RFC 9112 2.2); lines may
+ * end in CRLF or LF.
  */
 int kvt_http_parse_head(const char *buf, size_t len, size_t max_head, kvt_http_req_t *req,
-                        int *status_p, const char **why_p);
+                        int *status_p, char *err, size_t errlen);
 
 /*
  * Percent-decodes @src[0..len) into @dst (@cap bytes, NUL-terminated).

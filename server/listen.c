@@ -33,7 +33,7 @@ static kvt_status_t parse_addr(const char *text, struct sockaddr_storage *ss, so
 {
     char host[256], port[8];
     uint16_t pn;
-    if (kvt_hostport_split(text, host, sizeof(host), &pn, true) != NULL)
+    if (kvt_hostport_split(text, host, sizeof(host), &pn, true, NULL, 0) != KVT_OK)
         return KVT_ERR_INVAL;
     snprintf(port, sizeof(port), "%u", pn);
     struct addrinfo hints = {.ai_family = AF_UNSPEC,

@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "common/config.h"
+#include "common/errtext.h"
 #include "common/log.h"
 #include "common/version.h"
 #include "server/srv.h"
@@ -23,14 +24,14 @@ typedef struct daemon_cfg {
 /* --lora-keys: namespace or dynamo (kvt_srv_lora_keys_t). */
 static const char *const lora_keys_names[] = {"namespace", "dynamo"};
 
-static kvt_status_t parse_lora_keys(void *field, const char *text, char *why, size_t why_len)
+static kvt_status_t parse_lora_keys(void *field, const char *text, char *err, size_t errlen)
 {
     for (size_t i = 0; i < sizeof(lora_keys_names) / sizeof(lora_keys_names[0]); i++)
         if (strcmp(text, lora_keys_names[i]) == 0) {
             *(kvt_srv_lora_keys_t *)field = (kvt_srv_lora_keys_t)i;
             return KVT_OK;
         }
-    snprintf(why, why_len, "expected namespace or dynamo");
+    kvt_errf(err, errlen, "expected namespace or dynamo");
     return KVT_ERR_INVAL;
 }
 

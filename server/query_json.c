@@ -4,9 +4,9 @@
  */
 #include "server/query_json.h"
 
-#include <stdio.h>
 #include <string.h>
 
+#include "common/errtext.h"
 #include "common/json.h"
 
 /* A JSON query's pod-name filter, per thread: the names are copied out of the body. */
@@ -17,12 +17,12 @@ static __thread char qj_buf[KVT_SRV_QUERY_MAX_PODS][KVT_IDX_MAX_NAME + 1];
 /*
  * The value of a query's "cache_salt": a string of 1..@cap-1 bytes without
  * NUL into @buf (*@len_p its length), or "" / null for no salt (*@len_p 0).
- * Anything else is KVT_ERR_INVAL with a static reason in *@why_p (the same
- * limits as the salt of an event and of an RPC query); a broken JSON text
- * returns the parser's status with @why_p untouched.
+ * Anything else is KVT_ERR_INVAL with *@told_p set and a reason in @err (the
+ * same limits as the salt of an event and of an RPC query); a broken JSON text
+ * returns the parser's status with *@told_p and @err untouched.
  */
 static kvt_status_t query_salt_json(kvt_json_t *j, char *buf, size_t cap, size_t *len_p,
-                                    const char **why_p)
+                                    bool *told_p, char *err, size_t errlen)
 {
     kvt_json_type_t t = kvt_json_peek(j);
     if (t == KVT_JSON_NULL) {
@@ -32,42 +32,50 @@ static kvt_status_t query_salt_json(kvt_json_t *j, char *buf, size_t cap, size_t
     if (t != KVT_JSON_STRING) {
         if (kvt_json_status(j) != KVT_OK)
             return kvt_json_status(j); /* the JSON itself is broken: reported as such */
-        *why_p = "\"cache_salt\" must be a string or null";
+        *told_p = true;
+        kvt_errf(err, errlen, "\"cache_salt\" must be a string or null");
         return KVT_ERR_INVAL;
     }
     size_t n = 0;
     kvt_status_t st = kvt_json_string(j, buf, cap, &n);
     if (st == KVT_ERR_TOO_BIG) {
-        *why_p = "\"cache_salt\" is longer than 255 bytes";
+        *told_p = true;
+        kvt_errf(err, errlen, "\"cache_salt\" is longer than 255 bytes");
         return KVT_ERR_INVAL;
     }
     if (st != KVT_OK)
         return st;
     if (memchr(buf, '\0', n) != NULL) {
-        *why_p = "\"cache_salt\" contains a NUL character";
+        *told_p = true;
+        kvt_errf(err, errlen, "\"cache_salt\" contains a NUL character");
         return KVT_ERR_INVAL;
     }
     *len_p = n;
     return KVT_OK;
 }
 
-/* The "pods" array that is due, into this thread's filter. */
-static kvt_status_t query_pods_json(kvt_json_t *j, size_t *npods_p, const char **why_p)
+/*
+ * The "pods" array that is due, into this thread's filter. A refused name or
+ * count sets *@told_p and says why in @err; a broken JSON text returns the
+ * parser's status with *@told_p and @err untouched.
+ */
+static kvt_status_t query_pods_json(kvt_json_t *j, size_t *npods_p, bool *told_p, char *err,
+                                    size_t errlen)
 {
-    static __thread char why[64];
     size_t npods = 0;
     int more = 0;
     kvt_status_t st = kvt_json_array_begin(j);
     while (st == KVT_OK && (more = kvt_json_array_next(j)) == 1) {
         if (npods == KVT_SRV_QUERY_MAX_PODS) {
-            snprintf(why, sizeof(why), "more than %u pods in the filter", KVT_SRV_QUERY_MAX_PODS);
-            *why_p = why;
+            *told_p = true;
+            kvt_errf(err, errlen, "more than %u pods in the filter", KVT_SRV_QUERY_MAX_PODS);
             return KVT_ERR_TOO_BIG;
         }
         st = kvt_json_string(j, qj_buf[npods], sizeof(qj_buf[npods]), &qj_len[npods]);
         if (st == KVT_OK &&
             (qj_len[npods] == 0 || memchr(qj_buf[npods], '\0', qj_len[npods]) != NULL)) {
-            *why_p = "a pod name in \"pods\" is empty or contains a NUL character";
+            *told_p = true;
+            kvt_errf(err, errlen, "a pod name in \"pods\" is empty or contains a NUL character");
             return KVT_ERR_INVAL;
         }
         qj_name[npods] = qj_buf[npods];
@@ -80,9 +88,8 @@ static kvt_status_t query_pods_json(kvt_json_t *j, size_t *npods_p, const char *
 }
 
 kvt_status_t kvt_srv_query_decode(const char *body, size_t len, size_t cap, uint32_t *tokens,
-                                  uint64_t *keys, kvt_srv_query_body_t *q, const char **why_p)
+                                  uint64_t *keys, kvt_srv_query_body_t *q, char *err, size_t errlen)
 {
-    static __thread char why[200];
     bool have_model = false, have_tokens = false, have_keys = false;
     q->model[0] = q->lora[0] = q->salt[0] = '\0';
     q->model_len = q->lora_len = q->salt_len = q->n = q->npods = 0;
@@ -96,7 +103,7 @@ kvt_status_t kvt_srv_query_decode(const char *body, size_t len, size_t cap, uint
     size_t klen;
     int more = 0;
     while (st == KVT_OK && (more = kvt_json_object_next(&j, &key, &klen)) == 1) {
-        const char *fwhy = NULL;
+        bool told = false; /* a field's helper refused it and said why in @err */
         if (klen == 5 && memcmp(key, "model", 5) == 0) {
             st = kvt_json_string(&j, q->model, sizeof(q->model), &q->model_len);
             have_model = true;
@@ -106,7 +113,7 @@ kvt_status_t kvt_srv_query_decode(const char *body, size_t len, size_t cap, uint
             else
                 st = kvt_json_string(&j, q->lora, sizeof(q->lora), &q->lora_len);
         } else if (klen == 10 && memcmp(key, "cache_salt", 10) == 0) {
-            st = query_salt_json(&j, q->salt, sizeof(q->salt), &q->salt_len, &fwhy);
+            st = query_salt_json(&j, q->salt, sizeof(q->salt), &q->salt_len, &told, err, errlen);
         } else if (klen == 9 && memcmp(key, "token_ids", 9) == 0) {
             st = kvt_json_u32_array(&j, tokens, cap, UINT32_MAX, &q->n);
             have_tokens = true;
@@ -114,17 +121,19 @@ kvt_status_t kvt_srv_query_decode(const char *body, size_t len, size_t cap, uint
             st = kvt_json_hash_array(&j, keys, cap, &q->n);
             have_keys = true;
         } else if (klen == 4 && memcmp(key, "pods", 4) == 0) {
-            st = query_pods_json(&j, &q->npods, &fwhy);
+            st = query_pods_json(&j, &q->npods, &told, err, errlen);
         } else {
-            snprintf(why, sizeof(why), "unknown field '%.*s' in query",
-                     (int)(klen > 64 ? 64 : klen), key);
-            *why_p = why;
+            /* at most 64 bytes of the key, up to a NUL; control bytes as '?': one line */
+            char shown[65];
+            size_t n = 0;
+            for (; n < klen && n < 64 && key[n] != '\0'; n++)
+                shown[n] = (unsigned char)key[n] < 0x20 || key[n] == 0x7f ? '?' : key[n];
+            shown[n] = '\0';
+            kvt_errf(err, errlen, "unknown field '%s' in query", shown);
             return KVT_ERR_INVAL;
         }
-        if (fwhy != NULL) {
-            *why_p = fwhy;
+        if (told)
             return st;
-        }
     }
     if (st == KVT_OK && more < 0)
         st = (kvt_status_t)more;
@@ -133,29 +142,29 @@ kvt_status_t kvt_srv_query_decode(const char *body, size_t len, size_t cap, uint
     if (st != KVT_OK) {
         if (st == KVT_ERR_TOO_BIG && kvt_json_status(&j) == KVT_ERR_TOO_BIG && q->n == 0 &&
             (have_tokens || have_keys))
-            snprintf(why, sizeof(why), "more than %zu tokens or keys in one query", cap);
+            kvt_errf(err, errlen, "more than %zu tokens or keys in one query", cap);
         else
-            snprintf(why, sizeof(why), "%s",
+            kvt_errf(err, errlen, "%s",
                      kvt_json_error(&j)[0] ? kvt_json_error(&j) : kvt_status_str(st));
-        *why_p = why;
         return st;
     }
     if (!have_model || q->model_len == 0) {
-        *why_p = "query needs a non-empty \"model\"";
+        kvt_errf(err, errlen, "query needs a non-empty \"model\"");
         return KVT_ERR_INVAL;
     }
     if (memchr(q->model, '\0', q->model_len) != NULL ||
         memchr(q->lora, '\0', q->lora_len) != NULL) {
-        *why_p = "\"model\" or \"lora_name\" contains a NUL character";
+        kvt_errf(err, errlen, "\"model\" or \"lora_name\" contains a NUL character");
         return KVT_ERR_INVAL;
     }
     if (have_tokens == have_keys) {
-        *why_p = "query needs exactly one of \"token_ids\" and \"block_hashes\"";
+        kvt_errf(err, errlen, "query needs exactly one of \"token_ids\" and \"block_hashes\"");
         return KVT_ERR_INVAL;
     }
     if (have_keys && q->salt_len > 0) {
-        *why_p = "\"cache_salt\" goes with \"token_ids\": \"block_hashes\" are keys that already "
-                 "carry their salt";
+        kvt_errf(err, errlen,
+                 "\"cache_salt\" goes with \"token_ids\": \"block_hashes\" are keys that already "
+                 "carry their salt");
         return KVT_ERR_INVAL;
     }
     q->by_keys = have_keys;

@@ -41,11 +41,12 @@ typedef struct kvt_srv_query_body {
  * duplicate key or trailing bytes are errors. Returns KVT_OK, or
  * KVT_ERR_PARSE, KVT_ERR_INVAL, KVT_ERR_RANGE or KVT_ERR_TOO_BIG (more than
  * @cap tokens or keys, more than KVT_SRV_QUERY_MAX_PODS pods) with a one-line
- * reason in *@why_p (static or per-thread: valid until this thread's next
- * call). *@q may be partly written on error. One thread's calls must not
- * overlap (the pod filter is per thread).
+ * reason in @err (@errlen bytes, may be 0; common/errtext.h). *@q may be
+ * partly written on error. One thread's calls must not overlap (the pod
+ * filter is per thread).
  */
 kvt_status_t kvt_srv_query_decode(const char *body, size_t len, size_t cap, uint32_t *tokens,
-                                  uint64_t *keys, kvt_srv_query_body_t *q, const char **why_p);
+                                  uint64_t *keys, kvt_srv_query_body_t *q, char *err,
+                                  size_t errlen);
 
 #endif

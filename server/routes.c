@@ -22,7 +22,7 @@ static void error(srv_result_t *res, int status, kvt_status_t st, const char *ms
 static void job_or_error(srv_req_t *rq, srv_result_t *res, kvt_status_t st, srv_job_t *job)
 {
     if (st != KVT_OK) {
-        error(res, kvt_proto_http_status(st), st, rq->msg);
+        error(res, kvt_proto_http_status(st), st, rq->err);
         return;
     }
     *res = (srv_result_t){.out = OUT_JOB, .status = 200, .job = job};
@@ -85,11 +85,11 @@ static void h_stats(srv_req_t *rq, srv_result_t *res)
 
 static void h_query_http(srv_req_t *rq, srv_result_t *res)
 {
-    const char *why = NULL;
     kvt_jbuf_reset(&rq->w->out);
-    kvt_status_t st = srv_api_query_json(rq->w, (const char *)rq->body, rq->len, &rq->w->out, &why);
+    kvt_status_t st = srv_api_query_json(rq->w, (const char *)rq->body, rq->len, &rq->w->out,
+                                         rq->err, rq->errlen);
     if (st != KVT_OK) {
-        error(res, kvt_proto_http_status(st), st, why ? why : kvt_status_str(st));
+        error(res, kvt_proto_http_status(st), st, rq->err);
         return;
     }
     *res = (srv_result_t){.out = OUT_JSON, .status = 200};
@@ -97,10 +97,10 @@ static void h_query_http(srv_req_t *rq, srv_result_t *res)
 
 static void h_query_rpc(srv_req_t *rq, srv_result_t *res)
 {
-    const char *why = NULL;
-    kvt_status_t st = srv_api_query_rpc(rq->w, rq->req_id, rq->body, rq->len, rq->wr, &why);
+    kvt_status_t st =
+        srv_api_query_rpc(rq->w, rq->req_id, rq->body, rq->len, rq->wr, rq->err, rq->errlen);
     if (st != KVT_OK) {
-        error(res, kvt_proto_http_status(st), st, why ? why : kvt_status_str(st));
+        error(res, kvt_proto_http_status(st), st, rq->err);
         return;
     }
     *res = (srv_result_t){.out = OUT_FRAMES, .status = 200};
@@ -111,7 +111,7 @@ static void h_events(srv_req_t *rq, srv_result_t *res)
 {
     srv_job_t *job = NULL;
     kvt_status_t st =
-        srv_api_events_job(rq->w, (const char *)rq->body, rq->len, &job, rq->msg, rq->msg_cap);
+        srv_api_events_job(rq->w, (const char *)rq->body, rq->len, &job, rq->err, rq->errlen);
     job_or_error(rq, res, st, job);
 }
 
@@ -120,7 +120,7 @@ static void h_engine_add(srv_req_t *rq, srv_result_t *res)
 {
     srv_job_t *job = NULL;
     kvt_status_t st =
-        srv_api_engine_add_job(rq->w, (const char *)rq->body, rq->len, &job, rq->msg, rq->msg_cap);
+        srv_api_engine_add_job(rq->w, (const char *)rq->body, rq->len, &job, rq->err, rq->errlen);
     job_or_error(rq, res, st, job);
 }
 
@@ -131,12 +131,12 @@ static void drop(srv_req_t *rq, srv_result_t *res, job_kind_t kind)
     const char *n = rq->name;
     if (rq->proto == PROTO_RPC) {
         kvt_proto_str_t s;
-        const char *why = NULL;
-        kvt_status_t st = kind == JOB_MODEL_DROP
-                              ? kvt_proto_model_drop_req_decode(rq->body, rq->len, &s, &why)
-                              : kvt_proto_drop_req_decode(rq->body, rq->len, &s, &why);
+        kvt_status_t st =
+            kind == JOB_MODEL_DROP
+                ? kvt_proto_model_drop_req_decode(rq->body, rq->len, &s, rq->err, rq->errlen)
+                : kvt_proto_drop_req_decode(rq->body, rq->len, &s, rq->err, rq->errlen);
         if (st != KVT_OK) {
-            error(res, kvt_proto_http_status(st), st, why);
+            error(res, kvt_proto_http_status(st), st, rq->err);
             return;
         }
         memcpy(name, s.p, s.len);
@@ -144,7 +144,7 @@ static void drop(srv_req_t *rq, srv_result_t *res, job_kind_t kind)
         n = name;
     }
     srv_job_t *job = NULL;
-    kvt_status_t st = srv_api_drop_job(rq->w, kind, n, &job, rq->msg, rq->msg_cap);
+    kvt_status_t st = srv_api_drop_job(rq->w, kind, n, &job, rq->err, rq->errlen);
     job_or_error(rq, res, st, job);
 }
 
@@ -162,10 +162,9 @@ static void h_hello(srv_req_t *rq, srv_result_t *res)
 {
     kvt_srv_t *srv = rq->w->srv;
     kvt_proto_hello_req_t hr;
-    const char *why = NULL;
-    kvt_status_t st = kvt_proto_hello_req_decode(rq->body, rq->len, &hr, &why);
+    kvt_status_t st = kvt_proto_hello_req_decode(rq->body, rq->len, &hr, rq->err, rq->errlen);
     if (st != KVT_OK) {
-        error(res, 400, st, why);
+        error(res, 400, st, rq->err);
         return;
     }
     if (!srv_auth_ok(srv, hr.token.p, hr.token.len)) {

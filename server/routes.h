@@ -33,7 +33,7 @@ typedef struct srv_result {
     srv_out_t out;
     int status;       /* HTTP status, also an RPC error frame's http field */
     kvt_status_t st;  /* OUT_ERROR: the RPC error frame's status */
-    const char *msg;  /* OUT_ERROR: one line (static, or in rq->msg) */
+    const char *msg;  /* OUT_ERROR: one line (static, or in rq->err) */
     const char *text; /* OUT_TEXT */
     size_t len;
     const char *ctype; /* HTTP content type of OUT_TEXT, OUT_BLOB */
@@ -52,8 +52,8 @@ typedef struct srv_req {
     uint8_t op;         /* RPC */
     bool *authed;       /* RPC: the connection's HELLO state (HELLO sets it) */
     kvt_proto_wr_t *wr; /* RPC: answers are appended here */
-    char *msg;          /* scratch for a message: the front end's buffer, not zeroed per request */
-    size_t msg_cap;
+    char *err;          /* the front end's buffer for error text, not zeroed per request */
+    size_t errlen;      /* bytes of @err */
 } srv_req_t;
 
 typedef void (*srv_handler_t)(srv_req_t *rq, srv_result_t *res);

@@ -7,6 +7,7 @@
 #define KVT_LOG_COMPONENT "srv"
 
 #include <errno.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -14,21 +15,22 @@
 #include <unistd.h>
 
 #include "common/clock.h"
+#include "common/errtext.h"
 #include "common/log.h"
 #include "server/writer.h"
 
 /* ---- readiness --------------------------------------------------------------- */
 
-bool srv_ready(kvt_srv_t *srv, char *why, size_t whylen)
+bool srv_ready(kvt_srv_t *srv, char *err, size_t errlen)
 {
     if (atomic_load(&srv->draining)) {
-        snprintf(why, whylen, "stopping");
+        kvt_errf(err, errlen, "stopping");
         return false;
     }
     uint64_t beat = __atomic_load_n(&srv->writer_beat_ns, __ATOMIC_RELAXED), now = kvt_clock_ns();
     /* the writer comes round its loop every 5 ms when idle; a long stall is a stuck apply */
     if (now > beat && now - beat > srv->cfg.writer_stall_ms * 1000000ull) {
-        snprintf(why, whylen, "the index writer has made no progress for %.3f s",
+        kvt_errf(err, errlen, "the index writer has made no progress for %.3f s",
                  (double)(now - beat) / 1e9);
         return false;
     }
@@ -44,13 +46,19 @@ static void writer_wake(void *arg)
     (void)r; /* only fails when the counter is saturated: the writer is awake anyway */
 }
 
-static void answer_error(srv_job_t *job, int status, const char *msg)
+/* Fails @job with HTTP status @status and the message @fmt (into job->errmsg, and the JSON
+ * answer {"error": ...}). */
+__attribute__((format(printf, 3, 4))) static void answer_error(srv_job_t *job, int status,
+                                                               const char *fmt, ...)
 {
     job->http_status = status;
-    snprintf(job->errmsg, sizeof(job->errmsg), "%s", msg);
+    va_list ap;
+    va_start(ap, fmt);
+    kvt_verrf(job->errmsg, sizeof(job->errmsg), fmt, ap);
+    va_end(ap);
     kvt_jbuf_reset(&job->answer);
     kvt_jbuf_cstr(&job->answer, "{\"error\":");
-    kvt_jbuf_str(&job->answer, msg, strlen(msg));
+    kvt_jbuf_str(&job->answer, job->errmsg, strlen(job->errmsg));
     kvt_jbuf_cstr(&job->answer, "}");
 }
 
@@ -76,7 +84,7 @@ static void job_events(kvt_srv_t *srv, srv_job_t *job)
                            KVT_EV_STRICT | srv_ev_flags(srv), &srv->st_ev, err, sizeof(err));
     if (job->st != KVT_OK) {
         srv->st_rejected += job->st == KVT_ERR_INVAL;
-        answer_error(job, kvt_proto_http_status(job->st), err[0] ? err : kvt_status_str(job->st));
+        answer_error(job, kvt_proto_http_status(job->st), "%s", err);
         return;
     }
     srv->st_batches++;
@@ -118,9 +126,7 @@ static void job_drop(kvt_srv_t *srv, srv_job_t *job)
     bool unsubscribed = kvt_zsub_remove(srv->zsub, job->name);
     if (ranks == 0 && !unsubscribed) {
         job->st = KVT_ERR_NOT_FOUND;
-        char msg[KVT_IDX_MAX_NAME + 32];
-        snprintf(msg, sizeof(msg), "unknown pod '%s'", job->name);
-        answer_error(job, 404, msg);
+        answer_error(job, 404, "unknown pod '%s'", job->name);
         return;
     }
     srv->st_drops++;
@@ -153,9 +159,7 @@ static void job_model_drop(kvt_srv_t *srv, srv_job_t *job)
     }
     if (nss == 0) {
         job->st = KVT_ERR_NOT_FOUND;
-        char msg[KVT_IDX_MAX_NAME + 32];
-        snprintf(msg, sizeof(msg), "unknown model '%s'", job->name);
-        answer_error(job, 404, msg);
+        answer_error(job, 404, "unknown model '%s'", job->name);
         return;
     }
     job->st = KVT_OK;
@@ -186,7 +190,7 @@ static kvt_status_t srv_engine_add(kvt_srv_t *srv, const kvt_zsub_engine_t *e, c
                                    size_t errlen)
 {
     if (kvt_zsub_engine_binds(e) && !srv_zmq_local(e->endpoint) && !srv->cfg.allow_remote) {
-        snprintf(err, errlen, "binding %s needs kvtierd --allow-remote", e->endpoint);
+        kvt_errf(err, errlen, "binding %s needs kvtierd --allow-remote", e->endpoint);
         return KVT_ERR_INVAL;
     }
     return kvt_zsub_add(srv->zsub, e, err, errlen);
@@ -198,7 +202,7 @@ static void job_engine_add(kvt_srv_t *srv, srv_job_t *job)
     char err[320];
     job->st = srv_engine_add(srv, job->engine, err, sizeof(err));
     if (job->st != KVT_OK) {
-        answer_error(job, kvt_proto_http_status(job->st), err[0] ? err : kvt_status_str(job->st));
+        answer_error(job, kvt_proto_http_status(job->st), "%s", err);
         return;
     }
     job->http_status = 200;

@@ -27,8 +27,8 @@ void srv_writer_cleanup(kvt_srv_t *srv);
 void srv_stats_publish(kvt_srv_t *srv);
 
 /* GET /readyz: true when not stopping and the writer came round its loop within
- * --writer-stall; else false with a one-line reason in @why. Any thread. */
-bool srv_ready(kvt_srv_t *srv, char *why, size_t whylen);
+ * --writer-stall; else false with a one-line reason in @err (@errlen bytes). Any thread. */
+bool srv_ready(kvt_srv_t *srv, char *err, size_t errlen);
 
 /* Whether ZMQ endpoint @ep stays on this host (ipc, inproc, tcp on loopback); "" does. */
 bool srv_zmq_local(const char *ep);

@@ -87,12 +87,14 @@ void kvt_client_opts_default(kvt_client_opts_t *o);
  * Returns KVT_OK and sets *@c_p; or KVT_ERR_INVAL (bad address or token),
  * KVT_ERR_NO_MEM, or a connect/HELLO failure (KVT_ERR_IO, KVT_ERR_TIMEOUT,
  * KVT_ERR_CLOSED, KVT_ERR_PROTO, the server's status such as a 401's).
- * On failure nothing is allocated; when @msg/@msglen are given (may be NULL/0)
- * the failure's message is written there.
+ * On failure nothing is allocated. kvt_client_create_msg() also writes the
+ * failure's message, one line, to the caller's buffer @err of @errlen bytes
+ * (cut to fit, NUL-terminated; @errlen 0 and @err NULL: no message), the way
+ * every kvtier function hands back error text.
  */
 kvt_status_t kvt_client_create(const kvt_client_opts_t *o, kvt_client_t **c_p);
-kvt_status_t kvt_client_create_msg(const kvt_client_opts_t *o, kvt_client_t **c_p, char *msg,
-                                   size_t msglen);
+kvt_status_t kvt_client_create_msg(const kvt_client_opts_t *o, kvt_client_t **c_p, char *err,
+                                   size_t errlen);
 
 /* Closes the connection and frees @c (NULL is a no-op). Queries still in flight are
  * dropped without callbacks. */

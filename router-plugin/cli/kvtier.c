@@ -14,6 +14,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "common/errtext.h"
 #include "common/status.h"
 #include "common/version.h"
 #include "kvindex/hash.h"
@@ -88,20 +89,20 @@ static int kvt_cli_read_file(const char *path, const char *what, char **buf_p, s
     size_t len = 0, cap = 0;
 
     if (f == NULL) {
-        snprintf(err, errlen, "cannot open %s '%s': %s", what, path, strerror(errno));
+        kvt_errf(err, errlen, "cannot open %s '%s': %s", what, path, strerror(errno));
         return -1;
     }
     for (;;) {
         if (len == cap) {
             if (cap >= KVT_CLI_MAX_FILE) {
-                snprintf(err, errlen, "%s '%s' is larger than %zu bytes", what, path,
+                kvt_errf(err, errlen, "%s '%s' is larger than %zu bytes", what, path,
                          KVT_CLI_MAX_FILE);
                 goto err_free;
             }
             size_t ncap = cap == 0 ? 65536 : cap * 2;
             char *nbuf = realloc(buf, ncap);
             if (nbuf == NULL) {
-                snprintf(err, errlen, "out of memory reading %s '%s'", what, path);
+                kvt_errf(err, errlen, "out of memory reading %s '%s'", what, path);
                 goto err_free;
             }
             buf = nbuf;
@@ -111,7 +112,7 @@ static int kvt_cli_read_file(const char *path, const char *what, char **buf_p, s
         len += got;
         if (got == 0) {
             if (ferror(f)) {
-                snprintf(err, errlen, "cannot read %s '%s': %s", what, path, strerror(errno));
+                kvt_errf(err, errlen, "cannot read %s '%s': %s", what, path, strerror(errno));
                 goto err_free;
             }
             break;
@@ -397,7 +398,7 @@ static int kvt_cli_connect(const char *cmd, const char *addr, const char *timeou
                            const char *token, kvt_client_t **c_p)
 {
     kvt_client_opts_t o;
-    char msg[512];
+    char err[512];
 
     kvt_client_opts_default(&o);
     o.lazy_connect = true;
@@ -414,10 +415,10 @@ static int kvt_cli_connect(const char *cmd, const char *addr, const char *timeou
                                 timeout);
         o.connect_timeout_ms = o.io_timeout_ms;
     }
-    kvt_status_t st = kvt_client_create_msg(&o, c_p, msg, sizeof(msg));
+    kvt_status_t st = kvt_client_create_msg(&o, c_p, err, sizeof(err));
     if (st == KVT_OK)
         return KVT_CLI_EXIT_OK;
-    kvt_cli_fail("%s: %s", cmd, msg);
+    kvt_cli_fail("%s: %s", cmd, err);
     return st == KVT_ERR_INVAL ? KVT_CLI_EXIT_USAGE : KVT_CLI_EXIT_FAIL;
 }
 

@@ -53,7 +53,7 @@ static void check_same(const uint8_t *frame, size_t frame_len)
 static void check_why(kvt_status_t st, const char *why)
 {
     CHECK(st == KVT_ERR_INVAL || st == KVT_ERR_TOO_BIG);
-    CHECK(why != NULL && why[0] != '\0' && strchr(why, '\n') == NULL);
+    CHECK(why[0] != '\0' && strchr(why, '\n') == NULL);
 }
 
 static void fuzz_query_req(const kvt_proto_hdr_t *h, const uint8_t *body, const uint8_t *frame,
@@ -62,8 +62,8 @@ static void fuzz_query_req(const kvt_proto_hdr_t *h, const uint8_t *body, const 
     kvt_proto_query_t q, before;
     memset(&q, 0xA5, sizeof(q));
     before = q;
-    const char *why = NULL;
-    kvt_status_t st = kvt_proto_query_decode(body, h->body_len, UINT32_MAX, &q, &why);
+    char why[256] = "";
+    kvt_status_t st = kvt_proto_query_decode(body, h->body_len, UINT32_MAX, &q, why, sizeof(why));
     if (st != KVT_OK) {
         check_why(st, why);
         CHECK(memcmp(&q, &before, sizeof(q)) == 0);
@@ -80,7 +80,8 @@ static void fuzz_query_req(const kvt_proto_hdr_t *h, const uint8_t *body, const 
     check_in(q.values, (size_t)q.n * width, body, h->body_len);
     check_in(q.pods, q.pods_len, body, h->body_len);
     if (q.n > 0)
-        CHECK(kvt_proto_query_decode(body, h->body_len, q.n - 1, &before, NULL) == KVT_ERR_TOO_BIG);
+        CHECK(kvt_proto_query_decode(body, h->body_len, q.n - 1, &before, NULL, 0) ==
+              KVT_ERR_TOO_BIG);
 
     uint32_t *toks = NULL;
     uint64_t *keys = NULL;
@@ -121,8 +122,8 @@ static void fuzz_query_ans(const kvt_proto_hdr_t *h, const uint8_t *body, const 
     kvt_proto_query_ans_t a, before;
     memset(&a, 0x5A, sizeof(a));
     before = a;
-    const char *why = NULL;
-    kvt_status_t st = kvt_proto_query_ans_decode(body, h->body_len, &a, &why);
+    char why[256] = "";
+    kvt_status_t st = kvt_proto_query_ans_decode(body, h->body_len, &a, why, sizeof(why));
     if (st != KVT_OK) {
         check_why(st, why);
         CHECK(memcmp(&a, &before, sizeof(a)) == 0);
@@ -151,7 +152,7 @@ static void fuzz_query_ans(const kvt_proto_hdr_t *h, const uint8_t *body, const 
 static void fuzz_body(const kvt_proto_hdr_t *h, const uint8_t *body, const uint8_t *frame,
                       size_t frame_len)
 {
-    const char *why = NULL;
+    char why[256] = "";
     kvt_status_t st;
     bool answer = (h->flags & KVT_PROTO_F_RESPONSE) != 0;
 
@@ -159,7 +160,7 @@ static void fuzz_body(const kvt_proto_hdr_t *h, const uint8_t *body, const uint8
         kvt_proto_err_t e, before;
         memset(&e, 0x77, sizeof(e));
         before = e;
-        st = kvt_proto_err_decode(body, h->body_len, &e, &why);
+        st = kvt_proto_err_decode(body, h->body_len, &e, why, sizeof(why));
         if (st != KVT_OK) {
             check_why(st, why);
             CHECK(memcmp(&e, &before, sizeof(e)) == 0);
@@ -178,7 +179,7 @@ static void fuzz_body(const kvt_proto_hdr_t *h, const uint8_t *body, const uint8
     case KVT_PROTO_OP_HELLO:
         if (!answer) {
             kvt_proto_hello_req_t hr;
-            st = kvt_proto_hello_req_decode(body, h->body_len, &hr, &why);
+            st = kvt_proto_hello_req_decode(body, h->body_len, &hr, why, sizeof(why));
             if (st != KVT_OK) {
                 check_why(st, why);
                 return;
@@ -188,7 +189,7 @@ static void fuzz_body(const kvt_proto_hdr_t *h, const uint8_t *body, const uint8
             CHECK(kvt_proto_hello_req_encode(&wr, h->req_id, &hr) == KVT_OK);
         } else {
             kvt_proto_hello_ans_t ha;
-            st = kvt_proto_hello_ans_decode(body, h->body_len, &ha, &why);
+            st = kvt_proto_hello_ans_decode(body, h->body_len, &ha, why, sizeof(why));
             if (st != KVT_OK) {
                 check_why(st, why);
                 return;
@@ -209,8 +210,8 @@ static void fuzz_body(const kvt_proto_hdr_t *h, const uint8_t *body, const uint8
         if (!answer) {
             bool model = h->op == KVT_PROTO_OP_MODEL_DROP;
             kvt_proto_str_t name;
-            st = model ? kvt_proto_model_drop_req_decode(body, h->body_len, &name, &why)
-                       : kvt_proto_drop_req_decode(body, h->body_len, &name, &why);
+            st = model ? kvt_proto_model_drop_req_decode(body, h->body_len, &name, why, sizeof(why))
+                       : kvt_proto_drop_req_decode(body, h->body_len, &name, why, sizeof(why));
             if (st != KVT_OK) {
                 check_why(st, why);
                 return;
@@ -248,11 +249,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         kvt_proto_hdr_t h, before;
         memset(&h, 0xC3, sizeof(h));
         before = h;
-        const char *why = NULL;
-        kvt_status_t st = kvt_proto_hdr_check(hdr, max_body, &h, &why);
+        char why[256] = "";
+        kvt_status_t st = kvt_proto_hdr_check(hdr, max_body, &h, why, sizeof(why));
         CHECK(kvt_proto_hdr_decode(hdr, max_body, &before) == st);
         if (st != KVT_OK) {
-            CHECK(why != NULL && strchr(why, '\n') == NULL);
+            CHECK(why[0] != '\0' && strchr(why, '\n') == NULL);
             CHECK(st == KVT_ERR_PROTO || st == KVT_ERR_TOO_BIG || st == KVT_ERR_UNSUPPORTED);
             if (st != KVT_ERR_UNSUPPORTED)
                 break; /* connection-fatal */

@@ -35,9 +35,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     text[size - 1] = '\0';
     memset(host, 'u', hcap);
     uint16_t port = 4242;
-    const char *why = kvt_hostport_split(text, host, hcap, &port, zero);
-    if (why != NULL) {
-        CHECK(why[0] != '\0');
+    char why[128];
+    why[0] = '\0';
+    kvt_status_t st = kvt_hostport_split(text, host, hcap, &port, zero, why, sizeof(why));
+    if (st != KVT_OK) {
+        CHECK(st == KVT_ERR_INVAL && why[0] != '\0');
         CHECK(port == 4242);
         for (size_t i = 0; i < hcap; i++)
             CHECK(host[i] == 'u');
@@ -49,7 +51,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         char again[320], h2[129];
         uint16_t p2;
         snprintf(again, sizeof(again), strchr(host, ':') ? "[%s]:%u" : "%s:%u", host, port);
-        CHECK(kvt_hostport_split(again, h2, sizeof(h2), &p2, zero) == NULL);
+        CHECK(kvt_hostport_split(again, h2, sizeof(h2), &p2, zero, NULL, 0) == KVT_OK);
         CHECK(strcmp(h2, host) == 0 && p2 == port);
     }
     free(text);

@@ -36,9 +36,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     static uint32_t tok[CAP], tok2[CAP];
     static uint64_t keys[CAP], keys2[CAP];
     static kvt_srv_query_body_t q, q2;
-    const char *why = NULL, *why2 = NULL;
-    kvt_status_t st = kvt_srv_query_decode(s, size, CAP, tok, keys, &q, &why);
-    kvt_status_t st2 = kvt_srv_query_decode(s, size, CAP, tok2, keys2, &q2, &why2);
+    char why[256] = "", why2[256] = "";
+    kvt_status_t st = kvt_srv_query_decode(s, size, CAP, tok, keys, &q, why, sizeof(why));
+    kvt_status_t st2 = kvt_srv_query_decode(s, size, CAP, tok2, keys2, &q2, why2, sizeof(why2));
     CHECK(st == st2);
     if (st == KVT_OK) {
         CHECK(q.model_len > 0 && name_ok(q.model, q.model_len));
@@ -56,7 +56,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     } else {
         CHECK(st == KVT_ERR_PARSE || st == KVT_ERR_INVAL || st == KVT_ERR_RANGE ||
               st == KVT_ERR_TOO_BIG);
-        CHECK(why != NULL && why[0] != '\0');
+        CHECK(why[0] != '\0' && strchr(why, '\n') == NULL && strcmp(why, why2) == 0);
     }
     free(s);
     return 0;

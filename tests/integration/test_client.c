@@ -486,28 +486,29 @@ static bool score_eq(double a, double b)
 /*
  * Checks @r against @want (any order): same pods with the same counts, listed
  * best first (scores never increase). With @exact_order, also in @want's order.
+ * False with the first mismatch in @err (@errlen bytes).
  */
 static bool result_matches(const kvt_client_result_t *r, uint32_t num_blocks,
-                           const want_pod_t *want, size_t nwant, bool exact_order, char *why,
-                           size_t whylen)
+                           const want_pod_t *want, size_t nwant, bool exact_order, char *err,
+                           size_t errlen)
 {
     if (r->block_size != BS || r->num_blocks != num_blocks) {
-        snprintf(why, whylen, "block_size %u num_blocks %u, want %d %u", r->block_size,
+        snprintf(err, errlen, "block_size %u num_blocks %u, want %d %u", r->block_size,
                  r->num_blocks, BS, num_blocks);
         return false;
     }
     if (r->npods != nwant) {
-        snprintf(why, whylen, "%zu pods, want %zu", r->npods, nwant);
+        snprintf(err, errlen, "%zu pods, want %zu", r->npods, nwant);
         return false;
     }
     if (nwant > 0 && r->pods == NULL) {
-        snprintf(why, whylen, "pods is NULL");
+        snprintf(err, errlen, "pods is NULL");
         return false;
     }
     for (size_t i = 0; i < r->npods; i++) {
         const kvt_client_pod_t *p = &r->pods[i];
         if (i > 0 && p->score > r->pods[i - 1].score) {
-            snprintf(why, whylen, "not best first: pod %zu (%s) scores %g > %g", i, p->pod,
+            snprintf(err, errlen, "not best first: pod %zu (%s) scores %g > %g", i, p->pod,
                      p->score, r->pods[i - 1].score);
             return false;
         }
@@ -522,12 +523,12 @@ static bool result_matches(const kvt_client_result_t *r, uint32_t num_blocks,
                     w = &want[j];
         }
         if (w == NULL) {
-            snprintf(why, whylen, "pod %zu is %s rank %u, unexpected there", i, p->pod, p->dp_rank);
+            snprintf(err, errlen, "pod %zu is %s rank %u, unexpected there", i, p->pod, p->dp_rank);
             return false;
         }
         if (p->matched != w->matched || p->gpu != w->gpu || p->cpu != w->cpu ||
             p->disk != w->disk || !score_eq(p->score, w->score)) {
-            snprintf(why, whylen,
+            snprintf(err, errlen,
                      "%s rank %u: matched %u gpu %u cpu %u disk %u score %g, want %u %u %u %u %g",
                      p->pod, p->dp_rank, p->matched, p->gpu, p->cpu, p->disk, p->score, w->matched,
                      w->gpu, w->cpu, w->disk, w->score);
@@ -539,7 +540,7 @@ static bool result_matches(const kvt_client_result_t *r, uint32_t num_blocks,
         for (size_t j = i + 1; j < r->npods; j++)
             if (strcmp(r->pods[i].pod, r->pods[j].pod) == 0 &&
                 r->pods[i].dp_rank == r->pods[j].dp_rank) {
-                snprintf(why, whylen, "%s rank %u listed twice", r->pods[i].pod,
+                snprintf(err, errlen, "%s rank %u listed twice", r->pods[i].pod,
                          r->pods[i].dp_rank);
                 return false;
             }

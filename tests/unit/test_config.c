@@ -110,8 +110,8 @@ static const char *write_file(const char *text)
 }
 
 /* Loads with argv = {"prog", args..., NULL}. */
-static kvt_status_t load_args(test_cfg_t *cfg, kvt_cfg_result_t *res, char *err, size_t err_len,
-                              const char *default_file, int nargs, const char **args)
+static kvt_status_t load_args(test_cfg_t *cfg, kvt_cfg_result_t *res, const char *default_file,
+                              int nargs, const char **args, char *err, size_t errlen)
 {
     char *argv[32];
     assert_true(nargs < 30);
@@ -121,13 +121,13 @@ static kvt_status_t load_args(test_cfg_t *cfg, kvt_cfg_result_t *res, char *err,
     argv[nargs + 1] = NULL;
     err[0] = '\0';
     return kvt_cfg_load(opts, NOPTS, cfg, sizeof(*cfg), nargs + 1, argv, default_file, res, err,
-                        err_len);
+                        errlen);
 }
 
 #define LOAD(cfg, res, err, ...)                                                                   \
-    load_args((cfg), (res), (err), sizeof(err), NULL,                                              \
+    load_args((cfg), (res), NULL,                                                                  \
               (int)(sizeof((const char *[]){__VA_ARGS__}) / sizeof(const char *)),                 \
-              (const char *[]){__VA_ARGS__})
+              (const char *[]){__VA_ARGS__}, (err), sizeof(err))
 
 static void done(test_cfg_t *cfg, kvt_cfg_result_t *res)
 {
@@ -241,14 +241,14 @@ static void test_default_file(void **state)
     snprintf(missing, sizeof(missing), "%s/does-not-exist.conf", tmpdir);
 
     /* a missing default file is skipped */
-    assert_int_equal(load_args(&cfg, &res, err, sizeof(err), missing, 0, NULL), KVT_OK);
+    assert_int_equal(load_args(&cfg, &res, missing, 0, NULL, err, sizeof(err)), KVT_OK);
     assert_null(res.file);
     assert_int_equal(cfg.count, 16);
     done(&cfg, &res);
 
     /* an existing one is read */
     const char *path = write_file("count = 3\n");
-    assert_int_equal(load_args(&cfg, &res, err, sizeof(err), path, 0, NULL), KVT_OK);
+    assert_int_equal(load_args(&cfg, &res, path, 0, NULL, err, sizeof(err)), KVT_OK);
     assert_int_equal(cfg.count, 3);
     assert_string_equal(res.file, path);
     done(&cfg, &res);
@@ -759,7 +759,7 @@ static void round_trip(const char **args, int nargs)
     kvt_cfg_result_t res;
     char err[256];
 
-    if (load_args(&a, &res, err, sizeof(err), NULL, nargs, args) != KVT_OK)
+    if (load_args(&a, &res, NULL, nargs, args, err, sizeof(err)) != KVT_OK)
         fail_msg("load: %s", err);
     kvt_cfg_result_cleanup(&res);
     char *text = dump_to_string(&a);
@@ -767,7 +767,7 @@ static void round_trip(const char **args, int nargs)
 
     const char *path = write_file(text);
     const char *file_args[] = {"--config", path};
-    if (load_args(&b, &res, err, sizeof(err), NULL, 2, file_args) != KVT_OK)
+    if (load_args(&b, &res, NULL, 2, file_args, err, sizeof(err)) != KVT_OK)
         fail_msg("reload: %s\n--- dump ---\n%s", err, text);
     kvt_cfg_result_cleanup(&res);
     assert_cfg_equal(&a, &b);

@@ -26,6 +26,7 @@
 
 #include <xxhash.h>
 
+#include "common/errtext.h"
 #include "kvindex/hash.h"
 #include "tests/support/rng.h"
 
@@ -71,29 +72,29 @@ static int find_fixture(void)
     return access(g_fixture, R_OK) == 0 && strchr(g_fixture, '\'') == NULL ? 0 : -1;
 }
 
-/* Returns NULL when python or its xxhash module is unusable, with the reason in @why. */
-static FILE *open_fixture(const char *args, char *why, size_t whylen)
+/* Returns NULL when python or its xxhash module is unusable, with the reason in @err. */
+static FILE *open_fixture(const char *args, char *err, size_t errlen)
 {
     char cmd[8192];
 
     if (access(PYTHON, X_OK) != 0) {
-        snprintf(why, whylen, "%s is missing", PYTHON);
+        kvt_errf(err, errlen, "%s is missing", PYTHON);
         return NULL;
     }
     if (find_fixture() != 0) {
-        snprintf(why, whylen, "cannot find tests/fixtures/hash_vectors.py (set KVT_SOURCE_DIR)");
+        kvt_errf(err, errlen, "cannot find tests/fixtures/hash_vectors.py (set KVT_SOURCE_DIR)");
         return NULL;
     }
     snprintf(cmd, sizeof(cmd), PYTHON " '%s' --check", g_fixture);
     int rc = system(cmd);
     if (rc == -1 || !WIFEXITED(rc) || WEXITSTATUS(rc) != 0) {
-        snprintf(why, whylen, "%s cannot import xxhash (python3-xxhash missing)", PYTHON);
+        kvt_errf(err, errlen, "%s cannot import xxhash (python3-xxhash missing)", PYTHON);
         return NULL;
     }
     snprintf(cmd, sizeof(cmd), PYTHON " '%s' %s", g_fixture, args);
     FILE *f = popen(cmd, "r");
     if (f == NULL)
-        snprintf(why, whylen, "cannot run %s: %s", PYTHON, strerror(errno));
+        kvt_errf(err, errlen, "cannot run %s: %s", PYTHON, strerror(errno));
     return f;
 }
 
@@ -126,11 +127,11 @@ static int read_hex(FILE *f, unsigned char *buf, size_t *len_p)
 
 /*
  * Loads the vectors. Returns 1 when loaded, 0 when python is unusable (skip,
- * reason in @why), -1 when the fixture ran but its output is malformed (fail).
+ * reason in @err), -1 when the fixture ran but its output is malformed (fail).
  */
-static int load_vectors(char *why, size_t whylen)
+static int load_vectors(char *err, size_t errlen)
 {
-    FILE *f = open_fixture("--vectors --format c", why, whylen);
+    FILE *f = open_fixture("--vectors --format c", err, errlen);
     char word[32];
     unsigned version;
     size_t count;
@@ -178,14 +179,14 @@ static int load_vectors(char *why, size_t whylen)
     if (fscanf(f, "%31s", word) != 1 || strcmp(word, "end") != 0)
         goto err_close;
     if (pclose(f) != 0) {
-        snprintf(why, whylen, "hash_vectors.py failed");
+        kvt_errf(err, errlen, "hash_vectors.py failed");
         return -1;
     }
     return 1;
 
 err_close:
     pclose(f);
-    snprintf(why, whylen, "malformed output from hash_vectors.py (vector %zu)", g_nvecs);
+    kvt_errf(err, errlen, "malformed output from hash_vectors.py (vector %zu)", g_nvecs);
     return -1;
 }
 

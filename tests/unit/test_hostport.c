@@ -19,8 +19,8 @@ static void ok(const char *text, bool zero, const char *host, uint16_t port)
 {
     char h[64];
     uint16_t p = 7;
-    const char *why = kvt_hostport_split(text, h, sizeof(h), &p, zero);
-    if (why != NULL)
+    char why[128];
+    if (kvt_hostport_split(text, h, sizeof(h), &p, zero, why, sizeof(why)) != KVT_OK)
         fail_msg("'%s' refused: %s", text, why);
     assert_string_equal(h, host);
     assert_int_equal(p, port);
@@ -30,9 +30,11 @@ static void bad(const char *text, bool zero, const char *reason)
 {
     char h[64] = "untouched";
     uint16_t p = 7;
-    const char *why = kvt_hostport_split(text, h, sizeof(h), &p, zero);
-    if (why == NULL)
+    char why[128];
+    kvt_status_t st = kvt_hostport_split(text, h, sizeof(h), &p, zero, why, sizeof(why));
+    if (st == KVT_OK)
         fail_msg("'%s' accepted as '%s' port %u", text, h, p);
+    assert_int_equal(st, KVT_ERR_INVAL);
     if (reason != NULL && strstr(why, reason) == NULL)
         fail_msg("'%s': reason '%s' lacks '%s'", text, why, reason);
     assert_string_equal(h, "untouched"); /* nothing written */
@@ -72,9 +74,14 @@ static void test_forms(void **state)
     /* a host that does not fit the caller's buffer */
     char h[4];
     uint16_t p;
-    assert_non_null(kvt_hostport_split("abcd:1", h, sizeof(h), &p, false));
-    assert_null(kvt_hostport_split("abc:1", h, sizeof(h), &p, false));
+    assert_int_equal(kvt_hostport_split("abcd:1", h, sizeof(h), &p, false, NULL, 0), KVT_ERR_INVAL);
+    assert_int_equal(kvt_hostport_split("abc:1", h, sizeof(h), &p, false, NULL, 0), KVT_OK);
     assert_string_equal(h, "abc");
+    /* a reason longer than the caller's buffer is cut and NUL-terminated */
+    char small[8];
+    assert_int_equal(kvt_hostport_split("::1:7420", h, sizeof(h), &p, false, small, sizeof(small)),
+                     KVT_ERR_INVAL);
+    assert_string_equal(small, "an ipv6");
 }
 
 /* The reference: the grammar spelled out the slow way. */
@@ -138,7 +145,7 @@ static void test_random_against_reference(void **state)
         char h1[32], h2[32];
         uint16_t p1 = 0;
         unsigned p2 = 0;
-        bool got = kvt_hostport_split(s, h1, sizeof(h1), &p1, zero) == NULL;
+        bool got = kvt_hostport_split(s, h1, sizeof(h1), &p1, zero, NULL, 0) == KVT_OK;
         bool want = ref(s, zero, h2, &p2);
         if (got != want)
             fail_msg("'%s' (zero %d): parser %s, reference %s", s, zero, got ? "ok" : "refuses",

@@ -119,13 +119,20 @@ static void expect_hdr_err(const uint8_t *buf, uint32_t max_body, kvt_status_t w
     kvt_proto_hdr_t h;
     memset(&h, 0xAB, sizeof(h));
     kvt_proto_hdr_t before = h;
-    const char *why = NULL;
+    char why[256] = "";
 
-    assert_int_equal(kvt_proto_hdr_check(buf, max_body, &h, &why), want);
+    assert_int_equal(kvt_proto_hdr_check(buf, max_body, &h, why, sizeof(why)), want);
     assert_memory_equal(&h, &before, sizeof(h));
-    assert_non_null(why);
+    assert_true(why[0] != '\0');
     if (strstr(why, why_part) == NULL)
         fail_msg("reason \"%s\" does not mention \"%s\"", why, why_part);
+    /* a buffer too small for the reason gets its start, NUL-terminated */
+    char small[8];
+    memset(small, 'x', sizeof(small));
+    assert_int_equal(kvt_proto_hdr_check(buf, max_body, &h, small, sizeof(small)), want);
+    assert_int_equal(strlen(small), sizeof(small) - 1);
+    assert_memory_equal(small, why, sizeof(small) - 1);
+    assert_int_equal(kvt_proto_hdr_check(buf, max_body, &h, NULL, 0), want);
     assert_int_equal(kvt_proto_hdr_decode(buf, max_body, &h), want);
     assert_memory_equal(&h, &before, sizeof(h));
 }
@@ -137,7 +144,7 @@ static void test_hdr_roundtrip(void **state)
     kvt_proto_hdr_t in = {KVT_PROTO_VERSION, KVT_PROTO_OP_QUERY, KVT_PROTO_F_RESPONSE,
                           0x0102030405060708ull, 0x00A0B0C0u & (KVT_PROTO_MAX_BODY_LIMIT - 1)};
     kvt_proto_hdr_t out;
-    const char *why = "unset";
+    char why[16] = "unset";
 
     kvt_proto_hdr_encode(&in, buf);
     static const uint8_t magic[4] = {'K', 'V', 'T', '1'};
@@ -149,7 +156,8 @@ static void test_hdr_roundtrip(void **state)
     assert_int_equal(buf[8], 0x08);
     assert_int_equal(buf[15], 0x01);
     assert_int_equal(buf[20] | buf[21] | buf[22] | buf[23], 0);
-    assert_int_equal(kvt_proto_hdr_check(buf, KVT_PROTO_MAX_BODY_LIMIT, &out, &why), KVT_OK);
+    assert_int_equal(kvt_proto_hdr_check(buf, KVT_PROTO_MAX_BODY_LIMIT, &out, why, sizeof(why)),
+                     KVT_OK);
     assert_string_equal(why, "unset"); /* untouched on success */
     assert_int_equal(out.version, in.version);
     assert_int_equal(out.op, in.op);
@@ -424,7 +432,8 @@ static const uint8_t *frame_body(const kvt_proto_wr_t *w, size_t off, uint8_t op
     return w->buf + off + KVT_PROTO_HDR_SIZE;
 }
 
-typedef kvt_status_t (*decode_fn)(const uint8_t *body, size_t len, void *out, const char **why);
+typedef kvt_status_t (*decode_fn)(const uint8_t *body, size_t len, void *out, char *err,
+                                  size_t errlen);
 
 /* Every strict prefix of @body and @body plus one trailing byte are rejected with
  * KVT_ERR_INVAL, a reason, and the output untouched. */
@@ -442,44 +451,44 @@ static void expect_truncations_fail(const uint8_t *body, size_t len, decode_fn f
             copy[len] = 0;
         memset(out, 0x5A, outsz);
         memcpy(before, out, outsz);
-        const char *why = NULL;
-        kvt_status_t st = fn(copy, cut, out, &why);
+        char why[256] = "";
+        kvt_status_t st = fn(copy, cut, out, why, sizeof(why));
         if (st != KVT_ERR_INVAL)
             fail_msg("length %zu of %zu: status %d, want KVT_ERR_INVAL", cut, len, st);
-        assert_non_null(why);
+        assert_true(why[0] != '\0');
         assert_null(strchr(why, '\n'));
         assert_memory_equal(out, before, outsz);
         free(copy);
     }
 }
 
-static kvt_status_t dec_hello_req(const uint8_t *b, size_t n, void *o, const char **why)
+static kvt_status_t dec_hello_req(const uint8_t *b, size_t n, void *o, char *err, size_t errlen)
 {
-    return kvt_proto_hello_req_decode(b, n, o, why);
+    return kvt_proto_hello_req_decode(b, n, o, err, errlen);
 }
-static kvt_status_t dec_hello_ans(const uint8_t *b, size_t n, void *o, const char **why)
+static kvt_status_t dec_hello_ans(const uint8_t *b, size_t n, void *o, char *err, size_t errlen)
 {
-    return kvt_proto_hello_ans_decode(b, n, o, why);
+    return kvt_proto_hello_ans_decode(b, n, o, err, errlen);
 }
-static kvt_status_t dec_drop(const uint8_t *b, size_t n, void *o, const char **why)
+static kvt_status_t dec_drop(const uint8_t *b, size_t n, void *o, char *err, size_t errlen)
 {
-    return kvt_proto_drop_req_decode(b, n, o, why);
+    return kvt_proto_drop_req_decode(b, n, o, err, errlen);
 }
-static kvt_status_t dec_model_drop(const uint8_t *b, size_t n, void *o, const char **why)
+static kvt_status_t dec_model_drop(const uint8_t *b, size_t n, void *o, char *err, size_t errlen)
 {
-    return kvt_proto_model_drop_req_decode(b, n, o, why);
+    return kvt_proto_model_drop_req_decode(b, n, o, err, errlen);
 }
-static kvt_status_t dec_err(const uint8_t *b, size_t n, void *o, const char **why)
+static kvt_status_t dec_err(const uint8_t *b, size_t n, void *o, char *err, size_t errlen)
 {
-    return kvt_proto_err_decode(b, n, o, why);
+    return kvt_proto_err_decode(b, n, o, err, errlen);
 }
-static kvt_status_t dec_query(const uint8_t *b, size_t n, void *o, const char **why)
+static kvt_status_t dec_query(const uint8_t *b, size_t n, void *o, char *err, size_t errlen)
 {
-    return kvt_proto_query_decode(b, n, UINT32_MAX, o, why);
+    return kvt_proto_query_decode(b, n, UINT32_MAX, o, err, errlen);
 }
-static kvt_status_t dec_query_ans(const uint8_t *b, size_t n, void *o, const char **why)
+static kvt_status_t dec_query_ans(const uint8_t *b, size_t n, void *o, char *err, size_t errlen)
 {
-    return kvt_proto_query_ans_decode(b, n, o, why);
+    return kvt_proto_query_ans_decode(b, n, o, err, errlen);
 }
 
 static void test_hello(void **state)
@@ -499,7 +508,7 @@ static void test_hello(void **state)
     assert_int_equal(w.len, ref->n);
     assert_memory_equal(w.buf, ref->b, ref->n);
     kvt_proto_hello_req_t got;
-    assert_int_equal(kvt_proto_hello_req_decode(body, len, &got, NULL), KVT_OK);
+    assert_int_equal(kvt_proto_hello_req_decode(body, len, &got, NULL, 0), KVT_OK);
     assert_int_equal(got.client_version, 1);
     assert_true(str_eq(got.token, "s3cret", 6));
     expect_truncations_fail(body, len, dec_hello_req, sizeof(got));
@@ -510,7 +519,7 @@ static void test_hello(void **state)
     assert_int_equal(kvt_proto_hello_req_encode(&w, 1, &req), KVT_OK);
     body = frame_body(&w, 0, KVT_PROTO_OP_HELLO, 0, 1, &len);
     assert_int_equal(len, 6);
-    assert_int_equal(kvt_proto_hello_req_decode(body, len, &got, NULL), KVT_OK);
+    assert_int_equal(kvt_proto_hello_req_decode(body, len, &got, NULL, 0), KVT_OK);
     assert_int_equal(got.token.len, 0);
 
     /* Token too long: refused, writer unchanged. */
@@ -527,7 +536,7 @@ static void test_hello(void **state)
     body = frame_body(&w, 0, KVT_PROTO_OP_HELLO, KVT_PROTO_F_RESPONSE, 77, &len);
     assert_int_equal(len, 8);
     kvt_proto_hello_ans_t agot;
-    assert_int_equal(kvt_proto_hello_ans_decode(body, len, &agot, NULL), KVT_OK);
+    assert_int_equal(kvt_proto_hello_ans_decode(body, len, &agot, NULL, 0), KVT_OK);
     assert_int_equal(agot.server_version, 1);
     assert_int_equal(agot.max_body, KVT_PROTO_MAX_BODY_DEFAULT);
     expect_truncations_fail(body, len, dec_hello_ans, sizeof(agot));
@@ -545,15 +554,16 @@ static void test_drop_and_raw(void **state)
     assert_int_equal(kvt_proto_drop_req_encode(&w, 5, S("pod-a")), KVT_OK);
     const uint8_t *body = frame_body(&w, 0, KVT_PROTO_OP_ENGINE_DROP, 0, 5, &len);
     kvt_proto_str_t pod;
-    assert_int_equal(kvt_proto_drop_req_decode(body, len, &pod, NULL), KVT_OK);
+    assert_int_equal(kvt_proto_drop_req_decode(body, len, &pod, NULL, 0), KVT_OK);
     assert_true(str_eq(pod, "pod-a", 5));
     expect_truncations_fail(body, len, dec_drop, sizeof(pod));
     size_t keep = w.len;
     assert_int_equal(kvt_proto_drop_req_encode(&w, 6, S("")), KVT_ERR_INVAL);
     assert_int_equal(w.len, keep);
     static const uint8_t empty_pod[] = {0, 0};
-    const char *why = NULL;
-    assert_int_equal(kvt_proto_drop_req_decode(empty_pod, 2, &pod, &why), KVT_ERR_INVAL);
+    char why[256] = "";
+    assert_int_equal(kvt_proto_drop_req_decode(empty_pod, 2, &pod, why, sizeof(why)),
+                     KVT_ERR_INVAL);
     assert_non_null(strstr(why, "empty"));
 
     /* MODEL_DROP: the same one-name body under its own opcode, mutating */
@@ -561,16 +571,18 @@ static void test_drop_and_raw(void **state)
     assert_int_equal(kvt_proto_model_drop_req_encode(&w, 7, S("org/model")), KVT_OK);
     body = frame_body(&w, 0, KVT_PROTO_OP_MODEL_DROP, 0, 7, &len);
     kvt_proto_str_t model;
-    assert_int_equal(kvt_proto_model_drop_req_decode(body, len, &model, NULL), KVT_OK);
+    assert_int_equal(kvt_proto_model_drop_req_decode(body, len, &model, NULL, 0), KVT_OK);
     assert_true(str_eq(model, "org/model", 9));
     expect_truncations_fail(body, len, dec_model_drop, sizeof(model));
     keep = w.len;
     assert_int_equal(kvt_proto_model_drop_req_encode(&w, 8, S("")), KVT_ERR_INVAL);
     assert_int_equal(w.len, keep);
-    assert_int_equal(kvt_proto_model_drop_req_decode(empty_pod, 2, &model, &why), KVT_ERR_INVAL);
+    assert_int_equal(kvt_proto_model_drop_req_decode(empty_pod, 2, &model, why, sizeof(why)),
+                     KVT_ERR_INVAL);
     assert_non_null(strstr(why, "model drop: empty model name"));
     static const uint8_t trailing[] = {1, 0, 'm', 0};
-    assert_int_equal(kvt_proto_model_drop_req_decode(trailing, 4, &model, &why), KVT_ERR_INVAL);
+    assert_int_equal(kvt_proto_model_drop_req_decode(trailing, 4, &model, why, sizeof(why)),
+                     KVT_ERR_INVAL);
     assert_non_null(strstr(why, "trailing"));
     assert_true(kvt_proto_op_known(KVT_PROTO_OP_MODEL_DROP));
     assert_true(kvt_proto_op_mutating(KVT_PROTO_OP_MODEL_DROP));
@@ -618,7 +630,7 @@ static void test_error_body(void **state)
     ref_str(ref, msg, strlen(msg));
     assert_int_equal(len, ref->n);
     assert_memory_equal(body, ref->b, ref->n);
-    assert_int_equal(kvt_proto_err_decode(body, len, &e, NULL), KVT_OK);
+    assert_int_equal(kvt_proto_err_decode(body, len, &e, NULL, 0), KVT_OK);
     assert_int_equal(e.status, KVT_ERR_INVAL);
     assert_int_equal(e.http, 400);
     assert_true(str_eq(e.msg, msg, strlen(msg)));
@@ -631,18 +643,18 @@ static void test_error_body(void **state)
     assert_int_equal(kvt_proto_err_encode(&w, 1, 1, KVT_ERR_INVAL, 600, "x", 1), KVT_ERR_INVAL);
     assert_int_equal(w.len, keep);
     uint8_t bad[8] = {0, 0, 0, 0, 0x90, 0x01, 0, 0}; /* status 0 */
-    const char *why = NULL;
-    assert_int_equal(kvt_proto_err_decode(bad, 8, &e, &why), KVT_ERR_INVAL);
+    char why[256] = "";
+    assert_int_equal(kvt_proto_err_decode(bad, 8, &e, why, sizeof(why)), KVT_ERR_INVAL);
     assert_non_null(strstr(why, "status"));
     bad[0] = 0xFF, bad[1] = 0xFF, bad[2] = 0xFF, bad[3] = 0xFF;
     bad[4] = 0xC7; /* 199 */
     bad[5] = 0;
-    assert_int_equal(kvt_proto_err_decode(bad, 8, &e, &why), KVT_ERR_INVAL);
+    assert_int_equal(kvt_proto_err_decode(bad, 8, &e, why, sizeof(why)), KVT_ERR_INVAL);
     assert_non_null(strstr(why, "http"));
     bad[4] = 0x58, bad[5] = 0x02; /* 600 */
-    assert_int_equal(kvt_proto_err_decode(bad, 8, &e, &why), KVT_ERR_INVAL);
+    assert_int_equal(kvt_proto_err_decode(bad, 8, &e, why, sizeof(why)), KVT_ERR_INVAL);
     bad[4] = 0x57; /* 599 */
-    assert_int_equal(kvt_proto_err_decode(bad, 8, &e, &why), KVT_OK);
+    assert_int_equal(kvt_proto_err_decode(bad, 8, &e, why, sizeof(why)), KVT_OK);
     assert_int_equal(e.status, -1);
     assert_int_equal(e.msg.len, 0);
 
@@ -650,14 +662,14 @@ static void test_error_body(void **state)
     kvt_proto_wr_reset(&w);
     assert_int_equal(kvt_proto_err_encode(&w, 2, 4, KVT_ERR_IO, 503, "a\0bc", 4), KVT_OK);
     body = frame_body(&w, 0, 2, KVT_PROTO_F_RESPONSE | KVT_PROTO_F_ERROR, 4, &len);
-    assert_int_equal(kvt_proto_err_decode(body, len, &e, NULL), KVT_OK);
+    assert_int_equal(kvt_proto_err_decode(body, len, &e, NULL, 0), KVT_OK);
     assert_true(str_eq(e.msg, "a", 1));
     kvt_proto_wr_reset(&w);
     char longmsg[600];
     memset(longmsg, 'm', sizeof(longmsg));
     assert_int_equal(kvt_proto_err_encode(&w, 2, 4, KVT_ERR_IO, 503, longmsg, 600), KVT_OK);
     body = frame_body(&w, 0, 2, KVT_PROTO_F_RESPONSE | KVT_PROTO_F_ERROR, 4, &len);
-    assert_int_equal(kvt_proto_err_decode(body, len, &e, NULL), KVT_OK);
+    assert_int_equal(kvt_proto_err_decode(body, len, &e, NULL, 0), KVT_OK);
     assert_int_equal(e.msg.len, 255);
     /* "é" (C3 A9) straddling byte 255: the whole character goes. */
     longmsg[254] = (char)0xC3;
@@ -665,7 +677,7 @@ static void test_error_body(void **state)
     kvt_proto_wr_reset(&w);
     assert_int_equal(kvt_proto_err_encode(&w, 2, 4, KVT_ERR_IO, 503, longmsg, 600), KVT_OK);
     body = frame_body(&w, 0, 2, KVT_PROTO_F_RESPONSE | KVT_PROTO_F_ERROR, 4, &len);
-    assert_int_equal(kvt_proto_err_decode(body, len, &e, NULL), KVT_OK);
+    assert_int_equal(kvt_proto_err_decode(body, len, &e, NULL, 0), KVT_OK);
     assert_int_equal(e.msg.len, 254);
     kvt_proto_wr_reset(&w);
     assert_int_equal(kvt_proto_err_encode(&w, 2, 4, KVT_ERR_IO, 503, NULL, 10), KVT_OK);
@@ -703,7 +715,7 @@ static void test_query_roundtrip(void **state)
     assert_memory_equal(body, ref->b, ref->n);
 
     kvt_proto_query_t q;
-    assert_int_equal(kvt_proto_query_decode(body, len, 5, &q, NULL), KVT_OK);
+    assert_int_equal(kvt_proto_query_decode(body, len, 5, &q, NULL, 0), KVT_OK);
     assert_true(str_eq(q.model, "llama", 5));
     assert_true(str_eq(q.lora, "lora1", 5));
     assert_int_equal(q.kind, KVT_PROTO_Q_TOKENS);
@@ -722,11 +734,11 @@ static void test_query_roundtrip(void **state)
     expect_truncations_fail(body, len, dec_query, sizeof(q));
 
     /* n > max_items */
-    const char *why = NULL;
+    char why[256] = "";
     kvt_proto_query_t q2;
     memset(&q2, 0x11, sizeof(q2));
-    assert_int_equal(kvt_proto_query_decode(body, len, 4, &q2, &why), KVT_ERR_TOO_BIG);
-    assert_non_null(why);
+    assert_int_equal(kvt_proto_query_decode(body, len, 4, &q2, why, sizeof(why)), KVT_ERR_TOO_BIG);
+    assert_true(why[0] != '\0');
     assert_int_equal(q2.n, 0x11111111u);
 
     /* Keys, no pods, empty lora, decoded from an odd address (unaligned values). */
@@ -737,7 +749,7 @@ static void test_query_roundtrip(void **state)
     body = frame_body(&w, 0, KVT_PROTO_OP_QUERY, 0, 12, &len);
     uint8_t *odd = malloc(len + 1);
     memcpy(odd + 1, body, len);
-    assert_int_equal(kvt_proto_query_decode(odd + 1, len, 100, &q, NULL), KVT_OK);
+    assert_int_equal(kvt_proto_query_decode(odd + 1, len, 100, &q, NULL, 0), KVT_OK);
     assert_int_equal(q.kind, KVT_PROTO_Q_KEYS);
     assert_int_equal(q.lora.len, 0);
     assert_int_equal(q.npods, 0);
@@ -757,7 +769,7 @@ static void test_query_roundtrip(void **state)
     assert_int_equal(kvt_proto_query_req_encode(&w, 13, &empty), KVT_OK);
     body = frame_body(&w, 0, KVT_PROTO_OP_QUERY, 0, 13, &len);
     assert_int_equal(len, 3 + 2 + 4 + 4 + 4);
-    assert_int_equal(kvt_proto_query_decode(body, len, 0, &q, NULL), KVT_OK);
+    assert_int_equal(kvt_proto_query_decode(body, len, 0, &q, NULL, 0), KVT_OK);
     assert_int_equal(q.n, 0);
     free(ref);
     kvt_proto_wr_cleanup(&w);
@@ -787,10 +799,10 @@ static void expect_query_err(const ref_t *ref, kvt_status_t want, const char *wh
     kvt_proto_query_t q;
     memset(&q, 0x33, sizeof(q));
     kvt_proto_query_t before = q;
-    const char *why = NULL;
-    assert_int_equal(kvt_proto_query_decode(copy, ref->n, 1000, &q, &why), want);
+    char why[256] = "";
+    assert_int_equal(kvt_proto_query_decode(copy, ref->n, 1000, &q, why, sizeof(why)), want);
     assert_memory_equal(&q, &before, sizeof(q));
-    assert_non_null(why);
+    assert_true(why[0] != '\0');
     if (strstr(why, why_part) == NULL)
         fail_msg("reason \"%s\" does not mention \"%s\"", why, why_part);
     free(copy);
@@ -805,7 +817,7 @@ static void test_query_rejects(void **state)
 
     ref_query(ref, &kind_off, &pod_off);
     uint8_t *copy = dup_exact(ref->b, ref->n);
-    assert_int_equal(kvt_proto_query_decode(copy, ref->n, 1000, &q, NULL), KVT_OK);
+    assert_int_equal(kvt_proto_query_decode(copy, ref->n, 1000, &q, NULL, 0), KVT_OK);
     assert_int_equal(q.n, 2);
     assert_int_equal(kvt_proto_query_token(&q, 1), 8);
     free(copy);
@@ -878,8 +890,8 @@ static void test_query_rejects(void **state)
     for (int i = 0; i < 4; i++)
         ref->b[kind_off + 4 + i] = 0xFF;
     copy = dup_exact(ref->b, ref->n);
-    assert_int_equal(kvt_proto_query_decode(copy, ref->n, UINT32_MAX, &q, NULL), KVT_ERR_INVAL);
-    assert_int_equal(kvt_proto_query_decode(copy, ref->n, 1000, &q, NULL), KVT_ERR_TOO_BIG);
+    assert_int_equal(kvt_proto_query_decode(copy, ref->n, UINT32_MAX, &q, NULL, 0), KVT_ERR_INVAL);
+    assert_int_equal(kvt_proto_query_decode(copy, ref->n, 1000, &q, NULL, 0), KVT_ERR_TOO_BIG);
     free(copy);
 
     /* Encoder refusals leave the writer unchanged. */
@@ -956,7 +968,7 @@ static void test_query_salted(void **state)
     ref_t *ref = calloc(1, sizeof(*ref));
 
     kvt_proto_query_t q;
-    assert_int_equal(kvt_proto_query_decode(body, len, 3, &q, NULL), KVT_OK);
+    assert_int_equal(kvt_proto_query_decode(body, len, 3, &q, NULL, 0), KVT_OK);
     assert_int_equal(q.kind, KVT_PROTO_Q_TOKENS_SALTED);
     assert_true(kvt_proto_query_kind_tokens(q.kind));
     assert_true(str_eq(q.salt, "tenant-a", 8));
@@ -970,8 +982,8 @@ static void test_query_salted(void **state)
     assert_memory_equal(vals, toks, sizeof(vals));
     assert_int_equal(q.npods, 1);
     expect_truncations_fail(body, len, dec_query, sizeof(q));
-    const char *why = NULL;
-    assert_int_equal(kvt_proto_query_decode(body, len, 2, &q, &why), KVT_ERR_TOO_BIG);
+    char why[256] = "";
+    assert_int_equal(kvt_proto_query_decode(body, len, 2, &q, why, sizeof(why)), KVT_ERR_TOO_BIG);
 
     /* The other kinds decode with an empty salt; only kinds 0 and 2 are token kinds. */
     kvt_proto_wr_reset(&w);
@@ -980,7 +992,7 @@ static void test_query_salted(void **state)
     assert_int_equal(kvt_proto_query_req_encode(&w, 22, &req), KVT_OK);
     body = frame_body(&w, 0, KVT_PROTO_OP_QUERY, 0, 22, &len);
     memset(&q, 0x44, sizeof(q));
-    assert_int_equal(kvt_proto_query_decode(body, len, 3, &q, NULL), KVT_OK);
+    assert_int_equal(kvt_proto_query_decode(body, len, 3, &q, NULL, 0), KVT_OK);
     assert_int_equal(q.salt.len, 0);
     assert_true(kvt_proto_query_kind_tokens(KVT_PROTO_Q_TOKENS));
     assert_false(kvt_proto_query_kind_tokens(KVT_PROTO_Q_KEYS));
@@ -996,14 +1008,14 @@ static void test_query_salted(void **state)
     req.salt.len = 255;
     assert_int_equal(kvt_proto_query_req_encode(&w, 23, &req), KVT_OK);
     body = frame_body(&w, 0, KVT_PROTO_OP_QUERY, 0, 23, &len);
-    assert_int_equal(kvt_proto_query_decode(body, len, 3, &q, NULL), KVT_OK);
+    assert_int_equal(kvt_proto_query_decode(body, len, 3, &q, NULL, 0), KVT_OK);
     assert_true(str_eq(q.salt, big, 255));
 
     /* Malformed kind-2 bodies: each refused with a reason, the output untouched. */
     size_t kind_off, salt_off;
     ref_salted(ref, "s", 1, &kind_off, &salt_off);
     uint8_t *copy = dup_exact(ref->b, ref->n);
-    assert_int_equal(kvt_proto_query_decode(copy, ref->n, 1000, &q, NULL), KVT_OK);
+    assert_int_equal(kvt_proto_query_decode(copy, ref->n, 1000, &q, NULL, 0), KVT_OK);
     assert_true(str_eq(q.salt, "s", 1));
     assert_int_equal(kvt_proto_query_token(&q, 1), 8);
     free(copy);
@@ -1042,13 +1054,13 @@ static void test_query_salted(void **state)
     ref_salted(ref, "s", 1, &kind_off, &salt_off);
     ref->b[kind_off] = KVT_PROTO_Q_TOKENS;
     copy = dup_exact(ref->b, ref->n);
-    assert_int_equal(kvt_proto_query_decode(copy, ref->n, UINT32_MAX, &q, NULL), KVT_ERR_INVAL);
+    assert_int_equal(kvt_proto_query_decode(copy, ref->n, UINT32_MAX, &q, NULL, 0), KVT_ERR_INVAL);
     free(copy);
     /* Keys cannot be salted (kind 1 keys already carry it): a salted kind-1 body is garbage. */
     ref_salted(ref, "s", 1, &kind_off, &salt_off);
     ref->b[kind_off] = KVT_PROTO_Q_KEYS;
     copy = dup_exact(ref->b, ref->n);
-    assert_int_equal(kvt_proto_query_decode(copy, ref->n, UINT32_MAX, &q, NULL), KVT_ERR_INVAL);
+    assert_int_equal(kvt_proto_query_decode(copy, ref->n, UINT32_MAX, &q, NULL, 0), KVT_ERR_INVAL);
     free(copy);
 
     /* Encoder refusals leave the writer unchanged. */
@@ -1116,7 +1128,7 @@ static void test_query_answer(void **state)
     assert_memory_equal(body, ref->b, ref->n);
 
     kvt_proto_query_ans_t a;
-    assert_int_equal(kvt_proto_query_ans_decode(body, len, &a, NULL), KVT_OK);
+    assert_int_equal(kvt_proto_query_ans_decode(body, len, &a, NULL, 0), KVT_OK);
     assert_int_equal(a.block_size, 16);
     assert_int_equal(a.num_blocks, 12);
     assert_int_equal(a.npods, 2);
@@ -1182,7 +1194,7 @@ static void test_query_answer(void **state)
     assert_int_equal(kvt_proto_query_ans_end(&w, &e), KVT_OK);
     body = frame_body(&w, 0, KVT_PROTO_OP_QUERY, KVT_PROTO_F_RESPONSE, 1, &len);
     assert_int_equal(len, 12);
-    assert_int_equal(kvt_proto_query_ans_decode(body, len, &a, NULL), KVT_OK);
+    assert_int_equal(kvt_proto_query_ans_decode(body, len, &a, NULL, 0), KVT_OK);
     assert_int_equal(a.npods, 0);
 
     /* Bad entries make the frame vanish; earlier frames stay. */
@@ -1202,7 +1214,7 @@ static void test_query_answer(void **state)
     assert_int_equal(w.len, keep);
 
     /* Decoder: infinite score, empty pod, npods too high, trailing byte. */
-    const char *why;
+    char why[256] = "";
     ref->n = 0;
     ref_le(ref, 16, 4);
     ref_le(ref, 1, 4);
@@ -1210,24 +1222,28 @@ static void test_query_answer(void **state)
     ref_str(ref, "p", 1);
     ref_le(ref, 0, 20);
     ref_f64(ref, INFINITY);
-    assert_int_equal(kvt_proto_query_ans_decode(ref->b, ref->n, &a, &why), KVT_ERR_INVAL);
+    assert_int_equal(kvt_proto_query_ans_decode(ref->b, ref->n, &a, why, sizeof(why)),
+                     KVT_ERR_INVAL);
     assert_non_null(strstr(why, "score"));
     ref->n = 12;
     ref_str(ref, "", 0);
     ref_le(ref, 0, 20);
     ref_f64(ref, 1.0);
-    assert_int_equal(kvt_proto_query_ans_decode(ref->b, ref->n, &a, &why), KVT_ERR_INVAL);
+    assert_int_equal(kvt_proto_query_ans_decode(ref->b, ref->n, &a, why, sizeof(why)),
+                     KVT_ERR_INVAL);
     assert_non_null(strstr(why, "empty"));
     ref->n = 12;
     ref_str(ref, "p", 1);
     ref_le(ref, 0, 20);
     ref_f64(ref, 1.0);
-    assert_int_equal(kvt_proto_query_ans_decode(ref->b, ref->n, &a, &why), KVT_OK);
+    assert_int_equal(kvt_proto_query_ans_decode(ref->b, ref->n, &a, why, sizeof(why)), KVT_OK);
     ref->b[8] = 2;
-    assert_int_equal(kvt_proto_query_ans_decode(ref->b, ref->n, &a, &why), KVT_ERR_INVAL);
+    assert_int_equal(kvt_proto_query_ans_decode(ref->b, ref->n, &a, why, sizeof(why)),
+                     KVT_ERR_INVAL);
     ref->b[8] = 1;
     ref_u8(ref, 0);
-    assert_int_equal(kvt_proto_query_ans_decode(ref->b, ref->n, &a, &why), KVT_ERR_INVAL);
+    assert_int_equal(kvt_proto_query_ans_decode(ref->b, ref->n, &a, why, sizeof(why)),
+                     KVT_ERR_INVAL);
     assert_non_null(strstr(why, "trailing"));
     free(ref);
     kvt_proto_wr_cleanup(&w);
@@ -1469,21 +1485,21 @@ static void test_random_roundtrips(void **state)
             if (i % 2 == 0) {
                 assert_int_equal(h.flags, 0);
                 kvt_proto_query_t d;
-                assert_int_equal(kvt_proto_query_decode(body, h.body_len, 64, &d, NULL), KVT_OK);
+                assert_int_equal(kvt_proto_query_decode(body, h.body_len, 64, &d, NULL, 0), KVT_OK);
                 rq_check(&qs[i / 2], &d);
                 if (d.n > 0)
-                    assert_int_equal(kvt_proto_query_decode(body, h.body_len, d.n - 1, &d, NULL),
+                    assert_int_equal(kvt_proto_query_decode(body, h.body_len, d.n - 1, &d, NULL, 0),
                                      KVT_ERR_TOO_BIG);
                 /* A random cut is always rejected. */
                 size_t cut = rnd_below(h.body_len);
-                assert_int_equal(kvt_proto_query_decode(body, cut, 64, &d, NULL), KVT_ERR_INVAL);
+                assert_int_equal(kvt_proto_query_decode(body, cut, 64, &d, NULL, 0), KVT_ERR_INVAL);
             } else {
                 assert_int_equal(h.flags, KVT_PROTO_F_RESPONSE);
                 kvt_proto_query_ans_t d;
-                assert_int_equal(kvt_proto_query_ans_decode(body, h.body_len, &d, NULL), KVT_OK);
+                assert_int_equal(kvt_proto_query_ans_decode(body, h.body_len, &d, NULL, 0), KVT_OK);
                 ra_check(&as[i / 2], &d);
                 size_t cut = rnd_below(h.body_len);
-                assert_int_equal(kvt_proto_query_ans_decode(body, cut, &d, NULL), KVT_ERR_INVAL);
+                assert_int_equal(kvt_proto_query_ans_decode(body, cut, &d, NULL, 0), KVT_ERR_INVAL);
             }
             free(body);
             off += h.body_len;
@@ -1516,7 +1532,7 @@ static void test_random_garbage(void **state)
         kvt_proto_err_t e;
         kvt_proto_hello_req_t hr;
         kvt_proto_str_t pod;
-        if (kvt_proto_err_decode(b, len, &e, NULL) == KVT_OK) {
+        if (kvt_proto_err_decode(b, len, &e, NULL, 0) == KVT_OK) {
             kvt_proto_wr_reset(&w);
             assert_int_equal(
                 kvt_proto_err_encode(&w, 1, 0, (kvt_status_t)e.status, e.http, e.msg.p, e.msg.len),
@@ -1525,20 +1541,20 @@ static void test_random_garbage(void **state)
             assert_memory_equal(w.buf + KVT_PROTO_HDR_SIZE, b, len);
             accepted++;
         }
-        if (kvt_proto_hello_req_decode(b, len, &hr, NULL) == KVT_OK) {
+        if (kvt_proto_hello_req_decode(b, len, &hr, NULL, 0) == KVT_OK) {
             kvt_proto_wr_reset(&w);
             assert_int_equal(kvt_proto_hello_req_encode(&w, 0, &hr), KVT_OK);
             assert_memory_equal(w.buf + KVT_PROTO_HDR_SIZE, b, len);
             accepted++;
         }
-        if (kvt_proto_drop_req_decode(b, len, &pod, NULL) == KVT_OK) {
+        if (kvt_proto_drop_req_decode(b, len, &pod, NULL, 0) == KVT_OK) {
             kvt_proto_wr_reset(&w);
             assert_int_equal(kvt_proto_drop_req_encode(&w, 0, pod), KVT_OK);
             assert_memory_equal(w.buf + KVT_PROTO_HDR_SIZE, b, len);
             accepted++;
         }
         kvt_proto_query_t q;
-        if (kvt_proto_query_decode(b, len, 16, &q, NULL) == KVT_OK) {
+        if (kvt_proto_query_decode(b, len, 16, &q, NULL, 0) == KVT_OK) {
             uint32_t toks[16];
             uint64_t keys[16];
             kvt_proto_str_t pods[64];
@@ -1682,11 +1698,12 @@ static void test_doc_example(void **state)
     assert_int_equal(w.len, sizeof(doc_error));
     assert_memory_equal(w.buf, doc_error, sizeof(doc_error));
     /* The codec's own message for an empty model is the one the example shows. */
-    const char *why = NULL;
+    char why[256] = "";
     kvt_proto_query_t dq;
     static const uint8_t empty_model[] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0};
-    assert_int_equal(kvt_proto_query_decode(empty_model, sizeof(empty_model), 10, &dq, &why),
-                     KVT_ERR_INVAL);
+    assert_int_equal(
+        kvt_proto_query_decode(empty_model, sizeof(empty_model), 10, &dq, why, sizeof(why)),
+        KVT_ERR_INVAL);
     assert_string_equal(why, msg);
 
     /* The salted query (kind 2), and it decodes back to the salt and the tokens. */
@@ -1697,7 +1714,8 @@ static void test_doc_example(void **state)
     assert_int_equal(w.len, sizeof(doc_salted));
     assert_memory_equal(w.buf, doc_salted, sizeof(doc_salted));
     assert_int_equal(kvt_proto_query_decode(doc_salted + KVT_PROTO_HDR_SIZE,
-                                            sizeof(doc_salted) - KVT_PROTO_HDR_SIZE, 8, &dq, &why),
+                                            sizeof(doc_salted) - KVT_PROTO_HDR_SIZE, 8, &dq, why,
+                                            sizeof(why)),
                      KVT_OK);
     assert_true(str_eq(dq.salt, "tenant-a", 8));
     assert_int_equal(kvt_proto_query_token(&dq, 7), 8);

@@ -20,31 +20,32 @@
 static uint32_t tokens[CAP];
 static uint64_t keys[CAP];
 
-/* Decodes @body with room for CAP tokens or keys; the reason goes to *@why_p. */
-static kvt_status_t decode(const char *body, kvt_srv_query_body_t *q, const char **why_p)
+/* Decodes @body with room for CAP tokens or keys; the reason goes to @err ("" when none). */
+static kvt_status_t decode(const char *body, kvt_srv_query_body_t *q, char *err, size_t errlen)
 {
-    *why_p = NULL;
-    return kvt_srv_query_decode(body, strlen(body), CAP, tokens, keys, q, why_p);
+    err[0] = '\0';
+    return kvt_srv_query_decode(body, strlen(body), CAP, tokens, keys, q, err, errlen);
 }
 
 /* @body is refused with @st and a reason containing @why. */
 static void refused(const char *body, kvt_status_t st, const char *why)
 {
     kvt_srv_query_body_t q;
-    const char *got = NULL;
-    kvt_status_t r = decode(body, &q, &got);
-    if (r != st || got == NULL || strstr(got, why) == NULL)
-        fail_msg("%s: got %d '%s', want %d '%s'", body, r, got ? got : "(null)", st, why);
+    char got[256];
+    kvt_status_t r = decode(body, &q, got, sizeof(got));
+    if (r != st || got[0] == '\0' || strstr(got, why) == NULL)
+        fail_msg("%s: got %d '%s', want %d '%s'", body, r, got, st, why);
+    assert_null(strchr(got, '\n'));
 }
 
 static void test_tokens(void **state)
 {
     (void)state;
     kvt_srv_query_body_t q;
-    const char *why;
+    char why[256];
     assert_int_equal(decode("{\"model\":\"m\\u00e9\",\"lora_name\":\"sql\",\"cache_salt\":\"t\","
                             "\"token_ids\":[0,4294967295,7]}",
-                            &q, &why),
+                            &q, why, sizeof(why)),
                      KVT_OK);
     assert_int_equal(q.model_len, 3);
     assert_string_equal(q.model, "m\xc3\xa9");
@@ -57,12 +58,13 @@ static void test_tokens(void **state)
     assert_int_equal(q.npods, 0);
     /* null and "" are no LoRA and no salt; fields in any order */
     assert_int_equal(
-        decode("{\"token_ids\":[],\"cache_salt\":null,\"lora_name\":null,\"model\":\"m\"}", &q,
-               &why),
+        decode("{\"token_ids\":[],\"cache_salt\":null,\"lora_name\":null,\"model\":\"m\"}", &q, why,
+               sizeof(why)),
         KVT_OK);
     assert_int_equal(q.lora_len + q.salt_len + q.n, 0);
-    assert_int_equal(decode("{\"model\":\"m\",\"cache_salt\":\"\",\"token_ids\":[1]}", &q, &why),
-                     KVT_OK);
+    assert_int_equal(
+        decode("{\"model\":\"m\",\"cache_salt\":\"\",\"token_ids\":[1]}", &q, why, sizeof(why)),
+        KVT_OK);
     assert_int_equal(q.salt_len, 0);
 }
 
@@ -70,11 +72,11 @@ static void test_keys_and_pods(void **state)
 {
     (void)state;
     kvt_srv_query_body_t q;
-    const char *why;
+    char why[256];
     /* the full u64 range, and SGLang's negative ids as two's complement */
     assert_int_equal(decode("{\"model\":\"m\",\"block_hashes\":[18446744073709551615,"
                             "9223372036854775809,-1],\"pods\":[\"a\",\"b\\n\"]}",
-                            &q, &why),
+                            &q, why, sizeof(why)),
                      KVT_OK);
     assert_true(q.by_keys);
     assert_int_equal(q.n, 3);
@@ -93,6 +95,9 @@ static void test_refused(void **state)
     (void)state;
     refused("{\"model\":\"m\",\"token_ids\":[1],\"top_k\":3}", KVT_ERR_INVAL,
             "unknown field 'top_k' in query");
+    /* a key's control bytes are shown as '?': the reason stays one line (refused() checks) */
+    refused("{\"model\":\"m\",\"token_ids\":[1],\"e\\no\":3}", KVT_ERR_INVAL,
+            "unknown field 'e?o' in query");
     refused("{\"model\":\"m\",\"model\":\"n\",\"token_ids\":[1]}", KVT_ERR_INVAL,
             "duplicate field 'model'");
     refused("{\"model\":\"m\",\"token_ids\":[1],\"block_hashes\":[1]}", KVT_ERR_INVAL,
