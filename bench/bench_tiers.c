@@ -42,6 +42,7 @@
 
 #include "bench/bench.h"
 #include "common/clock.h"
+#include "common/errtext.h"
 #include "common/log.h"
 #include "tiers/tiers.h"
 #include "tiers/tiers_test.h"
@@ -667,7 +668,7 @@ static int bt_restore_make(uint32_t m, const char *store, const char *data)
     kvt_meta_rec_t *recs = malloc(BT_META_BATCH * sizeof(*recs));
     uint32_t ns = 0;
     if (recs == NULL) {
-        snprintf(err, sizeof(err), "out of memory");
+        kvt_errf(err, sizeof(err), "out of memory");
         st = KVT_ERR_NO_MEM;
     } else if ((st = kvt_meta_open(&mc, &meta, err, sizeof(err))) == KVT_OK) {
         st = kvt_meta_ns(meta, BT_NS, BT_NS_LEN, &ns, err, sizeof(err));

@@ -8,6 +8,7 @@
  * in one piece on little-endian hosts, where the wire order is the host's.
  */
 #include "proto/proto_tier.h"
+#include "common/errtext.h"
 
 #include <inttypes.h>
 #include <stdarg.h>
@@ -26,12 +27,10 @@
 __attribute__((format(printf, 4, 5))) static kvt_status_t
 fail(char *err, size_t errlen, kvt_status_t st, const char *fmt, ...)
 {
-    if (errlen > 0) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(err, errlen, fmt, ap);
-        va_end(ap);
-    }
+    va_list ap;
+    va_start(ap, fmt);
+    kvt_verrf(err, errlen, fmt, ap);
+    va_end(ap);
     return st;
 }
 

@@ -20,6 +20,7 @@
 #include <sys/vfs.h>
 #include <unistd.h>
 
+#include "common/errtext.h"
 #include "common/log.h"
 
 #ifndef MADV_POPULATE_WRITE
@@ -52,7 +53,7 @@ static kvt_status_t arena_path(const char *name, char *path, size_t cap, char *e
     if (name[0] == '/') {
         n = snprintf(path, cap, "%s", name);
     } else if (strchr(name, '/') != NULL || strcmp(name, ".") == 0 || strcmp(name, "..") == 0) {
-        snprintf(err, errlen,
+        kvt_errf(err, errlen,
                  "arena name '%s': give a plain file name (placed in /dev/shm) or an absolute "
                  "path",
                  name);
@@ -62,7 +63,7 @@ static kvt_status_t arena_path(const char *name, char *path, size_t cap, char *e
     }
     if (n < 0 || (size_t)n >= cap) {
         path[0] = '\0';
-        snprintf(err, errlen, "arena name '%s': the path is too long (at most %zu bytes)", name,
+        kvt_errf(err, errlen, "arena name '%s': the path is too long (at most %zu bytes)", name,
                  cap - 1);
         return KVT_ERR_INVAL;
     }
@@ -111,7 +112,7 @@ static kvt_status_t arena_file_open(const char *path, int *fd_p, bool *created_p
                 int e = errno;
                 arena_unlink(fd, path);
                 close(fd);
-                snprintf(err, errlen, "arena %s: cannot lock the new file: %s", path, strerror(e));
+                kvt_errf(err, errlen, "arena %s: cannot lock the new file: %s", path, strerror(e));
                 return e == EWOULDBLOCK ? KVT_ERR_EXISTS : KVT_ERR_IO;
             }
             *fd_p = fd;
@@ -120,7 +121,7 @@ static kvt_status_t arena_file_open(const char *path, int *fd_p, bool *created_p
         }
         if (errno != EEXIST) {
             int e = errno;
-            snprintf(err, errlen, "arena %s: cannot create: %s", path, strerror(e));
+            kvt_errf(err, errlen, "arena %s: cannot create: %s", path, strerror(e));
             return arena_errno_status(e);
         }
         fd = open(path, O_RDWR | O_NOFOLLOW | O_CLOEXEC);
@@ -128,7 +129,7 @@ static kvt_status_t arena_file_open(const char *path, int *fd_p, bool *created_p
             int e = errno;
             if (e == ENOENT) /* removed since the O_EXCL open: create it anew */
                 continue;
-            snprintf(err, errlen, "arena %s: exists and cannot be opened: %s; refusing to touch it",
+            kvt_errf(err, errlen, "arena %s: exists and cannot be opened: %s; refusing to touch it",
                      path, strerror(e));
             return e == ELOOP || e == EISDIR || e == EACCES || e == EPERM || e == ENXIO
                        ? KVT_ERR_EXISTS
@@ -137,12 +138,12 @@ static kvt_status_t arena_file_open(const char *path, int *fd_p, bool *created_p
         struct stat st, now;
         kvt_arena_hdr_t h;
         if (fstat(fd, &st) != 0) {
-            snprintf(err, errlen, "arena %s: fstat: %s", path, strerror(errno));
+            kvt_errf(err, errlen, "arena %s: fstat: %s", path, strerror(errno));
             close(fd);
             return KVT_ERR_IO;
         }
         if (!S_ISREG(st.st_mode)) {
-            snprintf(err, errlen,
+            kvt_errf(err, errlen,
                      "arena %s: exists and is not a regular file; refusing to touch it", path);
             close(fd);
             return KVT_ERR_EXISTS;
@@ -150,17 +151,17 @@ static kvt_status_t arena_file_open(const char *path, int *fd_p, bool *created_p
         if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
             int e = errno;
             if (e != EWOULDBLOCK)
-                snprintf(err, errlen, "arena %s: flock: %s", path, strerror(e));
+                kvt_errf(err, errlen, "arena %s: flock: %s", path, strerror(e));
             else if (!arena_hdr_read(fd, &h))
-                snprintf(err, errlen,
+                kvt_errf(err, errlen,
                          "arena %s: exists, is locked by another process and is not a kvtier "
                          "arena; refusing to touch it",
                          path);
             else if (h.pid > 0 && (kill(h.pid, 0) == 0 || errno == EPERM))
-                snprintf(err, errlen, "arena %s: held by a running kvtierd (pid %d)", path,
+                kvt_errf(err, errlen, "arena %s: held by a running kvtierd (pid %d)", path,
                          (int)h.pid);
             else /* the lock lives on in a process that shares the open file (arena_int.h) */
-                snprintf(err, errlen,
+                kvt_errf(err, errlen,
                          "arena %s: its kvtierd (pid %d) is gone but another process still "
                          "holds it locked",
                          path, (int)h.pid);
@@ -174,7 +175,7 @@ static kvt_status_t arena_file_open(const char *path, int *fd_p, bool *created_p
             continue;
         }
         if (!arena_hdr_read(fd, &h)) {
-            snprintf(err, errlen,
+            kvt_errf(err, errlen,
                      "arena %s: exists and is not a kvtier arena; refusing to touch it", path);
             close(fd);
             return KVT_ERR_EXISTS;
@@ -184,7 +185,7 @@ static kvt_status_t arena_file_open(const char *path, int *fd_p, bool *created_p
         *created_p = false;
         return KVT_OK;
     }
-    snprintf(err, errlen, "arena %s: the file keeps vanishing while it is opened", path);
+    kvt_errf(err, errlen, "arena %s: the file keeps vanishing while it is opened", path);
     return KVT_ERR_IO;
 }
 
@@ -201,7 +202,7 @@ static kvt_status_t arena_populate(const kvt_arena_t *a, uint64_t page, char *er
         }
         return KVT_OK;
     }
-    snprintf(err, errlen, "arena %s: pre-faulting %llu bytes: %s", a->path[0] ? a->path : "(memfd)",
+    kvt_errf(err, errlen, "arena %s: pre-faulting %llu bytes: %s", a->path[0] ? a->path : "(memfd)",
              (unsigned long long)a->map_bytes, strerror(e));
     /* EFAULT: a page could not be had (SIGBUS had it been touched) */
     return e == EFAULT ? KVT_ERR_NO_SPACE : arena_errno_status(e);
@@ -231,19 +232,19 @@ kvt_status_t kvt_arena_open(kvt_arena_t *a, const kvt_arena_cfg_t *cfg, char *er
     *a = r;
 
     if (cfg->block_bytes == 0) {
-        snprintf(err, errlen, "arena: block size 0");
+        kvt_errf(err, errlen, "arena: block size 0");
         return KVT_ERR_INVAL;
     }
     uint64_t slot_bytes =
         ((uint64_t)cfg->block_bytes + KVT_ARENA_ALIGN - 1) / KVT_ARENA_ALIGN * KVT_ARENA_ALIGN;
     if (slot_bytes > UINT32_MAX) {
-        snprintf(err, errlen, "arena: block size %u is too large", cfg->block_bytes);
+        kvt_errf(err, errlen, "arena: block size %u is too large", cfg->block_bytes);
         return KVT_ERR_INVAL;
     }
     uint64_t nslots = cfg->ram_bytes / slot_bytes;
     /* slot numbers stop below KVT_SLOT_NONE (UINT32_MAX), the allocator's "none" */
     if (nslots == 0 || nslots >= UINT32_MAX) {
-        snprintf(err, errlen, "arena: %llu bytes make %llu slots of %llu bytes; need 1 to %u slots",
+        kvt_errf(err, errlen, "arena: %llu bytes make %llu slots of %llu bytes; need 1 to %u slots",
                  (unsigned long long)cfg->ram_bytes, (unsigned long long)nslots,
                  (unsigned long long)slot_bytes, UINT32_MAX - 1);
         return KVT_ERR_INVAL;
@@ -260,7 +261,7 @@ kvt_status_t kvt_arena_open(kvt_arena_t *a, const kvt_arena_cfg_t *cfg, char *er
         r.fd = memfd_create("kvtier-arena", MFD_CLOEXEC | MFD_ALLOW_SEALING);
         if (r.fd < 0) {
             int e = errno;
-            snprintf(err, errlen, "arena: memfd_create: %s", strerror(e));
+            kvt_errf(err, errlen, "arena: memfd_create: %s", strerror(e));
             return arena_errno_status(e);
         }
     } else {
@@ -271,7 +272,7 @@ kvt_status_t kvt_arena_open(kvt_arena_t *a, const kvt_arena_cfg_t *cfg, char *er
         struct statfs sfs;
         struct stat sb;
         if (fstatfs(r.fd, &sfs) != 0 || fstat(r.fd, &sb) != 0) {
-            snprintf(err, errlen, "arena %s: fstatfs: %s", what, strerror(errno));
+            kvt_errf(err, errlen, "arena %s: fstatfs: %s", what, strerror(errno));
             st = KVT_ERR_IO;
             goto err_close;
         }
@@ -283,7 +284,7 @@ kvt_status_t kvt_arena_open(kvt_arena_t *a, const kvt_arena_cfg_t *cfg, char *er
     }
     uint64_t slots_total = nslots * slot_bytes; /* < 2^64: both factors < 2^32 */
     if (slots_total > (uint64_t)INT64_MAX - r.slot_off - page) {
-        snprintf(err, errlen, "arena %s: %llu bytes do not fit in a file", what,
+        kvt_errf(err, errlen, "arena %s: %llu bytes do not fit in a file", what,
                  (unsigned long long)slots_total);
         st = KVT_ERR_INVAL;
         goto err_close;
@@ -297,7 +298,7 @@ kvt_status_t kvt_arena_open(kvt_arena_t *a, const kvt_arena_cfg_t *cfg, char *er
         struct stat sb;
         uint64_t own = fstat(r.fd, &sb) == 0 ? (uint64_t)sb.st_blocks * 512u : 0;
         if (have != 0 && r.map_bytes > have + own) {
-            snprintf(err, errlen,
+            kvt_errf(err, errlen,
                      "arena %s: %llu bytes are more than the %llu bytes of memory available", what,
                      (unsigned long long)r.map_bytes, (unsigned long long)(have + own));
             st = KVT_ERR_NO_SPACE;
@@ -312,14 +313,14 @@ kvt_status_t kvt_arena_open(kvt_arena_t *a, const kvt_arena_cfg_t *cfg, char *er
         ssize_t n = pwrite(r.fd, &h, sizeof(h), 0);
         if (n != (ssize_t)sizeof(h)) {
             int e = n < 0 ? errno : ENOSPC;
-            snprintf(err, errlen, "arena %s: writing the header: %s", what, strerror(e));
+            kvt_errf(err, errlen, "arena %s: writing the header: %s", what, strerror(e));
             st = arena_errno_status(e);
             goto err_close;
         }
     }
     if (ftruncate(r.fd, (off_t)r.map_bytes) != 0) {
         int e = errno;
-        snprintf(err, errlen, "arena %s: sizing to %llu bytes: %s", what,
+        kvt_errf(err, errlen, "arena %s: sizing to %llu bytes: %s", what,
                  (unsigned long long)r.map_bytes, strerror(e));
         st = arena_errno_status(e);
         goto err_close;
@@ -330,21 +331,21 @@ kvt_status_t kvt_arena_open(kvt_arena_t *a, const kvt_arena_cfg_t *cfg, char *er
     while (rc != 0 && errno == EINTR);
     if (rc != 0 && errno != EOPNOTSUPP) { /* a file system without it faults pages in later */
         int e = errno;
-        snprintf(err, errlen, "arena %s: reserving %llu bytes: %s", what,
+        kvt_errf(err, errlen, "arena %s: reserving %llu bytes: %s", what,
                  (unsigned long long)r.map_bytes, strerror(e));
         st = arena_errno_status(e); /* ENOSPC: /dev/shm or the huge page pool is short */
         goto err_close;
     }
     if (r.path[0] == '\0' &&
         fcntl(r.fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) != 0) {
-        snprintf(err, errlen, "arena: sealing the memfd: %s", strerror(errno));
+        kvt_errf(err, errlen, "arena: sealing the memfd: %s", strerror(errno));
         st = KVT_ERR_IO;
         goto err_close;
     }
     void *base = mmap(NULL, r.map_bytes, PROT_READ | PROT_WRITE, MAP_SHARED, r.fd, 0);
     if (base == MAP_FAILED) {
         int e = errno;
-        snprintf(err, errlen, "arena %s: mmap of %llu bytes: %s", what,
+        kvt_errf(err, errlen, "arena %s: mmap of %llu bytes: %s", what,
                  (unsigned long long)r.map_bytes, strerror(e));
         st = arena_errno_status(e);
         goto err_close;
@@ -352,7 +353,7 @@ kvt_status_t kvt_arena_open(kvt_arena_t *a, const kvt_arena_cfg_t *cfg, char *er
     r.base = base;
     /* EINVAL: a kernel without THP, nothing to turn off */
     if (!r.hugetlb && madvise(r.base, r.map_bytes, MADV_NOHUGEPAGE) != 0 && errno != EINVAL) {
-        snprintf(err, errlen, "arena %s: madvise(MADV_NOHUGEPAGE): %s", what, strerror(errno));
+        kvt_errf(err, errlen, "arena %s: madvise(MADV_NOHUGEPAGE): %s", what, strerror(errno));
         st = KVT_ERR_IO;
         goto err_unmap;
     }

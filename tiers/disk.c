@@ -23,6 +23,7 @@
 
 #include "common/bytes.h"
 #include "common/clock.h"
+#include "common/errtext.h"
 #include "common/log.h"
 
 #define DISK_VERSION 1u
@@ -85,7 +86,7 @@ static kvt_status_t hdr_load(kvt_disk_t *d, const char *path, uint8_t *hdr, uint
 {
     ssize_t n = pread(d->fd, hdr, KVT_DISK_HEADER, 0);
     if (n < 0) {
-        snprintf(err, errlen, "disk store %s: reading the header: %s", path, strerror(errno));
+        kvt_errf(err, errlen, "disk store %s: reading the header: %s", path, strerror(errno));
         return KVT_ERR_IO;
     }
     if ((size_t)n < KVT_DISK_HEADER || memcmp(hdr, KVT_DISK_MAGIC, 8) != 0 ||
@@ -95,19 +96,19 @@ static kvt_status_t hdr_load(kvt_disk_t *d, const char *path, uint8_t *hdr, uint
     uint32_t slot_bytes = (uint32_t)kvt_load_le(hdr + HDR_SLOT, 4);
     uint64_t nslots = kvt_load_le(hdr + HDR_NSLOTS, 8);
     if (version != DISK_VERSION) {
-        snprintf(err, errlen, "disk store %s has header version %u, this kvtierd reads %u", path,
+        kvt_errf(err, errlen, "disk store %s has header version %u, this kvtierd reads %u", path,
                  version, DISK_VERSION);
         return KVT_ERR_EXISTS;
     }
     if (slot_bytes != d->slot_bytes) {
-        snprintf(err, errlen,
+        kvt_errf(err, errlen,
                  "disk store %s has %u-byte slots, not %u: --block-bytes must match the "
                  "store's, or remove the store",
                  path, slot_bytes, d->slot_bytes);
         return KVT_ERR_EXISTS;
     }
     if (nslots == 0 || nslots > UINT32_MAX || (size - KVT_DISK_HEADER) / slot_bytes < nslots) {
-        snprintf(err, errlen,
+        kvt_errf(err, errlen,
                  "disk store %s is damaged: its header counts %llu slots, it holds %llu bytes",
                  path, (unsigned long long)nslots, (unsigned long long)size);
         return KVT_ERR_EXISTS;
@@ -125,7 +126,7 @@ static kvt_status_t hdr_write(kvt_disk_t *d, const char *path, uint8_t *hdr, uin
     uint64_t id = 0;
     while (id == 0) { /* 0 is left for "no store" */
         if (getrandom(&id, sizeof(id), 0) != (ssize_t)sizeof(id)) {
-            snprintf(err, errlen, "disk store %s: getrandom: %s", path, strerror(errno));
+            kvt_errf(err, errlen, "disk store %s: getrandom: %s", path, strerror(errno));
             return KVT_ERR_IO;
         }
     }
@@ -134,7 +135,7 @@ static kvt_status_t hdr_write(kvt_disk_t *d, const char *path, uint8_t *hdr, uin
     hdr_build(hdr, d->slot_bytes, d->nslots, id);
     ssize_t n = pwrite(d->fd, hdr, KVT_DISK_HEADER, 0);
     if (n != (ssize_t)KVT_DISK_HEADER || fdatasync(d->fd) != 0) {
-        snprintf(err, errlen, "disk store %s: writing the header: %s", path,
+        kvt_errf(err, errlen, "disk store %s: writing the header: %s", path,
                  n < 0 || n == (ssize_t)KVT_DISK_HEADER ? strerror(errno) : "short write");
         return KVT_ERR_IO;
     }
@@ -153,20 +154,20 @@ static kvt_status_t disk_lock(kvt_disk_t *d, const char *path, char *err, size_t
         usleep(20000);
     }
     if (errno == EWOULDBLOCK) {
-        snprintf(err, errlen, "disk store %s is in use by another process", path);
+        kvt_errf(err, errlen, "disk store %s is in use by another process", path);
         return KVT_ERR_EXISTS;
     }
-    snprintf(err, errlen, "disk store %s: flock: %s", path, strerror(errno));
+    kvt_errf(err, errlen, "disk store %s: flock: %s", path, strerror(errno));
     return KVT_ERR_IO;
 }
 
 static kvt_status_t open_failed(const char *path, int e, char *err, size_t errlen)
 {
     if (e == EINVAL) {
-        snprintf(err, errlen, "disk store %s: the file system does not support O_DIRECT", path);
+        kvt_errf(err, errlen, "disk store %s: the file system does not support O_DIRECT", path);
         return KVT_ERR_IO;
     }
-    snprintf(err, errlen, "disk store %s: open: %s", path, strerror(e));
+    kvt_errf(err, errlen, "disk store %s: open: %s", path, strerror(e));
     return KVT_ERR_IO;
 }
 
@@ -177,7 +178,7 @@ static kvt_status_t sync_dir(const char *path, char *err, size_t errlen)
     snprintf(dir, sizeof(dir), "%s", path);
     int dfd = open(dirname(dir), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     if (dfd < 0 || fsync(dfd) != 0) {
-        snprintf(err, errlen, "disk store %s: syncing its directory: %s", path, strerror(errno));
+        kvt_errf(err, errlen, "disk store %s: syncing its directory: %s", path, strerror(errno));
         if (dfd >= 0)
             close(dfd);
         return KVT_ERR_IO;
@@ -198,12 +199,12 @@ static kvt_status_t create_file(kvt_disk_t *d, const kvt_disk_cfg_t *cfg, uint8_
 {
     const char *path = cfg->path;
     if (cfg->bytes == 0) {
-        snprintf(err, errlen, "disk store %s does not exist and no size was given to create it",
+        kvt_errf(err, errlen, "disk store %s does not exist and no size was given to create it",
                  path);
         return KVT_ERR_INVAL;
     }
     if (cfg->bytes < (uint64_t)KVT_DISK_HEADER + cfg->slot_bytes) {
-        snprintf(err, errlen,
+        kvt_errf(err, errlen,
                  "disk store %s: %llu bytes is too small for one slot (%u bytes and a %u-byte "
                  "header)",
                  path, (unsigned long long)cfg->bytes, cfg->slot_bytes, KVT_DISK_HEADER);
@@ -213,7 +214,7 @@ static kvt_status_t create_file(kvt_disk_t *d, const kvt_disk_cfg_t *cfg, uint8_
     if (d->fd < 0 && errno == EEXIST) /* another creator got there between stat and open */
         return open_file(d, cfg, hdr, err, errlen);
     if (d->fd < 0) {
-        snprintf(err, errlen, "disk store %s: cannot create it: %s", path, strerror(errno));
+        kvt_errf(err, errlen, "disk store %s: cannot create it: %s", path, strerror(errno));
         return KVT_ERR_IO;
     }
     d->created = true;
@@ -231,10 +232,10 @@ static kvt_status_t create_file(kvt_disk_t *d, const kvt_disk_cfg_t *cfg, uint8_
     if (fallocate(d->fd, 0, 0, (off_t)bytes) != 0) {
         int e = errno;
         if (e == EOPNOTSUPP) {
-            snprintf(err, errlen, "disk store %s: the file system cannot preallocate", path);
+            kvt_errf(err, errlen, "disk store %s: the file system cannot preallocate", path);
             st = KVT_ERR_IO;
         } else {
-            snprintf(err, errlen, "disk store %s: preallocating %llu bytes: %s", path,
+            kvt_errf(err, errlen, "disk store %s: preallocating %llu bytes: %s", path,
                      (unsigned long long)bytes, strerror(e));
             st = e == ENOSPC || e == EFBIG ? KVT_ERR_NO_SPACE : KVT_ERR_IO;
         }
@@ -263,7 +264,7 @@ static kvt_status_t open_file(kvt_disk_t *d, const kvt_disk_cfg_t *cfg, uint8_t 
     const char *path = cfg->path;
     d->fd = open(path, O_RDWR | O_DIRECT | O_CLOEXEC | O_NOFOLLOW);
     if (d->fd < 0 && errno == ELOOP) {
-        snprintf(err, errlen, "disk store %s is a symbolic link: give the file's own path", path);
+        kvt_errf(err, errlen, "disk store %s is a symbolic link: give the file's own path", path);
         return KVT_ERR_INVAL;
     }
     if (d->fd < 0)
@@ -271,12 +272,12 @@ static kvt_status_t open_file(kvt_disk_t *d, const kvt_disk_cfg_t *cfg, uint8_t 
     struct stat st;
     kvt_status_t s;
     if (fstat(d->fd, &st) != 0) {
-        snprintf(err, errlen, "disk store %s: fstat: %s", path, strerror(errno));
+        kvt_errf(err, errlen, "disk store %s: fstat: %s", path, strerror(errno));
         s = KVT_ERR_IO;
         goto err_close;
     }
     if (!S_ISREG(st.st_mode)) { /* replaced since stat() */
-        snprintf(err, errlen, "disk store %s is not a regular file", path);
+        kvt_errf(err, errlen, "disk store %s is not a regular file", path);
         s = KVT_ERR_INVAL;
         goto err_close;
     }
@@ -285,7 +286,7 @@ static kvt_status_t open_file(kvt_disk_t *d, const kvt_disk_cfg_t *cfg, uint8_t 
         goto err_close;
     s = hdr_load(d, path, hdr, (uint64_t)st.st_size, err, errlen);
     if (s == KVT_ERR_NOT_FOUND) {
-        snprintf(err, errlen, "%s is not a kvtier store; refusing to touch it", path);
+        kvt_errf(err, errlen, "%s is not a kvtier store; refusing to touch it", path);
         s = KVT_ERR_EXISTS;
     }
     if (s != KVT_OK)
@@ -311,7 +312,7 @@ static kvt_status_t open_device(kvt_disk_t *d, const kvt_disk_cfg_t *cfg, uint8_
     /* O_EXCL on a block device: EBUSY while it is mounted or held exclusively */
     d->fd = open(path, O_RDWR | O_DIRECT | O_CLOEXEC | O_EXCL);
     if (d->fd < 0 && errno == EBUSY) {
-        snprintf(err, errlen, "disk store %s is in use (mounted, or held by another program)",
+        kvt_errf(err, errlen, "disk store %s is in use (mounted, or held by another program)",
                  path);
         return KVT_ERR_EXISTS;
     }
@@ -320,12 +321,12 @@ static kvt_status_t open_device(kvt_disk_t *d, const kvt_disk_cfg_t *cfg, uint8_
     uint64_t size = 0;
     kvt_status_t s;
     if (ioctl(d->fd, BLKGETSIZE64, &size) != 0) {
-        snprintf(err, errlen, "disk store %s: BLKGETSIZE64: %s", path, strerror(errno));
+        kvt_errf(err, errlen, "disk store %s: BLKGETSIZE64: %s", path, strerror(errno));
         s = KVT_ERR_IO;
         goto err_close;
     }
     if (size < (uint64_t)KVT_DISK_HEADER + d->slot_bytes) {
-        snprintf(err, errlen, "disk store %s: the device's %llu bytes are too small for one slot",
+        kvt_errf(err, errlen, "disk store %s: the device's %llu bytes are too small for one slot",
                  path, (unsigned long long)size);
         s = KVT_ERR_NO_SPACE;
         goto err_close;
@@ -342,7 +343,7 @@ static kvt_status_t open_device(kvt_disk_t *d, const kvt_disk_cfg_t *cfg, uint8_
                          d->slot_bytes);
         }
     } else if (s == KVT_ERR_NOT_FOUND) {
-        snprintf(err, errlen,
+        kvt_errf(err, errlen,
                  "device %s has no kvtier header; refusing to touch it (a device is formatted "
                  "only when asked to)",
                  path);
@@ -365,14 +366,14 @@ static kvt_status_t open_store(kvt_disk_t *d, const kvt_disk_cfg_t *cfg, uint8_t
     if (stat(cfg->path, &st) != 0) {
         if (errno == ENOENT)
             return create_file(d, cfg, hdr, err, errlen);
-        snprintf(err, errlen, "disk store %s: %s", cfg->path, strerror(errno));
+        kvt_errf(err, errlen, "disk store %s: %s", cfg->path, strerror(errno));
         return KVT_ERR_IO;
     }
     if (S_ISREG(st.st_mode))
         return open_file(d, cfg, hdr, err, errlen);
     if (S_ISBLK(st.st_mode))
         return open_device(d, cfg, hdr, err, errlen);
-    snprintf(err, errlen, "disk store %s is %s", cfg->path,
+    kvt_errf(err, errlen, "disk store %s is %s", cfg->path,
              S_ISDIR(st.st_mode) ? "a directory" : "not a regular file or block device");
     return KVT_ERR_INVAL;
 }
@@ -388,7 +389,7 @@ static kvt_status_t ring_init(kvt_disk_t *d, const kvt_disk_cfg_t *cfg, char *er
         rc = io_uring_queue_init_params(cfg->io_depth, &d->ring, &p);
     }
     if (rc < 0) {
-        snprintf(err, errlen, "disk store %s: io_uring unavailable: %s", cfg->path, strerror(-rc));
+        kvt_errf(err, errlen, "disk store %s: io_uring unavailable: %s", cfg->path, strerror(-rc));
         return KVT_ERR_IO;
     }
     const char *what = "registering the file";
@@ -412,24 +413,24 @@ err_efd:
     d->efd = -1;
 err_ring:
     io_uring_queue_exit(&d->ring);
-    snprintf(err, errlen, "disk store %s: io_uring %s: %s", cfg->path, what, strerror(-rc));
+    kvt_errf(err, errlen, "disk store %s: io_uring %s: %s", cfg->path, what, strerror(-rc));
     return KVT_ERR_IO;
 }
 
 kvt_status_t kvt_disk_open(const kvt_disk_cfg_t *cfg, kvt_disk_t **disk_p, char *err, size_t errlen)
 {
     if (cfg == NULL || cfg->path == NULL || cfg->path[0] == '\0' || strlen(cfg->path) >= PATH_MAX) {
-        snprintf(err, errlen, "disk store: no path, or one too long");
+        kvt_errf(err, errlen, "disk store: no path, or one too long");
         return KVT_ERR_INVAL;
     }
     if (cfg->slot_bytes == 0 || cfg->slot_bytes % DISK_ALIGN != 0 ||
         cfg->slot_bytes > DISK_SLOT_MAX) {
-        snprintf(err, errlen, "disk store %s: slot size %u is not a multiple of %u up to %u",
+        kvt_errf(err, errlen, "disk store %s: slot size %u is not a multiple of %u up to %u",
                  cfg->path, cfg->slot_bytes, DISK_ALIGN, DISK_SLOT_MAX);
         return KVT_ERR_INVAL;
     }
     if (cfg->io_depth == 0 || cfg->io_depth > DISK_DEPTH_MAX) {
-        snprintf(err, errlen, "disk store %s: io depth %u is not in 1..%u", cfg->path,
+        kvt_errf(err, errlen, "disk store %s: io depth %u is not in 1..%u", cfg->path,
                  cfg->io_depth, DISK_DEPTH_MAX);
         return KVT_ERR_INVAL;
     }
@@ -437,7 +438,7 @@ kvt_status_t kvt_disk_open(const kvt_disk_cfg_t *cfg, kvt_disk_t **disk_p, char 
     void *hdr = NULL;
     if (d == NULL || posix_memalign(&hdr, DISK_ALIGN, KVT_DISK_HEADER) != 0) {
         free(d);
-        snprintf(err, errlen, "disk store %s: out of memory", cfg->path);
+        kvt_errf(err, errlen, "disk store %s: out of memory", cfg->path);
         return KVT_ERR_NO_MEM;
     }
     d->fd = -1;
@@ -487,11 +488,11 @@ static int reg_index(const kvt_disk_t *d, const uint8_t *buf, uint32_t len)
 kvt_status_t kvt_disk_register(kvt_disk_t *d, void *base, uint64_t len, char *err, size_t errlen)
 {
     if (d->nregs != 0) {
-        snprintf(err, errlen, "disk store: buffers are registered already");
+        kvt_errf(err, errlen, "disk store: buffers are registered already");
         return KVT_ERR_INVAL;
     }
     if (base == NULL || len == 0 || (uintptr_t)base % DISK_ALIGN != 0) {
-        snprintf(err, errlen, "disk store: buffers to register must be %u-aligned and not empty",
+        kvt_errf(err, errlen, "disk store: buffers to register must be %u-aligned and not empty",
                  DISK_ALIGN);
         return KVT_ERR_INVAL;
     }
@@ -500,13 +501,13 @@ kvt_status_t kvt_disk_register(kvt_disk_t *d, void *base, uint64_t len, char *er
         step = DISK_REG_CHUNK - d->slot_bytes;
     uint64_t n = len <= DISK_REG_CHUNK ? 1 : 1 + (len - DISK_REG_CHUNK + step - 1) / step;
     if (n > DISK_REG_MAX) {
-        snprintf(err, errlen, "disk store: %llu bytes of buffers is more than io_uring registers",
+        kvt_errf(err, errlen, "disk store: %llu bytes of buffers is more than io_uring registers",
                  (unsigned long long)len);
         return KVT_ERR_TOO_BIG;
     }
     struct iovec *iov = calloc(n, sizeof(*iov));
     if (iov == NULL) {
-        snprintf(err, errlen, "disk store: out of memory");
+        kvt_errf(err, errlen, "disk store: out of memory");
         return KVT_ERR_NO_MEM;
     }
     for (uint64_t i = 0; i < n; i++) {
@@ -517,7 +518,7 @@ kvt_status_t kvt_disk_register(kvt_disk_t *d, void *base, uint64_t len, char *er
     int rc = io_uring_register_buffers(&d->ring, iov, (unsigned)n);
     free(iov);
     if (rc < 0) {
-        snprintf(err, errlen, "disk store: registering %llu bytes of buffers with io_uring: %s%s",
+        kvt_errf(err, errlen, "disk store: registering %llu bytes of buffers with io_uring: %s%s",
                  (unsigned long long)len, strerror(-rc),
                  rc == -ENOMEM ? " (is the locked-memory limit, ulimit -l, too low?)" : "");
         return rc == -ENOMEM ? KVT_ERR_NO_MEM : KVT_ERR_IO;

@@ -21,6 +21,7 @@
 #include <xxhash.h>
 
 #include "common/bytes.h"
+#include "common/errtext.h"
 #include "common/grow.h"
 #include "common/log.h"
 
@@ -122,17 +123,17 @@ static kvt_status_t meta_mkdir(const char *dir, char *err, size_t errlen)
         return KVT_OK;
     int e = errno;
     if (e != EEXIST) {
-        snprintf(err, errlen, "cannot create data dir %s: %s%s", dir, strerror(e),
+        kvt_errf(err, errlen, "cannot create data dir %s: %s%s", dir, strerror(e),
                  e == ENOENT ? " (its parent is missing)" : "");
         return KVT_ERR_IO;
     }
     struct stat st;
     if (stat(dir, &st) != 0) {
-        snprintf(err, errlen, "data dir %s: %s", dir, strerror(errno));
+        kvt_errf(err, errlen, "data dir %s: %s", dir, strerror(errno));
         return KVT_ERR_IO;
     }
     if (!S_ISDIR(st.st_mode)) {
-        snprintf(err, errlen, "data dir %s is not a directory", dir);
+        kvt_errf(err, errlen, "data dir %s is not a directory", dir);
         return KVT_ERR_IO;
     }
     return KVT_OK;
@@ -215,7 +216,7 @@ static kvt_status_t ns_load(kvt_meta_t *m, const char *dir, char *err, size_t er
         char *name = malloc(vl + 1);
         if (name == NULL || (st = ns_reserve(m)) != KVT_OK) {
             free(name);
-            snprintf(err, errlen, "data dir %s: out of memory loading namespaces", dir);
+            kvt_errf(err, errlen, "data dir %s: out of memory loading namespaces", dir);
             st = KVT_ERR_NO_MEM;
             goto out;
         }
@@ -226,7 +227,7 @@ static kvt_status_t ns_load(kvt_meta_t *m, const char *dir, char *err, size_t er
     char *e = NULL;
     rocksdb_iter_get_error(it, &e);
     if (e != NULL) {
-        snprintf(err, errlen, "data dir %s: reading namespaces: %s", dir, e);
+        kvt_errf(err, errlen, "data dir %s: reading namespaces: %s", dir, e);
         rocksdb_free(e);
         st = KVT_ERR_IO;
     }
@@ -244,7 +245,7 @@ static kvt_status_t store_check(kvt_meta_t *m, const kvt_meta_cfg_t *cfg, char *
     size_t vl = 0;
     char *v = rocksdb_get(m->db, m->rget, "s", 1, &vl, &e);
     if (e != NULL) {
-        snprintf(err, errlen, "data dir %s: reading the store record: %s", cfg->dir, e);
+        kvt_errf(err, errlen, "data dir %s: reading the store record: %s", cfg->dir, e);
         rocksdb_free(e);
         return KVT_ERR_IO;
     }
@@ -254,11 +255,11 @@ static kvt_status_t store_check(kvt_meta_t *m, const kvt_meta_cfg_t *cfg, char *
         const uint8_t *p = (const uint8_t *)v;
         kvt_status_t st = KVT_OK;
         if (vl != META_STORE_VAL_BYTES || p[0] != META_VERSION) {
-            snprintf(err, errlen, "data dir %s: the store record is malformed (%zu bytes)",
+            kvt_errf(err, errlen, "data dir %s: the store record is malformed (%zu bytes)",
                      cfg->dir, vl);
             st = KVT_ERR_INTERNAL;
         } else if (memcmp(p, want, sizeof(want)) != 0) {
-            snprintf(err, errlen,
+            kvt_errf(err, errlen,
                      "data dir %s holds the metadata of another disk store (store %016" PRIx64
                      ", %" PRIu64 " slots of %" PRIu64 " bytes; this disk: store %016" PRIx64
                      ", %" PRIu32 " slots of %" PRIu32 " bytes): remove the data dir, or point "
@@ -281,7 +282,7 @@ static kvt_status_t store_check(kvt_meta_t *m, const kvt_meta_cfg_t *cfg, char *
     rocksdb_writebatch_put(m->batch, "s", 1, (const char *)want, sizeof(want));
     rocksdb_write(m->db, m->wsync, m->batch, &e);
     if (e != NULL) {
-        snprintf(err, errlen, "data dir %s: writing the store record: %s", cfg->dir, e);
+        kvt_errf(err, errlen, "data dir %s: writing the store record: %s", cfg->dir, e);
         rocksdb_free(e);
         return KVT_ERR_IO;
     }
@@ -291,7 +292,7 @@ static kvt_status_t store_check(kvt_meta_t *m, const kvt_meta_cfg_t *cfg, char *
 kvt_status_t kvt_meta_open(const kvt_meta_cfg_t *cfg, kvt_meta_t **meta_p, char *err, size_t errlen)
 {
     if (cfg->dir == NULL || cfg->dir[0] == '\0') {
-        snprintf(err, errlen, "no data dir given");
+        kvt_errf(err, errlen, "no data dir given");
         return KVT_ERR_INVAL;
     }
     kvt_status_t st = meta_mkdir(cfg->dir, err, errlen);
@@ -299,7 +300,7 @@ kvt_status_t kvt_meta_open(const kvt_meta_cfg_t *cfg, kvt_meta_t **meta_p, char 
         return st;
     kvt_meta_t *m = calloc(1, sizeof(*m));
     if (m == NULL) {
-        snprintf(err, errlen, "data dir %s: out of memory", cfg->dir);
+        kvt_errf(err, errlen, "data dir %s: out of memory", cfg->dir);
         return KVT_ERR_NO_MEM;
     }
     m->opts = rocksdb_options_create();
@@ -322,9 +323,9 @@ kvt_status_t kvt_meta_open(const kvt_meta_cfg_t *cfg, kvt_meta_t **meta_p, char 
     if (e != NULL) {
         st = meta_open_status(e);
         if (st == KVT_ERR_EXISTS)
-            snprintf(err, errlen, "data dir %s is in use by another kvtierd (%s)", cfg->dir, e);
+            kvt_errf(err, errlen, "data dir %s is in use by another kvtierd (%s)", cfg->dir, e);
         else
-            snprintf(err, errlen, "data dir %s: cannot open its metadata: %s", cfg->dir, e);
+            kvt_errf(err, errlen, "data dir %s: cannot open its metadata: %s", cfg->dir, e);
         rocksdb_free(e);
         m->db = NULL;
         goto err_meta;
@@ -362,7 +363,7 @@ kvt_status_t kvt_meta_ns(kvt_meta_t *m, const char *name, size_t len, uint32_t *
                          size_t errlen)
 {
     if (len == 0 || len > KVT_META_NS_MAX) {
-        snprintf(err, errlen, "namespace name of %zu bytes: must be 1..%u", len, KVT_META_NS_MAX);
+        kvt_errf(err, errlen, "namespace name of %zu bytes: must be 1..%u", len, KVT_META_NS_MAX);
         return KVT_ERR_INVAL;
     }
     uint64_t h = XXH3_64bits(name, len);
@@ -372,13 +373,13 @@ kvt_status_t kvt_meta_ns(kvt_meta_t *m, const char *name, size_t len, uint32_t *
         return KVT_OK;
     }
     if (m->ns_max == UINT32_MAX) {
-        snprintf(err, errlen, "no namespace id left");
+        kvt_errf(err, errlen, "no namespace id left");
         return KVT_ERR_NO_SPACE;
     }
     char *copy = malloc(len + 1);
     if (copy == NULL || ns_reserve(m) != KVT_OK) {
         free(copy);
-        snprintf(err, errlen, "out of memory adding a namespace");
+        kvt_errf(err, errlen, "out of memory adding a namespace");
         return KVT_ERR_NO_MEM;
     }
     memcpy(copy, name, len);
@@ -389,7 +390,7 @@ kvt_status_t kvt_meta_ns(kvt_meta_t *m, const char *name, size_t len, uint32_t *
     char *e = NULL;
     rocksdb_put(m->db, m->wsync, (const char *)key, sizeof(key), name, len, &e);
     if (e != NULL) {
-        snprintf(err, errlen, "writing namespace %" PRIu32 ": %s", id, e);
+        kvt_errf(err, errlen, "writing namespace %" PRIu32 ": %s", id, e);
         rocksdb_free(e);
         free(copy);
         return KVT_ERR_IO;
@@ -440,7 +441,7 @@ kvt_status_t kvt_meta_write(kvt_meta_t *m, const kvt_meta_rec_t *put, size_t npu
     char *e = NULL;
     rocksdb_write(m->db, m->wsync, m->batch, &e);
     if (e != NULL) {
-        snprintf(err, errlen, "writing %zu block records: %s", nput + ndel, e);
+        kvt_errf(err, errlen, "writing %zu block records: %s", nput + ndel, e);
         rocksdb_free(e);
         return KVT_ERR_IO;
     }
@@ -468,7 +469,7 @@ kvt_status_t kvt_meta_scan(kvt_meta_t *m, bool (*fn)(void *arg, const kvt_meta_r
     rocksdb_iter_get_error(it, &e);
     rocksdb_iter_destroy(it);
     if (e != NULL) {
-        snprintf(err, errlen, "reading block records: %s", e);
+        kvt_errf(err, errlen, "reading block records: %s", e);
         rocksdb_free(e);
         return KVT_ERR_IO;
     }

@@ -25,6 +25,7 @@
 #endif
 
 #include "common/clock.h"
+#include "common/errtext.h"
 #include "common/grow.h"
 #include "common/log.h"
 #include "tiers/store_int.h"
@@ -413,7 +414,7 @@ static kvt_status_t restore(kvt_tier_t *t, char *err, size_t errlen)
     uint64_t t0 = kvt_clock_ns();
     kvt_status_t st = kvt_meta_scan(t->meta, restore_one, &r, &bad, err, errlen);
     if (st == KVT_OK && r.oom) {
-        snprintf(err, errlen, "out of memory restoring the store");
+        kvt_errf(err, errlen, "out of memory restoring the store");
         st = KVT_ERR_NO_MEM;
     }
     t->st.restore_bad += bad;
@@ -472,17 +473,17 @@ kvt_status_t kvt_tier_open(const kvt_tier_cfg_t *cfg, kvt_tier_t **tier_p, char 
     if (errlen > 0)
         err[0] = '\0';
     if (cfg->block_bytes == 0 || cfg->ram_bytes == 0) {
-        snprintf(err, errlen, "the RAM tier needs a block size and a size above 0");
+        kvt_errf(err, errlen, "the RAM tier needs a block size and a size above 0");
         return KVT_ERR_INVAL;
     }
     bool disk = cfg->disk_path != NULL && cfg->disk_path[0] != '\0';
     if (disk && (cfg->data_dir == NULL || cfg->data_dir[0] == '\0')) {
-        snprintf(err, errlen, "an NVMe tier needs a data dir for its metadata");
+        kvt_errf(err, errlen, "an NVMe tier needs a data dir for its metadata");
         return KVT_ERR_INVAL;
     }
     kvt_tier_t *t = calloc(1, sizeof(*t));
     if (t == NULL) {
-        snprintf(err, errlen, "out of memory");
+        kvt_errf(err, errlen, "out of memory");
         return KVT_ERR_NO_MEM;
     }
     t->wake_fd = -1;
@@ -494,7 +495,7 @@ kvt_status_t kvt_tier_open(const kvt_tier_cfg_t *cfg, kvt_tier_t **tier_p, char 
     t->disk_path = dup_or_empty(cfg->disk_path);
     t->data_dir = dup_or_empty(cfg->data_dir);
     if (t->arena_name == NULL || t->disk_path == NULL || t->data_dir == NULL) {
-        snprintf(err, errlen, "out of memory");
+        kvt_errf(err, errlen, "out of memory");
         tier_free(t);
         return KVT_ERR_NO_MEM;
     }
@@ -536,14 +537,14 @@ kvt_status_t kvt_tier_open(const kvt_tier_cfg_t *cfg, kvt_tier_t **tier_p, char 
             goto err_free;
         st = kvt_admit_new((kvt_admit_kind_t)cfg->admit, disk_slots, &t->admit);
         if (st != KVT_OK) {
-            snprintf(err, errlen, "out of memory for the admission filter");
+            kvt_errf(err, errlen, "out of memory for the admission filter");
             goto err_free;
         }
     }
     if (kvt_slots_init(&t->ram_slots, t->arena.nslots) != KVT_OK ||
         kvt_slots_init(&t->disk_slots, disk_slots) != KVT_OK ||
         tmap_init(&t->map, t->arena.nslots + disk_slots) != KVT_OK) {
-        snprintf(err, errlen, "out of memory for %u RAM and %u disk slots", t->arena.nslots,
+        kvt_errf(err, errlen, "out of memory for %u RAM and %u disk slots", t->arena.nslots,
                  disk_slots);
         st = KVT_ERR_NO_MEM;
         goto err_free;
@@ -560,20 +561,20 @@ kvt_status_t kvt_tier_open(const kvt_tier_cfg_t *cfg, kvt_tier_t **tier_p, char 
     }
     t->wake_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
     if (t->wake_fd < 0) {
-        snprintf(err, errlen, "eventfd: %s", strerror(errno));
+        kvt_errf(err, errlen, "eventfd: %s", strerror(errno));
         st = KVT_ERR_IO;
         goto err_free;
     }
     t->get_sess = kvt_tier_sess_open(t);
     if (t->get_sess == NULL) {
-        snprintf(err, errlen, "out of memory");
+        kvt_errf(err, errlen, "out of memory");
         st = KVT_ERR_NO_MEM;
         goto err_free;
     }
     {
         int rc = pthread_create(&t->io_thread, NULL, tier_io_main, t);
         if (rc != 0) {
-            snprintf(err, errlen, "starting the i/o thread: %s", strerror(rc));
+            kvt_errf(err, errlen, "starting the i/o thread: %s", strerror(rc));
             st = KVT_ERR_IO;
             goto err_free;
         }
