@@ -32,6 +32,7 @@
 #include "server/api.h"
 #include "server/auth.h"
 #include "server/conn.h"
+#include "server/conn_int.h"
 #include "server/http.h"
 #include "server/listen.h"
 #include "server/mailbox.h"
@@ -39,32 +40,9 @@
 #include "server/routes.h"
 #include "server/writer.h"
 
-struct kvt_srv_conn {
-    kvt_srv_worker_t *w;
-    struct bufferevent *bev; /* NULL once closed */
-    struct event *deadline;  /* request timeout */
-    struct event *rd;        /* readable socket, or idle timeout: reads are ours, not libevent's */
-    enum srv_proto proto;
-    int refs;         /* the socket's, plus one per job at the writer */
-    bool in_request;  /* the deadline runs: a request is incomplete, or its error answer pending */
-    bool busy;        /* HTTP: a request waits for the writer */
-    bool close_after; /* close once the output is flushed */
-    bool sent_continue;  /* HTTP: "100 Continue" sent for the current request */
-    bool authed;         /* RPC: HELLO carried the token */
-    bool paused;         /* reads off: output backed up or too many jobs in flight */
-    bool writing;        /* output left over: the bufferevent's write event is on */
-    bool probe;          /* HTTP, in the probe reserve: /healthz and /readyz only, then close */
-    uint64_t timeout_ms; /* the request deadline of this connection */
-    size_t read_high;    /* input bytes buffered at most (the read high watermark) */
-    uint32_t inflight;   /* RPC jobs at the writer */
-    bool keep_alive;     /* HTTP: of the request waiting for the writer */
-    kvt_srv_conn_t *prev, *next;
-};
-
 static void conn_read_cb(struct bufferevent *bev, void *arg);
-static void http_error(kvt_srv_conn_t *c, int status, const char *msg, bool keep_alive);
 
-static void conn_unref(kvt_srv_conn_t *c)
+void conn_unref(kvt_srv_conn_t *c)
 {
     if (--c->refs > 0)
         return;
@@ -122,13 +100,13 @@ static size_t conn_unsent(const kvt_srv_conn_t *c)
 }
 
 /* Past the budget: answer nothing more (the readers stop) until the client reads. */
-static bool conn_backed_up(const kvt_srv_conn_t *c)
+bool conn_backed_up(const kvt_srv_conn_t *c)
 {
     return conn_unsent(c) > c->w->srv->cfg.conn_buffer;
 }
 
 /* Output backed up beyond the per-connection budget: stop reading until it drains. */
-static void conn_update_reading(kvt_srv_conn_t *c)
+void conn_update_reading(kvt_srv_conn_t *c)
 {
     if (c->bev == NULL)
         return;
@@ -150,7 +128,7 @@ static void conn_update_reading(kvt_srv_conn_t *c)
  * remainder (a full socket buffer) turns the bufferevent's write event on, so
  * the usual answer costs no epoll_ctl and no copy.
  */
-static void conn_flush(kvt_srv_conn_t *c)
+void conn_flush(kvt_srv_conn_t *c)
 {
     kvt_srv_worker_t *w = c->w;
     if (w->rpc_owner == c) {
@@ -300,7 +278,7 @@ static void deadline_cb(evutil_socket_t fd, short what, void *arg)
  * pending): a request read whole and answered in one callback never arms it,
  * which spares a pipelined stream two timer operations per request.
  */
-static void request_started(kvt_srv_conn_t *c)
+void request_started(kvt_srv_conn_t *c)
 {
     if (c->in_request)
         return;
@@ -310,48 +288,13 @@ static void request_started(kvt_srv_conn_t *c)
     event_add(c->deadline, &tv);
 }
 
-static void request_finished(kvt_srv_conn_t *c)
+void request_finished(kvt_srv_conn_t *c)
 {
     c->sent_continue = false;
     if (c->in_request) {
         c->in_request = false;
         event_del(c->deadline);
     }
-}
-
-/* ---- HTTP ------------------------------------------------------------------------ */
-
-/* The status line and headers of an answer with a @len-byte body. */
-static void http_head(kvt_srv_conn_t *c, int status, const char *ctype, size_t len, bool keep_alive)
-{
-    struct evbuffer *out = bufferevent_get_output(c->bev);
-    /* the head without printf: it is on every answer's path */
-    const char *reason = kvt_http_reason(status);
-    /* both are kvtierd's own constants, far shorter than this (the cap only bounds h) */
-    size_t rl = strnlen(reason, 80), cl = strnlen(ctype, 80);
-    char h[80 + 80 + 96];
-    char *o = KVT_JSON_PUT_LIT(h, "HTTP/1.1 ");
-    o = kvt_json_put_u64(o, (uint64_t)status);
-    *o++ = ' ';
-    o = kvt_json_put_raw(o, reason, rl);
-    o = KVT_JSON_PUT_LIT(o, "\r\nContent-Type: ");
-    o = kvt_json_put_raw(o, ctype, cl);
-    o = KVT_JSON_PUT_LIT(o, "\r\nContent-Length: ");
-    o = kvt_json_put_u64(o, len);
-    o = keep_alive ? KVT_JSON_PUT_LIT(o, "\r\n\r\n")
-                   : KVT_JSON_PUT_LIT(o, "\r\nConnection: close\r\n\r\n");
-    evbuffer_add(out, h, (size_t)(o - h));
-    if (!keep_alive)
-        c->close_after = true;
-}
-
-static void http_respond(kvt_srv_conn_t *c, int status, const char *ctype, const char *body,
-                         size_t len, bool keep_alive)
-{
-    if (c->bev == NULL)
-        return;
-    http_head(c, status, ctype, len, keep_alive);
-    evbuffer_add(bufferevent_get_output(c->bev), body, len);
 }
 
 /* libevent is done sending a shared body: drop the output buffer's reference. */
@@ -367,7 +310,7 @@ static void blob_sent_cb(const void *data, size_t len, void *arg)
  * without copying it. Should libevent fail to take the reference, a copy; and
  * if that fails too, the connection ends after what was queued.
  */
-static void conn_add_blob(kvt_srv_conn_t *c, srv_blob_t *b)
+void conn_add_blob(kvt_srv_conn_t *c, srv_blob_t *b)
 {
     struct evbuffer *out = bufferevent_get_output(c->bev);
     if (evbuffer_add_reference(out, b->data, b->len, blob_sent_cb, b) == 0)
@@ -377,50 +320,9 @@ static void conn_add_blob(kvt_srv_conn_t *c, srv_blob_t *b)
     srv_blob_unref(b);
 }
 
-/* A 200 answer whose body is shared body @b (takes the caller's reference). */
-static void http_respond_blob(kvt_srv_conn_t *c, const char *ctype, srv_blob_t *b, bool keep_alive)
-{
-    if (c->bev == NULL) {
-        srv_blob_unref(b);
-        return;
-    }
-    http_head(c, 200, ctype, b->len, keep_alive);
-    conn_add_blob(c, b);
-}
-
-static void http_json(kvt_srv_conn_t *c, int status, const kvt_jbuf_t *b, bool keep_alive)
-{
-    if (b->oom) {
-        static const char oom[] = "{\"error\":\"out of memory\"}";
-        http_respond(c, 503, "application/json", oom, sizeof(oom) - 1, keep_alive);
-        return;
-    }
-    http_respond(c, status, "application/json", b->buf, b->len, keep_alive);
-}
-
-static void http_error(kvt_srv_conn_t *c, int status, const char *msg, bool keep_alive)
-{
-    kvt_jbuf_t *b = &c->w->out;
-    kvt_jbuf_reset(b);
-    kvt_jbuf_cstr(b, "{\"error\":");
-    kvt_jbuf_str(b, msg, strlen(msg));
-    kvt_jbuf_cstr(b, "}");
-    http_json(c, status, b, keep_alive);
-}
-
-static bool http_authorized(kvt_srv_conn_t *c, const kvt_http_req_t *r)
-{
-    kvt_srv_t *srv = c->w->srv;
-    if (srv->auth_token == NULL)
-        return true;
-    if (r->auth == NULL || r->auth_len < 7 || strncasecmp(r->auth, "Bearer ", 7) != 0)
-        return false;
-    return srv_auth_ok(srv, r->auth + 7, r->auth_len - 7);
-}
-
 /* Posts @job (from a route that writes) to the writer; the connection lives until the answer. */
-static kvt_status_t conn_post_job(kvt_srv_conn_t *c, const srv_route_t *rt, srv_job_t *job,
-                                  uint64_t req_id, uint64_t t0)
+kvt_status_t conn_post_job(kvt_srv_conn_t *c, const srv_route_t *rt, srv_job_t *job,
+                           uint64_t req_id, uint64_t t0)
 {
     job->conn = c;
     job->req_id = req_id;
@@ -434,309 +336,6 @@ static kvt_status_t conn_post_job(kvt_srv_conn_t *c, const srv_route_t *rt, srv_
         srv_job_free(job);
     }
     return st;
-}
-
-/*
- * Routes one complete request through the route table and sends what its
- * handler left. Returns the call (for metrics) and its status via *status_p,
- * or -1 in *status_p when the answer comes later from the writer.
- */
-static enum srv_call http_dispatch(kvt_srv_conn_t *c, const kvt_http_req_t *r, const char *body,
-                                   uint64_t t0, int *status_p)
-{
-    kvt_srv_worker_t *w = c->w;
-    bool ka = r->keep_alive && !c->probe; /* the probe reserve serves one probe per connection */
-    const srv_route_t *rt = srv_route_http(r->path, r->path_len);
-    enum srv_call call = rt ? rt->call : CALL_OTHER;
-    char err[256];
-    srv_req_t rq = {.w = w,
-                    .proto = PROTO_HTTP,
-                    .body = (const uint8_t *)body,
-                    .len = r->body_len,
-                    .err = err,
-                    .errlen = sizeof(err)};
-    srv_result_t res;
-    char name[KVT_IDX_MAX_NAME + 1];
-    if (c->probe && !(rt != NULL && rt->probe && r->method == KVT_HTTP_GET)) {
-        res = (srv_result_t){.out = OUT_ERROR, .status = 503, .msg = "too many connections"};
-    } else if (rt == NULL || rt->http == NULL) {
-        res = (srv_result_t){.out = OUT_ERROR, .status = 404, .msg = "no such path"};
-    } else if (rt->method != SRV_ANY_METHOD && r->method != rt->method) {
-        res = (srv_result_t){.out = OUT_ERROR, .status = 405, .msg = "method not allowed"};
-    } else if (rt->auth && !http_authorized(c, r)) {
-        res =
-            (srv_result_t){.out = OUT_ERROR, .status = 401, .msg = "missing or wrong bearer token"};
-    } else {
-        long n = 0;
-        if (rt->name_what != NULL) {
-            /*
-             * The segment after the route's path is a name, percent-decoded: a
-             * name holding '/', '%', '?', '#', spaces or non-ASCII bytes is sent
-             * escaped (%2F for '/': model names such as meta-llama/Llama-3.1-8B
-             * have one), so any name that can be created can be deleted. A raw
-             * '/' would start another segment: no such path.
-             */
-            size_t at = strlen(rt->path);
-            const char *enc = r->path + at;
-            size_t elen = r->path_len - at;
-            n = memchr(enc, '/', elen) != NULL ? -2
-                                               : kvt_http_pct_decode(enc, elen, name, sizeof(name));
-            rq.name = name;
-        }
-        if (n == -2) {
-            kvt_errf(rq.err, rq.errlen, "no such path (escape a '/' in a %s name as %%2F)",
-                     rt->name_what);
-            res = (srv_result_t){.out = OUT_ERROR, .status = 404, .msg = rq.err};
-        } else if (n < 0) {
-            kvt_errf(rq.err, rq.errlen,
-                     "bad %s name in path: a bad %%-escape, %%00, or over %u bytes", rt->name_what,
-                     KVT_IDX_MAX_NAME);
-            res = (srv_result_t){.out = OUT_ERROR, .status = 400, .msg = rq.err};
-        } else {
-            rt->http(&rq, &res);
-        }
-    }
-    if (res.out == OUT_JOB) {
-        if (conn_post_job(c, rt, res.job, 0, t0) == KVT_OK) {
-            c->busy = true;
-            c->keep_alive = ka;
-            *status_p = -1;
-            return call;
-        }
-        res = (srv_result_t){
-            .out = OUT_ERROR, .status = 503, .msg = "writer queue full or stopping: retry"};
-    }
-    switch (res.out) {
-    case OUT_JSON: http_json(c, res.status, &w->out, ka); break;
-    case OUT_TEXT: http_respond(c, res.status, res.ctype, res.text, res.len, ka); break;
-    case OUT_BLOB: http_respond_blob(c, res.ctype, res.blob, ka); break;
-    default: http_error(c, res.status, res.msg ? res.msg : "internal error", ka); break;
-    }
-    *status_p = res.status;
-    return call;
-}
-
-static void http_read(kvt_srv_conn_t *c)
-{
-    kvt_srv_worker_t *w = c->w;
-    kvt_srv_t *srv = w->srv;
-    struct evbuffer *in = bufferevent_get_input(c->bev);
-    /* answers wait in order: past the output budget, the rest waits for the client to read */
-    while (c->bev != NULL && !c->busy && !c->close_after && !conn_backed_up(c)) {
-        size_t len = evbuffer_get_length(in);
-        if (len == 0)
-            return;
-        uint64_t t0 = kvt_clock_ns();
-        size_t look = len < srv->cfg.max_header ? len : srv->cfg.max_header;
-        const char *p = (const char *)evbuffer_pullup(in, (ssize_t)look);
-        kvt_http_req_t r;
-        int status = 0;
-        char why[128];
-        int got = kvt_http_parse_head(p, look, srv->cfg.max_header, &r, &status, why, sizeof(why));
-        if (got == 0) {
-            request_started(c);
-            return;
-        }
-        if (got < 0) {
-            request_started(c);
-            http_error(c, status, why, false);
-            srv_count(w, PROTO_HTTP, CALL_OTHER, status, t0);
-            break;
-        }
-        if (c->probe && r.body_len > 0) {
-            request_started(c);
-            http_error(c, 503, "too many connections", false); /* probes carry no body */
-            srv_count(w, PROTO_HTTP, CALL_OTHER, 503, t0);
-            break;
-        }
-        if (r.body_len > srv->cfg.max_body) {
-            char msg[96];
-            snprintf(msg, sizeof(msg), "body of %llu bytes is over the limit of %llu",
-                     (unsigned long long)r.body_len, (unsigned long long)srv->cfg.max_body);
-            request_started(c);
-            http_error(c, 413, msg, false); /* the body is not read: the connection ends */
-            srv_count(w, PROTO_HTTP, CALL_OTHER, 413, t0);
-            break;
-        }
-        size_t total = r.head_len + (size_t)r.body_len;
-        if (len < total) {
-            request_started(c);
-            if (r.expect_continue && !c->sent_continue) {
-                evbuffer_add_printf(bufferevent_get_output(c->bev),
-                                    "HTTP/1.1 100 Continue\r\n\r\n");
-                c->sent_continue = true;
-            }
-            return;
-        }
-        p = (const char *)evbuffer_pullup(in, (ssize_t)total);
-        /* the parse result points into the first pullup, which may have moved */
-        kvt_http_parse_head(p, r.head_len, srv->cfg.max_header, &r, &status, NULL, 0);
-        enum srv_call call = http_dispatch(c, &r, p + r.head_len, t0, &status);
-        evbuffer_drain(in, total);
-        request_finished(c);
-        if (status >= 0) /* else the writer answers: srv_conn_job_done() counts it */
-            srv_count(w, PROTO_HTTP, call, status, t0);
-    }
-    conn_update_reading(c);
-}
-
-/* ---- RPC ----------------------------------------------------------------------------- */
-
-/*
- * The worker's answer batch, for @c: answers are encoded straight into it, in
- * order, and conn_flush() sends them. Another connection's pending answers
- * are flushed first, so the batch only ever holds one connection's.
- */
-static kvt_proto_wr_t *rpc_batch(kvt_srv_conn_t *c)
-{
-    kvt_srv_worker_t *w = c->w;
-    if (w->rpc_owner != c) {
-        if (w->rpc_owner != NULL)
-            conn_flush(w->rpc_owner);
-        w->rpc_owner = c;
-    }
-    return &w->rpc_out;
-}
-
-static void rpc_error(kvt_srv_conn_t *c, uint8_t op, uint64_t req_id, kvt_status_t st,
-                      uint16_t http, const char *msg)
-{
-    kvt_proto_err_encode(rpc_batch(c), op, req_id, st, http, msg, msg ? strlen(msg) : 0);
-}
-
-/*
- * An answer frame whose body is shared body @b (takes the caller's
- * reference): the answers batched before it go to the output buffer first,
- * then its header, then the body by reference.
- */
-static void rpc_answer_blob(kvt_srv_conn_t *c, uint8_t op, uint64_t req_id, srv_blob_t *b)
-{
-    kvt_srv_worker_t *w = c->w;
-    if (b->len > KVT_PROTO_MAX_BODY_LIMIT) { /* what every answer is held to (protocol.md) */
-        srv_blob_unref(b);
-        rpc_error(c, op, req_id, KVT_ERR_TOO_BIG, 500, "answer over the frame limit");
-        return;
-    }
-    struct evbuffer *out = bufferevent_get_output(c->bev);
-    if (w->rpc_owner == c && w->rpc_out.len > 0) {
-        evbuffer_add(out, w->rpc_out.buf, w->rpc_out.len);
-        kvt_proto_wr_reset(&w->rpc_out);
-    }
-    kvt_proto_hdr_t h = {KVT_PROTO_VERSION, op, KVT_PROTO_F_RESPONSE, req_id, (uint32_t)b->len};
-    uint8_t hdr[KVT_PROTO_HDR_SIZE];
-    kvt_proto_hdr_encode(&h, hdr);
-    evbuffer_add(out, hdr, sizeof(hdr));
-    conn_add_blob(c, b);
-}
-
-/* Handles one whole frame through the route table; returns the http-like status, or -1 when
- * the writer answers. */
-static int rpc_dispatch(kvt_srv_conn_t *c, const kvt_proto_hdr_t *h, const uint8_t *body,
-                        uint64_t t0, enum srv_call *call_p)
-{
-    kvt_srv_worker_t *w = c->w;
-    kvt_srv_t *srv = w->srv;
-    const srv_route_t *rt = srv_route_rpc(h->op);
-    *call_p = rt ? rt->call : CALL_OTHER;
-    char err[256];
-    srv_req_t rq = {.w = w,
-                    .err = err,
-                    .errlen = sizeof(err),
-                    .proto = PROTO_RPC,
-                    .body = body,
-                    .len = h->body_len,
-                    .req_id = h->req_id,
-                    .op = h->op,
-                    .authed = &c->authed,
-                    .wr = rpc_batch(c)}; /* answers append; a failed encode drops only its frame */
-    srv_result_t res;
-    if (h->flags & KVT_PROTO_F_RESPONSE)
-        res = (srv_result_t){.out = OUT_ERROR,
-                             .status = 400,
-                             .st = KVT_ERR_PROTO,
-                             .msg = "a request must not carry RESPONSE"};
-    else if (rt == NULL || rt->rpc == NULL)
-        res = (srv_result_t){
-            .out = OUT_ERROR, .status = 501, .st = KVT_ERR_UNSUPPORTED, .msg = "unknown opcode"};
-    else if (rt->auth && srv->auth_token != NULL && !c->authed)
-        res = (srv_result_t){.out = OUT_ERROR,
-                             .status = 401,
-                             .st = KVT_ERR_INVAL,
-                             .msg = "say HELLO with the auth token first"};
-    else
-        rt->rpc(&rq, &res);
-    if (res.out == OUT_JOB) {
-        if (conn_post_job(c, rt, res.job, h->req_id, t0) == KVT_OK) {
-            c->inflight++;
-            return -1;
-        }
-        res = (srv_result_t){.out = OUT_ERROR,
-                             .status = 503,
-                             .st = KVT_ERR_LIMIT,
-                             .msg = "writer queue full or stopping: retry"};
-    }
-    if (res.out == OUT_BLOB)
-        rpc_answer_blob(c, h->op, h->req_id, res.blob);
-    else if (res.out == OUT_ERROR)
-        rpc_error(c, h->op, h->req_id, res.st, (uint16_t)res.status,
-                  res.msg ? res.msg : kvt_status_str(res.st));
-    else if (rq.wr->oom) {
-        rpc_error(c, h->op, h->req_id, KVT_ERR_NO_MEM, 503, "out of memory");
-        return 503;
-    }
-    return res.status;
-}
-
-static void rpc_read(kvt_srv_conn_t *c)
-{
-    kvt_srv_worker_t *w = c->w;
-    kvt_srv_t *srv = w->srv;
-    struct evbuffer *in = bufferevent_get_input(c->bev);
-    while (c->bev != NULL && !c->close_after && c->inflight < srv->cfg.rpc_max_inflight &&
-           !conn_backed_up(c)) {
-        size_t len = evbuffer_get_length(in);
-        if (len == 0)
-            return;
-        if (len < KVT_PROTO_HDR_SIZE) {
-            request_started(c);
-            return;
-        }
-        const uint8_t *p = evbuffer_pullup(in, KVT_PROTO_HDR_SIZE);
-        kvt_proto_hdr_t h;
-        char why[128];
-        kvt_status_t st =
-            kvt_proto_hdr_check(p, (uint32_t)srv->cfg.rpc_max_frame, &h, why, sizeof(why));
-        if (st == KVT_ERR_UNSUPPORTED) {
-            kvt_proto_hdr_peek(p, &h); /* valid framing: skip the frame, answer 501 */
-        } else if (st != KVT_OK) {
-            request_started(c);
-            CTR_INC(w->ctr.bad_frames);
-            kvt_proto_hdr_t raw;
-            kvt_proto_hdr_peek(p, &raw);
-            rpc_error(c, raw.op, st == KVT_ERR_TOO_BIG ? raw.req_id : 0, st,
-                      kvt_proto_http_status(st), why);
-            c->close_after = true;
-            srv_count(w, PROTO_RPC, CALL_OTHER, kvt_proto_http_status(st), kvt_clock_ns());
-            break;
-        }
-        size_t total = KVT_PROTO_HDR_SIZE + (size_t)h.body_len;
-        if (len < total) {
-            request_started(c);
-            return;
-        }
-        uint64_t t0 = kvt_clock_ns();
-        p = evbuffer_pullup(in, (ssize_t)total);
-        enum srv_call call;
-        int status = rpc_dispatch(c, &h, p + KVT_PROTO_HDR_SIZE, t0, &call);
-        evbuffer_drain(in, total);
-        request_finished(c);
-        if (status >= 0) /* else the writer answers: srv_conn_job_done() counts it */
-            srv_count(w, PROTO_RPC, call, status, t0);
-        /* a long burst: send what is ready rather than hold it until the burst ends */
-        if (c->bev != NULL && w->rpc_owner == c && w->rpc_out.len >= 16384)
-            conn_flush(c);
-    }
-    conn_update_reading(c);
 }
 
 /* ---- answers from the writer ------------------------------------------------------- */
