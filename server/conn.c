@@ -39,6 +39,7 @@
 #include "server/metrics.h"
 #include "server/routes.h"
 #include "server/writer.h"
+#include "tiers/tiers.h"
 
 static void conn_read_cb(struct bufferevent *bev, void *arg);
 
@@ -57,6 +58,10 @@ static void conn_close(kvt_srv_conn_t *c)
         /* answers for a closed connection go nowhere */
         kvt_proto_wr_reset(&c->w->rpc_out);
         c->w->rpc_owner = NULL;
+    }
+    if (c->sess != NULL) { /* its engine is gone: pins and reservations are released */
+        kvt_tier_sess_close(c->w->srv->tier, c->sess);
+        c->sess = NULL;
     }
     event_free(c->rd); /* before the socket closes */
     c->rd = NULL;
@@ -338,6 +343,19 @@ kvt_status_t conn_post_job(kvt_srv_conn_t *c, const srv_route_t *rt, srv_job_t *
     return st;
 }
 
+void conn_start_async(kvt_srv_conn_t *c, const srv_route_t *rt, srv_job_t *job,
+                      void (*start)(srv_job_t *job), uint64_t req_id, uint64_t t0)
+{
+    job->conn = c;
+    job->worker = c->w;
+    job->req_id = req_id;
+    job->t0_ns = t0;
+    job->call = rt->call;
+    job->op = rt->op;
+    c->refs++;
+    start(job); /* its completion may already be in the worker's box: it is handled later */
+}
+
 /* ---- answers from the writer ------------------------------------------------------- */
 
 void srv_conn_job_done(srv_job_t *job)
@@ -346,7 +364,11 @@ void srv_conn_job_done(srv_job_t *job)
     kvt_srv_worker_t *w = job->worker;
     if (c->bev != NULL) {
         if (c->proto == PROTO_HTTP) {
-            http_json(c, job->http_status, &job->answer, c->keep_alive);
+            if (job->ctype != NULL)
+                http_respond(c, job->http_status, job->ctype, job->answer.buf, job->answer.len,
+                             c->keep_alive);
+            else
+                http_json(c, job->http_status, &job->answer, c->keep_alive);
             c->busy = false;
         } else {
             kvt_proto_wr_t *wr = rpc_batch(c);

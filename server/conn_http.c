@@ -110,6 +110,10 @@ static enum srv_call http_dispatch(kvt_srv_conn_t *c, const kvt_http_req_t *r, c
     enum srv_call call = rt ? rt->call : CALL_OTHER;
     char err[256];
     srv_req_t rq = {.w = w,
+                    .method = r->method,
+                    .query = r->query,
+                    .query_len = r->query_len,
+                    .fd = bufferevent_getfd(c->bev),
                     .proto = PROTO_HTTP,
                     .body = (const uint8_t *)body,
                     .len = r->body_len,
@@ -155,6 +159,13 @@ static enum srv_call http_dispatch(kvt_srv_conn_t *c, const kvt_http_req_t *r, c
         } else {
             rt->http(&rq, &res);
         }
+    }
+    if (res.out == OUT_ASYNC) {
+        c->busy = true;
+        c->keep_alive = ka;
+        conn_start_async(c, rt, res.job, res.start, 0, t0);
+        *status_p = -1;
+        return call;
     }
     if (res.out == OUT_JOB) {
         if (conn_post_job(c, rt, res.job, 0, t0) == KVT_OK) {

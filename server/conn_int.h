@@ -36,6 +36,7 @@ struct kvt_srv_conn {
     size_t read_high;    /* input bytes buffered at most (the read high watermark) */
     uint32_t inflight;   /* RPC jobs at the writer */
     bool keep_alive;     /* HTTP: of the request waiting for the writer */
+    struct kvt_tier_sess *sess; /* RPC: pins and reservations of this connection's engine */
     kvt_srv_conn_t *prev, *next;
 };
 
@@ -43,6 +44,9 @@ void conn_unref(kvt_srv_conn_t *c);
 bool conn_backed_up(const kvt_srv_conn_t *c);
 void conn_update_reading(kvt_srv_conn_t *c);
 void conn_flush(kvt_srv_conn_t *c);
+/* Ties @job to @c (its answer comes through the worker's box), then runs @start(job). */
+void conn_start_async(kvt_srv_conn_t *c, const srv_route_t *rt, srv_job_t *job,
+                      void (*start)(srv_job_t *job), uint64_t req_id, uint64_t t0);
 void request_started(kvt_srv_conn_t *c);
 void request_finished(kvt_srv_conn_t *c);
 void conn_add_blob(kvt_srv_conn_t *c, srv_blob_t *b);

@@ -5,7 +5,10 @@
  */
 #define KVT_LOG_COMPONENT "conn"
 
+#include <errno.h>
 #include <string.h>
+#include <sys/socket.h>
+#include <sys/uio.h>
 
 #include <event2/buffer.h>
 #include <event2/bufferevent.h>
@@ -65,6 +68,61 @@ static void rpc_answer_blob(kvt_srv_conn_t *c, uint8_t op, uint64_t req_id, srv_
     conn_add_blob(c, b);
 }
 
+/*
+ * Sends the answer frame at @mark of the worker's batch (ATTACH's) with @fd
+ * beside it (SCM_RIGHTS): everything before it goes out first, then the frame
+ * with one sendmsg(). When earlier output cannot leave at once, or the frame
+ * cannot go whole, the client gets an error answer instead and may retry.
+ */
+static int rpc_pass_fd(kvt_srv_conn_t *c, const kvt_proto_hdr_t *h, size_t mark, int fd)
+{
+    kvt_srv_worker_t *w = c->w;
+    uint8_t frame[1024];
+    size_t flen = w->rpc_out.len - mark;
+    if (flen > sizeof(frame)) {
+        w->rpc_out.len = mark;
+        rpc_error(c, h->op, h->req_id, KVT_ERR_INTERNAL, 500, "answer too long to pass an fd");
+        return 500;
+    }
+    memcpy(frame, w->rpc_out.buf + mark, flen);
+    w->rpc_out.len = mark;
+    conn_flush(c);
+    if (c->bev == NULL)
+        return 500;
+    if (evbuffer_get_length(bufferevent_get_output(c->bev)) != 0 ||
+        (w->rpc_owner == c && w->rpc_out.len != 0)) {
+        rpc_error(c, h->op, h->req_id, KVT_ERR_LIMIT, 503,
+                  "earlier answers are still being sent: retry ATTACH");
+        return 503;
+    }
+    struct iovec iov = {frame, flen};
+    union {
+        char buf[CMSG_SPACE(sizeof(int))];
+        struct cmsghdr align;
+    } u;
+    memset(&u, 0, sizeof(u));
+    struct msghdr msg = {
+        .msg_iov = &iov, .msg_iovlen = 1, .msg_control = u.buf, .msg_controllen = sizeof(u.buf)};
+    struct cmsghdr *cm = CMSG_FIRSTHDR(&msg);
+    cm->cmsg_level = SOL_SOCKET;
+    cm->cmsg_type = SCM_RIGHTS;
+    cm->cmsg_len = CMSG_LEN(sizeof(int));
+    memcpy(CMSG_DATA(cm), &fd, sizeof(int));
+    ssize_t n;
+    do
+        n = sendmsg(bufferevent_getfd(c->bev), &msg, MSG_NOSIGNAL);
+    while (n < 0 && errno == EINTR);
+    if (n == (ssize_t)flen)
+        return 200;
+    if (n > 0) {
+        /* the fd went with the first bytes; the rest follows as ordinary output */
+        evbuffer_add(bufferevent_get_output(c->bev), frame + n, flen - (size_t)n);
+        return 200;
+    }
+    rpc_error(c, h->op, h->req_id, KVT_ERR_IO, 503, "could not send the arena's fd: retry ATTACH");
+    return 503;
+}
+
 /* Handles one whole frame through the route table; returns the http-like status, or -1 when
  * the writer answers. */
 static int rpc_dispatch(kvt_srv_conn_t *c, const kvt_proto_hdr_t *h, const uint8_t *body,
@@ -84,8 +142,11 @@ static int rpc_dispatch(kvt_srv_conn_t *c, const kvt_proto_hdr_t *h, const uint8
                     .req_id = h->req_id,
                     .op = h->op,
                     .authed = &c->authed,
+                    .sess = &c->sess,
+                    .fd = bufferevent_getfd(c->bev),
                     .wr = rpc_batch(c)}; /* answers append; a failed encode drops only its frame */
     srv_result_t res;
+    size_t mark = rq.wr->len; /* where this request's answer starts in the batch */
     if (h->flags & KVT_PROTO_F_RESPONSE)
         res = (srv_result_t){.out = OUT_ERROR,
                              .status = 400,
@@ -101,6 +162,13 @@ static int rpc_dispatch(kvt_srv_conn_t *c, const kvt_proto_hdr_t *h, const uint8
                              .msg = "say HELLO with the auth token first"};
     else
         rt->rpc(&rq, &res);
+    if (res.out == OUT_ASYNC) {
+        c->inflight++;
+        conn_start_async(c, rt, res.job, res.start, h->req_id, t0);
+        return -1;
+    }
+    if (res.out == OUT_FRAMES && res.pass_fd > 0 && !rq.wr->oom)
+        return rpc_pass_fd(c, h, mark, res.pass_fd);
     if (res.out == OUT_JOB) {
         if (conn_post_job(c, rt, res.job, h->req_id, t0) == KVT_OK) {
             c->inflight++;

@@ -1,5 +1,6 @@
 /* server/mailbox.c: job and socket hand-over between kvtierd's threads (mailbox.h). */
 #include "server/mailbox.h"
+#include "server/blocks.h"
 
 #include <stdlib.h>
 #include <unistd.h>
@@ -13,6 +14,7 @@ void srv_job_free(srv_job_t *job)
     kvt_evbatch_cleanup(&job->batch);
     kvt_jbuf_cleanup(&job->answer);
     free(job->engine);
+    srv_tier_call_free(job->tc);
     free(job);
 }
 

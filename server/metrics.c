@@ -13,6 +13,7 @@
 #include "common/version.h"
 #include "server/metrics.h"
 #include "server/routes.h"
+#include "server/tier.h"
 
 /* Upper bounds of the latency buckets, seconds; the last bucket is +Inf. */
 static const double bucket_le[NBUCKETS - 1] = {0.00001, 0.000025, 0.00005, 0.0001, 0.00025, 0.0005,
@@ -273,6 +274,8 @@ void srv_stats_json(kvt_srv_worker_t *w, kvt_jbuf_t *o)
                     "\"cpu_s\":%.3f},",
                     (unsigned long long)pi.rss_bytes, (unsigned long long)pi.open_fds,
                     (unsigned long long)pi.max_fds, pi.cpu_s);
+    srv_tier_stats_json(srv, o);
+    kvt_jbuf_cstr(o, ",");
     kvt_jbuf_printf(o,
                     "\"index\":{\"blocks\":%llu,\"entries\":%llu,\"bytes\":%llu,"
                     "\"budget_bytes\":%llu,\"evicted\":%llu,\"dropped\":%llu,\"refused\":%llu,"
@@ -594,6 +597,7 @@ void srv_metrics_text(kvt_srv_worker_t *w, kvt_jbuf_t *o)
                 "Start time of the process since unix epoch in seconds.");
     kvt_jbuf_printf(o, "process_start_time_seconds %.3f\n", srv->started_wall_s);
     streams_metrics(&p, o);
+    srv_tier_metrics(srv, o);
     free(p.pod_entries);
     free(p.streams);
 }

@@ -10,6 +10,7 @@
 
 #include "server/api.h"
 #include "server/auth.h"
+#include "server/blocks.h"
 #include "server/metrics.h"
 #include "server/writer.h"
 
@@ -223,9 +224,27 @@ const srv_route_t srv_routes[] = {
     {CALL_HELLO, "hello", NOHTTP, NOPATH, NULL, KVT_PROTO_OP_HELLO, false, false, false, NULL,
      h_hello},
     {CALL_PING, "ping", NOHTTP, NOPATH, NULL, KVT_PROTO_OP_PING, false, false, false, NULL, h_ping},
-    /* the data plane's paths: 501 whatever the method (method ANY) */
-    {CALL_OTHER, "other", ANY, PATH("/v1/blocks/"), "block", 0, false, false, false, h_later, NULL},
-    {CALL_OTHER, "other", ANY, PATH("/v1/prefetch"), NULL, 0, false, false, false, h_later, NULL},
+    /* the tiers (server/blocks.c); the block route takes PUT, GET and DELETE itself */
+    {CALL_BLOCKS, "blocks", ANY, PATH("/v1/blocks/"), "block", KVT_PROTO_OP_BLOCK_PUT, true, false,
+     false, srv_h_block_http, srv_h_block_put_rpc},
+    {CALL_BLOCKS, "blocks", NOHTTP, NOPATH, NULL, KVT_PROTO_OP_BLOCK_GET, false, false, false, NULL,
+     srv_h_block_key_rpc},
+    {CALL_BLOCKS, "blocks", NOHTTP, NOPATH, NULL, KVT_PROTO_OP_BLOCK_DELETE, true, false, false,
+     NULL, srv_h_block_key_rpc},
+    {CALL_PREFETCH, "prefetch", POST, PATH("/v1/prefetch"), NULL, KVT_PROTO_OP_PREFETCH, false,
+     false, false, srv_h_prefetch_http, srv_h_prefetch_rpc},
+    {CALL_ATTACH, "attach", NOHTTP, NOPATH, NULL, KVT_PROTO_OP_ATTACH, true, false, false, NULL,
+     srv_h_attach},
+    {CALL_LOOKUP, "lookup", NOHTTP, NOPATH, NULL, KVT_PROTO_OP_LOOKUP, false, false, false, NULL,
+     srv_h_lookup},
+    {CALL_RESERVE, "reserve", NOHTTP, NOPATH, NULL, KVT_PROTO_OP_RESERVE, true, false, false, NULL,
+     srv_h_reserve},
+    {CALL_COMMIT, "commit", NOHTTP, NOPATH, NULL, KVT_PROTO_OP_COMMIT, true, false, false, NULL,
+     srv_h_commit},
+    {CALL_PIN, "pin", NOHTTP, NOPATH, NULL, KVT_PROTO_OP_PIN, false, false, false, NULL, srv_h_pin},
+    {CALL_UNPIN, "unpin", NOHTTP, NOPATH, NULL, KVT_PROTO_OP_UNPIN, false, false, false, NULL,
+     srv_h_unpin},
+    /* the transfer's path: known, not served yet (whatever the method) */
     {CALL_OTHER, "other", ANY, PATH("/v1/transfer"), NULL, 0, false, false, false, h_later, NULL},
 };
 const size_t srv_nroutes = sizeof(srv_routes) / sizeof(srv_routes[0]);

@@ -27,6 +27,8 @@ typedef enum srv_out {
     OUT_FRAMES, /* RPC: the answer frame is already in rq->wr */
     OUT_ERROR,  /* status/st and msg */
     OUT_JOB,    /* job: the front end posts it to the writer, which answers later */
+    OUT_ASYNC,  /* job: the front end ties it to the connection, then runs start(job); the
+                   answer comes later through the worker's box (tier calls) */
 } srv_out_t;
 
 typedef struct srv_result {
@@ -36,9 +38,11 @@ typedef struct srv_result {
     const char *msg;  /* OUT_ERROR: one line (static, or in rq->err) */
     const char *text; /* OUT_TEXT */
     size_t len;
-    const char *ctype; /* HTTP content type of OUT_TEXT, OUT_BLOB */
-    srv_blob_t *blob;  /* OUT_BLOB */
-    srv_job_t *job;    /* OUT_JOB */
+    const char *ctype;             /* HTTP content type of OUT_TEXT, OUT_BLOB */
+    srv_blob_t *blob;              /* OUT_BLOB */
+    srv_job_t *job;                /* OUT_JOB, OUT_ASYNC */
+    void (*start)(srv_job_t *job); /* OUT_ASYNC */
+    int pass_fd; /* OUT_FRAMES over a Unix socket: an fd sent with the answer (> 0) */
 } srv_result_t;
 
 /* One request as a handler sees it. */
@@ -47,13 +51,18 @@ typedef struct srv_req {
     enum srv_proto proto;
     const uint8_t *body; /* HTTP body or RPC frame body */
     size_t len;
-    const char *name;   /* HTTP routes with a name: the decoded path segment, NUL-terminated */
-    uint64_t req_id;    /* RPC */
-    uint8_t op;         /* RPC */
-    bool *authed;       /* RPC: the connection's HELLO state (HELLO sets it) */
-    kvt_proto_wr_t *wr; /* RPC: answers are appended here */
-    char *err;          /* the front end's buffer for error text, not zeroed per request */
-    size_t errlen;      /* bytes of @err */
+    const char *name; /* HTTP routes with a name: the decoded path segment, NUL-terminated */
+    kvt_http_method_t method; /* HTTP */
+    const char *query;        /* HTTP: after '?', not decoded; NULL when none */
+    size_t query_len;
+    int fd;                      /* the connection's socket */
+    struct kvt_tier_sess **sess; /* RPC: the connection's tier session, opened on first use */
+    uint64_t req_id;             /* RPC */
+    uint8_t op;                  /* RPC */
+    bool *authed;                /* RPC: the connection's HELLO state (HELLO sets it) */
+    kvt_proto_wr_t *wr;          /* RPC: answers are appended here */
+    char *err;                   /* the front end's buffer for error text, not zeroed per request */
+    size_t errlen;               /* bytes of @err */
 } srv_req_t;
 
 typedef void (*srv_handler_t)(srv_req_t *rq, srv_result_t *res);

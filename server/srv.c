@@ -21,6 +21,7 @@
 #include "server/auth.h"
 #include "server/listen.h"
 #include "server/metrics.h"
+#include "server/tier.h"
 #include "server/worker.h"
 #include "server/writer.h"
 
@@ -94,6 +95,10 @@ kvt_status_t kvt_srv_create(const kvt_srv_config_t *cfg, kvt_srv_t **srv_p)
     srv->cfg.publish = dup_or_empty(cfg->publish);
     srv->cfg.publish_replay = dup_or_empty(cfg->publish_replay);
     srv->cfg.ipc_dir = dup_or_empty(cfg->ipc_dir);
+    srv->cfg.pod = dup_or_empty(cfg->pod);
+    srv->cfg.arena_name = dup_or_empty(cfg->arena_name);
+    srv->cfg.disk_path = dup_or_empty(cfg->disk_path);
+    srv->cfg.disk_admit = dup_or_empty(cfg->disk_admit != NULL ? cfg->disk_admit : "seen-twice");
     srv->fd_http = srv->fd_rpc = srv->fd_unix = -1;
     srv->q_efd = -1;
     memset(&srv->cfg.engines, 0, sizeof(srv->cfg.engines)); /* read during create only */
@@ -105,7 +110,19 @@ kvt_status_t kvt_srv_create(const kvt_srv_config_t *cfg, kvt_srv_t **srv_p)
     kvt_status_t st = KVT_ERR_NO_MEM;
     if (!srv->cfg.http_listen || !srv->cfg.rpc_listen || !srv->cfg.rpc_unix || !srv->cfg.data_dir ||
         !srv->cfg.auth_token_file || !srv->cfg.publish || !srv->cfg.publish_replay ||
-        !srv->cfg.ipc_dir)
+        !srv->cfg.ipc_dir || !srv->cfg.pod || !srv->cfg.arena_name || !srv->cfg.disk_path ||
+        !srv->cfg.disk_admit)
+        goto err;
+    if (srv->cfg.pod[0] != '\0') {
+        srv->pod = strdup(srv->cfg.pod);
+    } else {
+        char host[256] = "kvtierd";
+        if (gethostname(host, sizeof(host) - 1) != 0)
+            snprintf(host, sizeof(host), "kvtierd");
+        host[sizeof(host) - 1] = '\0';
+        srv->pod = strdup(host);
+    }
+    if (srv->pod == NULL)
         goto err;
     if (srv->cfg.block_size == 0 || srv->cfg.writer_queue == 0 || srv->cfg.max_connections == 0 ||
         srv->cfg.rpc_max_frame > (64u << 20) || srv->cfg.rpc_max_frame < 1024 ||
@@ -149,6 +166,9 @@ kvt_status_t kvt_srv_create(const kvt_srv_config_t *cfg, kvt_srv_t **srv_p)
     if ((st = kvt_ev_ctx_create(cfg->removed_map_bytes, &srv->ev_ctx)) != KVT_OK)
         goto err;
     if ((st = srv_writer_init(srv, cfg)) != KVT_OK)
+        goto err;
+    /* after the writer's inbox: the reloaded blocks' changes queue for it */
+    if ((st = srv_tier_open(srv)) != KVT_OK)
         goto err;
     srv_stats_publish(srv); /* /v1/stats is whole from the first request */
     if ((st = kvt_idx_names_publish(srv->idx)) != KVT_OK)
@@ -225,6 +245,9 @@ void kvt_srv_destroy(kvt_srv_t *srv)
 {
     if (srv == NULL)
         return;
+    /* connections (and their tier sessions) are closed; the tier's last completions may post to
+     * the workers' boxes, which the cleanup below empties */
+    srv_tier_close(srv);
     if (srv->workers != NULL) {
         for (int i = 0; i < srv->nworkers; i++)
             srv_worker_cleanup(&srv->workers[i]);
@@ -255,6 +278,11 @@ void kvt_srv_destroy(kvt_srv_t *srv)
     free(srv->cfg.publish);
     free(srv->cfg.publish_replay);
     free(srv->cfg.ipc_dir);
+    free(srv->cfg.pod);
+    free(srv->cfg.arena_name);
+    free(srv->cfg.disk_path);
+    free(srv->cfg.disk_admit);
+    free(srv->pod);
     for (int i = 0; i < NBLOBS; i++)
         srv_blob_unref(srv->blobs[i]); /* output buffers holding them were freed with the workers */
     pthread_mutex_destroy(&srv->stats_mu);

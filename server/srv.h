@@ -57,6 +57,17 @@ typedef struct kvt_srv_config {
     uint64_t forget_idle_ms;     /* pods and namespaces empty and idle this long go; 0: never */
     /* how LoRA requests are keyed (--lora-keys) */
     kvt_srv_lora_keys_t lora_keys;
+    /* the sidecar's own tiers (docs/tiers.md); ram_bytes 0: none */
+    char *pod;            /* this sidecar's engine pod; "" or NULL: the host name */
+    uint64_t ram_bytes;   /* host-RAM arena bytes */
+    uint64_t block_bytes; /* largest block */
+    char *arena_name;     /* "", NAME (/dev/shm/NAME) or an absolute path */
+    char *disk_path;      /* NVMe store file or device; "" or NULL: no NVMe tier */
+    uint64_t disk_bytes;  /* store size when it is created */
+    uint32_t io_depth;    /* NVMe I/Os in flight */
+    bool sqpoll;          /* io_uring SQPOLL */
+    char *disk_admit;     /* always, seen-twice, tinylfu */
+    uint64_t lease_ms;    /* pins and reservations expire after this */
 } kvt_srv_config_t;
 
 typedef struct kvt_srv kvt_srv_t;

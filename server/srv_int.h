@@ -53,6 +53,14 @@ enum srv_call {
     CALL_MODELS,
     CALL_HELLO,
     CALL_PING,
+    CALL_BLOCKS,   /* PUT, GET, DELETE /v1/blocks/{key}; BLOCK_PUT, BLOCK_GET, BLOCK_DELETE */
+    CALL_PREFETCH, /* POST /v1/prefetch; PREFETCH */
+    CALL_ATTACH,   /* the engine's data plane (RPC only) */
+    CALL_LOOKUP,
+    CALL_RESERVE,
+    CALL_COMMIT,
+    CALL_PIN,
+    CALL_UNPIN,
     CALL_OTHER,
     NCALLS
 };
@@ -94,7 +102,16 @@ typedef struct srv_counters {
 
 /* ---- jobs for the writer ---------------------------------------------------- */
 
-typedef enum job_kind { JOB_EVENTS = 1, JOB_DROP, JOB_ENGINE_ADD, JOB_MODEL_DROP } job_kind_t;
+typedef enum job_kind {
+    JOB_EVENTS = 1,
+    JOB_DROP,
+    JOB_ENGINE_ADD,
+    JOB_MODEL_DROP,
+    JOB_TIER_CHANGES, /* the tier's changes for the index and the publisher (no connection) */
+    JOB_TIER,         /* a tier call that answers later (server/blocks.c); not for the writer */
+} job_kind_t;
+
+struct srv_tier_call;
 
 typedef struct srv_job {
     struct srv_job *next;
@@ -108,6 +125,8 @@ typedef struct srv_job {
     kvt_evbatch_t batch;             /* JOB_EVENTS; owned */
     char name[KVT_IDX_MAX_NAME + 1]; /* JOB_DROP: the pod; JOB_MODEL_DROP: the model */
     kvt_zsub_engine_t *engine;       /* JOB_ENGINE_ADD; owned */
+    struct srv_tier_call *tc;        /* JOB_TIER; owned */
+    const char *ctype;               /* HTTP content type of the answer; NULL: JSON */
     /* the writer's answer */
     int http_status;
     kvt_status_t st;
@@ -193,6 +212,11 @@ struct kvt_srv {
     kvt_zsub_stream_info_t *st_streams; /* engines' streams, published copy */
     size_t st_nstreams;
     uint64_t st_gen; /* bumped by every publish (written under stats_mu, read atomically) */
+
+    /* the sidecar's own tiers (server/tier.c); NULL when --ram-bytes is 0 */
+    struct kvt_tier *tier;
+    char *pod;                      /* this sidecar's pod (--pod): tier changes are its */
+    atomic_uint_fast64_t tier_lost; /* tier changes the writer's queue could not take */
 
     /* answer bodies shared within one st_gen (srv_blob_t) */
     pthread_mutex_t blob_mu;

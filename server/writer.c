@@ -17,6 +17,7 @@
 #include "common/clock.h"
 #include "common/errtext.h"
 #include "common/log.h"
+#include "server/tier.h"
 #include "server/writer.h"
 
 /* ---- readiness --------------------------------------------------------------- */
@@ -284,6 +285,10 @@ void srv_stats_publish(kvt_srv_t *srv)
 /* The answer goes back through the box of the worker that posted the job (never closed). */
 static void deliver(srv_job_t *job)
 {
+    if (job->worker == NULL) { /* the tier's changes: nobody waits for an answer */
+        srv_job_free(job);
+        return;
+    }
     kvt_status_t st = srv_mbox_post(&job->worker->box, job);
     (void)st;
 }
@@ -359,9 +364,11 @@ static void *writer_main(void *arg)
                 job_engine_add(srv, j);
             else if (j->kind == JOB_MODEL_DROP)
                 job_model_drop(srv, j);
+            else if (j->kind == JOB_TIER_CHANGES)
+                srv_tier_apply(srv, j);
             else
                 job_drop(srv, j);
-            others |= j->kind != JOB_EVENTS;
+            others |= j->kind != JOB_EVENTS && j->kind != JOB_TIER_CHANGES;
         }
         /*
          * Pods and namespaces the jobs registered are published once for all of

@@ -1,0 +1,31 @@
+/*
+ * server/tier.h: kvtierd's own tiers (tiers/tiers.h) in the daemon: opened
+ * from the config, their changes applied to the index as the sidecar's own
+ * pod and published, their figures in /v1/stats and /metrics.
+ */
+#ifndef KVT_SERVER_TIER_H
+#define KVT_SERVER_TIER_H
+
+#include <stddef.h>
+
+#include "common/json.h"
+#include "server/srv_int.h"
+
+/* Opens the tiers when --ram-bytes is set (the metadata in <data-dir>/tiers); the reloaded
+ * blocks' changes are queued for the writer. Logs why it failed. */
+kvt_status_t srv_tier_open(kvt_srv_t *srv);
+void srv_tier_close(kvt_srv_t *srv);
+
+/* A tier namespace from a model and LoRA: the model, or model NUL lora. @out has room for
+ * 2 * KVT_IDX_MAX_NAME + 1 bytes. Returns its length. */
+size_t srv_tier_ns(const char *model, size_t mlen, const char *lora, size_t llen, char *out);
+
+/* Writer: applies a JOB_TIER_CHANGES batch to the sidecar's pod and publishes it. */
+void srv_tier_apply(kvt_srv_t *srv, srv_job_t *job);
+
+/* The "tiers" member of /v1/stats ("tiers":null without tiers). */
+void srv_tier_stats_json(kvt_srv_t *srv, kvt_jbuf_t *o);
+/* The tiers' lines of /metrics (nothing without tiers). */
+void srv_tier_metrics(kvt_srv_t *srv, kvt_jbuf_t *o);
+
+#endif
