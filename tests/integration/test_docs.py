@@ -854,6 +854,22 @@ int main(void)
 """
 
 
+@runs("tiers-start", "tiers-session")
+def tiers_docs(ctx, blocks):
+    """The sidecar with tiers as docs/tiers.md starts it (its /var/lib/kvtier a temp dir),
+    then the block API session against it."""
+    (cmd,) = parse_script(blocks["tiers-start"])
+    work = ctx.dir("tiers")
+    cmd = substitute(cmd, ctx.build_bin_subs() + [("/var/lib/kvtier", work)])
+    proc, log, http_port = start_process(ctx, cmd, loopback_env(ctx, "tiers"), work)
+    try:
+        Shell(ctx, work).session(parse_session(blocks["tiers-session"]),
+                                 [("localhost:7421", "localhost:%d" % http_port)],
+                                 poll=lambda c: "/v1/query" in c)
+    finally:
+        stop_process(proc, log)
+
+
 @runs("deploy-engine-flag")
 def deploy_engine_flag(ctx, blocks):
     (cmd,) = parse_script(blocks["deploy-engine-flag"])
