@@ -22,6 +22,9 @@
  *
  * Every file lives in a temp dir of the bench's own under --dir, removed at
  * the end, also when a phase fails.
+ *
+ * The restore and reload phases are in bench_tiers_restore.c; bench_tiers_int.h is what
+ * the two files share.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -38,9 +41,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include <rocksdb/c.h>
-
 #include "bench/bench.h"
+#include "bench/bench_tiers_int.h"
 #include "common/clock.h"
 #include "common/errtext.h"
 #include "common/log.h"
@@ -49,44 +51,7 @@
 
 extern char **environ;
 
-#define BT_NS "bench"
-#define BT_NS_LEN 5u
-#define BT_ALIGN 4096u
 #define BT_MAX_BYTES (1ull << 30) /* any one buffer or arena, at most */
-#define BT_CHECK 64u              /* leading bytes a disk get compares */
-#define BT_META_BATCH 65536u      /* records per metadata batch */
-#define BT_NRELOAD 5
-#define BT_RELOAD_MAX (4u << 20)
-#define BT_PATH 4096
-
-static const uint32_t bt_reload_sizes[BT_NRELOAD] = {256u << 10, 512u << 10, 1u << 20, 2u << 20,
-                                                     4u << 20};
-
-typedef struct bt_opts {
-    const char *dir, *fio;
-    uint32_t block_bytes, blocks, depth, restore_blocks;
-    bool quick;
-} bt_opts_t;
-
-typedef struct bt_res {
-    double memcpy_gbps, ram_put_gbps, ram_get_gbps;
-    double disk_write_gbps, disk_read_gbps;
-    const char *fio; /* "ok", "missing", "failed" */
-    double fio_write_gbps, fio_write_nosync_gbps, fio_read_gbps;
-    double restore_ms, restore_per_sec;
-    double rocks_open_ms, rocks_iter_ms, rocks_per_sec;
-    double reload_us[BT_NRELOAD];
-} bt_res_t;
-
-typedef struct bt {
-    bt_opts_t o;
-    uint32_t rounds;         /* RAM and restore rounds */
-    uint32_t reload_blocks;  /* blocks per reload size */
-    char dir[BT_PATH - 128]; /* the bench's temp dir: room for a file name after it */
-    uint8_t *src, *dst;      /* N x B each */
-    uint8_t *rbuf;           /* the reloaded blocks' bytes, BT_RELOAD_MAX */
-    bt_res_t r;
-} bt_t;
 
 static void bt_usage(FILE *out)
 {
@@ -127,36 +92,27 @@ static int bt_rm_one(const char *path, const struct stat *st, int flag, struct F
 }
 
 /* Removes @path and everything under it; a missing @path is fine. */
-static void bt_rmtree(const char *path)
+void kvt_bt_rmtree(const char *path)
 {
     if (access(path, F_OK) == 0)
         nftw(path, bt_rm_one, 16, FTW_DEPTH | FTW_PHYS);
 }
 
-static void bt_path(const bt_t *b, const char *name, char *out)
+void kvt_bt_path(const bt_t *b, const char *name, char *out)
 {
     snprintf(out, BT_PATH, "%s/%s", b->dir, name);
 }
 
 /* ---- completions ------------------------------------------------------------------------- */
 
-/* Operations in flight, ended by callbacks that may run on the tier's I/O thread. */
-typedef struct bt_wait {
-    pthread_mutex_t mu;
-    pthread_cond_t cv;
-    uint32_t inflight;
-    uint64_t ok, failed;
-    kvt_status_t first; /* the first failure's status */
-} bt_wait_t;
-
-static void bt_wait_init(bt_wait_t *w)
+void kvt_bt_wait_init(bt_wait_t *w)
 {
     *w = (bt_wait_t){.inflight = 0};
     pthread_mutex_init(&w->mu, NULL);
     pthread_cond_init(&w->cv, NULL);
 }
 
-static void bt_wait_cleanup(bt_wait_t *w)
+void kvt_bt_wait_cleanup(bt_wait_t *w)
 {
     pthread_cond_destroy(&w->cv);
     pthread_mutex_destroy(&w->mu);
@@ -175,7 +131,7 @@ static void bt_end(bt_wait_t *w, kvt_status_t st)
 }
 
 /* Waits for room (fewer than @depth in flight), then counts one more. */
-static void bt_acquire(bt_wait_t *w, uint32_t depth)
+void kvt_bt_acquire(bt_wait_t *w, uint32_t depth)
 {
     pthread_mutex_lock(&w->mu);
     while (w->inflight >= depth)
@@ -185,7 +141,7 @@ static void bt_acquire(bt_wait_t *w, uint32_t depth)
 }
 
 /* Gives back a slot whose call failed (its callback does not run). */
-static void bt_release(bt_wait_t *w)
+void kvt_bt_release(bt_wait_t *w)
 {
     pthread_mutex_lock(&w->mu);
     w->inflight--;
@@ -193,7 +149,7 @@ static void bt_release(bt_wait_t *w)
     pthread_mutex_unlock(&w->mu);
 }
 
-static void bt_drain(bt_wait_t *w)
+void kvt_bt_drain(bt_wait_t *w)
 {
     pthread_mutex_lock(&w->mu);
     while (w->inflight > 0)
@@ -206,14 +162,7 @@ static void bt_done(void *arg, kvt_status_t st)
     bt_end(arg, st);
 }
 
-/* One get: its bytes are checked (length, first BT_CHECK bytes), not copied. */
-typedef struct bt_get {
-    bt_wait_t *w;
-    const uint8_t *want;
-    uint32_t len;
-} bt_get_t;
-
-static void bt_got(void *arg, kvt_status_t st, const void *data, size_t len)
+void kvt_bt_got(void *arg, kvt_status_t st, const void *data, size_t len)
 {
     bt_get_t *g = arg;
     if (st == KVT_OK && (len != g->len || memcmp(data, g->want, BT_CHECK) != 0))
@@ -252,8 +201,8 @@ static void bt_ram_got(void *arg, kvt_status_t st, const void *data, size_t len)
 
 /* Opens a tier of @ram_slots slots of @block bytes, with a store of @disk_slots slots at @store
  * (none when NULL) and its metadata in @data. */
-static kvt_tier_t *bt_open(uint32_t block, uint32_t ram_slots, const char *store,
-                           uint32_t disk_slots, const char *data, uint32_t depth)
+kvt_tier_t *kvt_bt_open(uint32_t block, uint32_t ram_slots, const char *store, uint32_t disk_slots,
+                        const char *data, uint32_t depth)
 {
     kvt_tier_cfg_t c = {.ram_bytes = (uint64_t)ram_slots * block,
                         .block_bytes = block,
@@ -276,10 +225,10 @@ static kvt_tier_t *bt_open(uint32_t block, uint32_t ram_slots, const char *store
 }
 
 /* Reopens @store: NULL (after a line on stderr) unless it restores exactly @want blocks. */
-static kvt_tier_t *bt_reopen(uint32_t block, uint32_t ram_slots, const char *store,
-                             const char *data, uint32_t depth, uint64_t want)
+kvt_tier_t *kvt_bt_reopen(uint32_t block, uint32_t ram_slots, const char *store, const char *data,
+                          uint32_t depth, uint64_t want)
 {
-    kvt_tier_t *t = bt_open(block, ram_slots, store, 0, data, depth);
+    kvt_tier_t *t = kvt_bt_open(block, ram_slots, store, 0, data, depth);
     if (t == NULL)
         return NULL;
     kvt_tier_stats_t st;
@@ -298,18 +247,18 @@ static kvt_tier_t *bt_reopen(uint32_t block, uint32_t ram_slots, const char *sto
 /* Durable puts of keys [0, n), @depth in flight, block i's bytes at @data + i * @stride. @w
  * (nothing in flight) counts them; its owner destroys it only once the tier is closed, when no
  * callback can still be returning from it. */
-static int bt_put_durable(kvt_tier_t *t, bt_wait_t *w, uint32_t n, const uint8_t *data,
-                          size_t stride, uint32_t len, uint32_t depth)
+int kvt_bt_put_durable(kvt_tier_t *t, bt_wait_t *w, uint32_t n, const uint8_t *data, size_t stride,
+                       uint32_t len, uint32_t depth)
 {
     w->ok = w->failed = 0;
     kvt_status_t st = KVT_OK;
     for (uint32_t i = 0; i < n && st == KVT_OK; i++) {
-        bt_acquire(w, depth);
+        kvt_bt_acquire(w, depth);
         st = kvt_tier_put(t, BT_NS, BT_NS_LEN, i, data + (size_t)i * stride, len, true, bt_done, w);
         if (st != KVT_OK)
-            bt_release(w);
+            kvt_bt_release(w);
     }
-    bt_drain(w);
+    kvt_bt_drain(w);
     if (st == KVT_OK && w->failed > 0)
         st = w->first;
     if (st != KVT_OK)
@@ -325,7 +274,7 @@ static int bt_ram(bt_t *b)
 {
     uint32_t B = b->o.block_bytes, N = b->o.blocks;
     size_t total = (size_t)N * B;
-    kvt_tier_t *t = bt_open(B, N, NULL, 0, NULL, b->o.depth);
+    kvt_tier_t *t = kvt_bt_open(B, N, NULL, 0, NULL, b->o.depth);
     if (t == NULL)
         return -1;
     uint64_t best_cpy = UINT64_MAX, best_put = UINT64_MAX, best_get = UINT64_MAX;
@@ -395,38 +344,38 @@ static int bt_disk(bt_t *b, double *write_p, double *read_p)
     uint32_t B = b->o.block_bytes, N = b->o.blocks, Q = b->o.depth;
     double total = (double)N * B;
     char store[BT_PATH], data[BT_PATH];
-    bt_path(b, "tier.store", store);
-    bt_path(b, "tier.meta", data);
+    kvt_bt_path(b, "tier.store", store);
+    kvt_bt_path(b, "tier.meta", data);
     int rc = -1;
     bt_wait_t w;
-    bt_wait_init(&w);
+    kvt_bt_wait_init(&w);
     bt_get_t *g = calloc(N, sizeof(*g));
     kvt_tier_t *t = NULL;
     if (g == NULL) {
         fprintf(stderr, "kvtier-bench: tiers: out of memory\n");
         goto out;
     }
-    if ((t = bt_open(B, 2 * Q, store, N, data, Q)) == NULL)
+    if ((t = kvt_bt_open(B, 2 * Q, store, N, data, Q)) == NULL)
         goto out;
 
     uint64_t t0 = kvt_clock_ns();
-    if (bt_put_durable(t, &w, N, b->src, B, B, Q) != 0)
+    if (kvt_bt_put_durable(t, &w, N, b->src, B, B, Q) != 0)
         goto out;
     uint64_t t1 = kvt_clock_ns();
     *write_p = total / (double)(t1 - t0);
     kvt_tier_close(t);
 
-    if ((t = bt_reopen(B, 2 * Q, store, data, Q, N)) == NULL)
+    if ((t = kvt_bt_reopen(B, 2 * Q, store, data, Q, N)) == NULL)
         goto out;
     kvt_status_t st = KVT_OK;
     t0 = kvt_clock_ns();
     for (uint32_t i = 0; i < N && st == KVT_OK; i++) {
         g[i] = (bt_get_t){.w = &w, .want = b->src + (size_t)i * B, .len = B};
-        bt_acquire(&w, Q);
-        if ((st = kvt_tier_get(t, BT_NS, BT_NS_LEN, i, bt_got, &g[i])) != KVT_OK)
-            bt_release(&w);
+        kvt_bt_acquire(&w, Q);
+        if ((st = kvt_tier_get(t, BT_NS, BT_NS_LEN, i, kvt_bt_got, &g[i])) != KVT_OK)
+            kvt_bt_release(&w);
     }
-    bt_drain(&w);
+    kvt_bt_drain(&w);
     t1 = kvt_clock_ns();
     if (st == KVT_OK && w.failed > 0)
         st = w.first;
@@ -444,10 +393,10 @@ static int bt_disk(bt_t *b, double *write_p, double *read_p)
 
 out:
     kvt_tier_close(t);
-    bt_wait_cleanup(&w);
+    kvt_bt_wait_cleanup(&w);
     free(g);
     unlink(store);
-    bt_rmtree(data);
+    kvt_bt_rmtree(data);
     return rc;
 }
 
@@ -499,7 +448,7 @@ static int bt_fio_run(const bt_t *b, const char *file, uint64_t size, const char
 {
     char report[BT_PATH], esc[BT_PATH], a_file[BT_PATH + 16], a_out[BT_PATH + 16];
     char a_size[48], a_bs[48], a_qd[48], a_rw[48], why[512] = "";
-    bt_path(b, "fio.json", report);
+    kvt_bt_path(b, "fio.json", report);
     bt_fio_escape(file, esc, sizeof(esc));
     snprintf(a_file, sizeof(a_file), "--filename=%s", esc);
     snprintf(a_out, sizeof(a_out), "--output=%s", report);
@@ -584,7 +533,7 @@ static int bt_fio_run(const bt_t *b, const char *file, uint64_t size, const char
 static int bt_fio(const bt_t *b, double gbps[3])
 {
     char file[BT_PATH];
-    bt_path(b, "fio.dat", file);
+    kvt_bt_path(b, "fio.dat", file);
     uint64_t size = (uint64_t)b->o.blocks * b->o.block_bytes;
     /* each write run starts from a fresh (fallocated) file, as the tier's store did */
     int rc = bt_fio_run(b, file, size, "write", false, &gbps[1]);
@@ -622,222 +571,6 @@ static int bt_nvme(bt_t *b)
     b->r.fio = fio == 0 ? "ok" : fio == 1 ? "missing" : "failed";
     if (fio != 0)
         b->r.fio_write_gbps = b->r.fio_write_nosync_gbps = b->r.fio_read_gbps = 0;
-    return 0;
-}
-
-/* ---- 3. restore -------------------------------------------------------------------------- */
-
-/* A bijection of 64-bit numbers (splitmix64's finalizer): block keys in no particular order. */
-static uint64_t bt_key(uint64_t i)
-{
-    uint64_t z = i + 0x9e3779b97f4a7c15ull;
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-}
-
-/* Says what RocksDB reported doing @what on @data, and frees its text; -1. */
-static int bt_rocks_fail(const char *what, const char *data, char *e)
-{
-    fprintf(stderr, "kvtier-bench: tiers: %s %s: %s\n", what, data, e);
-    rocksdb_free(e);
-    return -1;
-}
-
-/* A store of @m 4096-byte slots at @store and a data dir @data naming every slot. */
-static int bt_restore_make(uint32_t m, const char *store, const char *data)
-{
-    char err[512];
-    kvt_disk_cfg_t dc = {.path = store,
-                         .bytes = KVT_DISK_HEADER + (uint64_t)m * BT_ALIGN,
-                         .slot_bytes = BT_ALIGN,
-                         .io_depth = 1};
-    kvt_disk_t *d = NULL;
-    kvt_status_t st = kvt_disk_open(&dc, &d, err, sizeof(err));
-    if (st != KVT_OK) {
-        fprintf(stderr, "kvtier-bench: tiers: restore store: %s\n", err);
-        return -1;
-    }
-    kvt_meta_cfg_t mc = {.dir = data,
-                         .store_id = kvt_disk_store_id(d),
-                         .slot_bytes = BT_ALIGN,
-                         .nslots = kvt_disk_nslots(d),
-                         .fresh_disk = kvt_disk_created(d)};
-    kvt_disk_close(d);
-    kvt_meta_t *meta = NULL;
-    kvt_meta_rec_t *recs = malloc(BT_META_BATCH * sizeof(*recs));
-    uint32_t ns = 0;
-    if (recs == NULL) {
-        kvt_errf(err, sizeof(err), "out of memory");
-        st = KVT_ERR_NO_MEM;
-    } else if ((st = kvt_meta_open(&mc, &meta, err, sizeof(err))) == KVT_OK) {
-        st = kvt_meta_ns(meta, BT_NS, BT_NS_LEN, &ns, err, sizeof(err));
-    }
-    for (uint32_t i = 0; i < m && st == KVT_OK;) {
-        uint32_t n = m - i < BT_META_BATCH ? m - i : BT_META_BATCH;
-        for (uint32_t k = 0; k < n; k++, i++)
-            recs[k] = (kvt_meta_rec_t){
-                .ns = ns, .key = bt_key(i), .slot = i, .len = BT_ALIGN, .sum = i, .gen = i + 1};
-        st = kvt_meta_write(meta, recs, n, NULL, 0, err, sizeof(err));
-    }
-    kvt_meta_close(meta);
-    free(recs);
-    if (st != KVT_OK) {
-        fprintf(stderr, "kvtier-bench: tiers: restore records: %s\n", err);
-        return -1;
-    }
-    /* compacted, as a store that has run a while is: no log to replay, no compaction left to
-     * run beside the timed opens */
-    char *e = NULL;
-    rocksdb_options_t *opts = rocksdb_options_create();
-    rocksdb_t *db = rocksdb_open(opts, data, &e);
-    if (e == NULL)
-        rocksdb_compact_range(db, NULL, 0, NULL, 0);
-    if (db != NULL)
-        rocksdb_close(db);
-    rocksdb_options_destroy(opts);
-    return e != NULL ? bt_rocks_fail("compacting", data, e) : 0;
-}
-
-/* A bare RocksDB pass over the block records of @data: read-only open, then every key
- * counted. Sets the open and iteration times; -1 after a line on stderr. */
-static int bt_rocks_iter(const char *data, uint64_t want, uint64_t *open_ns, uint64_t *iter_ns)
-{
-    char *e = NULL;
-    rocksdb_options_t *opts = rocksdb_options_create();
-    rocksdb_readoptions_t *ro = rocksdb_readoptions_create();
-    rocksdb_readoptions_set_iterate_upper_bound(ro, "c", 1);
-    rocksdb_readoptions_set_fill_cache(ro, 0);
-    uint64_t t0 = kvt_clock_ns();
-    rocksdb_t *db = rocksdb_open_for_read_only(opts, data, 0, &e);
-    uint64_t t1 = kvt_clock_ns();
-    uint64_t n = 0, bytes = 0;
-    if (e == NULL) {
-        rocksdb_iterator_t *it = rocksdb_create_iterator(db, ro);
-        for (rocksdb_iter_seek(it, "b", 1); rocksdb_iter_valid(it); rocksdb_iter_next(it)) {
-            size_t kl, vl;
-            rocksdb_iter_key(it, &kl);
-            rocksdb_iter_value(it, &vl);
-            bytes += kl + vl;
-            n++;
-        }
-        rocksdb_iter_get_error(it, &e);
-        rocksdb_iter_destroy(it);
-    }
-    uint64_t t2 = kvt_clock_ns();
-    if (db != NULL)
-        rocksdb_close(db);
-    rocksdb_readoptions_destroy(ro);
-    rocksdb_options_destroy(opts);
-    if (e != NULL)
-        return bt_rocks_fail("iterating", data, e);
-    if (n != want || bytes != want * (KVT_META_KEY_BYTES + KVT_META_VAL_BYTES)) {
-        fprintf(stderr,
-                "kvtier-bench: tiers: rocksdb iterated %" PRIu64 " records, want %" PRIu64 "\n", n,
-                want);
-        return -1;
-    }
-    *open_ns = t1 - t0;
-    *iter_ns = t2 - t1;
-    return 0;
-}
-
-static int bt_restore(bt_t *b)
-{
-    uint32_t M = b->o.restore_blocks;
-    char store[BT_PATH], data[BT_PATH];
-    bt_path(b, "restore.store", store);
-    bt_path(b, "restore.meta", data);
-    int rc = bt_restore_make(M, store, data);
-    uint64_t best_tier = UINT64_MAX, best_open = UINT64_MAX, best_iter = UINT64_MAX;
-    /* round 0 is a warm-up: the first open also replays the records' log into tables */
-    for (uint32_t r = 0; rc == 0 && r <= b->rounds; r++) {
-        uint64_t t0 = kvt_clock_ns();
-        kvt_tier_t *t = bt_reopen(BT_ALIGN, 8, store, data, 0, M);
-        uint64_t t1 = kvt_clock_ns();
-        if (t == NULL) {
-            rc = -1;
-            break;
-        }
-        kvt_tier_close(t);
-        uint64_t o = 0, it = 0;
-        rc = bt_rocks_iter(data, M, &o, &it);
-        if (r > 0) {
-            best_tier = t1 - t0 < best_tier ? t1 - t0 : best_tier;
-            best_open = o < best_open ? o : best_open;
-            best_iter = it < best_iter ? it : best_iter;
-        }
-    }
-    unlink(store);
-    bt_rmtree(data);
-    if (rc != 0)
-        return -1;
-    b->r.restore_ms = (double)best_tier / 1e6;
-    b->r.restore_per_sec = (double)M * 1e9 / (double)best_tier;
-    b->r.rocks_open_ms = (double)best_open / 1e6;
-    b->r.rocks_iter_ms = (double)best_iter / 1e6;
-    b->r.rocks_per_sec = (double)M * 1e9 / (double)best_iter;
-    return 0;
-}
-
-/* ---- 4. reload --------------------------------------------------------------------------- */
-
-/* The median get time of @k durable blocks of @size bytes after a reopen, in *@us_p. */
-static int bt_reload_one(bt_t *b, uint32_t size, uint32_t k, double *us_p)
-{
-    char store[BT_PATH], data[BT_PATH];
-    bt_path(b, "reload.store", store);
-    bt_path(b, "reload.meta", data);
-    int rc = -1;
-    uint64_t *ns = calloc(k, sizeof(*ns));
-    bt_wait_t w;
-    bt_wait_init(&w);
-    kvt_tier_t *t = NULL;
-    if (ns == NULL) {
-        fprintf(stderr, "kvtier-bench: tiers: out of memory\n");
-        goto out;
-    }
-    if ((t = bt_open(size, 4, store, k, data, 4)) == NULL ||
-        bt_put_durable(t, &w, k, b->rbuf, 0, size, 1) != 0)
-        goto out;
-    kvt_tier_close(t);
-    if ((t = bt_reopen(size, 4, store, data, 4, k)) == NULL)
-        goto out;
-    for (uint32_t i = 0; i < k; i++) {
-        bt_get_t g = {.w = &w, .want = b->rbuf, .len = size};
-        bt_acquire(&w, 1);
-        uint64_t t0 = kvt_clock_ns();
-        kvt_status_t st = kvt_tier_get(t, BT_NS, BT_NS_LEN, i, bt_got, &g);
-        if (st != KVT_OK)
-            bt_release(&w);
-        bt_drain(&w);
-        ns[i] = kvt_clock_ns() - t0;
-        if (st == KVT_OK && w.failed > 0)
-            st = w.first;
-        if (st != KVT_OK) {
-            fprintf(stderr, "kvtier-bench: tiers: reload of a %u-byte block: %s\n", size,
-                    kvt_status_str(st));
-            goto out;
-        }
-    }
-    kvt_bench_sort_u64(ns, k);
-    *us_p = kvt_bench_percentile(ns, k, 50.0) / 1e3;
-    rc = 0;
-
-out:
-    kvt_tier_close(t);
-    bt_wait_cleanup(&w);
-    free(ns);
-    unlink(store);
-    bt_rmtree(data);
-    return rc;
-}
-
-static int bt_reload(bt_t *b)
-{
-    for (int i = 0; i < BT_NRELOAD; i++)
-        if (bt_reload_one(b, bt_reload_sizes[i], b->reload_blocks, &b->r.reload_us[i]) != 0)
-            return -1;
     return 0;
 }
 
@@ -883,8 +616,8 @@ static void bt_report(const bt_t *b)
            b->reload_blocks);
     printf("%12s %14s %10s\n", "block bytes", "us per block", "GB/s");
     for (int i = 0; i < BT_NRELOAD; i++)
-        printf("%12u %14.1f %10.3f\n", bt_reload_sizes[i], r->reload_us[i],
-               (double)bt_reload_sizes[i] / (r->reload_us[i] * 1e3));
+        printf("%12u %14.1f %10.3f\n", kvt_bt_reload_sizes[i], r->reload_us[i],
+               (double)kvt_bt_reload_sizes[i] / (r->reload_us[i] * 1e3));
 
     printf("{\"bench\":\"tiers\",\"block_bytes\":%u,\"blocks\":%u,\"depth\":%u,\"quick\":%s,"
            "\"ram_put_gbps\":%.3f,\"ram_get_gbps\":%.3f,\"memcpy_gbps\":%.3f,"
@@ -905,7 +638,7 @@ static void bt_report(const bt_t *b)
            bt_ratio(r->restore_per_sec, r->rocks_per_sec),
            bt_ratio(r->rocks_open_ms + r->rocks_iter_ms, r->restore_ms));
     for (int i = 0; i < BT_NRELOAD; i++)
-        printf("%s\"%u\":%.1f", i ? "," : "", bt_reload_sizes[i], r->reload_us[i]);
+        printf("%s\"%u\":%.1f", i ? "," : "", kvt_bt_reload_sizes[i], r->reload_us[i]);
     printf("},\"reload_blocks\":%u}\n", b->reload_blocks);
 }
 
@@ -1018,14 +751,14 @@ int kvt_bench_tiers_main(int argc, char **argv)
            " files in %s\n",
            b.o.blocks, b.o.block_bytes, total >> 20, b.o.depth, b.o.restore_blocks, b.dir);
     fflush(stdout);
-    if (bt_ram(&b) != 0 || bt_nvme(&b) != 0 || bt_restore(&b) != 0 || bt_reload(&b) != 0)
+    if (bt_ram(&b) != 0 || bt_nvme(&b) != 0 || kvt_bt_restore(&b) != 0 || kvt_bt_reload(&b) != 0)
         goto out;
     bt_report(&b);
     rc = fflush(stdout) == 0 ? 0 : 1;
 
 out:
     if (b.dir[0] != '\0')
-        bt_rmtree(b.dir);
+        kvt_bt_rmtree(b.dir);
     free(b.rbuf);
     free(b.dst);
     free(b.src);

@@ -4,29 +4,22 @@
  * Subcommands live in one table (kvt_cli_cmds); each gets argv starting at
  * its own name and returns the process exit code. Every usage or input error
  * ends in exactly one stderr line "kvtier: <message>" and exit code 2, so
- * scripts can tell bad input (2) from runtime failures (1).
+ * scripts can tell bad input (2) from runtime failures (1). This file holds the
+ * table, main() and the helpers the subcommands share (kvtier_int.h);
+ * kvtier_query.c has `hash` and `query`, kvtier_admin.c the rest.
  */
 #include <errno.h>
-#include <inttypes.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "common/errtext.h"
 #include "common/status.h"
 #include "common/version.h"
-#include "kvindex/hash.h"
-#include "kvindex/tokens.h"
 #include "kvtier/client.h"
+#include "router-plugin/cli/kvtier_int.h"
 
-#define KVT_CLI_EXIT_OK 0
-#define KVT_CLI_EXIT_FAIL 1  /* runtime failure: server or connection error, out of memory */
-#define KVT_CLI_EXIT_USAGE 2 /* malformed command line or input */
-
-#define KVT_CLI_MAX_BLOCK_SIZE 1048576u
-#define KVT_CLI_MAX_SALT 255u /* longest cache salt kvtierd accepts, bytes */
 /* Biggest tokens file read into memory: KVT_TOKENS_MAX ids of 10 digits plus separators fit. */
 #define KVT_CLI_MAX_FILE ((size_t)1 << 30)
 
@@ -40,7 +33,7 @@ typedef struct kvt_cli_cmd {
 #if defined(__GNUC__)
 __attribute__((format(printf, 1, 2)))
 #endif
-static int
+int
 kvt_cli_fail(const char *fmt, ...)
 {
     char msg[512];
@@ -58,7 +51,7 @@ kvt_cli_fail(const char *fmt, ...)
 }
 
 /* Strict unsigned decimal: digits only, no sign, no spaces, no overflow. */
-static int kvt_cli_parse_u64(const char *s, uint64_t *out_p)
+int kvt_cli_parse_u64(const char *s, uint64_t *out_p)
 {
     uint64_t v = 0;
 
@@ -80,8 +73,8 @@ static int kvt_cli_parse_u64(const char *s, uint64_t *out_p)
  * Reads all of @path ("-" is stdin) into a malloc'd buffer. Returns 0, or -1
  * after writing a message (no newline, naming the file as @what) into @err.
  */
-static int kvt_cli_read_file(const char *path, const char *what, char **buf_p, size_t *len_p,
-                             char *err, size_t errlen)
+int kvt_cli_read_file(const char *path, const char *what, char **buf_p, size_t *len_p, char *err,
+                      size_t errlen)
 {
     int is_stdin = strcmp(path, "-") == 0;
     FILE *f = is_stdin ? stdin : fopen(path, "rb");
@@ -131,203 +124,6 @@ err_free:
     return -1;
 }
 
-static void kvt_cli_print_array(FILE *out, const uint64_t *v, size_t n)
-{
-    fputc('[', out);
-    for (size_t i = 0; i < n; i++)
-        fprintf(out, i == 0 ? "%" PRIu64 : ",%" PRIu64, v[i]);
-    fputc(']', out);
-}
-
-/* ---- kvtier hash ---------------------------------------------------------------------------- */
-
-static void kvt_cli_hash_usage(FILE *out)
-{
-    fprintf(out,
-            "usage: kvtier hash --block-size B [--seed S | --cache-salt SALT]\n"
-            "                   [--lora NAME [--lora-keys namespace|dynamo]]\n"
-            "                   (--tokens LIST | --tokens-file F)\n"
-            "\n"
-            "Hashes every full block of a token list with kvtier's hashing standard and\n"
-            "prints one JSON line: {\"block_size\":B,\"local\":[...],\"seq\":[...]}.\n"
-            "\n"
-            "  --block-size B    tokens per block, 1..%u\n"
-            "  --seed S          XXH3 seed, an unsigned 64-bit decimal (default %u)\n"
-            "  --cache-salt SALT a request's cache salt (vLLM/SGLang cache_salt), up to\n"
-            "                    %u bytes: it seeds the first block (\"\": no salt);\n"
-            "                    the keys kvtierd uses for that salt\n"
-            "  --lora NAME       a request's LoRA adapter, up to %u bytes (\"\": none)\n"
-            "  --lora-keys M     how kvtierd keys LoRA blocks (its --lora-keys):\n"
-            "                    namespace (default; the LoRA does not change the keys)\n"
-            "                    or dynamo (Dynamo's keys: the LoRA seeds every block)\n"
-            "  --tokens LIST     token ids: decimals separated by commas and/or\n"
-            "                    whitespace, optionally inside [ ]\n"
-            "  --tokens-file F   read the list from file F ('-' reads stdin)\n"
-            "\n"
-            "Options take their value as '--opt V' or '--opt=V'. Exit codes: 0 ok,\n"
-            "1 runtime failure, 2 bad usage or input (one 'kvtier: ...' line on stderr).\n",
-            KVT_CLI_MAX_BLOCK_SIZE, KVT_HASH_SEED, KVT_CLI_MAX_SALT, KVT_CLI_MAX_SALT);
-}
-
-enum {
-    KVT_HOPT_BLOCK,
-    KVT_HOPT_SEED,
-    KVT_HOPT_SALT,
-    KVT_HOPT_LORA,
-    KVT_HOPT_LORA_KEYS,
-    KVT_HOPT_TOKENS,
-    KVT_HOPT_FILE,
-    KVT_HOPT_COUNT
-};
-
-static const char *const kvt_cli_hash_opts[KVT_HOPT_COUNT] = {
-    [KVT_HOPT_BLOCK] = "--block-size",    [KVT_HOPT_SEED] = "--seed",
-    [KVT_HOPT_SALT] = "--cache-salt",     [KVT_HOPT_LORA] = "--lora",
-    [KVT_HOPT_LORA_KEYS] = "--lora-keys", [KVT_HOPT_TOKENS] = "--tokens",
-    [KVT_HOPT_FILE] = "--tokens-file",
-};
-
-/*
- * Checks a --cache-salt value for @cmd: "" is no salt (as in vLLM), else at
- * most KVT_CLI_MAX_SALT bytes (what kvtierd accepts). Returns 0, or the usage
- * exit code after printing the error.
- */
-static int kvt_cli_check_salt(const char *cmd, const char *salt)
-{
-    if (salt != NULL && strlen(salt) > KVT_CLI_MAX_SALT)
-        return kvt_cli_fail("%s: --cache-salt is longer than %u bytes", cmd, KVT_CLI_MAX_SALT);
-    return 0;
-}
-
-static int kvt_cli_hash_main(int argc, char **argv)
-{
-    const char *val[KVT_HOPT_COUNT] = {NULL};
-    uint64_t block_size = 0, seed = KVT_HASH_SEED;
-    char *text = NULL;
-    size_t text_len = 0;
-    uint32_t *tokens = NULL;
-    size_t ntokens = 0;
-    uint64_t *hashes = NULL;
-    char err[256];
-    int rc;
-
-    for (int i = 1; i < argc; i++) {
-        const char *arg = argv[i];
-        if (strcmp(arg, "--help") == 0 || strcmp(arg, "-h") == 0) {
-            kvt_cli_hash_usage(stdout);
-            return KVT_CLI_EXIT_OK;
-        }
-        if (strncmp(arg, "--", 2) != 0)
-            return kvt_cli_fail("hash: unexpected argument '%s'", arg);
-        const char *eq = strchr(arg, '=');
-        size_t name_len = eq != NULL ? (size_t)(eq - arg) : strlen(arg);
-        int opt = -1;
-        for (int o = 0; o < KVT_HOPT_COUNT; o++)
-            if (strlen(kvt_cli_hash_opts[o]) == name_len &&
-                strncmp(arg, kvt_cli_hash_opts[o], name_len) == 0)
-                opt = o;
-        if (opt < 0)
-            return kvt_cli_fail("hash: unknown option '%.*s'", (int)name_len, arg);
-        if (val[opt] != NULL)
-            return kvt_cli_fail("hash: option %s given twice", kvt_cli_hash_opts[opt]);
-        if (eq != NULL) {
-            val[opt] = eq + 1;
-        } else {
-            if (i + 1 >= argc)
-                return kvt_cli_fail("hash: option %s needs a value", kvt_cli_hash_opts[opt]);
-            val[opt] = argv[++i];
-        }
-    }
-
-    if (val[KVT_HOPT_BLOCK] == NULL)
-        return kvt_cli_fail("hash: --block-size is required");
-    if (kvt_cli_parse_u64(val[KVT_HOPT_BLOCK], &block_size) != 0 || block_size < 1 ||
-        block_size > KVT_CLI_MAX_BLOCK_SIZE)
-        return kvt_cli_fail("hash: --block-size must be an integer in 1..%u, got '%s'",
-                            KVT_CLI_MAX_BLOCK_SIZE, val[KVT_HOPT_BLOCK]);
-    if (val[KVT_HOPT_SEED] != NULL && kvt_cli_parse_u64(val[KVT_HOPT_SEED], &seed) != 0)
-        return kvt_cli_fail("hash: --seed must be an unsigned 64-bit integer, got '%s'",
-                            val[KVT_HOPT_SEED]);
-    const char *salt = val[KVT_HOPT_SALT];
-    size_t salt_len = salt != NULL ? strlen(salt) : 0;
-    if (kvt_cli_check_salt("hash", salt) != 0)
-        return KVT_CLI_EXIT_USAGE;
-    /* the salted chain is defined on the standard's seed only (kvindex/hash.h) */
-    if (salt_len > 0 && seed != KVT_HASH_SEED)
-        return kvt_cli_fail("hash: --cache-salt needs the standard seed %u, not --seed %s",
-                            KVT_HASH_SEED, val[KVT_HOPT_SEED]);
-    const char *mode = val[KVT_HOPT_LORA_KEYS] != NULL ? val[KVT_HOPT_LORA_KEYS] : "namespace";
-    if (strcmp(mode, "namespace") != 0 && strcmp(mode, "dynamo") != 0)
-        return kvt_cli_fail("hash: --lora-keys must be namespace or dynamo, got '%s'", mode);
-    const char *lora = val[KVT_HOPT_LORA];
-    if (lora != NULL && strlen(lora) > KVT_CLI_MAX_SALT)
-        return kvt_cli_fail("hash: --lora is longer than %u bytes", KVT_CLI_MAX_SALT);
-    /* only Dynamo's keys carry the LoRA; they are defined on the standard's seed */
-    size_t lora_len = lora != NULL && strcmp(mode, "dynamo") == 0 ? strlen(lora) : 0;
-    if (lora_len > 0 && seed != KVT_HASH_SEED)
-        return kvt_cli_fail("hash: --lora with --lora-keys dynamo needs the standard seed %u, "
-                            "not --seed %s",
-                            KVT_HASH_SEED, val[KVT_HOPT_SEED]);
-    if ((val[KVT_HOPT_TOKENS] == NULL) == (val[KVT_HOPT_FILE] == NULL))
-        return kvt_cli_fail("hash: give exactly one of --tokens and --tokens-file");
-
-    kvt_status_t st;
-    if (val[KVT_HOPT_TOKENS] != NULL) {
-        const char *list = val[KVT_HOPT_TOKENS];
-        st = kvt_tokens_parse(list, strlen(list), &tokens, &ntokens, err, sizeof(err));
-        if (st != KVT_OK)
-            return kvt_cli_fail("hash: --tokens: %s", err);
-    } else {
-        const char *path = val[KVT_HOPT_FILE];
-        if (kvt_cli_read_file(path, "tokens file", &text, &text_len, err, sizeof(err)) != 0)
-            return kvt_cli_fail("hash: %s", err);
-        st = kvt_tokens_parse(text, text_len, &tokens, &ntokens, err, sizeof(err));
-        free(text);
-        if (st != KVT_OK)
-            return kvt_cli_fail("hash: tokens file '%s': %s", path, err);
-    }
-
-    size_t nblocks = ntokens / block_size;
-    uint64_t *local = NULL, *seq = NULL;
-    if (nblocks > 0) {
-        hashes = malloc(2 * nblocks * sizeof(*hashes));
-        if (hashes == NULL) {
-            fprintf(stderr, "kvtier: hash: out of memory for %zu blocks\n", nblocks);
-            rc = KVT_CLI_EXIT_FAIL;
-            goto err_free_tokens;
-        }
-        local = hashes;
-        seq = hashes + nblocks;
-        kvt_hash_seeds_t seeds;
-        kvt_hash_seeds_lora(salt, salt_len, lora, lora_len, &seeds);
-        if (lora_len > 0)
-            kvt_hash_seq_seeds(tokens, ntokens, (uint32_t)block_size, &seeds, NULL, local, seq);
-        else if (salt_len > 0)
-            kvt_hash_seq_salted(tokens, ntokens, (uint32_t)block_size, seeds.first, NULL, local,
-                                seq);
-        else
-            kvt_hash_seq(tokens, ntokens, (uint32_t)block_size, seed, NULL, local, seq);
-    }
-
-    printf("{\"block_size\":%" PRIu64 ",\"local\":", block_size);
-    kvt_cli_print_array(stdout, local, nblocks);
-    fputs(",\"seq\":", stdout);
-    kvt_cli_print_array(stdout, seq, nblocks);
-    fputs("}\n", stdout);
-    if (fflush(stdout) != 0 || ferror(stdout)) {
-        fprintf(stderr, "kvtier: hash: cannot write output: %s\n", strerror(errno));
-        rc = KVT_CLI_EXIT_FAIL;
-        goto err_free_hashes;
-    }
-    rc = KVT_CLI_EXIT_OK;
-
-err_free_hashes:
-    free(hashes);
-err_free_tokens:
-    free(tokens);
-    return rc;
-}
-
 /* ---- options shared by the subcommands that talk to kvtierd --------------------------------- */
 
 /*
@@ -336,9 +132,8 @@ err_free_tokens:
  * positional arguments. Returns 0, 1 for --help (@usage printed), or the
  * usage exit code after printing the error.
  */
-static int kvt_cli_opts(const char *cmd, int argc, char **argv, const char *const *names,
-                        const char **val, const char **pos, int maxpos, int *npos_p,
-                        void (*usage)(FILE *out))
+int kvt_cli_opts(const char *cmd, int argc, char **argv, const char *const *names, const char **val,
+                 const char **pos, int maxpos, int *npos_p, void (*usage)(FILE *out))
 {
     int npos = 0;
 
@@ -394,8 +189,8 @@ static int kvt_cli_parse_ms(const char *s, int *ms_p)
  * call, so only local checks happen here. Returns the exit code: 0 with
  * *@c_p set, 2 for a bad address or value, 1 when out of memory.
  */
-static int kvt_cli_connect(const char *cmd, const char *addr, const char *timeout,
-                           const char *token, kvt_client_t **c_p)
+int kvt_cli_connect(const char *cmd, const char *addr, const char *timeout, const char *token,
+                    kvt_client_t **c_p)
 {
     kvt_client_opts_t o;
     char err[512];
@@ -423,7 +218,7 @@ static int kvt_cli_connect(const char *cmd, const char *addr, const char *timeou
 }
 
 /* The failure of a call on @c: one stderr line, exit 1. */
-static int kvt_cli_call_failed(const char *cmd, kvt_client_t *c, kvt_status_t st)
+int kvt_cli_call_failed(const char *cmd, kvt_client_t *c, kvt_status_t st)
 {
     const char *msg = kvt_client_last_error(c);
     if (msg[0] != '\0')
@@ -433,528 +228,14 @@ static int kvt_cli_call_failed(const char *cmd, kvt_client_t *c, kvt_status_t st
     return KVT_CLI_EXIT_FAIL;
 }
 
-/* Writes @s as a JSON string (quotes, backslashes and control bytes escaped). */
-static void kvt_cli_json_str(FILE *out, const char *s)
-{
-    fputc('"', out);
-    for (; *s != '\0'; s++) {
-        unsigned char ch = (unsigned char)*s;
-        if (ch == '"' || ch == '\\')
-            fprintf(out, "\\%c", ch);
-        else if (ch < 0x20)
-            fprintf(out, "\\u%04x", ch);
-        else
-            fputc(ch, out);
-    }
-    fputc('"', out);
-}
-
-/* Writes a finite double in its shortest form that reads back exactly. */
-static void kvt_cli_json_double(FILE *out, double d)
-{
-    char buf[40];
-    for (int prec = 15; prec <= 17; prec++) {
-        snprintf(buf, sizeof(buf), "%.*g", prec, d);
-        if (strtod(buf, NULL) == d)
-            break;
-    }
-    fputs(buf, out);
-}
-
 /* Flushes stdout; a write error is a runtime failure. */
-static int kvt_cli_finish(const char *cmd)
+int kvt_cli_finish(const char *cmd)
 {
     if (fflush(stdout) != 0 || ferror(stdout)) {
         kvt_cli_fail("%s: cannot write output: %s", cmd, strerror(errno));
         return KVT_CLI_EXIT_FAIL;
     }
     return KVT_CLI_EXIT_OK;
-}
-
-/* ---- kvtier query --------------------------------------------------------------------------- */
-
-static void kvt_cli_query_usage(FILE *out)
-{
-    fprintf(out,
-            "usage: kvtier query [--addr A] [--model M] [--lora L] [--cache-salt SALT]\n"
-            "                    (--tokens LIST | --tokens-file F | --keys LIST)\n"
-            "                    [--pods P1,P2,...] [--timeout MS] [--auth-token T]\n"
-            "\n"
-            "Asks a running kvtierd which pods hold the longest prefix of a prompt and\n"
-            "prints the answer as one JSON line, like POST /v1/query:\n"
-            "{\"block_size\":B,\"num_blocks\":N,\"pods\":[{\"pod\":..,\"dp_rank\":..,\n"
-            "\"matched_blocks\":..,\"gpu\":..,\"cpu\":..,\"disk\":..,\"score\":..}]} best first.\n"
-            "\n"
-            "  --addr A          kvtierd's RPC address, host:port or unix:/path\n"
-            "                    (default $KVTIER_ADDR, else %s)\n"
-            "  --model M         model name (default $KVTIER_MODEL; required)\n"
-            "  --lora L          LoRA adapter name (default: the base model)\n"
-            "  --cache-salt SALT the request's cache salt (vLLM/SGLang cache_salt), up to\n"
-            "                    255 bytes (\"\": none); only prefixes stored with the same\n"
-            "                    salt match. Not with --keys (keys already carry it)\n"
-            "  --tokens LIST     token ids, as for 'kvtier hash'\n"
-            "  --tokens-file F   read the token ids from file F ('-' reads stdin)\n"
-            "  --keys LIST       block sequence keys (unsigned 64-bit decimals, separated\n"
-            "                    by commas and/or whitespace) instead of tokens\n"
-            "  --pods LIST       only rank these pods (comma-separated names)\n"
-            "  --timeout MS      connect and call timeout in milliseconds (default 1000)\n"
-            "  --auth-token T    token for HELLO (default $KVTIER_TOKEN)\n"
-            "\n"
-            "Exit codes: 0 ok, 1 server or connection error, 2 bad usage or input\n"
-            "(one 'kvtier: ...' line on stderr).\n",
-            KVT_CLIENT_DEFAULT_ADDR);
-}
-
-enum {
-    KVT_QOPT_ADDR,
-    KVT_QOPT_MODEL,
-    KVT_QOPT_LORA,
-    KVT_QOPT_TOKENS,
-    KVT_QOPT_FILE,
-    KVT_QOPT_KEYS,
-    KVT_QOPT_PODS,
-    KVT_QOPT_TIMEOUT,
-    KVT_QOPT_TOKEN,
-    KVT_QOPT_SALT,
-    KVT_QOPT_COUNT
-};
-
-static const char *const kvt_cli_query_opts[KVT_QOPT_COUNT + 1] = {
-    [KVT_QOPT_ADDR] = "--addr",        [KVT_QOPT_MODEL] = "--model",
-    [KVT_QOPT_LORA] = "--lora",        [KVT_QOPT_TOKENS] = "--tokens",
-    [KVT_QOPT_FILE] = "--tokens-file", [KVT_QOPT_KEYS] = "--keys",
-    [KVT_QOPT_PODS] = "--pods",        [KVT_QOPT_TIMEOUT] = "--timeout",
-    [KVT_QOPT_TOKEN] = "--auth-token", [KVT_QOPT_SALT] = "--cache-salt",
-    [KVT_QOPT_COUNT] = NULL,
-};
-
-/* Parses "k1,k2 k3": unsigned 64-bit decimals separated by commas and/or whitespace. */
-static int kvt_cli_parse_keys(const char *s, uint64_t **keys_p, size_t *n_p)
-{
-    size_t cap = 0, n = 0;
-    uint64_t *keys = NULL;
-    char tok[32];
-
-    while (*s != '\0') {
-        while (*s == ',' || *s == ' ' || *s == '\t' || *s == '\n' || *s == '\r')
-            s++;
-        if (*s == '\0')
-            break;
-        size_t len = strcspn(s, ", \t\r\n");
-        if (len >= sizeof(tok))
-            goto err_free;
-        memcpy(tok, s, len);
-        tok[len] = '\0';
-        uint64_t v;
-        if (kvt_cli_parse_u64(tok, &v) != 0)
-            goto err_free;
-        if (n == cap) {
-            cap = cap == 0 ? 64 : cap * 2;
-            uint64_t *nk = realloc(keys, cap * sizeof(*nk));
-            if (nk == NULL)
-                goto err_free;
-            keys = nk;
-        }
-        keys[n++] = v;
-        s += len;
-    }
-    *keys_p = keys;
-    *n_p = n;
-    return 0;
-
-err_free:
-    free(keys);
-    return -1;
-}
-
-/* Splits "a,b,c" into a malloc'd array of pointers into a malloc'd copy (*@buf_p). */
-static int kvt_cli_split_pods(const char *s, char **buf_p, const char ***pods_p, size_t *n_p)
-{
-    size_t n = 1;
-    for (const char *p = s; *p != '\0'; p++)
-        n += *p == ',';
-    char *buf = strdup(s);
-    const char **pods = calloc(n, sizeof(*pods));
-    if (buf == NULL || pods == NULL) {
-        free(buf);
-        free(pods);
-        return -1;
-    }
-    size_t i = 0;
-    for (char *p = buf;;) {
-        char *comma = strchr(p, ',');
-        if (comma != NULL)
-            *comma = '\0';
-        if (*p == '\0' || strlen(p) > 255) {
-            free(buf);
-            free(pods);
-            return -2;
-        }
-        pods[i++] = p;
-        if (comma == NULL)
-            break;
-        p = comma + 1;
-    }
-    *buf_p = buf;
-    *pods_p = pods;
-    *n_p = n;
-    return 0;
-}
-
-static int kvt_cli_query_main(int argc, char **argv)
-{
-    const char *val[KVT_QOPT_COUNT] = {NULL};
-    const char *pos[1];
-    int npos = 0;
-    uint32_t *tokens = NULL;
-    uint64_t *keys = NULL;
-    size_t n = 0, npods = 0;
-    char *podbuf = NULL;
-    const char **pods = NULL;
-    kvt_client_t *c = NULL;
-    kvt_client_result_t res;
-    char err[256];
-    int rc;
-
-    rc = kvt_cli_opts("query", argc, argv, kvt_cli_query_opts, val, pos, 0, &npos,
-                      kvt_cli_query_usage);
-    if (rc != 0)
-        return rc == 1 ? KVT_CLI_EXIT_OK : rc;
-    const char *model = val[KVT_QOPT_MODEL] != NULL ? val[KVT_QOPT_MODEL] : getenv("KVTIER_MODEL");
-    if (model == NULL || model[0] == '\0')
-        return kvt_cli_fail("query: --model is required (or set KVTIER_MODEL)");
-    if (strlen(model) > 255)
-        return kvt_cli_fail("query: --model is longer than 255 bytes");
-    if (val[KVT_QOPT_LORA] != NULL && strlen(val[KVT_QOPT_LORA]) > 255)
-        return kvt_cli_fail("query: --lora is longer than 255 bytes");
-    int given = (val[KVT_QOPT_TOKENS] != NULL) + (val[KVT_QOPT_FILE] != NULL) +
-                (val[KVT_QOPT_KEYS] != NULL);
-    if (given != 1)
-        return kvt_cli_fail("query: give exactly one of --tokens, --tokens-file and --keys");
-    const char *salt = val[KVT_QOPT_SALT];
-    if (kvt_cli_check_salt("query", salt) != 0)
-        return KVT_CLI_EXIT_USAGE;
-    if (salt != NULL && salt[0] != '\0' && val[KVT_QOPT_KEYS] != NULL)
-        return kvt_cli_fail("query: --cache-salt goes with --tokens or --tokens-file: "
-                            "--keys already carry their salt");
-
-    if (val[KVT_QOPT_TOKENS] != NULL) {
-        const char *list = val[KVT_QOPT_TOKENS];
-        if (kvt_tokens_parse(list, strlen(list), &tokens, &n, err, sizeof(err)) != KVT_OK)
-            return kvt_cli_fail("query: --tokens: %s", err);
-    } else if (val[KVT_QOPT_FILE] != NULL) {
-        const char *path = val[KVT_QOPT_FILE];
-        char *text = NULL;
-        size_t text_len = 0;
-        if (kvt_cli_read_file(path, "tokens file", &text, &text_len, err, sizeof(err)) != 0)
-            return kvt_cli_fail("query: %s", err);
-        kvt_status_t st = kvt_tokens_parse(text, text_len, &tokens, &n, err, sizeof(err));
-        free(text);
-        if (st != KVT_OK)
-            return kvt_cli_fail("query: tokens file '%s': %s", path, err);
-    } else if (kvt_cli_parse_keys(val[KVT_QOPT_KEYS], &keys, &n) != 0) {
-        return kvt_cli_fail("query: --keys must be unsigned 64-bit decimals separated by "
-                            "commas or spaces");
-    }
-    if (val[KVT_QOPT_PODS] != NULL) {
-        int r = kvt_cli_split_pods(val[KVT_QOPT_PODS], &podbuf, &pods, &npods);
-        if (r != 0) {
-            rc = r == -1 ? KVT_CLI_EXIT_FAIL : KVT_CLI_EXIT_USAGE;
-            kvt_cli_fail("query: %s", r == -1
-                                          ? "out of memory"
-                                          : "--pods names must be 1..255 bytes, comma-separated");
-            goto out;
-        }
-    }
-
-    rc = kvt_cli_connect("query", val[KVT_QOPT_ADDR], val[KVT_QOPT_TIMEOUT], val[KVT_QOPT_TOKEN],
-                         &c);
-    if (rc != KVT_CLI_EXIT_OK)
-        goto out;
-    const char *lora = val[KVT_QOPT_LORA];
-    kvt_status_t st =
-        val[KVT_QOPT_KEYS] != NULL
-            ? kvt_client_query_keys(c, model, lora, keys, n, pods, npods, &res)
-            : kvt_client_query_salted(c, model, lora, salt, tokens, n, pods, npods, &res);
-    if (st != KVT_OK) {
-        rc = kvt_cli_call_failed("query", c, st);
-        goto out;
-    }
-    printf("{\"block_size\":%" PRIu32 ",\"num_blocks\":%" PRIu32 ",\"pods\":[", res.block_size,
-           res.num_blocks);
-    for (size_t i = 0; i < res.npods; i++) {
-        const kvt_client_pod_t *p = &res.pods[i];
-        fputs(i == 0 ? "{\"pod\":" : ",{\"pod\":", stdout);
-        kvt_cli_json_str(stdout, p->pod);
-        printf(",\"dp_rank\":%" PRIu32 ",\"matched_blocks\":%" PRIu32 ",\"gpu\":%" PRIu32
-               ",\"cpu\":%" PRIu32 ",\"disk\":%" PRIu32 ",\"score\":",
-               p->dp_rank, p->matched, p->gpu, p->cpu, p->disk);
-        kvt_cli_json_double(stdout, p->score);
-        fputc('}', stdout);
-    }
-    fputs("]}\n", stdout);
-    kvt_client_result_free(&res);
-    rc = kvt_cli_finish("query");
-out:
-    kvt_client_destroy(c);
-    free(pods);
-    free(podbuf);
-    free(tokens);
-    free(keys);
-    return rc;
-}
-
-/* ---- kvtier events / stats / ping ----------------------------------------------------------- */
-
-static void kvt_cli_events_usage(FILE *out)
-{
-    fprintf(
-        out,
-        "usage: kvtier events [--addr A] [--timeout MS] [--auth-token T] FILE\n"
-        "\n"
-        "Sends a JSON events file ('-' reads stdin) to a running kvtierd, as\n"
-        "POST /v1/events does: {\"pod\",\"model\",\"events\":[{\"type\":\"BlockStored\",..},..]}\n"
-        "(docs/api.md), and prints the server's JSON answer on one line.\n"
-        "\n"
-        "  --addr A        RPC address (default $KVTIER_ADDR, else %s)\n"
-        "  --timeout MS    connect and call timeout in milliseconds (default 1000)\n"
-        "  --auth-token T  token for HELLO (default $KVTIER_TOKEN)\n"
-        "\n"
-        "Exit codes: 0 ok, 1 server or connection error (also a refused file),\n"
-        "2 bad usage or unreadable file.\n",
-        KVT_CLIENT_DEFAULT_ADDR);
-}
-
-static void kvt_cli_stats_usage(FILE *out)
-{
-    fprintf(out, "usage: kvtier stats [--addr A] [--timeout MS] [--auth-token T]\n"
-                 "\n"
-                 "Prints the JSON of GET /v1/stats from a running kvtierd on one line.\n"
-                 "Options as for 'kvtier events'. Exit codes: 0 ok, 1 server or connection\n"
-                 "error, 2 bad usage.\n");
-}
-
-static void kvt_cli_ping_usage(FILE *out)
-{
-    fprintf(out, "usage: kvtier ping [--addr A] [--timeout MS] [--auth-token T]\n"
-                 "\n"
-                 "Connects to a running kvtierd, says HELLO and PING, and prints\n"
-                 "{\"ok\":true,\"rtt_us\":N}. Exit 0 when it answered, 1 when it did not,\n"
-                 "2 on bad usage: scripts can wait for a daemon with it.\n");
-}
-
-enum { KVT_COPT_ADDR, KVT_COPT_TIMEOUT, KVT_COPT_TOKEN, KVT_COPT_COUNT };
-
-static const char *const kvt_cli_conn_opts[KVT_COPT_COUNT + 1] = {
-    [KVT_COPT_ADDR] = "--addr",
-    [KVT_COPT_TIMEOUT] = "--timeout",
-    [KVT_COPT_TOKEN] = "--auth-token",
-    [KVT_COPT_COUNT] = NULL,
-};
-
-/* Prints a JSON answer, adding the newline it lacks. */
-static int kvt_cli_print_answer(const char *cmd, const char *json)
-{
-    size_t len = strlen(json);
-    fputs(json, stdout);
-    if (len == 0 || json[len - 1] != '\n')
-        fputc('\n', stdout);
-    return kvt_cli_finish(cmd);
-}
-
-typedef kvt_status_t (*kvt_cli_json_call_t)(kvt_client_t *c, const char *json, size_t len,
-                                            char **answer_p);
-
-/* `kvtier CMD FILE`: sends a JSON file ('-': stdin) with @call and prints the answer. */
-static int kvt_cli_json_file_main(const char *cmd, const char *what, int argc, char **argv,
-                                  void (*usage)(FILE *), kvt_cli_json_call_t call)
-{
-    const char *val[KVT_COPT_COUNT] = {NULL};
-    const char *pos[1] = {NULL};
-    int npos = 0;
-    char err[256];
-    char *text = NULL, *answer = NULL;
-    size_t len = 0;
-    kvt_client_t *c = NULL;
-
-    int rc = kvt_cli_opts(cmd, argc, argv, kvt_cli_conn_opts, val, pos, 1, &npos, usage);
-    if (rc != 0)
-        return rc == 1 ? KVT_CLI_EXIT_OK : rc;
-    if (npos != 1)
-        return kvt_cli_fail("%s: give the JSON %s ('-' for stdin)", cmd, what);
-    if (kvt_cli_read_file(pos[0], what, &text, &len, err, sizeof(err)) != 0)
-        return kvt_cli_fail("%s: %s", cmd, err);
-    if (len == 0) {
-        free(text);
-        return kvt_cli_fail("%s: %s '%s' is empty", cmd, what, pos[0]);
-    }
-    rc = kvt_cli_connect(cmd, val[KVT_COPT_ADDR], val[KVT_COPT_TIMEOUT], val[KVT_COPT_TOKEN], &c);
-    if (rc == KVT_CLI_EXIT_OK) {
-        kvt_status_t st = call(c, text, len, &answer);
-        if (st == KVT_ERR_TOO_BIG)
-            rc = (kvt_cli_fail("%s: %s", cmd, kvt_client_last_error(c)), KVT_CLI_EXIT_USAGE);
-        else if (st != KVT_OK)
-            rc = kvt_cli_call_failed(cmd, c, st);
-        else
-            rc = kvt_cli_print_answer(cmd, answer);
-    }
-    free(answer);
-    free(text);
-    kvt_client_destroy(c);
-    return rc;
-}
-
-static int kvt_cli_events_main(int argc, char **argv)
-{
-    return kvt_cli_json_file_main("events", "events file", argc, argv, kvt_cli_events_usage,
-                                  kvt_client_report_events);
-}
-
-/* The connection options of the commands that talk to kvtierd (a %s for the default address). */
-#define KVT_CLI_CONN_HELP                                                                          \
-    "  --addr A        RPC address (default $KVTIER_ADDR, else %s)\n"                              \
-    "  --timeout MS    connect and call timeout in milliseconds (default 1000)\n"                  \
-    "  --auth-token T  token for HELLO (default $KVTIER_TOKEN)\n"
-
-static void kvt_cli_subscribe_usage(FILE *out)
-{
-    fprintf(out,
-            "usage: kvtier subscribe [--addr A] [--timeout MS] [--auth-token T] FILE\n"
-            "\n"
-            "Subscribes a running kvtierd to an engine's KV-event stream, as\n"
-            "POST /v1/engines does: FILE ('-' reads stdin) holds\n"
-            "{\"pod\",\"model\",\"endpoint\",\"replay_endpoint\"?,\"topic\"?,\"format\"?,\n"
-            "\"dp_size\"?,\"bind\"?} (docs/api.md); prints the server's JSON answer.\n"
-            "\n" KVT_CLI_CONN_HELP "\n"
-            "Exit codes: 0 ok, 1 server or connection error (also a refused engine),\n"
-            "2 bad usage or unreadable file.\n",
-            KVT_CLIENT_DEFAULT_ADDR);
-}
-
-static int kvt_cli_subscribe_main(int argc, char **argv)
-{
-    return kvt_cli_json_file_main("subscribe", "engine file", argc, argv, kvt_cli_subscribe_usage,
-                                  kvt_client_add_engine);
-}
-
-static void kvt_cli_unsubscribe_usage(FILE *out)
-{
-    fprintf(out,
-            "usage: kvtier unsubscribe [--addr A] [--timeout MS] [--auth-token T] POD\n"
-            "\n"
-            "Unsubscribes a running kvtierd from engine POD and drops everything it held,\n"
-            "as DELETE /v1/engines/POD does; prints the server's JSON answer.\n"
-            "\n" KVT_CLI_CONN_HELP "\n"
-            "Exit codes: 0 ok, 1 server or connection error (also an unknown pod),\n"
-            "2 bad usage.\n",
-            KVT_CLIENT_DEFAULT_ADDR);
-}
-
-/* A command that names one thing (a pod, a model) to drop, and prints the JSON answer. */
-static int kvt_cli_drop_main(const char *cmd, const char *what, int argc, char **argv,
-                             void (*usage)(FILE *),
-                             kvt_status_t (*drop)(kvt_client_t *, const char *, char **))
-{
-    const char *val[KVT_COPT_COUNT] = {NULL};
-    const char *pos[1] = {NULL};
-    int npos = 0;
-    char *answer = NULL;
-    kvt_client_t *c = NULL;
-
-    int rc = kvt_cli_opts(cmd, argc, argv, kvt_cli_conn_opts, val, pos, 1, &npos, usage);
-    if (rc != 0)
-        return rc == 1 ? KVT_CLI_EXIT_OK : rc;
-    if (npos != 1)
-        return kvt_cli_fail("%s: give the %s", cmd, what);
-    rc = kvt_cli_connect(cmd, val[KVT_COPT_ADDR], val[KVT_COPT_TIMEOUT], val[KVT_COPT_TOKEN], &c);
-    if (rc == KVT_CLI_EXIT_OK) {
-        kvt_status_t st = drop(c, pos[0], &answer);
-        rc = st != KVT_OK ? kvt_cli_call_failed(cmd, c, st) : kvt_cli_print_answer(cmd, answer);
-    }
-    free(answer);
-    kvt_client_destroy(c);
-    return rc;
-}
-
-static int kvt_cli_unsubscribe_main(int argc, char **argv)
-{
-    return kvt_cli_drop_main("unsubscribe", "pod", argc, argv, kvt_cli_unsubscribe_usage,
-                             kvt_client_drop_engine);
-}
-
-static void kvt_cli_drop_model_usage(FILE *out)
-{
-    fprintf(out,
-            "usage: kvtier drop-model [--addr A] [--timeout MS] [--auth-token T] MODEL\n"
-            "\n"
-            "Drops every namespace of MODEL (its base model and its LoRAs) and all their\n"
-            "blocks from a running kvtierd's index, as DELETE /v1/models/MODEL does; prints\n"
-            "the server's JSON answer. Engines still publishing for MODEL fill it again.\n"
-            "\n" KVT_CLI_CONN_HELP "\n"
-            "Exit codes: 0 ok, 1 server or connection error (also an unknown model),\n"
-            "2 bad usage.\n",
-            KVT_CLIENT_DEFAULT_ADDR);
-}
-
-static int kvt_cli_drop_model_main(int argc, char **argv)
-{
-    return kvt_cli_drop_main("drop-model", "model", argc, argv, kvt_cli_drop_model_usage,
-                             kvt_client_drop_model);
-}
-
-static int kvt_cli_stats_main(int argc, char **argv)
-{
-    const char *val[KVT_COPT_COUNT] = {NULL};
-    const char *pos[1];
-    int npos = 0;
-    char *json = NULL;
-    kvt_client_t *c = NULL;
-
-    int rc = kvt_cli_opts("stats", argc, argv, kvt_cli_conn_opts, val, pos, 0, &npos,
-                          kvt_cli_stats_usage);
-    if (rc != 0)
-        return rc == 1 ? KVT_CLI_EXIT_OK : rc;
-    rc = kvt_cli_connect("stats", val[KVT_COPT_ADDR], val[KVT_COPT_TIMEOUT], val[KVT_COPT_TOKEN],
-                         &c);
-    if (rc == KVT_CLI_EXIT_OK) {
-        kvt_status_t st = kvt_client_stats(c, &json);
-        rc = st != KVT_OK ? kvt_cli_call_failed("stats", c, st)
-                          : kvt_cli_print_answer("stats", json);
-    }
-    free(json);
-    kvt_client_destroy(c);
-    return rc;
-}
-
-static int kvt_cli_ping_main(int argc, char **argv)
-{
-    const char *val[KVT_COPT_COUNT] = {NULL};
-    const char *pos[1];
-    int npos = 0;
-    kvt_client_t *c = NULL;
-
-    int rc =
-        kvt_cli_opts("ping", argc, argv, kvt_cli_conn_opts, val, pos, 0, &npos, kvt_cli_ping_usage);
-    if (rc != 0)
-        return rc == 1 ? KVT_CLI_EXIT_OK : rc;
-    rc =
-        kvt_cli_connect("ping", val[KVT_COPT_ADDR], val[KVT_COPT_TIMEOUT], val[KVT_COPT_TOKEN], &c);
-    if (rc == KVT_CLI_EXIT_OK) {
-        struct timespec t0, t1;
-        clock_gettime(CLOCK_MONOTONIC, &t0);
-        kvt_status_t st = kvt_client_ping(c);
-        clock_gettime(CLOCK_MONOTONIC, &t1);
-        if (st != KVT_OK) {
-            rc = kvt_cli_call_failed("ping", c, st);
-        } else {
-            long long us =
-                (long long)(t1.tv_sec - t0.tv_sec) * 1000000 + (t1.tv_nsec - t0.tv_nsec) / 1000;
-            printf("{\"ok\":true,\"rtt_us\":%lld}\n", us);
-            rc = kvt_cli_finish("ping");
-        }
-    }
-    kvt_client_destroy(c);
-    return rc;
 }
 
 /* ---- dispatch ------------------------------------------------------------------------------- */
