@@ -10,6 +10,7 @@
 #define KVT_LOG_COMPONENT "blocks"
 
 #include "server/blocks.h"
+#include "server/blockq.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -238,81 +239,6 @@ static void async(srv_result_t *res, srv_job_t *job)
 
 /* ---- the block API over HTTP ---------------------------------------------------------- */
 
-/* A block key: an unsigned 64-bit decimal, nothing else. */
-static bool parse_key(const char *s, uint64_t *key_p)
-{
-    uint64_t v = 0;
-    if (*s == '\0' || strlen(s) > 20)
-        return false;
-    for (; *s; s++) {
-        if (*s < '0' || *s > '9')
-            return false;
-        unsigned d = (unsigned)(*s - '0');
-        if (v > (UINT64_MAX - d) / 10)
-            return false;
-        v = v * 10 + d;
-    }
-    *key_p = v;
-    return true;
-}
-
-typedef struct block_query {
-    char model[KVT_IDX_MAX_NAME + 1];
-    char lora[KVT_IDX_MAX_NAME + 1];
-    bool durable;
-} block_query_t;
-
-/* ?model=M[&lora=L][&durable=0|1]; KVT_ERR_INVAL with the reason in @rq->err. */
-static kvt_status_t parse_query(srv_req_t *rq, block_query_t *q)
-{
-    memset(q, 0, sizeof(*q));
-    const char *p = rq->query, *end = rq->query + rq->query_len;
-    while (p != NULL && p < end) {
-        const char *amp = memchr(p, '&', (size_t)(end - p));
-        const char *stop = amp ? amp : end;
-        const char *eq = memchr(p, '=', (size_t)(stop - p));
-        if (eq == NULL) {
-            kvt_errf(rq->err, rq->errlen, "query parameter without a value: %.*s",
-                     (int)(stop - p) > 40 ? 40 : (int)(stop - p), p);
-            return KVT_ERR_INVAL;
-        }
-        size_t nlen = (size_t)(eq - p);
-        char val[KVT_IDX_MAX_NAME + 1];
-        long vlen = kvt_http_pct_decode(eq + 1, (size_t)(stop - eq - 1), val, sizeof(val));
-        if (vlen < 0) {
-            kvt_errf(rq->err, rq->errlen,
-                     "query parameter %.*s: a bad %%-escape, %%00, or over %u bytes",
-                     (int)nlen > 40 ? 40 : (int)nlen, p, KVT_IDX_MAX_NAME);
-            return KVT_ERR_INVAL;
-        }
-        if (nlen == 5 && memcmp(p, "model", 5) == 0) {
-            memcpy(q->model, val, (size_t)vlen + 1);
-        } else if (nlen == 4 && memcmp(p, "lora", 4) == 0) {
-            memcpy(q->lora, val, (size_t)vlen + 1);
-        } else if (nlen == 7 && memcmp(p, "durable", 7) == 0) {
-            if (strcmp(val, "1") == 0 || strcmp(val, "true") == 0) {
-                q->durable = true;
-            } else if (strcmp(val, "0") == 0 || strcmp(val, "false") == 0) {
-                q->durable = false;
-            } else {
-                kvt_errf(rq->err, rq->errlen, "durable must be 0, 1, true or false");
-                return KVT_ERR_INVAL;
-            }
-        } else {
-            kvt_errf(rq->err, rq->errlen,
-                     "unknown query parameter %.*s (model, lora and durable are known)",
-                     (int)nlen > 40 ? 40 : (int)nlen, p);
-            return KVT_ERR_INVAL;
-        }
-        p = amp ? amp + 1 : end;
-    }
-    if (q->model[0] == '\0') {
-        kvt_errf(rq->err, rq->errlen, "?model= is required (the block's model)");
-        return KVT_ERR_INVAL;
-    }
-    return KVT_OK;
-}
-
 void srv_h_block_http(srv_req_t *rq, srv_result_t *res)
 {
     kvt_tier_t *t = tier_or_error(rq, res);
@@ -326,12 +252,12 @@ void srv_h_block_http(srv_req_t *rq, srv_result_t *res)
     default: error(res, 405, KVT_ERR_INVAL, "method not allowed (PUT, GET or DELETE)"); return;
     }
     uint64_t key;
-    if (!parse_key(rq->name, &key)) {
+    if (!srv_block_key_parse(rq->name, &key)) {
         error(res, 400, KVT_ERR_INVAL, "a block key is an unsigned 64-bit decimal");
         return;
     }
-    block_query_t q;
-    if (parse_query(rq, &q) != KVT_OK) {
+    srv_block_query_t q;
+    if (srv_block_query_parse(rq->query, rq->query_len, &q, rq->err, rq->errlen) != KVT_OK) {
         error(res, 400, KVT_ERR_INVAL, rq->err);
         return;
     }
