@@ -2,8 +2,8 @@
  * router-plugin/client.c: libkvtier, the client of kvtierd's binary RPC
  * (include/kvtier/client.h, docs/client.md): errors, options and address,
  * the connection, buffered I/O, create and destroy, results. Blocking calls
- * are in client_call.c, submitted queries in client_async.c, fan-out in
- * client_fanout.c; client_int.h is what they share.
+ * are in client_call.c, the tier calls in client_tier.c, submitted queries in
+ * client_async.c, fan-out in client_fanout.c; client_int.h is what they share.
  *
  * The socket is always non-blocking; blocking calls wait in poll() against a
  * deadline, so one io timeout bounds a whole call however the bytes trickle
@@ -148,6 +148,9 @@ void kvt_cl_close(kvt_client_t *c)
     if (c->fd >= 0)
         close(c->fd);
     c->fd = -1;
+    if (c->pass_fd >= 0)
+        close(c->pass_fd); /* came with an ATTACH answer nobody took */
+    c->pass_fd = -1;
     kvt_proto_wr_reset(&c->out);
     c->in_off = c->in_len = 0;
 }
@@ -363,6 +366,39 @@ kvt_status_t kvt_cl_flush(kvt_client_t *c, uint64_t deadline, bool block)
 }
 
 /*
+ * recv() for an ATTACH in flight: the arena's descriptor comes beside the
+ * answer's first bytes (SCM_RIGHTS), and a plain recv() would drop it. The
+ * first one is kept in c->pass_fd; any other is closed at once.
+ */
+static ssize_t cl_recv_fd(kvt_client_t *c, uint8_t *buf, size_t len)
+{
+    union {
+        char buf[CMSG_SPACE(4 * sizeof(int))];
+        struct cmsghdr align;
+    } u;
+    struct iovec iov = {buf, len};
+    struct msghdr msg = {
+        .msg_iov = &iov, .msg_iovlen = 1, .msg_control = u.buf, .msg_controllen = sizeof(u.buf)};
+    ssize_t n = recvmsg(c->fd, &msg, MSG_DONTWAIT | MSG_CMSG_CLOEXEC);
+    if (n < 0)
+        return n;
+    for (struct cmsghdr *cm = CMSG_FIRSTHDR(&msg); cm != NULL; cm = CMSG_NXTHDR(&msg, cm)) {
+        if (cm->cmsg_level != SOL_SOCKET || cm->cmsg_type != SCM_RIGHTS)
+            continue;
+        size_t nfd = (cm->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+        for (size_t i = 0; i < nfd; i++) {
+            int fd;
+            memcpy(&fd, CMSG_DATA(cm) + i * sizeof(int), sizeof(fd));
+            if (c->pass_fd < 0)
+                c->pass_fd = fd;
+            else
+                close(fd);
+        }
+    }
+    return n;
+}
+
+/*
  * Reads what the socket has into c->in; with @block waits for at least one
  * byte until @deadline. Without @block, KVT_OK may mean nothing arrived.
  */
@@ -393,7 +429,9 @@ kvt_status_t kvt_cl_read(kvt_client_t *c, uint64_t deadline, bool block)
         c->in_cap = cap;
     }
     for (;;) {
-        ssize_t n = recv(c->fd, c->in + c->in_len, c->in_cap - c->in_len, MSG_DONTWAIT);
+        ssize_t n = c->want_fd
+                        ? cl_recv_fd(c, c->in + c->in_len, c->in_cap - c->in_len)
+                        : recv(c->fd, c->in + c->in_len, c->in_cap - c->in_len, MSG_DONTWAIT);
         if (n > 0) {
             c->in_len += (size_t)n;
             return KVT_OK;
@@ -479,7 +517,7 @@ kvt_status_t kvt_client_create_msg(const kvt_client_opts_t *o, kvt_client_t **c_
         kvt_errf(err, errlen, "out of memory");
         return KVT_ERR_NO_MEM;
     }
-    c->fd = -1;
+    c->fd = c->pass_fd = -1;
     c->next_id = 1; /* 0 is the id of answers to untrustworthy headers */
     c->max_body = KVT_PROTO_MAX_BODY_DEFAULT;
     c->connect_ms = o->connect_timeout_ms > 0 ? o->connect_timeout_ms : CL_DEFAULT_TIMEOUT_MS;

@@ -13,19 +13,8 @@
 
 /* ---- blocking calls ------------------------------------------------------------------------- */
 
-/* An answer to a blocking call: the frame stays in c->in until the next read. */
-typedef struct cl_answer {
-    kvt_proto_hdr_t h;
-    const uint8_t *body;
-} cl_answer_t;
-
-/*
- * Sends the frame @req (req_id patched in) and waits for its answer. Retries
- * once on a fresh connection when @idempotent and a reused connection broke.
- * On KVT_OK *@ans holds a non-error answer of the request's opcode; an error
- * answer returns the server's status (connection kept).
- */
-static kvt_status_t cl_call(kvt_client_t *c, kvt_proto_wr_t *req, bool idempotent, cl_answer_t *ans)
+/* Sends @req and waits for its answer (client_int.h). */
+kvt_status_t kvt_cl_call(kvt_client_t *c, kvt_proto_wr_t *req, bool idempotent, cl_answer_t *ans)
 {
     kvt_status_t st = KVT_OK;
 
@@ -178,7 +167,7 @@ static kvt_status_t cl_query(kvt_client_t *c, const cl_q_t *q, kvt_client_result
     kvt_proto_wr_init(&req);
     kvt_status_t st = kvt_cl_build_query(c, &req, 0, q);
     if (st == KVT_OK)
-        st = cl_call(c, &req, true, &ans);
+        st = kvt_cl_call(c, &req, true, &ans);
     if (st == KVT_OK) {
         st = kvt_cl_decode_result(c, ans.body, ans.h.body_len, &r, &cap);
         if (st == KVT_ERR_PROTO)
@@ -223,7 +212,7 @@ static kvt_status_t cl_call_text(kvt_client_t *c, kvt_proto_wr_t *req, bool idem
                                  char **answer_p)
 {
     cl_answer_t ans;
-    kvt_status_t st = cl_call(c, req, idempotent, &ans);
+    kvt_status_t st = kvt_cl_call(c, req, idempotent, &ans);
     if (st != KVT_OK || answer_p == NULL)
         return st;
     char *text = malloc((size_t)ans.h.body_len + 1);

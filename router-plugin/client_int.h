@@ -2,7 +2,8 @@
  * router-plugin/client_int.h: what the files of libkvtier share: the client
  * struct and the helpers one file defines and the others call. client.c:
  * errors, address, connection, buffered I/O, results; client_call.c: blocking
- * calls; client_async.c: submitted queries and progress; client_fanout.c:
+ * calls; client_tier.c: the tier calls (ATTACH, the data plane, the block
+ * API); client_async.c: submitted queries and progress; client_fanout.c:
  * one query over several sidecars. Private to the library (the kvt_cl_
  * names are hidden in libkvtier.so by its version script).
  */
@@ -64,6 +65,11 @@ struct kvt_client {
     uint8_t *in;        /* bytes read: [in_off, in_len) not parsed yet */
     size_t in_off, in_len, in_cap;
 
+    /* An ATTACH in flight: reads use recvmsg() and keep the first descriptor that comes with
+     * the bytes (SCM_RIGHTS) in pass_fd, -1 until one does; closed with the connection. */
+    bool want_fd;
+    int pass_fd;
+
     cl_flight_t *fl; /* submitted queries */
     size_t nfl, fl_cap;
 
@@ -112,6 +118,21 @@ kvt_status_t kvt_cl_read(kvt_client_t *c, uint64_t deadline, bool block);
  */
 kvt_status_t kvt_cl_next_frame(kvt_client_t *c, bool *got_p, kvt_proto_hdr_t *h_p,
                                const uint8_t **body_p);
+
+/* An answer to a blocking call: the frame stays in c->in until the next read. */
+typedef struct cl_answer {
+    kvt_proto_hdr_t h;
+    const uint8_t *body;
+} cl_answer_t;
+
+/*
+ * Sends the frame @req (req_id patched in) and waits for its answer, within
+ * the io timeout. Retries once on a fresh connection when @idempotent and a
+ * reused connection broke. On KVT_OK *@ans holds a non-error answer of the
+ * request's opcode; an error answer returns the server's status (connection
+ * kept); any other failure closes the connection.
+ */
+kvt_status_t kvt_cl_call(kvt_client_t *c, kvt_proto_wr_t *req, bool idempotent, cl_answer_t *ans);
 
 /* Turns an error answer into its status and message. A malformed one is a protocol error. */
 kvt_status_t kvt_cl_error_answer(kvt_client_t *c, const kvt_proto_hdr_t *h, const uint8_t *body);

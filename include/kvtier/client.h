@@ -1,6 +1,7 @@
 /*
  * libkvtier: the C client of kvtierd's binary RPC (docs/protocol.md,
- * docs/client.md). Link with -lkvtier (pkg-config kvtier, or CMake
+ * docs/client.md), for routers (queries, events) and engines (the tiers).
+ * Link with -lkvtier (pkg-config kvtier, or CMake
  * find_package(kvtier) and target kvtier::kvtier).
  *
  * A kvt_client_t is one connection to one kvtierd, over TCP ("host:port") or
@@ -15,9 +16,10 @@
  * still serves reads, so the client carries on (mutating calls then fail with
  * the server's 401). A call that finds the
  * connection broken closes it; the next call reconnects. Idempotent calls
- * (query, stats, ping) are retried once, on a fresh connection, when a reused
- * connection fails before the answer arrives; report_events and drop_engine
- * are never retried (they may or may not have been applied).
+ * (query, stats, ping and the tier calls named below) are retried once, on a
+ * fresh connection, when a reused connection fails before the answer
+ * arrives; report_events and drop_engine are never retried (they may or may
+ * not have been applied).
  *
  * Errors: every function returns a kvt_status_t (common/status.h, installed
  * as kvtier/common/status.h): the server's own status for an error answer,
@@ -175,6 +177,165 @@ kvt_status_t kvt_client_drop_engine(kvt_client_t *c, const char *pod, char **ans
  * retried (it may have been applied).
  */
 kvt_status_t kvt_client_drop_model(kvt_client_t *c, const char *model, char **answer_p);
+
+/* ---- tiers: the engine's data plane and the block API --------------------------------------- */
+
+/*
+ * A kvtierd started with --ram-bytes holds KV blocks itself, in a host-RAM
+ * arena it owns and on NVMe behind it (docs/protocol.md, "Tiers";
+ * docs/client.md, "Tiers"). These calls are one RPC round trip each, with
+ * the errors of the blocking calls above; a server without tiers answers
+ * them KVT_ERR_UNSUPPORTED (501). @model is 1..255 bytes, @lora NULL or ""
+ * (the base model) or at most 255 bytes; key lists hold 1..2^32-1 keys (n 0
+ * is KVT_ERR_INVAL, locally). Outputs are set only on KVT_OK.
+ *
+ * Sessions: reservations and pins belong to the connection. When it closes,
+ * for any reason (kvt_client_destroy(), a call that fails with KVT_ERR_IO,
+ * _TIMEOUT, _CLOSED or _PROTO, a server restart), the server releases every
+ * pin and gives back every uncommitted reservation, and the next call
+ * reconnects to a fresh session: a pin is good only as long as the
+ * connection it was made on, and the server's --lease bounds it too. For
+ * that reason RESERVE, COMMIT, PIN, UNPIN and BLOCK_DELETE are never retried
+ * on a fresh connection; ATTACH, LOOKUP, PREFETCH, BLOCK_PUT (a key names one
+ * content; a held key is not rewritten) and BLOCK_GET are, as query is.
+ */
+
+/* Where kvt_client_lookup() says a block is: the fastest tier holding it. */
+#define KVT_CLIENT_LOC_RAM 1u  /* in the arena */
+#define KVT_CLIENT_LOC_DISK 2u /* on NVMe only: PIN reads it into the arena first */
+/* The slot of a key that got none (kvt_client_reserve()) or is not held (kvt_client_pin()). */
+#define KVT_CLIENT_SLOT_NONE 0xFFFFFFFFu
+
+/*
+ * The arena, mapped into this process by kvt_client_attach(). Slot i is
+ * the block_bytes bytes at base + slot_off + i * slot_bytes
+ * (kvt_client_arena_slot()). The mapping and the descriptor are the
+ * caller's, independent of the client: they stay valid after
+ * kvt_client_destroy() and across reconnects, until kvt_client_detach().
+ * Which slot holds what is the server's business: read or write a slot only
+ * while this connection holds it (reserved, not yet committed; or pinned).
+ */
+typedef struct kvt_client_arena {
+    void *base;           /* the shared, read-write mapping; NULL when not attached */
+    size_t map_bytes;     /* bytes mapped */
+    size_t slot_off;      /* offset of slot 0 in the mapping, bytes */
+    uint32_t slot_bytes;  /* distance between slots, bytes (a multiple of 4 KiB from kvtierd) */
+    uint32_t nslots;      /* RAM slots */
+    uint32_t block_bytes; /* the largest block, bytes: what a slot holds */
+    uint32_t disk_slots;  /* blocks the NVMe store holds; 0 without one */
+    int fd;               /* the arena's descriptor (close-on-exec); -1 when not attached */
+} kvt_client_arena_t;
+
+/* One key of a PIN answer. */
+typedef struct kvt_client_pinned {
+    uint32_t slot; /* the slot holding the block, pinned; KVT_CLIENT_SLOT_NONE: not held */
+    uint32_t len;  /* bytes of the block (at most block_bytes) */
+} kvt_client_pinned_t;
+
+/*
+ * ATTACH: asks for the arena, receives its descriptor with the answer
+ * (SCM_RIGHTS; only a Unix-socket connection, "unix:/path", carries one:
+ * over TCP KVT_ERR_INVAL, locally) and maps it shared, read-write. On KVT_OK
+ * fills *@a_p, which the caller releases with kvt_client_detach(). Besides
+ * the usual errors: KVT_ERR_PROTO when the answer came without a
+ * descriptor, with a geometry past the mapping, or for a file shorter than
+ * map_bytes (connection closed); KVT_ERR_IO when mmap() fails. Attaching
+ * twice gives two independent mappings of the same arena.
+ */
+kvt_status_t kvt_client_attach(kvt_client_t *c, kvt_client_arena_t *a_p);
+
+/* The first byte of slot @slot of @a, or NULL when @a is not attached or @slot >= a->nslots
+ * (KVT_CLIENT_SLOT_NONE included). */
+void *kvt_client_arena_slot(const kvt_client_arena_t *a, uint32_t slot);
+
+/* Unmaps the arena, closes its descriptor and zeroes *@a (fd -1). Pins and reservations are
+ * the connection's, not the mapping's: this releases none. NULL, a zeroed arena or one already
+ * detached is a no-op. */
+void kvt_client_detach(kvt_client_arena_t *a);
+
+/*
+ * LOOKUP: how many of @keys[0..@n), from the first, the sidecar holds
+ * (committed, in RAM or on NVMe): *@hit_p, and in @loc_out[0..hit) where
+ * each is (KVT_CLIENT_LOC_RAM or _DISK). @loc_out has room for @n. Counts
+ * as an access of each block (eviction order, disk admission).
+ */
+kvt_status_t kvt_client_lookup(kvt_client_t *c, const char *model, const char *lora,
+                               const uint64_t *keys, size_t n, uint8_t *loc_out, uint32_t *hit_p);
+
+/*
+ * RESERVE: a free RAM slot for each of @keys[0..@n), in @slots_out[0..n):
+ * its slot, or KVT_CLIENT_SLOT_NONE when the key is already held or
+ * reserved or no slot could be freed. The engine writes each block into its
+ * slot (kvt_client_arena_slot()), then calls kvt_client_commit(). The keys
+ * of blocks evicted from the sidecar altogether to make room: their number
+ * in *@nevicted_p (may be NULL), the first @evicted_cap of them in
+ * @evicted (NULL when @evicted_cap is 0). Reservations are this
+ * connection's (see "Sessions") and expire after the server's --lease.
+ */
+kvt_status_t kvt_client_reserve(kvt_client_t *c, const char *model, const char *lora,
+                                const uint64_t *keys, size_t n, uint32_t *slots_out,
+                                uint64_t *evicted, size_t evicted_cap, size_t *nevicted_p);
+
+/*
+ * COMMIT: ends this connection's reservations of @keys[0..@n) (keys it did
+ * not reserve are skipped). With @ok the blocks, of @lens[i] bytes each
+ * (0, or @lens NULL: block_bytes), become visible; without, their slots are
+ * given back. *@done_p (may be NULL): the reservations ended. A length above
+ * block_bytes: the server's KVT_ERR_INVAL, nothing changed.
+ */
+kvt_status_t kvt_client_commit(kvt_client_t *c, const char *model, const char *lora,
+                               const uint64_t *keys, size_t n, const uint32_t *lens, bool ok,
+                               uint32_t *done_p);
+
+/*
+ * PIN: pins each of @keys[0..@n) in RAM for this connection, reading from
+ * NVMe (checked against its checksum) the blocks held only there; answered
+ * once every block is in RAM. @out[0..n) (room for @n): each key's slot and
+ * length, slot KVT_CLIENT_SLOT_NONE when the block is not held or its read
+ * failed. A pinned slot is never evicted, reused or moved until
+ * kvt_client_unpin(), the connection's end or the server's --lease.
+ */
+kvt_status_t kvt_client_pin(kvt_client_t *c, const char *model, const char *lora,
+                            const uint64_t *keys, size_t n, kvt_client_pinned_t *out);
+
+/* UNPIN: releases one pin of this connection on each of @keys[0..@n) (keys it has not pinned
+ * are skipped); *@done_p (may be NULL): the pins released. */
+kvt_status_t kvt_client_unpin(kvt_client_t *c, const char *model, const char *lora,
+                              const uint64_t *keys, size_t n, uint32_t *done_p);
+
+/* PREFETCH: starts reading into RAM, without pinning, the blocks of @keys[0..@n) held only on
+ * NVMe (a router does this before it sends a request here); *@started_p (may be NULL): the
+ * reads started. */
+kvt_status_t kvt_client_prefetch(kvt_client_t *c, const char *model, const char *lora,
+                                 const uint64_t *keys, size_t n, uint32_t *started_p);
+
+/*
+ * BLOCK_PUT: stores @data[0..@len) (1..block_bytes bytes: more is the
+ * server's KVT_ERR_TOO_BIG) as block @key. Answered once it is in RAM, or
+ * with @durable once it is on NVMe with its metadata committed
+ * (KVT_ERR_UNSUPPORTED from a server without --disk-path). A key already
+ * held is not rewritten. The request (the block and at most 530 bytes more)
+ * must fit in the server's frame limit (HELLO's max_body): a larger one is
+ * KVT_ERR_TOO_BIG, locally.
+ */
+kvt_status_t kvt_client_block_put(kvt_client_t *c, const char *model, const char *lora,
+                                  uint64_t key, const void *data, size_t len, bool durable);
+
+/*
+ * BLOCK_GET: copies block @key into @buf (@cap bytes) and sets *@len_p to
+ * its length. KVT_ERR_NOT_FOUND when the sidecar does not hold it (or its
+ * NVMe copy failed its checksum). KVT_ERR_TOO_BIG when @cap is short: then,
+ * unlike other failures, *@len_p is set to the block's length (@buf is
+ * untouched), so a caller can size its buffer (@buf NULL with @cap 0 asks
+ * for the length alone).
+ */
+kvt_status_t kvt_client_block_get(kvt_client_t *c, const char *model, const char *lora,
+                                  uint64_t key, void *buf, size_t cap, size_t *len_p);
+
+/* BLOCK_DELETE: drops block @key from RAM and NVMe. KVT_ERR_NOT_FOUND when it is not held,
+ * KVT_ERR_EXISTS while a connection pins or reserves it. */
+kvt_status_t kvt_client_block_delete(kvt_client_t *c, const char *model, const char *lora,
+                                     uint64_t key);
 
 /* ---- asynchronous queries (event-loop routers) ---------------------------------------------- */
 

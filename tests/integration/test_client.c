@@ -12,7 +12,13 @@
  * never answers, server limits (error answers, local refusals), answers over
  * 64 KiB, a server that dies with queries in flight, and cache salts (salted
  * prefixes match only queries with the same salt, over sync, submit and
- * fan-out queries and salted keys). Every daemon is
+ * fan-out queries and salted keys), and the tier calls against a kvtierd
+ * with tiers (--ram-bytes, --block-bytes 64KiB, an NVMe store in its temp
+ * dir where io_uring and O_DIRECT allow one, the data plane on --rpc-unix):
+ * attach, reserve, writes through the mapping, commit, lookup, pin (the
+ * bytes through the mapping), unpin; the block API's round trip, not found,
+ * too big, durable puts read back from NVMe; pins and reservations released
+ * with the connection that held them. Every daemon is
  * stopped with SIGTERM and must exit 0 (except the one killed on purpose). On
  * a failure the test prints what failed, whether each daemon is still alive,
  * and every daemon's log (sanitizer reports included), and exits 1.
@@ -35,6 +41,7 @@
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -47,7 +54,7 @@
 #define MODEL "m"
 #define BS 4
 #define NTOK 32 /* 8 blocks of BS */
-#define MAX_DAEMONS 8
+#define MAX_DAEMONS 12
 #define START_TIMEOUT_MS 30000
 #define STOP_TIMEOUT_MS 20000
 #define ASYNC_TOTAL 1000
@@ -190,7 +197,8 @@ static void sleep_ms(int ms)
 /*
  * Starts kvtierd with RPC on @rpc_listen ("127.0.0.1:0" for an ephemeral
  * port), the auth token @token (NULL: none) and, with @unix_sock, a Unix
- * socket in its directory, and the NULL-terminated flags @extra (may be NULL).
+ * socket in its directory, and the NULL-terminated flags @extra (may be NULL;
+ * a flag "@/NAME" is the path NAME in the daemon's directory).
  * Returns once it printed its ports.
  */
 static daemon_t *daemon_start(const char *rpc_listen, const char *token, bool unix_sock,
@@ -237,9 +245,16 @@ static daemon_t *daemon_start(const char *rpc_listen, const char *token, bool un
         argv[argc++] = "--rpc-unix";
         argv[argc++] = d->sock;
     }
+    char paths[4][200];
+    size_t npaths = 0;
     for (size_t i = 0; extra != NULL && extra[i] != NULL; i++) {
         CHECK(argc < sizeof(argv) / sizeof(argv[0]) - 1, "too many flags");
         argv[argc++] = extra[i];
+        if (strncmp(extra[i], "@/", 2) == 0) {
+            CHECK(npaths < sizeof(paths) / sizeof(paths[0]), "too many paths");
+            snprintf(paths[npaths], sizeof(paths[0]), "%s%s", dir, extra[i] + 1);
+            argv[argc - 1] = paths[npaths++];
+        }
     }
     argv[argc] = NULL;
 
@@ -1793,6 +1808,412 @@ static void test_timeouts(void)
     close(ls);
 }
 
+/* ---- tiers ---------------------------------------------------------------------------------- */
+
+#define TMODEL "tm"
+#define TBLOCK (64 * 1024) /* --block-bytes */
+#define TSLOTS 16          /* --ram-bytes 1MiB of 64 KiB slots */
+
+/* Why kvtierd cannot keep an NVMe store under the temp dir here (io_uring refused, or a file
+ * system without O_DIRECT), or NULL. */
+static const char *tier_disk_unsupported(char *why, size_t cap)
+{
+#ifdef __NR_io_uring_setup
+    uint64_t params[16]; /* struct io_uring_params is 120 bytes */
+    memset(params, 0, sizeof(params));
+    int ring = (int)syscall(__NR_io_uring_setup, 2u, params);
+    if (ring < 0) {
+        snprintf(why, cap, "io_uring refused: %s", strerror(errno));
+        return why;
+    }
+    close(ring);
+#else
+    snprintf(why, cap, "no io_uring in this system's headers");
+    return why;
+#endif
+    const char *tmp = getenv("TMPDIR");
+    char path[200];
+    snprintf(path, sizeof(path), "%s/kvt_odirect_XXXXXX",
+             tmp != NULL && tmp[0] != '\0' && strlen(tmp) < 64 ? tmp : "/tmp");
+    int fd = mkstemp(path);
+    if (fd < 0) {
+        snprintf(why, cap, "mkstemp %s: %s", path, strerror(errno));
+        return why;
+    }
+    int rc = fcntl(fd, F_SETFL, O_DIRECT), e = errno; /* what the disk store does */
+    close(fd);
+    unlink(path);
+    if (rc != 0) {
+        snprintf(why, cap, "O_DIRECT refused in %s: %s", path, strerror(e));
+        return why;
+    }
+    return NULL;
+}
+
+/* The bytes of block @key (its first @len), a pattern of its own. */
+static void fill_block(uint8_t *p, size_t len, uint64_t key)
+{
+    uint64_t x = key * 0x9e3779b97f4a7c15ull + 1;
+    for (size_t i = 0; i < len; i++) {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        p[i] = (uint8_t)x;
+    }
+}
+
+static bool block_is(const void *p, size_t len, uint64_t key)
+{
+    static uint8_t want[TBLOCK];
+    if (p == NULL || len > sizeof(want))
+        return false;
+    fill_block(want, len, key);
+    return memcmp(p, want, len) == 0;
+}
+
+/* Polls stats until tiers.@section.@key is @want (pinned and reserved: /v1/stats's JSON). */
+static void wait_tier(kvt_client_t *c, const char *section, const char *key, long long want)
+{
+    kvt_client_free(wait_stat(c, section, key, want));
+}
+
+static uint32_t lookup_hit(kvt_client_t *c, const uint64_t *keys, size_t n, uint8_t *loc)
+{
+    uint32_t hit = UINT32_MAX;
+    CHECK_OK(c, kvt_client_lookup(c, TMODEL, NULL, keys, n, loc, &hit));
+    CHECK(hit <= n, "lookup: hit %u of %zu keys", hit, n);
+    return hit;
+}
+
+/* ATTACH: refused over TCP, the geometry over the Unix socket, two mappings of one arena. */
+static void tier_attach(kvt_client_t *u, kvt_client_t *t, bool disk, kvt_client_arena_t *a,
+                        kvt_client_arena_t *a2)
+{
+    g_phase = "tiers: attach";
+    kvt_client_arena_t before, none = {0};
+    memset(a, 0x5a, sizeof(*a));
+    before = *a;
+    kvt_status_t st = kvt_client_attach(t, a);
+    CHECK(st == KVT_ERR_INVAL && strstr(kvt_client_last_error(t), "Unix socket") != NULL,
+          "attach over TCP: status %d: %s", st, kvt_client_last_error(t));
+    CHECK(memcmp(a, &before, sizeof(*a)) == 0, "arena set on failure");
+    CHECK_OK(u, kvt_client_attach(u, a));
+    CHECK(a->base != NULL && a->fd >= 0 && a->block_bytes == TBLOCK && a->slot_bytes >= TBLOCK &&
+              a->slot_bytes % 4096 == 0 && a->nslots == TSLOTS &&
+              a->slot_off + (size_t)a->nslots * a->slot_bytes <= a->map_bytes &&
+              (a->disk_slots > 0) == disk,
+          "geometry: map %zu, slot_off %zu, slot_bytes %u, nslots %u, block %u, disk %u",
+          a->map_bytes, a->slot_off, a->slot_bytes, a->nslots, a->block_bytes, a->disk_slots);
+    CHECK((fcntl(a->fd, F_GETFD) & FD_CLOEXEC) != 0, "the arena's fd is not close-on-exec");
+    uint8_t *s0 = (uint8_t *)a->base + a->slot_off;
+    CHECK(kvt_client_arena_slot(a, 0) == s0 && kvt_client_arena_slot(a, 1) == s0 + a->slot_bytes &&
+              kvt_client_arena_slot(a, a->nslots - 1) ==
+                  s0 + (size_t)(a->nslots - 1) * a->slot_bytes &&
+              kvt_client_arena_slot(a, a->nslots) == NULL &&
+              kvt_client_arena_slot(a, KVT_CLIENT_SLOT_NONE) == NULL &&
+              kvt_client_arena_slot(NULL, 0) == NULL && kvt_client_arena_slot(&none, 0) == NULL,
+          "slot addresses");
+    CHECK_OK(u, kvt_client_attach(u, a2));
+    CHECK(a2->base != a->base && a2->fd != a->fd && a2->map_bytes == a->map_bytes,
+          "a second attach is a second mapping");
+}
+
+/* RESERVE, write through the mapping, COMMIT, LOOKUP, PIN (the bytes), UNPIN. */
+static void tier_data_plane(kvt_client_t *u, const kvt_client_arena_t *a,
+                            const kvt_client_arena_t *a2)
+{
+    g_phase = "tiers: reserve and commit";
+    enum { NK = 4 };
+    const uint64_t keys[NK] = {0x1001, 0x1002, 0x1003, 0x1004};
+    const uint32_t lens[NK] = {TBLOCK, TBLOCK, 1000, 0 /* block_bytes */};
+    uint8_t loc[NK];
+    uint32_t slots[NK], again[NK], done = 99;
+    uint64_t ev[NK];
+    size_t nev = 99;
+    CHECK(lookup_hit(u, keys, NK, loc) == 0, "lookup before anything is stored");
+    CHECK_OK(u, kvt_client_reserve(u, TMODEL, NULL, keys, NK, slots, ev, NK, &nev));
+    CHECK(nev == 0, "%zu keys evicted from an empty arena", nev);
+    for (size_t i = 0; i < NK; i++) {
+        CHECK(slots[i] < a->nslots, "key %zu: slot %u", i, slots[i]);
+        for (size_t j = 0; j < i; j++)
+            CHECK(slots[i] != slots[j], "keys %zu and %zu share slot %u", i, j, slots[i]);
+    }
+    CHECK_OK(u, kvt_client_reserve(u, TMODEL, NULL, keys, NK, again, NULL, 0, NULL));
+    for (size_t i = 0; i < NK; i++)
+        CHECK(again[i] == KVT_CLIENT_SLOT_NONE, "key %zu reserved twice: slot %u", i, again[i]);
+    wait_tier(u, "ram", "reserved", NK);
+    CHECK(lookup_hit(u, keys, NK, loc) == 0, "a reservation is visible before its commit");
+    for (size_t i = 0; i < NK; i++)
+        fill_block(kvt_client_arena_slot(a, slots[i]), lens[i] != 0 ? lens[i] : TBLOCK, keys[i]);
+    /* a length over block_bytes: the server refuses, nothing changes, the connection stays */
+    const uint32_t bad[NK] = {TBLOCK, TBLOCK + 1, 1, 1};
+    kvt_status_t st = kvt_client_commit(u, TMODEL, NULL, keys, NK, bad, true, &done);
+    CHECK(st == KVT_ERR_INVAL && done == 99 && strstr(kvt_client_last_error(u), "(400)") != NULL,
+          "commit of a block over block_bytes: status %d, done %u: %s", st, done,
+          kvt_client_last_error(u));
+    CHECK_OK(u, kvt_client_commit(u, TMODEL, NULL, keys, NK, lens, true, &done));
+    CHECK(done == NK, "commit ended %u reservations", done);
+    CHECK_OK(u, kvt_client_commit(u, TMODEL, NULL, keys, NK, NULL, true, &done));
+    CHECK(done == 0, "a second commit ended %u reservations", done);
+    wait_tier(u, "ram", "reserved", 0);
+    CHECK(lookup_hit(u, keys, NK, loc) == NK, "lookup after the commit");
+    for (size_t i = 0; i < NK; i++)
+        CHECK(loc[i] == KVT_CLIENT_LOC_RAM, "key %zu: location %u", i, loc[i]);
+    const uint64_t gap[NK] = {keys[0], keys[1], 0xdead, keys[3]};
+    CHECK(lookup_hit(u, gap, NK, loc) == 2, "lookup stops at the first block not held");
+    uint32_t hit = 99;
+    CHECK_OK(u, kvt_client_lookup(u, TMODEL, "other-lora", keys, NK, loc, &hit));
+    CHECK(hit == 0, "another namespace holds %u of the blocks", hit);
+
+    g_phase = "tiers: pin";
+    kvt_client_pinned_t pins[NK];
+    CHECK_OK(u, kvt_client_pin(u, TMODEL, NULL, keys, NK, pins));
+    for (size_t i = 0; i < NK; i++) {
+        uint32_t len = lens[i] != 0 ? lens[i] : TBLOCK;
+        CHECK(pins[i].slot < a->nslots && pins[i].len == len, "pin %zu: slot %u, len %u", i,
+              pins[i].slot, pins[i].len);
+        CHECK(block_is(kvt_client_arena_slot(a, pins[i].slot), len, keys[i]) &&
+                  block_is(kvt_client_arena_slot(a2, pins[i].slot), len, keys[i]),
+              "pinned block %zu: other bytes through the mapping", i);
+    }
+    wait_tier(u, "ram", "pinned", NK);
+    const uint64_t missing = 0xdead;
+    kvt_client_pinned_t mp;
+    CHECK_OK(u, kvt_client_pin(u, TMODEL, NULL, &missing, 1, &mp));
+    CHECK(mp.slot == KVT_CLIENT_SLOT_NONE, "a block not held pinned at slot %u", mp.slot);
+    /* The block API reads what the engine wrote; a pinned block cannot be deleted. */
+    uint8_t buf[2048];
+    size_t len = 0;
+    CHECK_OK(u, kvt_client_block_get(u, TMODEL, NULL, keys[2], buf, sizeof(buf), &len));
+    CHECK(len == 1000 && block_is(buf, len, keys[2]), "block get of a committed block: %zu", len);
+    st = kvt_client_block_delete(u, TMODEL, NULL, keys[0]);
+    CHECK(st == KVT_ERR_EXISTS, "delete of a pinned block: status %d: %s", st,
+          kvt_client_last_error(u));
+    CHECK_OK(u, kvt_client_unpin(u, TMODEL, NULL, keys, NK, &done));
+    CHECK(done == NK, "unpin released %u pins", done);
+    CHECK_OK(u, kvt_client_unpin(u, TMODEL, NULL, keys, NK, NULL));
+    wait_tier(u, "ram", "pinned", 0);
+
+    g_phase = "tiers: commit without ok";
+    const uint64_t k5 = 0x1005;
+    uint32_t s5;
+    CHECK_OK(u, kvt_client_reserve(u, TMODEL, NULL, &k5, 1, &s5, NULL, 0, NULL));
+    CHECK(s5 < a->nslots, "slot %u", s5);
+    CHECK_OK(u, kvt_client_commit(u, TMODEL, NULL, &k5, 1, NULL, false, &done));
+    CHECK(done == 1, "commit(ok=false) ended %u reservations", done);
+    CHECK(lookup_hit(u, &k5, 1, loc) == 0, "a block given back is visible");
+    wait_tier(u, "ram", "reserved", 0);
+}
+
+/* BLOCK_PUT, _GET, _DELETE: byte equality, not found, too big, local refusals. */
+static void tier_blocks(kvt_client_t *u, kvt_client_t *t)
+{
+    g_phase = "tiers: block api";
+    static uint8_t buf[TBLOCK + 1];
+    const uint64_t bk = 0x2001, small_k = 0x2002;
+    size_t len = 0;
+    fill_block(buf, TBLOCK, bk);
+    CHECK_OK(u, kvt_client_block_put(u, TMODEL, NULL, bk, buf, TBLOCK, false));
+    CHECK_OK(u, kvt_client_block_put(u, TMODEL, NULL, bk, buf, TBLOCK, false)); /* held: kept */
+    memset(buf, 0, sizeof(buf));
+    CHECK_OK(u, kvt_client_block_get(u, TMODEL, NULL, bk, buf, TBLOCK, &len));
+    CHECK(len == TBLOCK && block_is(buf, len, bk), "block get: %zu bytes, or other bytes", len);
+    /* the block API on the TCP socket too; the data plane sees the block */
+    memset(buf, 0, sizeof(buf));
+    CHECK_OK(t, kvt_client_block_get(t, TMODEL, NULL, bk, buf, sizeof(buf), &len));
+    CHECK(len == TBLOCK && block_is(buf, len, bk), "block get over TCP: %zu bytes", len);
+    uint8_t loc;
+    CHECK(lookup_hit(u, &bk, 1, &loc) == 1 && loc == KVT_CLIENT_LOC_RAM, "lookup of a put block");
+    /* a short buffer: KVT_ERR_TOO_BIG with the block's length, the buffer untouched */
+    uint8_t small[16];
+    memset(small, 0xee, sizeof(small));
+    len = 0;
+    kvt_status_t st = kvt_client_block_get(u, TMODEL, NULL, bk, small, sizeof(small), &len);
+    bool untouched = true;
+    for (size_t i = 0; i < sizeof(small); i++)
+        untouched = untouched && small[i] == 0xee;
+    CHECK(st == KVT_ERR_TOO_BIG && len == TBLOCK && untouched,
+          "block get into 16 bytes: status %d, len %zu", st, len);
+    len = 0;
+    st = kvt_client_block_get(u, TMODEL, NULL, bk, NULL, 0, &len);
+    CHECK(st == KVT_ERR_TOO_BIG && len == TBLOCK, "block length probe: status %d, len %zu", st,
+          len);
+    /* a block smaller than a slot */
+    fill_block(buf, 777, small_k);
+    CHECK_OK(u, kvt_client_block_put(u, TMODEL, "", small_k, buf, 777, false));
+    memset(buf, 0, sizeof(buf));
+    CHECK_OK(u, kvt_client_block_get(u, TMODEL, NULL, small_k, buf, sizeof(buf), &len));
+    CHECK(len == 777 && block_is(buf, len, small_k), "small block: %zu bytes", len);
+    /* delete, then not found */
+    CHECK_OK(u, kvt_client_block_delete(u, TMODEL, NULL, bk));
+    len = 12345;
+    st = kvt_client_block_get(u, TMODEL, NULL, bk, buf, sizeof(buf), &len);
+    CHECK(st == KVT_ERR_NOT_FOUND && len == 12345 &&
+              strstr(kvt_client_last_error(u), "(404)") != NULL,
+          "get after delete: status %d, len %zu: %s", st, len, kvt_client_last_error(u));
+    st = kvt_client_block_delete(u, TMODEL, NULL, bk);
+    CHECK(st == KVT_ERR_NOT_FOUND, "second delete: status %d", st);
+    st = kvt_client_block_get(u, "other-model", NULL, small_k, buf, sizeof(buf), &len);
+    CHECK(st == KVT_ERR_NOT_FOUND, "a block of another model: status %d", st);
+    /* larger than a slot: the server refuses it (413) and stores nothing */
+    fill_block(buf, TBLOCK + 1, 0x2003);
+    st = kvt_client_block_put(u, TMODEL, NULL, 0x2003, buf, TBLOCK + 1, false);
+    CHECK(st == KVT_ERR_TOO_BIG && strstr(kvt_client_last_error(u), "(413)") != NULL,
+          "put of a block over block_bytes: status %d: %s", st, kvt_client_last_error(u));
+    st = kvt_client_block_get(u, TMODEL, NULL, 0x2003, buf, sizeof(buf), &len);
+    CHECK(st == KVT_ERR_NOT_FOUND, "a refused block was stored: status %d", st);
+    CHECK_OK(u, kvt_client_ping(u)); /* the connection survived every refusal */
+
+    g_phase = "tiers: local refusals";
+    char longname[300];
+    memset(longname, 'l', sizeof(longname) - 1);
+    longname[sizeof(longname) - 1] = '\0';
+    uint32_t hit, slot;
+    struct {
+        kvt_status_t st;
+        const char *what;
+    } local[] = {
+        {kvt_client_block_put(u, TMODEL, NULL, 1, buf, 0, false), "put of 0 bytes"},
+        {kvt_client_block_put(u, TMODEL, NULL, 1, NULL, 10, false), "put of NULL"},
+        {kvt_client_block_put(u, "", NULL, 1, buf, 10, false), "empty model"},
+        {kvt_client_block_get(u, NULL, NULL, 1, buf, 10, &len), "NULL model"},
+        {kvt_client_block_delete(u, TMODEL, longname, 1), "long lora"},
+        {kvt_client_lookup(u, TMODEL, NULL, &bk, 0, &loc, &hit), "lookup of 0 keys"},
+        {kvt_client_lookup(u, TMODEL, NULL, NULL, 1, &loc, &hit), "lookup of NULL keys"},
+        {kvt_client_lookup(u, longname, NULL, &bk, 1, &loc, &hit), "long model"},
+        {kvt_client_reserve(u, TMODEL, NULL, &bk, 1, NULL, NULL, 0, NULL), "NULL slots"},
+        {kvt_client_reserve(u, TMODEL, NULL, &bk, 1, &slot, NULL, 4, NULL), "NULL evicted"},
+        {kvt_client_pin(u, TMODEL, NULL, &bk, 1, NULL), "NULL pins"},
+        {kvt_client_commit(u, TMODEL, NULL, NULL, 1, NULL, true, NULL), "commit of NULL keys"},
+        {kvt_client_unpin(u, TMODEL, NULL, &bk, 0, NULL), "unpin of 0 keys"},
+        {kvt_client_prefetch(u, "", NULL, &bk, 1, NULL), "prefetch of an empty model"},
+        {kvt_client_block_get(u, TMODEL, NULL, 1, NULL, 10, &len), "get into NULL"},
+    };
+    for (size_t i = 0; i < sizeof(local) / sizeof(local[0]); i++)
+        CHECK(local[i].st == KVT_ERR_INVAL, "%s: status %d, want KVT_ERR_INVAL", local[i].what,
+              local[i].st);
+    CHECK(kvt_client_attach(NULL, NULL) == KVT_ERR_INVAL &&
+              kvt_client_lookup(NULL, TMODEL, NULL, &bk, 1, &loc, &hit) == KVT_ERR_INVAL,
+          "NULL client");
+}
+
+/* A durable put reaches NVMe; evicted from RAM, its block comes back through PIN byte-exact. */
+static void tier_disk(kvt_client_t *u, const kvt_client_arena_t *a, const char *nodisk)
+{
+    g_phase = "tiers: durable";
+    static uint8_t buf[TBLOCK];
+    const uint64_t dk = 0x3001;
+    fill_block(buf, TBLOCK, dk);
+    kvt_status_t st = kvt_client_block_put(u, TMODEL, NULL, dk, buf, TBLOCK, true);
+    if (nodisk != NULL) {
+        CHECK(st == KVT_ERR_UNSUPPORTED, "durable put without a disk: status %d: %s", st,
+              kvt_client_last_error(u));
+        printf("test_client: tiers: NVMe checks skipped: %s\n", nodisk);
+        return;
+    }
+    CHECK_OK(u, st);
+    wait_tier(u, "disk", "used", 1); /* the only block on NVMe so far */
+    /* other blocks push it out of RAM; it stays on NVMe */
+    uint8_t loc = 0;
+    for (uint64_t k = 0x4000; k < 0x4000 + 4 * TSLOTS && loc != KVT_CLIENT_LOC_DISK; k++) {
+        fill_block(buf, TBLOCK, k);
+        CHECK_OK(u, kvt_client_block_put(u, TMODEL, NULL, k, buf, TBLOCK, false));
+        CHECK(lookup_hit(u, &dk, 1, &loc) == 1, "the durable block was lost from both tiers");
+    }
+    CHECK(loc == KVT_CLIENT_LOC_DISK, "the durable block never left RAM");
+    uint32_t started = 99;
+    CHECK_OK(u, kvt_client_prefetch(u, TMODEL, NULL, &dk, 1, &started));
+    CHECK(started <= 1, "prefetch of one key started %u reads", started);
+    kvt_client_pinned_t p;
+    CHECK_OK(u, kvt_client_pin(u, TMODEL, NULL, &dk, 1, &p));
+    CHECK(p.slot < a->nslots && p.len == TBLOCK, "pin of a block on NVMe: slot %u, len %u", p.slot,
+          p.len);
+    CHECK(block_is(kvt_client_arena_slot(a, p.slot), TBLOCK, dk),
+          "a block read back from NVMe differs");
+    CHECK(lookup_hit(u, &dk, 1, &loc) == 1 && loc == KVT_CLIENT_LOC_RAM, "pinned, not in RAM");
+    CHECK_OK(u, kvt_client_unpin(u, TMODEL, NULL, &dk, 1, NULL));
+    size_t len = 0;
+    memset(buf, 0, sizeof(buf));
+    CHECK_OK(u, kvt_client_block_get(u, TMODEL, NULL, dk, buf, sizeof(buf), &len));
+    CHECK(len == TBLOCK && block_is(buf, len, dk), "durable block: %zu bytes, or other bytes", len);
+}
+
+/* An engine connection that goes away holding pins and reservations: all released. */
+static void tier_session_end(kvt_client_t *u, const char *addr)
+{
+    g_phase = "tiers: session end";
+    static uint8_t buf[TBLOCK];
+    const uint64_t pk[2] = {0x5001, 0x5002}, rk = 0x5003;
+    for (size_t i = 0; i < 2; i++) {
+        fill_block(buf, TBLOCK, pk[i]);
+        CHECK_OK(u, kvt_client_block_put(u, TMODEL, NULL, pk[i], buf, TBLOCK, false));
+    }
+    kvt_client_t *e = client_new(addr, NULL, false, 5000);
+    kvt_client_pinned_t pins[2];
+    uint32_t slot;
+    CHECK_OK(e, kvt_client_pin(e, TMODEL, NULL, pk, 2, pins));
+    CHECK(pins[0].slot != KVT_CLIENT_SLOT_NONE && pins[1].slot != KVT_CLIENT_SLOT_NONE,
+          "pins of held blocks");
+    CHECK_OK(e, kvt_client_reserve(e, TMODEL, NULL, &rk, 1, &slot, NULL, 0, NULL));
+    CHECK(slot != KVT_CLIENT_SLOT_NONE, "no slot for a reservation");
+    wait_tier(u, "ram", "pinned", 2);
+    wait_tier(u, "ram", "reserved", 1);
+    CHECK(kvt_client_block_delete(u, TMODEL, NULL, pk[0]) == KVT_ERR_EXISTS,
+          "another connection's pin does not hold the block");
+    kvt_client_destroy(e);
+    wait_tier(u, "ram", "pinned", 0);
+    wait_tier(u, "ram", "reserved", 0);
+    CHECK_OK(u, kvt_client_block_delete(u, TMODEL, NULL, pk[0]));
+    uint8_t loc;
+    CHECK(lookup_hit(u, &rk, 1, &loc) == 0, "an uncommitted reservation became a block");
+}
+
+/*
+ * A kvtierd with tiers (--ram-bytes, --block-bytes, and an NVMe store in its
+ * temp dir unless @nodisk says why not), driven through the Unix socket
+ * (ATTACH and the data plane) and TCP (the block API); @c1 talks to a
+ * kvtierd without tiers.
+ */
+static void test_tiers(daemon_t *dt, kvt_client_t *c1, const char *nodisk)
+{
+    char addr[200];
+    snprintf(addr, sizeof(addr), "unix:%s", dt->sock);
+    kvt_client_t *u = client_new(addr, NULL, false, 5000);
+    kvt_client_t *t = client_for(dt, NULL);
+    kvt_client_arena_t a, a2;
+
+    tier_attach(u, t, nodisk == NULL, &a, &a2);
+    tier_data_plane(u, &a, &a2);
+    tier_blocks(u, t);
+    tier_disk(u, &a, nodisk);
+    tier_session_end(u, addr);
+
+    g_phase = "tiers: a kvtierd without tiers";
+    const uint64_t k = 1;
+    uint8_t loc;
+    uint32_t hit;
+    kvt_status_t st = kvt_client_lookup(c1, TMODEL, NULL, &k, 1, &loc, &hit);
+    CHECK(st == KVT_ERR_UNSUPPORTED && strstr(kvt_client_last_error(c1), "(501)") != NULL,
+          "lookup without tiers: status %d: %s", st, kvt_client_last_error(c1));
+
+    g_phase = "tiers: detach";
+    int fd = a.fd;
+    kvt_client_detach(&a);
+    CHECK(a.base == NULL && a.fd == -1 && a.nslots == 0, "detach leaves the arena set");
+    CHECK(fcntl(fd, F_GETFD) == -1 && errno == EBADF, "detach left the arena's fd open");
+    kvt_client_detach(&a);
+    kvt_client_detach(NULL);
+    kvt_client_arena_t zero = {0};
+    kvt_client_detach(&zero);
+    CHECK(fcntl(0, F_GETFD) != -1 || errno != EBADF, "detach of a zeroed arena closed fd 0");
+    /* the mapping is the caller's: it outlives the client */
+    kvt_client_destroy(u);
+    kvt_client_destroy(t);
+    volatile uint8_t *p = kvt_client_arena_slot(&a2, 0);
+    (void)p[0];
+    kvt_client_detach(&a2);
+}
+
 int main(int argc, char **argv)
 {
     if (argc < 2) {
@@ -1817,6 +2238,13 @@ int main(int argc, char **argv)
     daemon_t *d2 = daemon_start("127.0.0.1:0", TOKEN, false, d2_flags);
     daemon_t *d3 = daemon_start("127.0.0.1:0", NULL, false, NULL);
     daemon_t *d4 = daemon_start("127.0.0.1:0", NULL, false, NULL);
+    char why[256];
+    const char *nodisk = tier_disk_unsupported(why, sizeof(why));
+    /* tiers: an NVMe store in its temp dir where this machine allows one (the first 4 flags) */
+    static const char *const dt_flags[] = {"--disk-path",   "@/disk",      "--disk-bytes",
+                                           "8MiB",          "--ram-bytes", "1MiB",
+                                           "--block-bytes", "64KiB",       NULL};
+    daemon_t *dt = daemon_start("127.0.0.1:0", NULL, true, dt_flags + (nodisk == NULL ? 0 : 4));
     kvt_client_t *c1 = client_for(d1, NULL);
     kvt_client_t *w2 = client_for(d2, TOKEN);
     kvt_client_t *w3 = client_for(d3, NULL);
@@ -1834,6 +2262,7 @@ int main(int argc, char **argv)
     test_drop(c1);
     daemon_t *d3b = test_reconnect(d3, w3);
     test_timeouts();
+    test_tiers(dt, c1, nodisk);
 
     g_phase = "shutdown";
     kvt_client_destroy(c1);
@@ -1843,6 +2272,7 @@ int main(int argc, char **argv)
     daemon_stop(d2);
     daemon_stop(d3b);
     daemon_stop(d4);
+    daemon_stop(dt);
     struct stat sb;
     CHECK(stat(d1->sock, &sb) != 0, "kvtierd left its Unix socket %s behind", d1->sock);
     cleanup_all(false);

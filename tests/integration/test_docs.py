@@ -117,8 +117,11 @@ NOT_RUN = [
     ("docs/client.md", "kvt_client_query_salted(c,", C_FRAGMENT),
     ("docs/client.md", "static void on_answer(", C_FRAGMENT),
     ("docs/client.md", "kvt_client_t *sidecars[3]", C_FRAGMENT),
+    ("docs/client.md", "kvt_client_arena_t a;",
+     "a fragment of an engine's connector (its keys, blocks and counts are the reader's); "
+     "tests/integration/test_client.c makes these calls against a kvtierd with tiers"),
     ("docs/client.md", "import kvtier   # PYTHONPATH",
-     "a fragment (token_ids, the events list are the reader's); "
+     "a fragment (token_ids, the events list, keys and blocks are the reader's); "
      "tests/integration/test_python_client.py makes every one of these calls"),
     ("docs/configuration.md", "static const kvt_cfg_opt_t opts[]",
      "a fragment of the internal config API (common/config.h, not installed); "

@@ -21,8 +21,17 @@ events are found by keys computed Dynamo's way by the independent reference
 RPC, the CLI), and by hash_tokens(lora_keys="dynamo") / kvtier hash --lora-keys dynamo;
 TestLoraKeysNamespace checks that the default daemon does not match those keys and keeps
 the base model's behaviour.
+
+TestTiers runs kvtierd with tiers (--ram-bytes, --block-bytes 64KiB, an NVMe store in a temp
+dir on /tmp where io_uring and O_DIRECT allow one, the data plane on --rpc-unix): attach,
+reserve, writes through the mapping, commit, lookup, pin (the bytes through the mapping),
+unpin; the block API's round trip, not found, too big (the server's own error), durable puts
+read back from NVMe through PIN; pins and reservations released when the engine's connection
+closes (tiers.ram in GET /v1/stats). TestNoTiers: the tier calls against a kvtierd without them.
 """
 
+import ctypes
+import fcntl
 import json
 import os
 import shlex
@@ -30,6 +39,7 @@ import socket
 import struct
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 import unittest
@@ -966,6 +976,260 @@ class TestServerLimits(Base):
             c.query_keys("m", list(range(65)))
         self.assertServerError(cm.exception, fx.OP_QUERY, fx.query_body("m", keys=list(range(65))))
         self.assertEqual(c.query("m", toks[:64]), [])
+        c.ping()
+
+
+# ---- tiers: the engine's data plane and the block API ------------------------------------------
+
+OP_BLOCK_PUT, OP_BLOCK_GET = 0x47, 0x48
+ST_TOO_BIG, ST_EXISTS, ST_UNSUPPORTED = -103, -201, -601
+TBLOCK = 64 * 1024  # --block-bytes
+
+
+def disk_unsupported(tmpdir):
+    """Why kvtierd cannot keep an NVMe store in tmpdir here (io_uring refused, a file system
+    without O_DIRECT), or None."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    params = ctypes.create_string_buffer(120)  # struct io_uring_params
+    ring = libc.syscall(425, 2, params)  # io_uring_setup: 425 on every architecture but alpha
+    if ring < 0:
+        return "io_uring refused: %s" % os.strerror(ctypes.get_errno())
+    os.close(ring)
+    with tempfile.NamedTemporaryFile(dir=tmpdir) as f:
+        try:
+            fcntl.fcntl(f.fileno(), fcntl.F_SETFL, os.O_DIRECT)  # what the disk store does
+        except OSError as e:
+            return "O_DIRECT refused in %s: %s" % (tmpdir, e)
+    return None
+
+
+def block_bytes(key, n=TBLOCK):
+    """Block key's bytes: a pattern of its own."""
+    return (struct.pack("<Q", key * 0x9E3779B97F4A7C15 % 2**64) * (n // 8 + 1))[:n]
+
+
+def block_put_body(model, key, data, durable=0, lora=""):
+    return (fx.pstr(model) + fx.pstr(lora) + struct.pack("<QB3xI", key, durable, len(data)) +
+            data)
+
+
+class TestTiers(Base):
+    """A kvtierd with tiers: --ram-bytes 1MiB of --block-bytes 64KiB slots, an NVMe store in a
+    temp dir on /tmp (where this machine allows one), the data plane on --rpc-unix."""
+
+    def setUp(self):
+        self.tmp = tempfile.TemporaryDirectory(prefix="kvtier_tiers_", dir="/tmp")
+        self.sock = os.path.join(self.tmp.name, "k.sock")
+        self.nodisk = disk_unsupported(self.tmp.name)
+        self.flags = ["--ram-bytes", "1MiB", "--block-bytes", "64KiB", "--rpc-unix", self.sock]
+        if self.nodisk is None:
+            self.flags += ["--disk-path", os.path.join(self.tmp.name, "disk"),
+                           "--disk-bytes", "8MiB"]
+        super().setUp()
+
+    def tearDown(self):
+        try:
+            super().tearDown()
+        finally:
+            self.tmp.cleanup()
+
+    def engine(self):
+        """A client on the Unix socket, as an engine's connector is."""
+        c = kvtier.Client("unix:" + self.sock, timeout=5.0)
+        self.clients.append(c)
+        return c
+
+    def ram(self):
+        return self.d.stats()["tiers"]["ram"]
+
+    def wait_ram(self, **want):
+        """Polls GET /v1/stats until tiers.ram has the counts want (pinned=..., reserved=...)."""
+        self.wait_stats(lambda s: all(s["tiers"]["ram"][k] == v for k, v in want.items()))
+
+    def test_attach_reserve_commit_pin(self):
+        c = self.engine()
+        with self.assertRaises(kvtier.Error) as cm:
+            self.client().attach()  # TCP carries no descriptor
+        self.assertEqual(cm.exception.status, ST_INVAL)
+        self.assertIn("Unix socket", str(cm.exception))
+        with c.attach() as arena:
+            self.assertEqual((arena.block_bytes, arena.nslots), (TBLOCK, 16))
+            self.assertGreaterEqual(arena.slot_bytes, TBLOCK)
+            self.assertEqual(arena.slot_bytes % 4096, 0)
+            self.assertLessEqual(arena.slot_off + arena.nslots * arena.slot_bytes, arena.map_bytes)
+            self.assertEqual(arena.disk_slots > 0, self.nodisk is None)
+            self.assertEqual(len(arena.mmap), arena.map_bytes)
+            stats = self.d.stats()["tiers"]
+            self.assertEqual((stats["block_bytes"], stats["slot_bytes"], stats["ram"]["slots"]),
+                             (arena.block_bytes, arena.slot_bytes, arena.nslots))
+            keys = [0x1001, 0x1002, 0x1003, 0x1004]
+            lens = [TBLOCK, 1000, 0, TBLOCK]  # 0: block_bytes
+            self.assertEqual(c.lookup("tm", keys), [])
+            slots, evicted = c.reserve("tm", keys)
+            self.assertEqual(evicted, [])
+            self.assertEqual(len(set(slots)), 4)
+            self.assertTrue(all(0 <= s < arena.nslots for s in slots), slots)
+            self.assertEqual(c.reserve("tm", keys), ([None] * 4, []))  # reserved already
+            self.wait_ram(reserved=4)
+            self.assertEqual(c.lookup("tm", keys), [])  # not before the commit
+            for k, s, n in zip(keys, slots, lens):
+                arena.slot(s, n or TBLOCK)[:] = block_bytes(k, n or TBLOCK)
+            self.assertEqual(c.commit("tm", keys, lens=lens), 4)
+            self.assertEqual(c.commit("tm", keys), 0)
+            self.wait_ram(reserved=0)
+            self.assertEqual(c.lookup("tm", keys), ["ram"] * 4)
+            self.assertEqual(c.lookup("tm", [keys[0], 0xDEAD, keys[2]]), ["ram"])
+            self.assertEqual(c.lookup("tm", keys, lora="other"), [])
+            pins = c.pin("tm", keys + [0xDEAD])
+            self.assertEqual(pins[4], (None, 0))
+            for k, (s, n), want in zip(keys, pins, lens):
+                self.assertEqual(n, want or TBLOCK)
+                self.assertEqual(bytes(arena.slot(s, n)), block_bytes(k, n), "key %#x" % k)
+            self.wait_ram(pinned=4)
+            # the block API reads what was written through the mapping
+            self.assertEqual(self.client().block_get("tm", keys[1]), block_bytes(keys[1], 1000))
+            with self.assertRaises(kvtier.Error) as cm:
+                c.block_delete("tm", keys[0])
+            self.assertEqual(cm.exception.status, ST_EXISTS)
+            self.assertEqual(c.unpin("tm", keys), 4)
+            self.assertEqual(c.unpin("tm", keys), 0)
+            self.wait_ram(pinned=0)
+            # reserve, then give the slot back
+            (s,), _ = c.reserve("tm", [0x1005])
+            self.assertIsNotNone(s)
+            self.assertEqual(c.commit("tm", [0x1005], ok=False), 1)
+            self.assertEqual(c.lookup("tm", [0x1005]), [])
+            self.assertEqual(c.prefetch("tm", keys), 0)  # all in RAM: nothing to read
+            # a view keeps the mapping: close() refuses until it is released
+            view = arena.slot(slots[0])
+            with self.assertRaises(BufferError):
+                arena.close()
+            view.release()
+        self.assertTrue(arena.closed)
+        with self.assertRaises(ValueError):
+            arena.memory
+        arena.close()  # idempotent
+
+    def test_block_round_trip(self):
+        c = self.client()  # the block API works over TCP too
+        data = block_bytes(0x2001)
+        c.block_put("tm", 0x2001, data)
+        c.block_put("tm", 0x2001, data)  # a key already held: kept
+        self.assertEqual(c.block_get("tm", 0x2001), data)
+        self.assertEqual(self.engine().lookup("tm", [0x2001]), ["ram"])
+        c.block_put("tm", 0x2002, bytearray(b"\x01\x02\x03"), lora="ad1")
+        c.block_put("tm", 0x2003, memoryview(data)[:777])
+        self.assertEqual(c.block_get("tm", 0x2002, lora="ad1"), b"\x01\x02\x03")
+        self.assertEqual(c.block_get("tm", 0x2003), data[:777])
+        # a buffer shorter than the block: the binding asks again with the block's size
+        c._get_cap = 16
+        self.assertEqual(c.block_get("tm", 0x2001), data)
+        self.assertEqual(c._get_cap, TBLOCK)
+        c.block_delete("tm", 0x2001)
+        for fn in (c.block_get, c.block_delete):
+            with self.assertRaises(kvtier.Error) as cm:
+                fn("tm", 0x2001)
+            self.assertEqual(cm.exception.status, ST_NOT_FOUND)
+            self.assertIn("(404)", str(cm.exception))
+        with self.assertRaises(kvtier.Error) as cm:
+            c.block_get("other-model", 0x2003)
+        self.assertEqual(cm.exception.status, ST_NOT_FOUND)
+        with self.assertRaises(kvtier.Error) as cm:
+            c.block_get("tm", 0x2002)  # the base model's namespace, not ad1's
+        self.assertEqual(cm.exception.status, ST_NOT_FOUND)
+        # larger than a slot: the server's message and status, exactly; nothing stored
+        big = block_bytes(0x2004, TBLOCK + 1)
+        with self.assertRaises(kvtier.Error) as cm:
+            c.block_put("tm", 0x2004, big)
+        self.assertEqual(cm.exception.status, ST_TOO_BIG)
+        http, _ = self.assertServerError(cm.exception, OP_BLOCK_PUT,
+                                         block_put_body("tm", 0x2004, big))
+        self.assertEqual(http, 413)
+        with self.assertRaises(kvtier.Error):
+            c.block_get("tm", 0x2004)
+        # HTTP sees what the binding stored
+        s, body, _ = self.d.http("GET", "/v1/blocks/%d?model=tm" % 0x2003, raw=True)
+        self.assertEqual((s, body), (200, data[:777]))
+
+    def test_durable_put(self):
+        c = self.client()
+        data = block_bytes(0x3001)
+        if self.nodisk is not None:
+            with self.assertRaises(kvtier.Error) as cm:
+                c.block_put("tm", 0x3001, data, durable=True)
+            self.assertEqual(cm.exception.status, ST_UNSUPPORTED)
+            self.skipTest("no NVMe store here: %s" % self.nodisk)
+        c.block_put("tm", 0x3001, data, durable=True)
+        self.wait_stats(lambda s: s["tiers"]["disk"]["used"] == 1)
+        # other blocks push it out of RAM; PIN reads it back from NVMe, byte-exact
+        e = self.engine()
+        for k in range(0x4000, 0x4000 + 64):
+            if e.lookup("tm", [0x3001]) == ["disk"]:
+                break
+            c.block_put("tm", k, block_bytes(k))
+        self.assertEqual(e.lookup("tm", [0x3001]), ["disk"])
+        with e.attach() as arena:
+            [(slot, n)] = e.pin("tm", [0x3001])
+            self.assertEqual(n, TBLOCK)
+            self.assertEqual(bytes(arena.slot(slot)), data)
+            self.assertEqual(e.lookup("tm", [0x3001]), ["ram"])
+            self.assertEqual(e.unpin("tm", [0x3001]), 1)
+        self.assertEqual(c.block_get("tm", 0x3001), data)
+
+    def test_closed_connection_releases_pins(self):
+        keys = [0x5001, 0x5002]
+        w = self.client()
+        for k in keys:
+            w.block_put("tm", k, block_bytes(k))
+        e = self.engine()
+        self.assertTrue(all(s is not None for s, _ in e.pin("tm", keys)))
+        (slot,), _ = e.reserve("tm", [0x5003])
+        self.assertIsNotNone(slot)
+        self.wait_ram(pinned=2, reserved=1)
+        with self.assertRaises(kvtier.Error) as cm:
+            w.block_delete("tm", keys[0])
+        self.assertEqual(cm.exception.status, ST_EXISTS)
+        e.close()  # the engine goes away holding its pins and a reservation
+        self.wait_ram(pinned=0, reserved=0)
+        w.block_delete("tm", keys[0])
+        self.assertEqual(w.lookup("tm", [0x5003]), [])
+
+    def test_argument_errors(self):
+        c = self.engine()
+        for call, exc in [(lambda: c.lookup("tm", []), ValueError),
+                          (lambda: c.lookup("", [1]), ValueError),
+                          (lambda: c.lookup("tm", [-1]), ValueError),
+                          (lambda: c.reserve("tm", ["x"]), ValueError),
+                          (lambda: c.pin("tm", [1], lora="x" * 256), ValueError),
+                          (lambda: c.commit("tm", [1, 2], lens=[0]), ValueError),
+                          (lambda: c.block_put("tm", 1, b""), ValueError),
+                          (lambda: c.block_put("tm", 1, "text"), TypeError),
+                          (lambda: c.block_get("tm", "1"), TypeError),
+                          (lambda: c.block_get("tm", 2**64), ValueError),
+                          (lambda: c.block_delete("tm", True), TypeError)]:
+            with self.assertRaises(exc):
+                call()
+        with c.attach() as arena:
+            for bad in (-1, arena.nslots, None):
+                with self.assertRaises(IndexError):
+                    arena.slot(bad)
+            with self.assertRaises(ValueError):
+                arena.slot(0, TBLOCK + 1)
+        c.close()
+        with self.assertRaises(kvtier.Error) as cm:
+            c.lookup("tm", [1])
+        self.assertEqual(cm.exception.status, ST_CLOSED)
+
+
+class TestNoTiers(Base):
+    def test_tier_calls_unsupported(self):
+        c = self.client()
+        for call in (lambda: c.lookup("tm", [1]), lambda: c.block_get("tm", 1),
+                     lambda: c.block_put("tm", 1, b"x"), lambda: c.prefetch("tm", [1])):
+            with self.assertRaises(kvtier.Error) as cm:
+                call()
+            self.assertEqual(cm.exception.status, ST_UNSUPPORTED)
+            self.assertIn("(501)", str(cm.exception))
         c.ping()
 
 

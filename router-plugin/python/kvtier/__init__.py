@@ -11,6 +11,14 @@ Standard library only (ctypes over libkvtier.so.0). Example::
         c.report_events({"pod": "pod-a", "model": "llama-3-8b", "events": [...]})
         print(c.stats())
 
+    # an engine beside a kvtierd with tiers (--ram-bytes), on its Unix socket
+    with kvtier.Client("unix:/run/kvtier.sock") as c, c.attach() as arena:
+        slots, evicted = c.reserve("llama-3-8b", keys)
+        arena.slot(slots[0])[:n] = kv_bytes            # write the block into its slot
+        c.commit("llama-3-8b", keys)
+        pins = c.pin("llama-3-8b", keys)              # [(slot, length), ...] held in RAM
+        c.unpin("llama-3-8b", keys)
+
 The shared library is looked up, in order: the path in the environment
 variable KVTIER_LIB; next to this package (kvtier/libkvtier.so.0); the build
 tree of a source checkout (build/lib); the install tree
@@ -27,11 +35,12 @@ import array
 import ctypes
 import ctypes.util
 import json
+import mmap
 import os
 import threading
 
-__all__ = ["Client", "Error", "hash_tokens", "library_path", "library_version", "DEFAULT_ADDR",
-           "__version__"]
+__all__ = ["Arena", "Client", "Error", "hash_tokens", "library_path", "library_version",
+           "DEFAULT_ADDR", "__version__"]
 
 # The project version this binding belongs to (CMakeLists.txt); library_version() is the
 # loaded libkvtier's, which should be the same.
@@ -118,6 +127,28 @@ class _Result(ctypes.Structure):
     ]
 
 
+class _Arena(ctypes.Structure):
+    _fields_ = [
+        ("base", ctypes.c_void_p),
+        ("map_bytes", ctypes.c_size_t),
+        ("slot_off", ctypes.c_size_t),
+        ("slot_bytes", ctypes.c_uint32),
+        ("nslots", ctypes.c_uint32),
+        ("block_bytes", ctypes.c_uint32),
+        ("disk_slots", ctypes.c_uint32),
+        ("fd", ctypes.c_int),
+    ]
+
+
+class _Pinned(ctypes.Structure):
+    _fields_ = [("slot", ctypes.c_uint32), ("len", ctypes.c_uint32)]
+
+
+# kvt_client_lookup()'s locations (KVT_CLIENT_LOC_*) and the slot of a key that got none.
+_LOC_NAMES = {1: "ram", 2: "disk"}
+_SLOT_NONE = 0xFFFFFFFF
+
+
 def _candidates():
     env = os.environ.get("KVTIER_LIB")
     if env:
@@ -166,6 +197,7 @@ def _declare(lib):
     c_client = ctypes.c_void_p
     st = ctypes.c_int
     cstrs = P(ctypes.c_char_p)
+    u64s = P(ctypes.c_uint64)
     sigs = {
         "kvt_client_opts_default": (None, [P(_Opts)]),
         "kvt_client_create_msg": (st, [P(_Opts), P(c_client), ctypes.c_char_p, ctypes.c_size_t]),
@@ -197,6 +229,28 @@ def _declare(lib):
                                                           ctypes.c_uint32, ctypes.c_char_p,
                                                           ctypes.c_char_p, ctypes.c_int,
                                                           P(ctypes.c_uint64)]),
+        "kvt_client_attach": (st, [c_client, P(_Arena)]),
+        "kvt_client_detach": (None, [P(_Arena)]),
+        "kvt_client_lookup": (st, [c_client, ctypes.c_char_p, ctypes.c_char_p, u64s,
+                                   ctypes.c_size_t, P(ctypes.c_uint8), P(ctypes.c_uint32)]),
+        "kvt_client_reserve": (st, [c_client, ctypes.c_char_p, ctypes.c_char_p, u64s,
+                                    ctypes.c_size_t, P(ctypes.c_uint32), u64s, ctypes.c_size_t,
+                                    P(ctypes.c_size_t)]),
+        "kvt_client_commit": (st, [c_client, ctypes.c_char_p, ctypes.c_char_p, u64s,
+                                   ctypes.c_size_t, P(ctypes.c_uint32), ctypes.c_bool,
+                                   P(ctypes.c_uint32)]),
+        "kvt_client_pin": (st, [c_client, ctypes.c_char_p, ctypes.c_char_p, u64s, ctypes.c_size_t,
+                                P(_Pinned)]),
+        "kvt_client_unpin": (st, [c_client, ctypes.c_char_p, ctypes.c_char_p, u64s,
+                                  ctypes.c_size_t, P(ctypes.c_uint32)]),
+        "kvt_client_prefetch": (st, [c_client, ctypes.c_char_p, ctypes.c_char_p, u64s,
+                                     ctypes.c_size_t, P(ctypes.c_uint32)]),
+        "kvt_client_block_put": (st, [c_client, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_uint64,
+                                      ctypes.c_void_p, ctypes.c_size_t, ctypes.c_bool]),
+        "kvt_client_block_get": (st, [c_client, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_uint64,
+                                      ctypes.c_void_p, ctypes.c_size_t, P(ctypes.c_size_t)]),
+        "kvt_client_block_delete": (st, [c_client, ctypes.c_char_p, ctypes.c_char_p,
+                                         ctypes.c_uint64]),
         "kvt_client_free": (None, [ctypes.c_void_p]),
         "kvt_client_version": (ctypes.c_char_p, []),
     }
@@ -288,13 +342,100 @@ def hash_tokens(token_ids, block_size, cache_salt=None, lora=None, lora_keys="na
     return list(out[:n])
 
 
+class Arena:
+    """The sidecar's host-RAM arena, mapped into this process (Client.attach()).
+
+    mmap is the shared, read-write mapping (an mmap.mmap of map_bytes bytes) and memory a
+    writable memoryview of it; slot(i) is slot i's block_bytes bytes, a memoryview into it
+    (what the slot numbers of reserve() and pin() index). The geometry is the server's, as
+    kvt_client_attach() gives it: map_bytes, slot_off, slot_bytes (distance between slots),
+    nslots, block_bytes (what a slot holds), disk_slots (0 without NVMe). fd is the arena's
+    descriptor, this object's own.
+
+    Read or write a slot only while your connection holds it: reserved and not yet
+    committed, or pinned. The mapping does not depend on the Client (it stays valid after
+    the Client is closed). close() unmaps it and closes fd; it raises BufferError while
+    memoryviews of it are alive (release them first). An Arena is a context manager.
+    """
+
+    def __init__(self, fd, geometry):
+        """Maps fd (taken over only once the mapping exists) with the server's geometry."""
+        self.fd, self.mmap = -1, None
+        (self.map_bytes, self.slot_off, self.slot_bytes, self.nslots, self.block_bytes,
+         self.disk_slots) = geometry
+        self.mmap = mmap.mmap(fd, self.map_bytes, flags=mmap.MAP_SHARED,
+                              prot=mmap.PROT_READ | mmap.PROT_WRITE)
+        self.fd = fd
+
+    @property
+    def closed(self):
+        return self.mmap is None
+
+    @property
+    def memory(self):
+        """A writable memoryview of the whole mapping (release it before close())."""
+        if self.mmap is None:
+            raise ValueError("arena is closed")
+        return memoryview(self.mmap)
+
+    def slot(self, i, length=None):
+        """Slot i's bytes as a writable memoryview: block_bytes of them, or the first length.
+        IndexError for a slot past nslots (or None, a key that got no slot)."""
+        if not isinstance(i, int) or not 0 <= i < self.nslots:
+            raise IndexError("slot %r is not in 0..%d" % (i, self.nslots - 1))
+        n = self.block_bytes if length is None else int(length)
+        if not 0 <= n <= self.block_bytes:
+            raise ValueError("length must be in 0..%d" % self.block_bytes)
+        off = self.slot_off + i * self.slot_bytes
+        return self.memory[off:off + n]
+
+    def close(self):
+        """Unmaps the arena and closes its descriptor (pins stay the connection's). Idempotent;
+        BufferError while memoryviews of the mapping are alive."""
+        if self.mmap is None:
+            return
+        self.mmap.close()  # BufferError while views are exported: nothing changed then
+        self.mmap = None
+        os.close(self.fd)
+        self.fd = -1
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+        return False
+
+    def __del__(self):
+        try:
+            if getattr(self, "mmap", None) is not None:
+                self.close()
+        except Exception:  # interpreter shutdown
+            pass
+
+    def __repr__(self):
+        return "kvtier.Arena(%d slots of %d bytes%s)" % (
+            self.nslots, self.block_bytes, ", closed" if self.mmap is None else "")
+
+
+def _u64(value, what):
+    """One u64 (a key) for ctypes; ValueError outside 0..2**64-1."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError("%s must be an int" % what)
+    if not 0 <= value < 2**64:
+        raise ValueError("%s must be in 0..2**64-1" % what)
+    return value
+
+
 class Client:
     """One connection to one kvtierd ("host:port", "[v6]:port" or "unix:/path").
 
     timeout: seconds, for connecting and for each call. token: the auth token
     sent in HELLO (needed for report_events/add_engine/drop_engine on servers that have
     one). lazy: do not connect before the first call. The connection is
-    re-established on the next call after it breaks.
+    re-established on the next call after it breaks. The tier calls (attach, lookup,
+    reserve, commit, pin, unpin, prefetch, block_put, block_get, block_delete) need a
+    kvtierd started with --ram-bytes; attach needs a "unix:/path" address.
     """
 
     def __init__(self, addr=DEFAULT_ADDR, timeout=1.0, token=None, lazy=False):
@@ -302,6 +443,7 @@ class Client:
         self._lib = lib
         self._c = ctypes.c_void_p()
         self._lock = threading.Lock()
+        self._get_cap = 65536  # block_get's first buffer: the largest block seen so far
         o = _Opts()
         lib.kvt_client_opts_default(ctypes.byref(o))
         o.address = _name(addr, "addr")
@@ -466,6 +608,165 @@ class Client:
         returns the answer as a dict ({"model", "namespaces", "blocks"}). Error 404 (status
         KVT_ERR_NOT_FOUND) for a model the index does not have."""
         return self._drop(self._lib.kvt_client_drop_model, _name(model, "model"))
+
+    # -- tiers: the engine's data plane and the block API ---------------------------------
+    # A kvtierd started with --ram-bytes holds KV blocks itself (docs/client.md, "Tiers").
+    # keys: block keys (ints, 1 or more) in prompt order; lora: None or "" for the base
+    # model. Reservations and pins belong to the connection: they are released when it
+    # closes (close(), a call that fails with a connection error, a server restart).
+
+    def _keys_args(self, model, keys, lora):
+        model_b = _name(model, "model")
+        lora_b = _name(lora, "lora", allow_empty=True) if lora else None
+        ks = _u64_array(keys, "keys")
+        if len(ks) == 0:
+            raise ValueError("keys must not be empty")
+        return model_b, lora_b, ks
+
+    def _call(self, fn, *args):
+        with self._lock:
+            c = self._handle()
+            st = fn(c, *args)
+            if st != 0:
+                self._raise(st)
+
+    def attach(self):
+        """ATTACH: maps the sidecar's host-RAM arena into this process and returns an Arena
+        (its mmap/memoryview, slot(i) and geometry). Only over a Unix socket ("unix:/path"),
+        which carries the arena's descriptor: Error (status -100) over TCP."""
+        a = _Arena()
+        self._call(self._lib.kvt_client_attach, ctypes.byref(a))
+        geometry = (a.map_bytes, a.slot_off, a.slot_bytes, a.nslots, a.block_bytes,
+                    a.disk_slots)
+        try:
+            fd = os.dup(a.fd)  # the Arena's own; Python's mmap gives safe views of it
+        finally:
+            self._lib.kvt_client_detach(ctypes.byref(a))
+        try:
+            return Arena(fd, geometry)
+        except (OSError, ValueError) as e:
+            os.close(fd)
+            raise Error(-400, "attach: mmap: %s" % e) from None
+
+    def lookup(self, model, keys, lora=None):
+        """LOOKUP: how many of keys, from the first, the sidecar holds, and where: a list
+        with "ram" or "disk" (on NVMe only) for each leading key held (its length is the
+        hit count). Counts as an access of each block."""
+        model_b, lora_b, ks = self._keys_args(model, keys, lora)
+        loc = (ctypes.c_uint8 * len(ks))()
+        hit = ctypes.c_uint32()
+        self._call(self._lib.kvt_client_lookup, model_b, lora_b, _ptr(ks, ctypes.c_uint64),
+                   len(ks), loc, ctypes.byref(hit))
+        return [_LOC_NAMES[loc[i]] for i in range(hit.value)]
+
+    def reserve(self, model, keys, lora=None):
+        """RESERVE: a free RAM slot for each key, to write its block into (Arena.slot()) and
+        then commit(). Returns (slots, evicted): slots[i] is key i's slot, or None when it
+        is already held or reserved or no slot could be freed; evicted lists the keys of
+        blocks that left the sidecar altogether to make room (kvtierd lists at most one per
+        key asked). Reservations expire after the server's --lease."""
+        model_b, lora_b, ks = self._keys_args(model, keys, lora)
+        n = len(ks)
+        slots = (ctypes.c_uint32 * n)()
+        evicted = (ctypes.c_uint64 * n)()
+        nevicted = ctypes.c_size_t()
+        self._call(self._lib.kvt_client_reserve, model_b, lora_b, _ptr(ks, ctypes.c_uint64), n,
+                   slots, evicted, n, ctypes.byref(nevicted))
+        return ([None if s == _SLOT_NONE else s for s in slots],
+                list(evicted[:min(nevicted.value, n)]))
+
+    def commit(self, model, keys, lens=None, ok=True, lora=None):
+        """COMMIT: ends this connection's reservations of keys (others are skipped). With
+        ok the blocks become visible, lens[i] bytes each (None, or 0 in it: block_bytes);
+        with ok=False their slots are given back. Returns the reservations ended."""
+        model_b, lora_b, ks = self._keys_args(model, keys, lora)
+        ls = None
+        if lens is not None:
+            ls = _u32_array(lens, "lens")
+            if len(ls) != len(ks):
+                raise ValueError("lens must have one length per key")
+        done = ctypes.c_uint32()
+        self._call(self._lib.kvt_client_commit, model_b, lora_b, _ptr(ks, ctypes.c_uint64),
+                   len(ks), _ptr(ls, ctypes.c_uint32) if ls is not None else None, bool(ok),
+                   ctypes.byref(done))
+        return done.value
+
+    def pin(self, model, keys, lora=None):
+        """PIN: pins each key's block in RAM for this connection, reading from NVMe first the
+        blocks only there; returns once all are in RAM: a list of (slot, length), slot None
+        for a block not held. A pinned slot is never evicted, reused or moved until unpin(),
+        this connection's end or the server's --lease."""
+        model_b, lora_b, ks = self._keys_args(model, keys, lora)
+        out = (_Pinned * len(ks))()
+        self._call(self._lib.kvt_client_pin, model_b, lora_b, _ptr(ks, ctypes.c_uint64),
+                   len(ks), out)
+        return [(None if p.slot == _SLOT_NONE else p.slot, p.len) for p in out]
+
+    def unpin(self, model, keys, lora=None):
+        """UNPIN: releases one pin of this connection on each key (keys it has not pinned
+        are skipped); returns the pins released."""
+        model_b, lora_b, ks = self._keys_args(model, keys, lora)
+        done = ctypes.c_uint32()
+        self._call(self._lib.kvt_client_unpin, model_b, lora_b, _ptr(ks, ctypes.c_uint64),
+                   len(ks), ctypes.byref(done))
+        return done.value
+
+    def prefetch(self, model, keys, lora=None):
+        """PREFETCH: starts reading into RAM, without pinning, the blocks held only on NVMe
+        (a router does this before it sends a request here); returns the reads started."""
+        model_b, lora_b, ks = self._keys_args(model, keys, lora)
+        started = ctypes.c_uint32()
+        self._call(self._lib.kvt_client_prefetch, model_b, lora_b, _ptr(ks, ctypes.c_uint64),
+                   len(ks), ctypes.byref(started))
+        return started.value
+
+    def block_put(self, model, key, data, durable=False, lora=None):
+        """BLOCK_PUT: stores data (bytes-like, 1..block_bytes bytes) as block key; returns once
+        it is in RAM, or with durable=True once it is on NVMe with its metadata committed. A
+        key already held is not rewritten. Error -103 (too big) over block_bytes."""
+        model_b = _name(model, "model")
+        lora_b = _name(lora, "lora", allow_empty=True) if lora else None
+        k = _u64(key, "key")
+        if isinstance(data, bytes):
+            ptr, n = data, len(data)
+        else:
+            mv = memoryview(data).cast("B")
+            n = len(mv)
+            if mv.readonly:
+                ptr = bytes(mv)  # ctypes points only into writable buffers
+            else:
+                ptr = (ctypes.c_char * n).from_buffer(mv) if n else None
+        if n == 0:
+            raise ValueError("data must not be empty")
+        self._call(self._lib.kvt_client_block_put, model_b, lora_b, k, ptr, n, bool(durable))
+
+    def block_get(self, model, key, lora=None):
+        """BLOCK_GET: block key's bytes. Error with status -200 (not found) when the sidecar
+        does not hold it."""
+        model_b = _name(model, "model")
+        lora_b = _name(lora, "lora", allow_empty=True) if lora else None
+        k = _u64(key, "key")
+        cap = self._get_cap
+        for _ in range(2):
+            buf = ctypes.create_string_buffer(cap)
+            n = ctypes.c_size_t(0)
+            with self._lock:
+                c = self._handle()
+                st = self._lib.kvt_client_block_get(c, model_b, lora_b, k, buf, cap,
+                                                    ctypes.byref(n))
+                if st == 0:
+                    return ctypes.string_at(buf, n.value)
+                if st != -103 or n.value <= cap:
+                    self._raise(st)
+            cap = self._get_cap = n.value  # the block is larger than the last buffer
+        raise Error(-501, "block_get: the block kept growing")  # a key names one content
+
+    def block_delete(self, model, key, lora=None):
+        """BLOCK_DELETE: drops block key from RAM and NVMe. Error -200 (not found) when it is
+        not held, -201 (exists) while a connection pins or reserves it."""
+        model_b = _name(model, "model")
+        lora_b = _name(lora, "lora", allow_empty=True) if lora else None
+        self._call(self._lib.kvt_client_block_delete, model_b, lora_b, _u64(key, "key"))
 
     def close(self):
         """Closes the connection; later calls raise Error. Idempotent."""
