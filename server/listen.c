@@ -9,6 +9,7 @@
 #include <errno.h>
 #include <netdb.h>
 #include <netinet/in.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -115,6 +116,52 @@ static int open_listener(kvt_srv_t *srv, const char *what, const char *text, uin
     return fd;
 }
 
+/*
+ * Whether @path may be bound: nothing there, or a socket nobody listens on (left
+ * by a kvtierd that was killed), which is removed. A socket another process
+ * serves, or anything that is not a socket, is refused and left as it is: an
+ * unconditional unlink took a running kvtierd's socket from its engine (a second
+ * kvtierd started on the same --rpc-unix), or removed whatever file the flag
+ * named by mistake. (A process that binds between the probe and the unlink
+ * still loses its socket; two kvtierd starting at once are not guarded.)
+ */
+static bool unix_path_free(const char *path, const struct sockaddr_un *sa)
+{
+    struct stat st;
+    if (lstat(path, &st) != 0) {
+        if (errno == ENOENT)
+            return true;
+        kvt_log_error("unix socket %s: %s", path, strerror(errno));
+        return false;
+    }
+    if (!S_ISSOCK(st.st_mode)) {
+        kvt_log_error("unix socket %s: the path exists and is not a socket; refusing to remove it",
+                      path);
+        return false;
+    }
+    int probe = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    if (probe < 0) {
+        kvt_log_error("unix socket %s: socket: %s", path, strerror(errno));
+        return false;
+    }
+    int rc = connect(probe, (const struct sockaddr *)sa, sizeof(*sa));
+    int e = errno;
+    close(probe);
+    if (rc == 0 || e == EAGAIN || e == EINPROGRESS) {
+        kvt_log_error("unix socket %s is in use by another process (another kvtierd?)", path);
+        return false;
+    }
+    if (e == ECONNREFUSED && unlink(path) != 0 && errno != ENOENT) {
+        kvt_log_error("unix socket %s: removing the stale socket: %s", path, strerror(errno));
+        return false;
+    }
+    if (e != ECONNREFUSED && e != ENOENT) {
+        kvt_log_error("unix socket %s: %s", path, strerror(e));
+        return false;
+    }
+    return true;
+}
+
 static int listen_unix(const char *path)
 {
     struct sockaddr_un sa = {.sun_family = AF_UNIX};
@@ -123,10 +170,11 @@ static int listen_unix(const char *path)
         return -2;
     }
     strcpy(sa.sun_path, path);
+    if (!unix_path_free(path, &sa))
+        return -1;
     int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
     if (fd < 0)
         return -1;
-    unlink(path); /* a stale socket from an earlier run */
     if (bind(fd, (struct sockaddr *)&sa, sizeof(sa)) != 0 || listen(fd, 1024) != 0) {
         kvt_log_error("cannot listen on unix socket %s: %s", path, strerror(errno));
         close(fd);

@@ -7,15 +7,20 @@
  *
  * and one namespace record per namespace ('n' ns(u32 BE) -> name bytes),
  * which are read into memory at open: ids are few and looked up often.
+ * Beside RocksDB's files the directory holds kvtier.lock, flock()ed while
+ * the database is open (meta_lock()).
  */
 #include "tiers/meta_int.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <rocksdb/c.h>
 #include <xxhash.h>
@@ -28,6 +33,7 @@
 #define META_VERSION 1u
 #define META_STORE_VAL_BYTES 17u
 #define META_NS_KEY_BYTES 5u
+#define META_LOCK_FILE "kvtier.lock"
 
 typedef struct meta_ns {
     char *name;    /* owned, NUL-terminated after len bytes */
@@ -48,6 +54,7 @@ struct kvt_meta {
     uint32_t *by_name;  /* open addressing on the name hash: index into ns + 1; 0 is empty */
     size_t by_name_cap; /* a power of two, at least twice nns */
     uint32_t ns_max;    /* the highest namespace id on record; 0 when none */
+    int lock_fd;        /* META_LOCK_FILE, flock()ed while open; -1 when not */
 };
 
 static void put_le(uint8_t *p, uint64_t v, size_t n)
@@ -135,6 +142,40 @@ static kvt_status_t meta_mkdir(const char *dir, char *err, size_t errlen)
     if (!S_ISDIR(st.st_mode)) {
         kvt_errf(err, errlen, "data dir %s is not a directory", dir);
         return KVT_ERR_IO;
+    }
+    return KVT_OK;
+}
+
+/*
+ * Takes the data dir's own lock, before RocksDB opens it. RocksDB (7.8) renames
+ * the LOG of a database before it finds the database's lock held by another
+ * process, so a second kvtierd on this data dir would rename the first one's
+ * info log on its way to the refusal: a file it did not create, touched. This
+ * lock refuses it first, with RocksDB's lock left as the second guard.
+ */
+static kvt_status_t meta_lock(kvt_meta_t *m, const char *dir, char *err, size_t errlen)
+{
+    char path[4096];
+    int n = snprintf(path, sizeof(path), "%s/" META_LOCK_FILE, dir);
+    if (n < 0 || (size_t)n >= sizeof(path)) {
+        kvt_errf(err, errlen, "data dir %s: the path is too long", dir);
+        return KVT_ERR_INVAL;
+    }
+    m->lock_fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
+    if (m->lock_fd < 0) {
+        kvt_errf(err, errlen, "data dir %s: cannot open its metadata: %s", dir, strerror(errno));
+        return KVT_ERR_IO;
+    }
+    if (flock(m->lock_fd, LOCK_EX | LOCK_NB) != 0) {
+        int e = errno;
+        if (e == EWOULDBLOCK)
+            kvt_errf(err, errlen, "data dir %s is in use by another kvtierd (%s is locked)", dir,
+                     path);
+        else
+            kvt_errf(err, errlen, "data dir %s: flock %s: %s", dir, path, strerror(e));
+        close(m->lock_fd);
+        m->lock_fd = -1;
+        return e == EWOULDBLOCK ? KVT_ERR_EXISTS : KVT_ERR_IO;
     }
     return KVT_OK;
 }
@@ -303,6 +344,7 @@ kvt_status_t kvt_meta_open(const kvt_meta_cfg_t *cfg, kvt_meta_t **meta_p, char 
         kvt_errf(err, errlen, "data dir %s: out of memory", cfg->dir);
         return KVT_ERR_NO_MEM;
     }
+    m->lock_fd = -1;
     m->opts = rocksdb_options_create();
     rocksdb_options_set_create_if_missing(m->opts, 1);
     rocksdb_options_set_write_buffer_size(m->opts, 16u << 20);
@@ -318,6 +360,8 @@ kvt_status_t kvt_meta_open(const kvt_meta_cfg_t *cfg, kvt_meta_t **meta_p, char 
     rocksdb_readoptions_set_fill_cache(m->rscan, 0); /* one pass at start: keep the cache */
     m->batch = rocksdb_writebatch_create();
 
+    if ((st = meta_lock(m, cfg->dir, err, errlen)) != KVT_OK)
+        goto err_meta;
     char *e = NULL;
     m->db = rocksdb_open(m->opts, cfg->dir, &e);
     if (e != NULL) {
@@ -356,6 +400,8 @@ void kvt_meta_close(kvt_meta_t *m)
         free(m->ns[i].name);
     free(m->ns);
     free(m->by_name);
+    if (m->lock_fd >= 0)
+        close(m->lock_fd); /* after RocksDB's close: the lock outlives the database */
     free(m);
 }
 

@@ -131,8 +131,11 @@ static void disk_drop(kvt_tier_t *t, io_state_t *s, uint32_t bi, bool keep_slot)
     b->disk = TB_NONE;
     b->flags &= ~(uint32_t)B_DISK;
     tier_change(t, b, KVT_TIER_LOC_DISK, false);
-    if (!(b->flags & (B_RAM | B_PROMOTING | B_RESERVED)))
+    if (!(b->flags & (B_RAM | B_PROMOTING | B_RESERVED))) {
+        /* it leaves altogether: a drop (tiers.h), as when RAM evicts its last copy */
+        t->st.drops++;
         tier_blk_free(t, bi);
+    }
 }
 
 /* Settles a finished promotion (lock held). */

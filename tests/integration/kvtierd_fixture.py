@@ -11,6 +11,7 @@ import signal
 import socket
 import struct
 import subprocess
+import sys
 import tempfile
 import time
 
@@ -21,10 +22,11 @@ F_RESPONSE, F_ERROR = 1, 2
 
 
 class Daemon:
-    def __init__(self, binary, *flags, token=None, env=None):
+    def __init__(self, binary, *flags, token=None, env=None, data_dir=None):
+        """data_dir: an existing --data-dir to reuse (a restart); default a new one here."""
         self.dir = tempfile.TemporaryDirectory(prefix="kvtierd_test_")
         self.log_path = os.path.join(self.dir.name, "kvtierd.log")
-        self.data_dir = os.path.join(self.dir.name, "data")
+        self.data_dir = data_dir or os.path.join(self.dir.name, "data")
         self.ipc_dir = os.path.join(self.data_dir, "ipc")  # the default --ipc-dir
         args = [binary, "--http-listen", "127.0.0.1:0", "--rpc-listen", "127.0.0.1:0",
                 "--data-dir", self.data_dir, "--workers", "2"]
@@ -110,6 +112,29 @@ class Daemon:
         s = socket.create_connection(("127.0.0.1", port or self.rpc_port), timeout=timeout)
         s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         return s
+
+
+def wait_for(pred, timeout=10.0, what="condition"):
+    """pred() until it returns something true (returned); AssertionError after @timeout s."""
+    end = time.time() + timeout
+    while True:
+        v = pred()
+        if v:
+            return v
+        if time.time() > end:
+            raise AssertionError("timed out waiting for " + what)
+        time.sleep(0.02)
+
+
+def binary_from_argv(script):
+    """The kvtierd path a test script takes as argv[1] (removed, for unittest), and whether
+    that binary runs under ASan or TSan."""
+    if len(sys.argv) < 2:
+        sys.exit("usage: %s path/to/kvtierd" % script)
+    path = sys.argv.pop(1)
+    with open(path, "rb") as f:
+        image = f.read()
+    return path, b"__asan_init" in image or b"__tsan_init" in image
 
 
 def free_port():

@@ -1263,10 +1263,5 @@ class TestCommandLine(unittest.TestCase):
 
 
 if __name__ == "__main__":
-    if len(sys.argv) < 2:
-        sys.exit("usage: test_daemon.py path/to/kvtierd")
-    BIN = sys.argv.pop(1)
-    with open(BIN, "rb") as f:
-        image = f.read()
-    SANITIZED = b"__asan_init" in image or b"__tsan_init" in image
+    BIN, SANITIZED = fx.binary_from_argv("test_daemon.py")
     unittest.main(verbosity=2)

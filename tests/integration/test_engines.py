@@ -44,15 +44,7 @@ def tokens(seed, nblocks):
     return [(seed * 7919 + i * 31) % 128000 for i in range(nblocks * BS)]
 
 
-def wait_for(pred, timeout=10.0, what="condition"):
-    end = time.time() + timeout
-    while True:
-        v = pred()
-        if v:
-            return v
-        if time.time() > end:
-            raise AssertionError("timed out waiting for " + what)
-        time.sleep(0.02)
+wait_for = fx.wait_for
 
 
 def free_port_pair():
