@@ -130,6 +130,10 @@ static const kvt_cfg_opt_t opts[] = {
      &kvt_cfg_string, O(disk_path), 0},
     {"disk-bytes", "0", "size of the NVMe store file when kvtierd creates it", &kvt_cfg_size,
      O(disk_bytes), 0},
+    {"disk-format", "false",
+     "a --disk-path block device that does not carry kvtier's header may be formatted (its "
+     "contents are lost)",
+     &kvt_cfg_bool, O(disk_format), 0},
     {"io-depth", "32", "NVMe reads and writes in flight", &kvt_cfg_u32, O(io_depth), 0},
     {"sqpoll", "false", "io_uring with a kernel submission thread (SQPOLL)", &kvt_cfg_bool,
      O(sqpoll), 0},

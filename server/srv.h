@@ -64,6 +64,7 @@ typedef struct kvt_srv_config {
     char *arena_name;     /* "", NAME (/dev/shm/NAME) or an absolute path */
     char *disk_path;      /* NVMe store file or device; "" or NULL: no NVMe tier */
     uint64_t disk_bytes;  /* store size when it is created */
+    bool disk_format;     /* a --disk-path block device without kvtier's header is formatted */
     uint32_t io_depth;    /* NVMe I/Os in flight */
     bool sqpoll;          /* io_uring SQPOLL */
     char *disk_admit;     /* always, seen-twice, tinylfu */

@@ -133,6 +133,7 @@ kvt_status_t srv_tier_open(kvt_srv_t *srv)
                          .populate = true,
                          .disk_path = c->disk_path,
                          .disk_bytes = c->disk_bytes,
+                         .disk_format = c->disk_format,
                          .data_dir = meta,
                          .io_depth = c->io_depth,
                          .sqpoll = c->sqpoll,

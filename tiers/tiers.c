@@ -519,7 +519,8 @@ kvt_status_t kvt_tier_open(const kvt_tier_cfg_t *cfg, kvt_tier_t **tier_p, char 
                                .bytes = cfg->disk_bytes,
                                .slot_bytes = t->arena.slot_bytes,
                                .io_depth = t->cfg.io_depth,
-                               .sqpoll = cfg->sqpoll};
+                               .sqpoll = cfg->sqpoll,
+                               .format_device = cfg->disk_format};
         st = kvt_disk_open(&dcfg, &t->disk, err, errlen);
         if (st != KVT_OK)
             goto err_free;

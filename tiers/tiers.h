@@ -82,6 +82,7 @@ typedef struct kvt_tier_cfg {
     bool populate;          /* pre-fault the arena */
     const char *disk_path;  /* "" or NULL: no NVMe tier */
     uint64_t disk_bytes;    /* store size (regular file) */
+    bool disk_format;       /* a block device without kvtier's header may be formatted */
     const char *data_dir;   /* RocksDB metadata; needed with a disk */
     uint32_t io_depth;      /* NVMe I/Os in flight at most */
     bool sqpoll;
