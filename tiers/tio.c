@@ -52,6 +52,8 @@ typedef struct io_state {
     uint32_t nfin;
     tio_t *wdone; /* finished writes whose records are not committed yet */
     size_t nwdone, wdone_cap;
+    tio_t *rdone; /* finished reads not checked yet */
+    size_t nrdone, rdone_cap;
     plan_wr_t *wr;
     size_t nwr, wr_cap;
     tier_del_t *del;
@@ -176,9 +178,10 @@ static void write_done(kvt_tier_t *t, tio_t *x, bool ok)
 }
 
 /*
- * Reaps what finished. Reads are checked and settled at once; finished writes
- * wait in @s->wdone for commit_writes(), which the loop runs after it has
- * submitted the next I/O, so the device works while RocksDB syncs.
+ * Reaps what finished and frees its pool entries. Finished reads wait in
+ * @s->rdone for check_reads(), finished writes in @s->wdone for
+ * commit_writes(): the loop runs both after it has submitted the next I/O, so
+ * the device works while the reads' checksums are computed and RocksDB syncs.
  */
 static void reap(io_state_t *s, int wait_ms)
 {
@@ -188,48 +191,62 @@ static void reap(io_state_t *s, int wait_ms)
     if (s->nfin == 0)
         return;
     uint64_t now = kvt_clock_ns();
+    tier_lock(t);
     for (uint32_t i = 0; i < s->nfin; i++) {
         tio_t *x = s->fin[i];
         uint32_t want = (x->len + 4095u) & ~4095u;
         x->done = x->io.res == (int)want;
-        if (!x->io.write && x->done && tier_sum(x->io.buf, x->len) != x->sum) {
+        uint64_t us = (now - x->io.submit_ns) / 1000u;
+        if (x->io.res > 0)
+            *(x->io.write ? &t->st.write_bytes : &t->st.read_bytes) += (uint64_t)x->io.res;
+        (x->io.write ? t->st.write_hist : t->st.read_hist)[hist_bucket(us)]++;
+        if (x->io.write && x->io.res < 0)
+            t->st.io_errors++;
+        tio_t **arr = x->io.write ? &s->wdone : &s->rdone;
+        size_t *n = x->io.write ? &s->nwdone : &s->nrdone;
+        size_t *cap = x->io.write ? &s->wdone_cap : &s->rdone_cap;
+        if (*n == *cap && !kvt_grow(arr, cap, *n + 1, sizeof(**arr), 64)) {
+            /* cannot remember it: the I/O counts as failed */
+            if (x->io.write)
+                write_done(t, x, false);
+            else
+                read_done(t, s, x, false);
+        } else {
+            (*arr)[(*n)++] = *x;
+        }
+        s->free[s->nfree++] = (uint32_t)(x - s->pool);
+    }
+    tier_unlock(t);
+}
+
+/* Checks the finished reads against their checksums and settles them. */
+static void check_reads(io_state_t *s)
+{
+    kvt_tier_t *t = s->t;
+    if (s->nrdone == 0)
+        return;
+    for (size_t i = 0; i < s->nrdone; i++) {
+        tio_t *x = &s->rdone[i];
+        /* the slot is the block's until it is settled: nothing else writes it */
+        if (x->done && tier_sum(x->io.buf, x->len) != x->sum) {
             x->done = false;
             x->io.res = 0; /* marks a checksum failure, not an I/O error */
         }
     }
     tier_lock(t);
-    for (uint32_t i = 0; i < s->nfin; i++) {
-        tio_t *x = s->fin[i];
-        uint64_t us = (now - x->io.submit_ns) / 1000u;
-        if (x->io.write) {
-            t->st.write_hist[hist_bucket(us)]++;
-            if (x->io.res > 0)
-                t->st.write_bytes += (uint64_t)x->io.res;
-            if (x->io.res < 0)
-                t->st.io_errors++;
-            /* the pool entry is free again; the write's facts wait for their commit */
-            if (s->nwdone == s->wdone_cap &&
-                !kvt_grow(&s->wdone, &s->wdone_cap, s->nwdone + 1, sizeof(*s->wdone), 64)) {
-                write_done(t, x, false); /* cannot remember it: the write counts as failed */
-            } else {
-                s->wdone[s->nwdone++] = *x;
-            }
-        } else {
-            t->st.read_hist[hist_bucket(us)]++;
-            if (x->io.res > 0)
-                t->st.read_bytes += (uint64_t)x->io.res;
-            if (x->io.res == 0)
-                t->st.checksum_failures++;
-            else if (!x->done)
-                t->st.io_errors++;
-            if (!x->done)
-                kvt_log_warn("block %016llx: %s; dropped, a miss",
-                             (unsigned long long)t->map.b[x->bi].key,
-                             x->io.res == 0 ? "checksum mismatch on read" : "read failed");
-            read_done(t, s, x, x->done);
-        }
-        s->free[s->nfree++] = (uint32_t)(x - s->pool);
+    for (size_t i = 0; i < s->nrdone; i++) {
+        tio_t *x = &s->rdone[i];
+        if (x->io.res == 0)
+            t->st.checksum_failures++;
+        else if (!x->done)
+            t->st.io_errors++;
+        if (!x->done)
+            kvt_log_warn("block %016llx: %s; dropped, a miss",
+                         (unsigned long long)t->map.b[x->bi].key,
+                         x->io.res == 0 ? "checksum mismatch on read" : "read failed");
+        read_done(t, s, x, x->done);
     }
+    s->nrdone = 0;
     tier_unlock(t);
 }
 
@@ -515,6 +532,7 @@ static void io_loop(io_state_t *s)
         tier_unlock(t);
         if (t->disk != NULL) {
             execute(s);
+            check_reads(s);
             commit_writes(s);
         }
         if (stop)
@@ -528,8 +546,10 @@ static void io_drain(io_state_t *s)
     kvt_tier_t *t = s->t;
     while (t->disk != NULL && s->nfree < s->depth)
         reap(s, -1);
-    if (t->disk != NULL)
+    if (t->disk != NULL) {
+        check_reads(s);
         commit_writes(s);
+    }
     tier_lock(t);
     for (size_t i = 0; i < t->npromo; i++) {
         tblk_t *b = &t->map.b[t->promo[i]];
@@ -574,6 +594,7 @@ void *tier_io_main(void *arg)
     free(s.del);
     free(s.recs);
     free(s.wdone);
+    free(s.rdone);
     free(s.ns_new);
     return NULL;
 }
