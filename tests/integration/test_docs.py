@@ -97,6 +97,9 @@ NOT_RUN = [
      "subcommand on tests/fixtures/mini_trace.jsonl"),
     ("docs/performance.md", "build/bin/kvtier-bench rpc --seconds 3",
      "a benchmark of tens of seconds with redis-benchmark; test_bench_smoke.sh runs a short one"),
+    ("docs/performance.md", "build/bin/kvtier-bench tiers",
+     "a benchmark of about a minute against fio and RocksDB; test_bench_smoke.sh runs "
+     "`kvtier-bench tiers --quick`"),
     ("docs/performance.md", "build/bin/kvtier-bench latency",
      "two benchmarks of about 35 s each; test_bench_latency.sh runs a short one"),
     ("docs/api.md", "salt_seed = XXH3_64bits_withSeed",
