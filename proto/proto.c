@@ -66,6 +66,7 @@ bool kvt_proto_op_known(uint8_t op)
     case KVT_PROTO_OP_ENGINE_DROP:
     case KVT_PROTO_OP_ENGINE_ADD:
     case KVT_PROTO_OP_MODEL_DROP:
+    case KVT_PROTO_OP_ROUTED:
     case KVT_PROTO_OP_STATS:
     case KVT_PROTO_OP_ATTACH:
     case KVT_PROTO_OP_LOOKUP:
@@ -91,6 +92,7 @@ const char *kvt_proto_op_name(uint8_t op)
     case KVT_PROTO_OP_ENGINE_DROP: return "ENGINE_DROP";
     case KVT_PROTO_OP_ENGINE_ADD: return "ENGINE_ADD";
     case KVT_PROTO_OP_MODEL_DROP: return "MODEL_DROP";
+    case KVT_PROTO_OP_ROUTED: return "ROUTED";
     case KVT_PROTO_OP_STATS: return "STATS";
     case KVT_PROTO_OP_ATTACH: return "ATTACH";
     case KVT_PROTO_OP_LOOKUP: return "LOOKUP";
@@ -113,6 +115,7 @@ bool kvt_proto_op_mutating(uint8_t op)
     case KVT_PROTO_OP_ENGINE_DROP:
     case KVT_PROTO_OP_ENGINE_ADD:
     case KVT_PROTO_OP_MODEL_DROP:
+    case KVT_PROTO_OP_ROUTED:
     /* the tier's: an arena mapped read-write, slots taken or filled, blocks stored or dropped */
     case KVT_PROTO_OP_ATTACH:
     case KVT_PROTO_OP_RESERVE:

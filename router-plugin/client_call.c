@@ -255,6 +255,13 @@ kvt_status_t kvt_client_report_events(kvt_client_t *c, const char *json, size_t 
     return cl_json_call(c, KVT_PROTO_OP_EVENTS, json, len, false, answer_p);
 }
 
+kvt_status_t kvt_client_routed(kvt_client_t *c, const char *json, size_t len, char **answer_p)
+{
+    if (json == NULL)
+        return c != NULL ? kvt_cl_fail(c, KVT_ERR_INVAL, "routed: NULL body") : KVT_ERR_INVAL;
+    return cl_json_call(c, KVT_PROTO_OP_ROUTED, json, len, false, answer_p);
+}
+
 kvt_status_t kvt_client_add_engine(kvt_client_t *c, const char *json, size_t len, char **answer_p)
 {
     if (json == NULL)

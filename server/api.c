@@ -34,6 +34,37 @@ kvt_status_t srv_scratch(kvt_srv_worker_t *w, size_t nkeys, size_t ntokens, size
 
 /* ---- the query itself ------------------------------------------------------------- */
 
+/*
+ * The keys of @q's blocks under block size @bs, *@nb_p of them: @q's own keys, or its tokens
+ * hashed into the worker's scratch (which must hold q->n / bs + 1 keys).
+ */
+static const uint64_t *query_keys(kvt_srv_worker_t *w, const srv_query_t *q, uint32_t bs,
+                                  size_t *nb_p)
+{
+    if (q->by_keys) {
+        *nb_p = q->n;
+        return q->keys;
+    }
+    /*
+     * A cache salt seeds the first block, as the events that stored the prefix did; under
+     * --lora-keys dynamo a LoRA seeds every block (kvindex/hash.h), as its events' keys.
+     */
+    size_t lora_len = w->srv->cfg.lora_keys == KVT_SRV_LORA_KEYS_DYNAMO ? q->lora_len : 0;
+    kvt_hash_seeds_t seeds;
+    kvt_hash_seeds_lora(q->salt, q->salt_len, q->lora, lora_len, &seeds);
+    bool plain = seeds.block == KVT_HASH_SEED; /* the standard's fast paths */
+    if (q->le_tokens != NULL && plain)
+        kvt_hash_seq_salted_le(q->le_tokens, q->n, bs, seeds.first, NULL, NULL, w->keys);
+    else if (q->le_tokens != NULL)
+        kvt_hash_seq_seeds_le(q->le_tokens, q->n, bs, &seeds, NULL, NULL, w->keys);
+    else if (plain)
+        kvt_hash_seq_salted(q->tokens, q->n, bs, seeds.first, NULL, NULL, w->keys);
+    else
+        kvt_hash_seq_seeds(q->tokens, q->n, bs, &seeds, NULL, NULL, w->keys);
+    *nb_p = q->n / bs;
+    return w->keys;
+}
+
 /* Runs @q; on KVT_OK the worker is in a read section of the index until srv_query_done(). */
 kvt_status_t srv_query_run(kvt_srv_worker_t *w, const srv_query_t *q, srv_answer_t *a, char *err,
                            size_t errlen)
@@ -45,28 +76,8 @@ kvt_status_t srv_query_run(kvt_srv_worker_t *w, const srv_query_t *q, srv_answer
         kvt_idx_ns_lookup(w->reader, q->model, q->model_len, q->lora, q->lora_len, &ns, &bs);
     if (!known)
         bs = srv->cfg.block_size;
-    const uint64_t *keys = q->keys;
-    size_t nb = q->n;
-    if (!q->by_keys) {
-        /*
-         * A cache salt seeds the first block, as the events that stored the prefix did; under
-         * --lora-keys dynamo a LoRA seeds every block (kvindex/hash.h), as its events' keys.
-         */
-        size_t lora_len = srv->cfg.lora_keys == KVT_SRV_LORA_KEYS_DYNAMO ? q->lora_len : 0;
-        kvt_hash_seeds_t seeds;
-        kvt_hash_seeds_lora(q->salt, q->salt_len, q->lora, lora_len, &seeds);
-        bool plain = seeds.block == KVT_HASH_SEED; /* the standard's fast paths */
-        nb = q->n / bs;
-        if (q->le_tokens != NULL && plain)
-            kvt_hash_seq_salted_le(q->le_tokens, q->n, bs, seeds.first, NULL, NULL, w->keys);
-        else if (q->le_tokens != NULL)
-            kvt_hash_seq_seeds_le(q->le_tokens, q->n, bs, &seeds, NULL, NULL, w->keys);
-        else if (plain)
-            kvt_hash_seq_salted(q->tokens, q->n, bs, seeds.first, NULL, NULL, w->keys);
-        else
-            kvt_hash_seq_seeds(q->tokens, q->n, bs, &seeds, NULL, NULL, w->keys);
-        keys = w->keys;
-    }
+    size_t nb;
+    const uint64_t *keys = query_keys(w, q, bs, &nb);
     *a = (srv_answer_t){bs, (uint32_t)nb, 0, NULL};
     if (!known || nb == 0)
         return KVT_OK; /* a model nobody has reported yet holds nothing */
@@ -288,6 +299,60 @@ kvt_status_t srv_api_events_job(kvt_srv_worker_t *w, const char *body, size_t le
     }
     job->kind = JOB_EVENTS;
     job->worker = w;
+    *job_p = job;
+    return KVT_OK;
+}
+
+kvt_status_t srv_api_routed_job(kvt_srv_worker_t *w, const char *body, size_t len,
+                                srv_job_t **job_p, char *err, size_t errlen)
+{
+    kvt_srv_t *srv = w->srv;
+    size_t cap = len / 2 + 1;
+    if (cap > srv->cfg.max_query_tokens)
+        cap = srv->cfg.max_query_tokens;
+    if (srv_scratch(w, cap, cap, 0) != KVT_OK) {
+        kvt_errf(err, errlen, "out of memory");
+        return KVT_ERR_NO_MEM;
+    }
+    kvt_srv_routed_body_t r;
+    kvt_status_t st = kvt_srv_routed_decode(body, len, cap, w->tokens, w->keys, &r, err, errlen);
+    if (st != KVT_OK)
+        return st;
+    const kvt_srv_query_body_t *b = &r.q;
+    srv_query_t q = {b->model, b->model_len, b->lora, b->lora_len, b->by_keys,
+                     b->n,     w->tokens,    NULL,    w->keys,     0,
+                     NULL,     NULL,         b->salt, b->salt_len};
+    /* tokens are hashed here, with the block size a query would use now; a namespace the
+     * writer creates meanwhile with another size refuses the job there */
+    uint32_t ns, bs;
+    kvt_idx_read_begin(w->reader);
+    bool known =
+        kvt_idx_ns_lookup(w->reader, b->model, b->model_len, b->lora, b->lora_len, &ns, &bs);
+    kvt_idx_read_end(w->reader);
+    if (!known)
+        bs = srv->cfg.block_size;
+    size_t nb;
+    const uint64_t *keys = query_keys(w, &q, bs, &nb);
+    srv_job_t *job = calloc(1, sizeof(*job));
+    srv_routed_t *rt = malloc(sizeof(*rt) + nb * sizeof(uint64_t));
+    if (job == NULL || rt == NULL) {
+        free(job);
+        free(rt);
+        kvt_errf(err, errlen, "out of memory");
+        return KVT_ERR_NO_MEM;
+    }
+    memcpy(rt->model, b->model, b->model_len + 1);
+    memcpy(rt->lora, b->lora, b->lora_len + 1);
+    rt->block_size = bs;
+    rt->dp_rank = r.dp_rank;
+    rt->ttl_ms = r.ttl_ms;
+    rt->n = nb;
+    if (nb > 0)
+        memcpy(rt->keys, keys, nb * sizeof(uint64_t));
+    memcpy(job->name, r.pod, r.pod_len + 1);
+    job->kind = JOB_ROUTED;
+    job->worker = w;
+    job->routed = rt;
     *job_p = job;
     return KVT_OK;
 }

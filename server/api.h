@@ -77,6 +77,16 @@ kvt_status_t srv_api_events_job(kvt_srv_worker_t *w, const char *body, size_t le
 kvt_status_t srv_api_drop_job(kvt_srv_worker_t *w, job_kind_t kind, const char *name,
                               srv_job_t **job_p, char *err, size_t errlen);
 
+/*
+ * Worker: decodes a POST /v1/routed body (also the RPC ROUTED body) into a
+ * job: the request's keys, hashed as a query would hash them now (the
+ * namespace's block size, or --block-size for a model the index does not
+ * know; the salt and LoRA rules of queries), for the writer to mark as
+ * speculative entries of the pod. Errors as srv_api_events_job().
+ */
+kvt_status_t srv_api_routed_job(kvt_srv_worker_t *w, const char *body, size_t len,
+                                srv_job_t **job_p, char *err, size_t errlen);
+
 /* Worker: decodes a POST /v1/engines body (also the RPC ENGINE_ADD body) into a job. Errors as
  * srv_api_events_job(). */
 kvt_status_t srv_api_engine_add_job(kvt_srv_worker_t *w, const char *body, size_t len,

@@ -14,6 +14,7 @@ void srv_job_free(srv_job_t *job)
     kvt_evbatch_cleanup(&job->batch);
     kvt_jbuf_cleanup(&job->answer);
     free(job->engine);
+    free(job->routed);
     srv_tier_call_free(job->tc);
     free(job);
 }

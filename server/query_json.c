@@ -87,9 +87,55 @@ static kvt_status_t query_pods_json(kvt_json_t *j, size_t *npods_p, bool *told_p
     return st;
 }
 
-kvt_status_t kvt_srv_query_decode(const char *body, size_t len, size_t cap, uint32_t *tokens,
-                                  uint64_t *keys, kvt_srv_query_body_t *q, char *err, size_t errlen)
+/*
+ * A "pod", "dp_rank" or "ttl_ms" field of a POST /v1/routed body (@key, @klen) into *@r.
+ * Returns 1 when @key is one of them (*@st_p its status, *@told_p set when @err says why),
+ * 0 when it is not.
+ */
+static int routed_field_json(kvt_json_t *j, const char *key, size_t klen, kvt_srv_routed_body_t *r,
+                             kvt_status_t *st_p, bool *told_p, char *err, size_t errlen)
 {
+    if (klen == 3 && memcmp(key, "pod", 3) == 0) {
+        *st_p = kvt_json_string(j, r->pod, sizeof(r->pod), &r->pod_len);
+        if (*st_p == KVT_OK && (r->pod_len == 0 || memchr(r->pod, '\0', r->pod_len) != NULL)) {
+            *told_p = true;
+            kvt_errf(err, errlen, "\"pod\" is empty or contains a NUL character");
+            *st_p = KVT_ERR_INVAL;
+        }
+        r->have_pod = *st_p == KVT_OK;
+        return 1;
+    }
+    bool dp = klen == 7 && memcmp(key, "dp_rank", 7) == 0;
+    if (!dp && !(klen == 6 && memcmp(key, "ttl_ms", 6) == 0))
+        return 0;
+    uint32_t v = 0;
+    *st_p = kvt_json_u32(j, &v);
+    uint32_t lo = dp ? 0 : 1, hi = dp ? KVT_SRV_ROUTED_MAX_DP_RANK : KVT_SRV_ROUTED_MAX_TTL_MS;
+    if (kvt_json_status(j) != KVT_OK)
+        return 1; /* the JSON itself is broken: reported as such */
+    if (*st_p != KVT_OK || v < lo || v > hi) {
+        *told_p = true;
+        kvt_errf(err, errlen, "\"%s\" must be an integer in %u..%u", dp ? "dp_rank" : "ttl_ms", lo,
+                 hi);
+        *st_p = KVT_ERR_INVAL;
+        return 1;
+    }
+    if (dp)
+        r->dp_rank = v;
+    else
+        r->ttl_ms = v;
+    return 1;
+}
+
+/*
+ * Both bodies: a query's (@r NULL: "pods" allowed) and a routed call's (@r: "pod", "dp_rank",
+ * "ttl_ms" allowed into *@r, "pods" not).
+ */
+static kvt_status_t body_decode(const char *body, size_t len, size_t cap, uint32_t *tokens,
+                                uint64_t *keys, kvt_srv_query_body_t *q, kvt_srv_routed_body_t *r,
+                                char *err, size_t errlen)
+{
+    const char *what = r != NULL ? "routed call" : "query";
     bool have_model = false, have_tokens = false, have_keys = false;
     q->model[0] = q->lora[0] = q->salt[0] = '\0';
     q->model_len = q->lora_len = q->salt_len = q->n = q->npods = 0;
@@ -120,8 +166,10 @@ kvt_status_t kvt_srv_query_decode(const char *body, size_t len, size_t cap, uint
         } else if (klen == 12 && memcmp(key, "block_hashes", 12) == 0) {
             st = kvt_json_hash_array(&j, keys, cap, &q->n);
             have_keys = true;
-        } else if (klen == 4 && memcmp(key, "pods", 4) == 0) {
+        } else if (r == NULL && klen == 4 && memcmp(key, "pods", 4) == 0) {
             st = query_pods_json(&j, &q->npods, &told, err, errlen);
+        } else if (r != NULL && routed_field_json(&j, key, klen, r, &st, &told, err, errlen)) {
+            /* read into *r */
         } else {
             /* at most 64 bytes of the key, up to a NUL; control bytes as '?': one line */
             char shown[65];
@@ -129,7 +177,7 @@ kvt_status_t kvt_srv_query_decode(const char *body, size_t len, size_t cap, uint
             for (; n < klen && n < 64 && key[n] != '\0'; n++)
                 shown[n] = (unsigned char)key[n] < 0x20 || key[n] == 0x7f ? '?' : key[n];
             shown[n] = '\0';
-            kvt_errf(err, errlen, "unknown field '%s' in query", shown);
+            kvt_errf(err, errlen, "unknown field '%s' in %s", shown, what);
             return KVT_ERR_INVAL;
         }
         if (told)
@@ -142,14 +190,14 @@ kvt_status_t kvt_srv_query_decode(const char *body, size_t len, size_t cap, uint
     if (st != KVT_OK) {
         if (st == KVT_ERR_TOO_BIG && kvt_json_status(&j) == KVT_ERR_TOO_BIG && q->n == 0 &&
             (have_tokens || have_keys))
-            kvt_errf(err, errlen, "more than %zu tokens or keys in one query", cap);
+            kvt_errf(err, errlen, "more than %zu tokens or keys in one %s", cap, what);
         else
             kvt_errf(err, errlen, "%s",
                      kvt_json_error(&j)[0] ? kvt_json_error(&j) : kvt_status_str(st));
         return st;
     }
     if (!have_model || q->model_len == 0) {
-        kvt_errf(err, errlen, "query needs a non-empty \"model\"");
+        kvt_errf(err, errlen, "%s needs a non-empty \"model\"", what);
         return KVT_ERR_INVAL;
     }
     if (memchr(q->model, '\0', q->model_len) != NULL ||
@@ -158,7 +206,7 @@ kvt_status_t kvt_srv_query_decode(const char *body, size_t len, size_t cap, uint
         return KVT_ERR_INVAL;
     }
     if (have_tokens == have_keys) {
-        kvt_errf(err, errlen, "query needs exactly one of \"token_ids\" and \"block_hashes\"");
+        kvt_errf(err, errlen, "%s needs exactly one of \"token_ids\" and \"block_hashes\"", what);
         return KVT_ERR_INVAL;
     }
     if (have_keys && q->salt_len > 0) {
@@ -167,6 +215,28 @@ kvt_status_t kvt_srv_query_decode(const char *body, size_t len, size_t cap, uint
                  "carry their salt");
         return KVT_ERR_INVAL;
     }
+    if (r != NULL && !r->have_pod) {
+        kvt_errf(err, errlen, "routed call needs a non-empty \"pod\"");
+        return KVT_ERR_INVAL;
+    }
     q->by_keys = have_keys;
     return KVT_OK;
+}
+
+kvt_status_t kvt_srv_query_decode(const char *body, size_t len, size_t cap, uint32_t *tokens,
+                                  uint64_t *keys, kvt_srv_query_body_t *q, char *err, size_t errlen)
+{
+    return body_decode(body, len, cap, tokens, keys, q, NULL, err, errlen);
+}
+
+kvt_status_t kvt_srv_routed_decode(const char *body, size_t len, size_t cap, uint32_t *tokens,
+                                   uint64_t *keys, kvt_srv_routed_body_t *r, char *err,
+                                   size_t errlen)
+{
+    r->pod[0] = '\0';
+    r->pod_len = 0;
+    r->have_pod = false;
+    r->dp_rank = 0;
+    r->ttl_ms = KVT_SRV_ROUTED_TTL_MS;
+    return body_decode(body, len, cap, tokens, keys, &r->q, r, err, errlen);
 }

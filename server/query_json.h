@@ -49,4 +49,34 @@ kvt_status_t kvt_srv_query_decode(const char *body, size_t len, size_t cap, uint
                                   uint64_t *keys, kvt_srv_query_body_t *q, char *err,
                                   size_t errlen);
 
+/* POST /v1/routed: the speculative entries' default lifetime (llm-d's) and the longest one. */
+#define KVT_SRV_ROUTED_TTL_MS 2000u
+#define KVT_SRV_ROUTED_MAX_TTL_MS 60000u
+/* Largest "dp_rank" of a routed call (as of an events batch). */
+#define KVT_SRV_ROUTED_MAX_DP_RANK 255u
+
+/* A decoded POST /v1/routed body: a query's fields (no "pods") and where the request went. */
+typedef struct kvt_srv_routed_body {
+    kvt_srv_query_body_t q;         /* model, lora_name, cache_salt, token_ids | block_hashes */
+    char pod[KVT_IDX_MAX_NAME + 1]; /* "pod": 1..255 bytes, no NUL */
+    size_t pod_len;                 /* bytes */
+    bool have_pod;                  /* "pod" was given */
+    uint32_t dp_rank;               /* "dp_rank", 0..KVT_SRV_ROUTED_MAX_DP_RANK; 0 when absent */
+    uint32_t ttl_ms;                /* "ttl_ms", 1..KVT_SRV_ROUTED_MAX_TTL_MS; default
+                                       KVT_SRV_ROUTED_TTL_MS */
+} kvt_srv_routed_body_t;
+
+/*
+ * Decodes a POST /v1/routed body (also the RPC ROUTED body)
+ *   {"model": str, "lora_name"?: str|null, "cache_salt"?: str|null,
+ *    "token_ids": [u32..] | "block_hashes": [h..], "pod": str, "dp_rank"?: uint,
+ *    "ttl_ms"?: uint}
+ * under the rules of kvt_srv_query_decode() (a "pods" filter is an unknown
+ * field here); "pod" is required, "dp_rank" and "ttl_ms" are checked against
+ * their ranges (KVT_ERR_INVAL). Returns and errors as kvt_srv_query_decode().
+ */
+kvt_status_t kvt_srv_routed_decode(const char *body, size_t len, size_t cap, uint32_t *tokens,
+                                   uint64_t *keys, kvt_srv_routed_body_t *r, char *err,
+                                   size_t errlen);
+
 #endif

@@ -116,6 +116,15 @@ static void h_events(srv_req_t *rq, srv_result_t *res)
     job_or_error(rq, res, st, job);
 }
 
+/* POST /v1/routed and RPC ROUTED carry the same JSON body. */
+static void h_routed(srv_req_t *rq, srv_result_t *res)
+{
+    srv_job_t *job = NULL;
+    kvt_status_t st =
+        srv_api_routed_job(rq->w, (const char *)rq->body, rq->len, &job, rq->err, rq->errlen);
+    job_or_error(rq, res, st, job);
+}
+
 /* POST /v1/engines and RPC ENGINE_ADD carry the same JSON body. */
 static void h_engine_add(srv_req_t *rq, srv_result_t *res)
 {
@@ -215,6 +224,8 @@ const srv_route_t srv_routes[] = {
      h_query_http, h_query_rpc},
     {CALL_EVENTS, "events", POST, PATH("/v1/events"), NULL, KVT_PROTO_OP_EVENTS, true, true, false,
      h_events, h_events},
+    {CALL_ROUTED, "routed", POST, PATH("/v1/routed"), NULL, KVT_PROTO_OP_ROUTED, true, true, false,
+     h_routed, h_routed},
     {CALL_ENGINES, "engines", POST, PATH("/v1/engines"), NULL, KVT_PROTO_OP_ENGINE_ADD, true, true,
      false, h_engine_add, h_engine_add},
     {CALL_ENGINES, "engines", DELETE, PATH("/v1/engines/"), "pod", KVT_PROTO_OP_ENGINE_DROP, true,

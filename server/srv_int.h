@@ -51,6 +51,7 @@ enum srv_call {
     CALL_QUERY,
     CALL_ENGINES,
     CALL_MODELS,
+    CALL_ROUTED, /* POST /v1/routed; ROUTED */
     CALL_HELLO,
     CALL_PING,
     CALL_BLOCKS,   /* PUT, GET, DELETE /v1/blocks/{key}; BLOCK_PUT, BLOCK_GET, BLOCK_DELETE */
@@ -109,9 +110,21 @@ typedef enum job_kind {
     JOB_MODEL_DROP,
     JOB_TIER_CHANGES, /* the tier's changes for the index and the publisher (no connection) */
     JOB_TIER,         /* a tier call that answers later (server/blocks.c); not for the writer */
+    JOB_ROUTED,       /* a router's decision: speculative entries (POST /v1/routed, ROUTED) */
 } job_kind_t;
 
 struct srv_tier_call;
+
+/* JOB_ROUTED: where a router sent a request, keyed as the worker hashed it. */
+typedef struct srv_routed {
+    char model[KVT_IDX_MAX_NAME + 1];
+    char lora[KVT_IDX_MAX_NAME + 1]; /* "" for the base model */
+    uint32_t block_size;             /* tokens; the namespace's, or --block-size for a new one */
+    uint32_t dp_rank;
+    uint32_t ttl_ms; /* 1..KVT_SRV_ROUTED_MAX_TTL_MS */
+    size_t n;        /* keys */
+    uint64_t keys[]; /* the chain from block 0 */
+} srv_routed_t;
 
 typedef struct srv_job {
     struct srv_job *next;
@@ -123,9 +136,10 @@ typedef struct srv_job {
     enum srv_call call;              /* the route\'s, for metrics */
     uint8_t op;                      /* the route\'s RPC opcode (for the answer frame) */
     kvt_evbatch_t batch;             /* JOB_EVENTS; owned */
-    char name[KVT_IDX_MAX_NAME + 1]; /* JOB_DROP: the pod; JOB_MODEL_DROP: the model */
+    char name[KVT_IDX_MAX_NAME + 1]; /* JOB_DROP, JOB_ROUTED: the pod; JOB_MODEL_DROP: the model */
     kvt_zsub_engine_t *engine;       /* JOB_ENGINE_ADD; owned */
     struct srv_tier_call *tc;        /* JOB_TIER; owned */
+    srv_routed_t *routed;            /* JOB_ROUTED; owned */
     const char *ctype;               /* HTTP content type of the answer; NULL: JSON */
     /* the writer's answer */
     int http_status;

@@ -174,6 +174,53 @@ static void job_model_drop(kvt_srv_t *srv, srv_job_t *job)
     kvt_jbuf_cstr(&job->answer, "}");
 }
 
+/*
+ * A router's decision (POST /v1/routed): the pod (created if needed) will hold the keys, as
+ * speculative entries until the engine's own store confirms them or the TTL passes. Answers
+ * {"blocks": 0} and changes nothing for a model (namespace) no engine has reported yet.
+ */
+static void job_routed(kvt_srv_t *srv, srv_job_t *job)
+{
+    const srv_routed_t *r = job->routed;
+    uint32_t ns, pod;
+    job->st = KVT_OK;
+    if (r->n == 0) { /* shorter than a block: nothing to mark, no pod to create */
+        job->http_status = 200;
+        kvt_jbuf_cstr(&job->answer, "{\"blocks\":0}");
+        return;
+    }
+    /*
+     * Only a namespace an engine reported: creating one here would fix its block size to
+     * --block-size before the engine's first events say what it is (and refuse those).
+     */
+    job->st = kvt_idx_ns_get(srv->idx, r->model, r->lora, 0, &ns);
+    if (job->st == KVT_ERR_NOT_FOUND) {
+        job->st = KVT_OK;
+        job->http_status = 200;
+        kvt_jbuf_cstr(&job->answer, "{\"blocks\":0}");
+        return;
+    }
+    if (job->st == KVT_OK && kvt_idx_ns_block_size(srv->idx, ns) != r->block_size) {
+        /* the namespace came, with another block size, after the worker hashed */
+        job->st = KVT_ERR_INVAL;
+        answer_error(job, 400, "model '%s' has another block size now; send the call again",
+                     r->model);
+        return;
+    }
+    if (job->st == KVT_OK)
+        job->st = kvt_idx_pod_get(srv->idx, job->name, r->dp_rank, &pod);
+    if (job->st == KVT_OK)
+        job->st = kvt_idx_speculate(srv->idx, ns, pod, r->keys, r->n, r->ttl_ms);
+    if (job->st != KVT_OK) {
+        answer_error(job, kvt_proto_http_status(job->st), "routed: %s", kvt_status_str(job->st));
+        return;
+    }
+    job->http_status = 200;
+    kvt_jbuf_cstr(&job->answer, "{\"blocks\":");
+    kvt_jbuf_u64(&job->answer, r->n);
+    kvt_jbuf_cstr(&job->answer, "}");
+}
+
 /* Whether ZMQ @ep stays on this host: ipc, inproc, or tcp on a loopback address. "" counts. */
 bool srv_zmq_local(const char *ep)
 {
@@ -366,9 +413,12 @@ static void *writer_main(void *arg)
                 job_model_drop(srv, j);
             else if (j->kind == JOB_TIER_CHANGES)
                 srv_tier_apply(srv, j);
+            else if (j->kind == JOB_ROUTED)
+                job_routed(srv, j);
             else
                 job_drop(srv, j);
-            others |= j->kind != JOB_EVENTS && j->kind != JOB_TIER_CHANGES;
+            /* routed calls come with every request a router sends: counters at their period */
+            others |= j->kind != JOB_EVENTS && j->kind != JOB_TIER_CHANGES && j->kind != JOB_ROUTED;
         }
         /*
          * Pods and namespaces the jobs registered are published once for all of

@@ -151,6 +151,18 @@ void kvt_client_result_free(kvt_client_result_t *r);
 kvt_status_t kvt_client_report_events(kvt_client_t *c, const char *json, size_t len,
                                       char **answer_p);
 
+/*
+ * Records where a router sent a request (RPC ROUTED, HTTP POST /v1/routed):
+ * @json[0..@len) is that call's body ({"model", "lora_name"?, "cache_salt"?,
+ * "token_ids" | "block_hashes", "pod", "dp_rank"?, "ttl_ms"?}, docs/api.md).
+ * The pod's entries for those blocks count as GPU in queries until the
+ * engine's own events store them or ttl_ms (default 2000, at most 60000)
+ * passes: a second request for the same new prefix, arriving before the
+ * engine's events, goes to the same pod. *@answer_p (when not NULL) receives
+ * the JSON answer ({"blocks": n}) as for report_events. Not retried.
+ */
+kvt_status_t kvt_client_routed(kvt_client_t *c, const char *json, size_t len, char **answer_p);
+
 /* Fetches the JSON of GET /v1/stats into *@json_p (malloc'd, NUL-terminated; free()). */
 kvt_status_t kvt_client_stats(kvt_client_t *c, char **json_p);
 

@@ -65,6 +65,8 @@
  * STATS   req: empty. ans: the JSON of GET /v1/stats
  * ENGINE_DROP req: str pod. ans: the JSON answer of DELETE /v1/engines/{pod}
  * MODEL_DROP req: str model. ans: the JSON answer of DELETE /v1/models/{model}
+ * ROUTED  req: the JSON body of HTTP POST /v1/routed (a router's decision:
+ *         speculative entries). ans: the JSON answer of that call
  *
  * The tier data plane (docs/protocol.md, "Tiers"). KEYS below is: str model
  * (1..255 bytes), str lora (0..255), u32 n (>= 1), n x u64 key, nothing after;
@@ -106,6 +108,7 @@ enum kvt_proto_op {
     KVT_PROTO_OP_ENGINE_DROP = 0x21,
     KVT_PROTO_OP_ENGINE_ADD = 0x22,
     KVT_PROTO_OP_MODEL_DROP = 0x23,
+    KVT_PROTO_OP_ROUTED = 0x24,
     KVT_PROTO_OP_STATS = 0x30,
     KVT_PROTO_OP_ATTACH = 0x40,
     KVT_PROTO_OP_LOOKUP = 0x41,

@@ -18,6 +18,7 @@ import time
 MAGIC = 0x3154564B
 HDR = struct.Struct("<IBBHQII")  # magic, version, op, flags, req_id, body_len, reserved
 OP_HELLO, OP_PING, OP_QUERY, OP_EVENTS, OP_ENGINE_DROP, OP_STATS = 0x01, 0x02, 0x10, 0x20, 0x21, 0x30
+OP_ROUTED = 0x24
 F_RESPONSE, F_ERROR = 1, 2
 
 

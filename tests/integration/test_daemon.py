@@ -335,6 +335,106 @@ class TestRpc(Base):
         s.close()
 
 
+class TestRouted(Base):
+    """POST /v1/routed and RPC ROUTED: a router's decision as speculative entries."""
+
+    def routed(self, body, want=200):
+        s, a = self.d.http("POST", "/v1/routed", body)
+        self.assertEqual(s, want, (body, a))
+        return a
+
+    def spec(self, pred):
+        return wait_stats(self.d, lambda s: pred(s["index"]["speculative"]))["index"]["speculative"]
+
+    def test_routed_ranks_expires_and_is_replaced(self):
+        self.post_events("A", [stored([1, 2], TOK[:8])])
+        self.assertEqual(self.query(TOK)["pods"][0]["pod"], "A")
+        # the router sent the whole prompt to B: B is first for it before B's events come
+        self.assertEqual(self.routed({"model": "m", "token_ids": TOK, "pod": "B", "ttl_ms": 800}),
+                         {"blocks": 8})
+        top = self.query(TOK)["pods"][0]
+        self.assertEqual((top["pod"], top["dp_rank"], top["matched_blocks"], top["gpu"]),
+                         ("B", 0, 8, 8))
+        self.assertEqual(self.spec(lambda n: n == 8), 8)
+        # B's own events for the same blocks replace the speculative entries: they outlive the TTL
+        self.post_events("B", [stored([21, 22, 23, 24, 25, 26, 27, 28], TOK)])
+        self.assertEqual(self.spec(lambda n: n == 0), 0)
+        time.sleep(1.0)
+        self.assertEqual(self.matched(self.query(TOK))[("B", 0)], 8)
+        # an unconfirmed decision expires after its TTL (polled)
+        other = list(range(500, 516))
+        self.routed({"model": "m", "token_ids": other, "pod": "C", "dp_rank": 3, "ttl_ms": 300})
+        self.assertEqual(self.matched(self.query(other)), {("C", 3): 4})
+        end = time.time() + 10
+        while self.query(other)["pods"] and time.time() < end:
+            time.sleep(0.05)
+        self.assertEqual(self.query(other)["pods"], [])
+        self.assertEqual(self.spec(lambda n: n == 0), 0)
+        # a cache salt keys the blocks as a salted query does; block_hashes are keys as they are
+        self.routed({"model": "m", "token_ids": other, "pod": "C", "cache_salt": "t1"})
+        self.assertEqual(self.query(other)["pods"], [])
+        self.assertEqual(self.matched(self.query(other, cache_salt="t1")), {("C", 0): 4})
+        # a model no engine reported yet: nothing marked (its block size is not known yet)
+        self.assertEqual(self.routed({"model": "m2", "block_hashes": [7, 8, 9], "pod": "D"}),
+                         {"blocks": 0})
+        self.assertEqual(self.query(None, model="m2", block_hashes=[7, 8, 9])["pods"], [])
+        self.post_events("Z", [stored([1], TOK[:4])], model="m2")
+        self.assertEqual(self.routed({"model": "m2", "block_hashes": [7, 8, 9], "pod": "D"}),
+                         {"blocks": 3})
+        self.assertEqual(self.matched(self.query(None, model="m2", block_hashes=[7, 8, 9])),
+                         {("D", 0): 3})
+        # shorter than a block: nothing marked
+        self.assertEqual(self.routed({"model": "m", "token_ids": [1, 2], "pod": "E"}),
+                         {"blocks": 0})
+        if xxhash is not None:  # the keys the server hashed are the standard's
+            keys = seq_keys(other, 4)
+            self.assertEqual(self.matched(self.query(None, block_hashes=keys)), {})
+            self.routed({"model": "m", "block_hashes": keys[:2], "pod": "F"})
+            self.assertEqual(self.matched(self.query(other)), {("F", 0): 2})
+
+    def test_routed_over_rpc(self):
+        self.post_events("A", [stored([1], TOK[:4])])
+        r = self.d.connect()
+        body = json.dumps({"model": "m", "block_hashes": [31, 32], "pod": "R"}).encode()
+        h, b = self.rpc(r, fx.OP_ROUTED, 5, body)
+        self.assertEqual((h["req_id"], h["flags"]), (5, fx.F_RESPONSE), b)
+        self.assertEqual(json.loads(b), {"blocks": 2})
+        self.assertEqual(self.matched(self.query(None, block_hashes=[31, 32])), {("R", 0): 2})
+        h, b = self.rpc(r, fx.OP_ROUTED, 6, b'{"model":"m","block_hashes":[1]}')
+        self.assertTrue(h["flags"] & fx.F_ERROR)
+        self.assertEqual(fx.parse_error(b)[1], 400)
+        r.close()
+
+    def test_bad_routed_bodies_change_nothing(self):
+        self.post_events("A", [stored([1, 2], TOK[:8])])
+        wait_stats(self.d, lambda s: s["index"]["entries"] == 2)
+        before = (wait_stats(self.d, lambda s: True)["index"], self.query(TOK))
+        bad = [
+            {"model": "m", "token_ids": TOK},  # no pod
+            {"model": "m", "token_ids": TOK, "pod": ""},
+            {"model": "m", "token_ids": TOK, "block_hashes": [1], "pod": "B"},
+            {"model": "m", "pod": "B"},
+            {"model": "m", "token_ids": TOK, "pod": "B", "ttl_ms": 60001},
+            {"model": "m", "token_ids": TOK, "pod": "B", "ttl_ms": 0},
+            {"model": "m", "token_ids": TOK, "pod": "B", "ttl_ms": -1},
+            {"model": "m", "token_ids": TOK, "pod": "B", "ttl_ms": "2000"},
+            {"model": "m", "token_ids": TOK, "pod": "B", "dp_rank": 256},
+            {"model": "m", "token_ids": TOK, "pod": "B", "pods": ["B"]},
+            {"model": "m", "block_hashes": [1], "pod": "B", "cache_salt": "s"},
+            {"token_ids": TOK, "pod": "B"},
+            {"model": "m", "token_ids": TOK, "pod": 5},
+        ]
+        for body in bad:
+            a = self.routed(body, 400)
+            self.assertTrue(a.get("error"), (body, a))
+        for raw in ('{"model":"m","token_ids":[1],"pod":"B","pod":"C"}', "{broken", ""):
+            self.assertEqual(self.d.http("POST", "/v1/routed", raw)[0], 400, raw)
+        self.assertEqual(self.d.http("GET", "/v1/routed")[0], 405)
+        time.sleep(0.1)
+        after = (wait_stats(self.d, lambda s: True)["index"], self.query(TOK))
+        self.assertEqual(after, before)
+
+
 class TestBadInput(Base):
     flags = ("--max-body", "64KiB", "--max-header", "2KiB")
 
@@ -531,12 +631,20 @@ class TestAuth(Base):
         self.assertEqual(self.post_events("A", ev, headers={"Authorization": "Bearer nope"})[0], 401)
         self.assertEqual(self.d.http("DELETE", "/v1/engines/A")[0], 401)
         self.assertEqual(self.d.http("DELETE", "/v1/models/m")[0], 401)
+        routed = {"model": "m", "token_ids": TOK, "pod": "C"}
+        self.assertEqual(self.d.http("POST", "/v1/routed", routed)[0], 401)
         s, a = self.post_events("A", ev, headers={"Authorization": "Bearer s3cret"})
         self.assertEqual(s, 200, a)
         self.assertEqual(len(self.query(TOK)["pods"]), 1)  # reads need no token
+        s, a = self.d.http("POST", "/v1/routed", routed, {"Authorization": "Bearer s3cret"})
+        self.assertEqual((s, a), (200, {"blocks": 8}))
+        self.assertEqual(self.matched(self.query(TOK)), {("A", 0): 1, ("C", 0): 8})
         r = self.d.connect()
         body = json.dumps({"pod": "B", "model": "m", "events": ev}).encode()
         r.sendall(fx.frame(fx.OP_EVENTS, 1, body))
+        h, b = fx.read_frame(r)
+        self.assertEqual(fx.parse_error(b)[1], 401)
+        r.sendall(fx.frame(fx.OP_ROUTED, 9, json.dumps(routed).encode()))
         h, b = fx.read_frame(r)
         self.assertEqual(fx.parse_error(b)[1], 401)
         r.sendall(fx.frame(fx.OP_HELLO, 2, struct.pack("<I", 1) + fx.pstr("wrong")))

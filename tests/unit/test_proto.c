@@ -587,6 +587,10 @@ static void test_drop_and_raw(void **state)
     assert_true(kvt_proto_op_known(KVT_PROTO_OP_MODEL_DROP));
     assert_true(kvt_proto_op_mutating(KVT_PROTO_OP_MODEL_DROP));
     assert_string_equal(kvt_proto_op_name(KVT_PROTO_OP_MODEL_DROP), "MODEL_DROP");
+    /* ROUTED carries a JSON body, as EVENTS does, and needs the token too */
+    assert_true(kvt_proto_op_known(KVT_PROTO_OP_ROUTED));
+    assert_true(kvt_proto_op_mutating(KVT_PROTO_OP_ROUTED));
+    assert_string_equal(kvt_proto_op_name(KVT_PROTO_OP_ROUTED), "ROUTED");
     kvt_proto_wr_reset(&w);
 
     /* Raw frames: events JSON, empty ping / stats. */

@@ -15,11 +15,13 @@
 #include "server/routes.h"
 
 static const uint8_t ops[] = {
-    KVT_PROTO_OP_HELLO,       KVT_PROTO_OP_PING,       KVT_PROTO_OP_QUERY,      KVT_PROTO_OP_EVENTS,
-    KVT_PROTO_OP_ENGINE_DROP, KVT_PROTO_OP_ENGINE_ADD, KVT_PROTO_OP_MODEL_DROP, KVT_PROTO_OP_STATS,
-    KVT_PROTO_OP_ATTACH,      KVT_PROTO_OP_LOOKUP,     KVT_PROTO_OP_RESERVE,    KVT_PROTO_OP_COMMIT,
-    KVT_PROTO_OP_PIN,         KVT_PROTO_OP_UNPIN,      KVT_PROTO_OP_PREFETCH,   KVT_PROTO_OP_BLOCK_PUT,
-    KVT_PROTO_OP_BLOCK_GET,   KVT_PROTO_OP_BLOCK_DELETE};
+    KVT_PROTO_OP_HELLO,      KVT_PROTO_OP_PING,        KVT_PROTO_OP_QUERY,
+    KVT_PROTO_OP_EVENTS,     KVT_PROTO_OP_ENGINE_DROP, KVT_PROTO_OP_ENGINE_ADD,
+    KVT_PROTO_OP_MODEL_DROP, KVT_PROTO_OP_STATS,       KVT_PROTO_OP_ATTACH,
+    KVT_PROTO_OP_LOOKUP,     KVT_PROTO_OP_RESERVE,     KVT_PROTO_OP_COMMIT,
+    KVT_PROTO_OP_PIN,        KVT_PROTO_OP_UNPIN,       KVT_PROTO_OP_PREFETCH,
+    KVT_PROTO_OP_BLOCK_PUT,  KVT_PROTO_OP_BLOCK_GET,   KVT_PROTO_OP_BLOCK_DELETE,
+    KVT_PROTO_OP_ROUTED};
 
 static void test_every_opcode_once(void **state)
 {
@@ -108,6 +110,7 @@ static void test_http_lookup(void **state)
         {"/v1/models/org%2Fmodel", CALL_MODELS, KVT_HTTP_DELETE},
         {"/v1/blocks/12", CALL_BLOCKS, SRV_ANY_METHOD}, /* PUT, GET, DELETE: the handler's */
         {"/v1/prefetch", CALL_PREFETCH, KVT_HTTP_POST},
+        {"/v1/routed", CALL_ROUTED, KVT_HTTP_POST},
         {"/v1/transfer", CALL_OTHER, SRV_ANY_METHOD},
     };
     for (size_t i = 0; i < sizeof(want) / sizeof(want[0]); i++) {

@@ -214,6 +214,8 @@ def _declare(lib):
         "kvt_client_result_free": (None, [P(_Result)]),
         "kvt_client_report_events": (st, [c_client, ctypes.c_char_p, ctypes.c_size_t,
                                           P(ctypes.c_void_p)]),
+        "kvt_client_routed": (st, [c_client, ctypes.c_char_p, ctypes.c_size_t,
+                                   P(ctypes.c_void_p)]),
         "kvt_client_stats": (st, [c_client, P(ctypes.c_void_p)]),
         "kvt_client_ping": (st, [c_client]),
         "kvt_client_drop_engine": (st, [c_client, ctypes.c_char_p, P(ctypes.c_void_p)]),
@@ -548,17 +550,49 @@ class Client:
         """query() with block sequence keys (see hash_tokens) instead of tokens."""
         return self.query_keys_answer(model, keys, lora, pods)["pods"]
 
+    def _json_call(self, fn, body):
+        """fn(c, body, len, &answer): a call with a JSON body and a JSON answer, as a dict."""
+        out = ctypes.c_void_p()
+        with self._lock:
+            c = self._handle()
+            st = fn(c, body, len(body), ctypes.byref(out))
+            if st != 0:
+                self._raise(st)
+        return json.loads(self._take_string(out))
+
     def report_events(self, events):
         """Sends events (a dict, or its JSON as str/bytes) as POST /v1/events does;
         returns the server's answer as a dict."""
         body = _json_body(events, "events")
-        out = ctypes.c_void_p()
-        with self._lock:
-            c = self._handle()
-            st = self._lib.kvt_client_report_events(c, body, len(body), ctypes.byref(out))
-            if st != 0:
-                self._raise(st)
-        return json.loads(self._take_string(out))
+        return self._json_call(self._lib.kvt_client_report_events, body)
+
+    def routed(self, model, pod, token_ids=None, block_hashes=None, lora=None, cache_salt=None,
+               dp_rank=None, ttl_ms=None):
+        """Records that a request went to pod (as POST /v1/routed does): until the engine's
+        own events store its blocks or ttl_ms passes (None: the server's 2000; at most
+        60000), queries count them on pod as GPU blocks, so a second request for the same
+        new prefix goes there too. Exactly one of token_ids (hashed by the server as a
+        query's, with cache_salt and lora) and block_hashes (keys, see hash_tokens).
+        Returns the answer as a dict ({"blocks": n})."""
+        if (token_ids is None) == (block_hashes is None):
+            raise ValueError("give exactly one of token_ids and block_hashes")
+        body = {"model": _name(model, "model").decode("utf-8"),
+                "pod": _name(pod, "pod").decode("utf-8")}
+        if lora:
+            body["lora_name"] = _name(lora, "lora").decode("utf-8")
+        salt = _salt(cache_salt)
+        if salt is not None:
+            body["cache_salt"] = salt.decode("utf-8")
+        if token_ids is not None:
+            body["token_ids"] = list(_u32_array(token_ids, "token_ids"))
+        else:
+            body["block_hashes"] = list(_u64_array(block_hashes, "block_hashes"))
+        if dp_rank is not None:
+            body["dp_rank"] = int(dp_rank)
+        if ttl_ms is not None:
+            body["ttl_ms"] = int(ttl_ms)
+        data = _json_body(body, "body")
+        return self._json_call(self._lib.kvt_client_routed, data)
 
     def stats(self):
         """The JSON of GET /v1/stats, as a dict."""
@@ -582,13 +616,7 @@ class Client:
         """Subscribes the server to an engine's KV-event stream, as POST /v1/engines
         does (spec: a dict, or its JSON as str/bytes); returns the answer as a dict."""
         body = _json_body(spec, "spec")
-        out = ctypes.c_void_p()
-        with self._lock:
-            c = self._handle()
-            st = self._lib.kvt_client_add_engine(c, body, len(body), ctypes.byref(out))
-            if st != 0:
-                self._raise(st)
-        return json.loads(self._take_string(out))
+        return self._json_call(self._lib.kvt_client_add_engine, body)
 
     def _drop(self, fn, name):
         out = ctypes.c_void_p()
