@@ -1514,6 +1514,38 @@ static void test_add_engine(kvt_client_t *c)
     CHECK_OK(c, kvt_client_drop_engine(c, "Z", NULL));
 }
 
+/* ---- routed --------------------------------------------------------------------------------- */
+
+/* A router's decision (ROUTED): pod R ranks first for the whole prompt before any event of it. */
+static void test_routed(kvt_client_t *c)
+{
+    g_phase = "routed";
+    char json[1024];
+    int n = snprintf(json, sizeof(json),
+                     "{\"model\":\"" MODEL "\",\"pod\":\"R\",\"ttl_ms\":60000,"
+                     "\"token_ids\":[");
+    for (size_t i = 0; i < NTOK; i++)
+        n += snprintf(json + n, sizeof(json) - (size_t)n, "%s%u", i ? "," : "", g_tok[i]);
+    snprintf(json + n, sizeof(json) - (size_t)n, "]}");
+    char *ans = NULL;
+    CHECK_OK(c, kvt_client_routed(c, json, strlen(json), &ans));
+    CHECK(ans != NULL && json_num(ans, NULL, "blocks") == NTOK / BS, "routed answer %s",
+          ans ? ans : "(null)");
+    kvt_client_free(ans);
+    kvt_client_result_t r;
+    CHECK_OK(c, kvt_client_query(c, MODEL, NULL, g_tok, NTOK, NULL, 0, &r));
+    CHECK(r.npods >= 1 && strcmp(r.pods[0].pod, "R") == 0 && r.pods[0].matched == NTOK / BS &&
+              r.pods[0].gpu == NTOK / BS,
+          "routed pod not first with %d speculative blocks", NTOK / BS);
+    kvt_client_result_free(&r);
+    static const char nopod[] = "{\"model\":\"" MODEL "\",\"block_hashes\":[1]}";
+    kvt_status_t st = kvt_client_routed(c, nopod, strlen(nopod), NULL);
+    CHECK(st == KVT_ERR_INVAL && strstr(kvt_client_last_error(c), "\"pod\""),
+          "routed without pod: status %d: %s", st, kvt_client_last_error(c));
+    CHECK(kvt_client_routed(c, NULL, 0, NULL) == KVT_ERR_INVAL, "NULL body");
+    CHECK_OK(c, kvt_client_drop_engine(c, "R", NULL));
+}
+
 /* ---- drop_engine ---------------------------------------------------------------------------- */
 
 static void test_drop(kvt_client_t *c)
@@ -1538,6 +1570,7 @@ static void test_drop(kvt_client_t *c)
           "stats after drop: %s", json);
     kvt_client_free(json);
     CHECK_OK(c, kvt_client_drop_engine(c, "A", NULL)); /* no answer wanted */
+    test_routed(c);                                    /* on C alone, before the model goes */
     /* a model: every namespace of it goes; a second time it is unknown */
     g_phase = "drop_model";
     CHECK_OK(c, kvt_client_drop_model(c, MODEL, &ans));

@@ -332,6 +332,33 @@ class TestClient(Base):
         self.assertEqual(p.returncode, 0, p)
         self.assertEqual(json.loads(p.stdout), {"model": "m", "namespaces": 1, "blocks": 2})
 
+    def test_routed(self):
+        c = self.client()
+        c.report_events(batch("A", [stored([1, 2], TOK[:8])]))
+        # the answer and the index's state are those of POST /v1/routed
+        self.assertEqual(c.routed("m", "B", token_ids=TOK, ttl_ms=60000), {"blocks": len(TOK) // 4})
+        top = c.query("m", TOK)[0]
+        self.assertEqual((top["pod"], top["matched_blocks"], top["gpu"]), ("B", len(TOK) // 4,
+                                                                          len(TOK) // 4))
+        keys = kvtier.hash_tokens(TOK[:8], 4, cache_salt="t")
+        self.assertEqual(c.routed("m", "C", block_hashes=keys, dp_rank=2, ttl_ms=300),
+                         {"blocks": 2})
+        self.assertEqual([(p["pod"], p["dp_rank"]) for p in c.query("m", TOK, cache_salt="t")],
+                         [("C", 2)])
+        end = time.time() + 10
+        while c.query("m", TOK, cache_salt="t") and time.time() < end:
+            time.sleep(0.05)
+        self.assertEqual(c.query("m", TOK, cache_salt="t"), [])  # expired
+        with self.assertRaises(kvtier.Error) as e:
+            c.routed("m", "B", token_ids=TOK, ttl_ms=60001)
+        self.assertIn("ttl_ms", str(e.exception))
+        with self.assertRaises(ValueError):
+            c.routed("m", "B")
+        with self.assertRaises(ValueError):
+            c.routed("m", "B", token_ids=TOK, block_hashes=keys)
+        with self.assertRaises(ValueError):
+            c.routed("m", "", token_ids=TOK)
+
     def test_drop_engine(self):
         c = self.client()
         for pod in ("A", "A2"):
