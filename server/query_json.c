@@ -109,10 +109,13 @@ static int routed_field_json(kvt_json_t *j, const char *key, size_t klen, kvt_sr
     if (!dp && !(klen == 6 && memcmp(key, "ttl_ms", 6) == 0))
         return 0;
     uint32_t v = 0;
-    *st_p = kvt_json_u32(j, &v);
     uint32_t lo = dp ? 0 : 1, hi = dp ? KVT_SRV_ROUTED_MAX_DP_RANK : KVT_SRV_ROUTED_MAX_TTL_MS;
-    if (kvt_json_status(j) != KVT_OK)
-        return 1; /* the JSON itself is broken: reported as such */
+    bool number = kvt_json_peek(j) == KVT_JSON_NUMBER;
+    if (kvt_json_status(j) != KVT_OK) {
+        *st_p = kvt_json_status(j); /* the JSON itself is broken: reported as such */
+        return 1;
+    }
+    *st_p = number ? kvt_json_u32(j, &v) : KVT_ERR_INVAL;
     if (*st_p != KVT_OK || v < lo || v > hi) {
         *told_p = true;
         kvt_errf(err, errlen, "\"%s\" must be an integer in %u..%u", dp ? "dp_rank" : "ttl_ms", lo,

@@ -1,6 +1,7 @@
 /*
  * libFuzzer target for kvt_srv_query_decode() (server/query_json.c), the POST /v1/query
- * body, with room for 64 tokens or keys so that "too many" is reachable.
+ * body, and kvt_srv_routed_decode() (the POST /v1/routed body) on the same input, with
+ * room for 64 tokens or keys so that "too many" is reachable.
  *
  * Invariants checked on every input:
  *  - the input is copied to an exactly-sized heap buffer (ASan sees overreads);
@@ -57,6 +58,20 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         CHECK(st == KVT_ERR_PARSE || st == KVT_ERR_INVAL || st == KVT_ERR_RANGE ||
               st == KVT_ERR_TOO_BIG);
         CHECK(why[0] != '\0' && strchr(why, '\n') == NULL && strcmp(why, why2) == 0);
+    }
+    /* the same input as a POST /v1/routed body: its own fields in range, or a reason */
+    static kvt_srv_routed_body_t r;
+    why[0] = '\0';
+    st = kvt_srv_routed_decode(s, size, CAP, tok, keys, &r, why, sizeof(why));
+    if (st == KVT_OK) {
+        CHECK(r.q.model_len > 0 && r.q.n <= CAP && r.q.npods == 0);
+        CHECK(r.pod_len >= 1 && name_ok(r.pod, r.pod_len));
+        CHECK(r.dp_rank <= KVT_SRV_ROUTED_MAX_DP_RANK);
+        CHECK(r.ttl_ms >= 1 && r.ttl_ms <= KVT_SRV_ROUTED_MAX_TTL_MS);
+    } else {
+        CHECK(st == KVT_ERR_PARSE || st == KVT_ERR_INVAL || st == KVT_ERR_RANGE ||
+              st == KVT_ERR_TOO_BIG);
+        CHECK(why[0] != '\0' && strchr(why, '\n') == NULL);
     }
     free(s);
     return 0;

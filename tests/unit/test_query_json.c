@@ -131,12 +131,62 @@ static void test_refused(void **state)
     free(body);
 }
 
+/* A POST /v1/routed body: a query's fields, the pod, its DP rank and the TTL, each checked. */
+static void test_routed(void **state)
+{
+    (void)state;
+    kvt_srv_routed_body_t r;
+    char err[256];
+    static const char ok[] = "{\"model\":\"m\",\"token_ids\":[1,2,3],\"pod\":\"p\"}";
+    assert_int_equal(kvt_srv_routed_decode(ok, strlen(ok), CAP, tokens, keys, &r, err, sizeof(err)),
+                     KVT_OK);
+    assert_string_equal(r.pod, "p");
+    assert_int_equal(r.pod_len, 1);
+    assert_int_equal(r.dp_rank, 0);
+    assert_int_equal(r.ttl_ms, KVT_SRV_ROUTED_TTL_MS);
+    assert_int_equal(r.q.n, 3);
+    assert_false(r.q.by_keys);
+    static const char full[] = "{\"ttl_ms\":60000,\"dp_rank\":255,\"pod\":\"q\",\"model\":\"m\","
+                               "\"lora_name\":\"l\",\"block_hashes\":[18446744073709551615]}";
+    assert_int_equal(
+        kvt_srv_routed_decode(full, strlen(full), CAP, tokens, keys, &r, err, sizeof(err)), KVT_OK);
+    assert_int_equal(r.ttl_ms, 60000);
+    assert_int_equal(r.dp_rank, 255);
+    assert_true(r.q.by_keys && r.q.n == 1 && keys[0] == UINT64_MAX);
+    assert_string_equal(r.q.lora, "l");
+    static const struct {
+        const char *body, *why;
+    } bad[] = {
+        {"{\"model\":\"m\",\"token_ids\":[1]}", "needs a non-empty \"pod\""},
+        {"{\"model\":\"m\",\"token_ids\":[1],\"pod\":\"\"}", "\"pod\" is empty"},
+        {"{\"model\":\"m\",\"token_ids\":[1],\"block_hashes\":[1],\"pod\":\"p\"}", "exactly one"},
+        {"{\"model\":\"m\",\"token_ids\":[1],\"pod\":\"p\",\"ttl_ms\":60001}", "\"ttl_ms\""},
+        {"{\"model\":\"m\",\"token_ids\":[1],\"pod\":\"p\",\"ttl_ms\":0}", "\"ttl_ms\""},
+        {"{\"model\":\"m\",\"token_ids\":[1],\"pod\":\"p\",\"ttl_ms\":\"1\"}", "\"ttl_ms\""},
+        {"{\"model\":\"m\",\"token_ids\":[1],\"pod\":\"p\",\"dp_rank\":256}", "\"dp_rank\""},
+        {"{\"model\":\"m\",\"token_ids\":[1],\"pod\":\"p\",\"pods\":[\"p\"]}",
+         "unknown field 'pods' in routed call"},
+        {"{\"token_ids\":[1],\"pod\":\"p\"}", "routed call needs a non-empty \"model\""},
+    };
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        err[0] = '\0';
+        kvt_status_t st = kvt_srv_routed_decode(bad[i].body, strlen(bad[i].body), CAP, tokens, keys,
+                                                &r, err, sizeof(err));
+        if (st == KVT_OK || strstr(err, bad[i].why) == NULL)
+            fail_msg("%s: got %d '%s', want '%s'", bad[i].body, st, err, bad[i].why);
+    }
+    /* a query still refuses the routed fields */
+    refused("{\"model\":\"m\",\"token_ids\":[1],\"pod\":\"p\"}", KVT_ERR_INVAL,
+            "unknown field 'pod' in query");
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_tokens),
         cmocka_unit_test(test_keys_and_pods),
         cmocka_unit_test(test_refused),
+        cmocka_unit_test(test_routed),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
