@@ -51,6 +51,10 @@ int kvt_bench_json_main(int argc, char **argv);
  * against a RocksDB iteration, the reload of a block from NVMe (bench_tiers.c). */
 int kvt_bench_tiers_main(int argc, char **argv);
 
+/* `kvtier-bench replay`: a trace over simulated pods, the routers' policies side by side
+ * (bench_replay.c, bench/sim.h). */
+int kvt_bench_replay_main(int argc, char **argv);
+
 /* ---- the daemon benches' helpers (bench_daemon.c) ---- */
 
 /* A blocking TCP connection to 127.0.0.1:@port (TCP_NODELAY), or -1. */

@@ -30,6 +30,8 @@ static const kvt_bench_cmd_t kvt_bench_cmds[] = {
      kvt_bench_json_main},
     {"tiers", "RAM and NVMe tiers vs. memcpy and fio, restore vs. RocksDB, reload per block",
      kvt_bench_tiers_main},
+    {"replay", "a trace over simulated pods: routing policies' hit ratios and load side by side",
+     kvt_bench_replay_main},
 };
 
 #define KVT_BENCH_NCMDS (sizeof(kvt_bench_cmds) / sizeof(kvt_bench_cmds[0]))
