@@ -2,11 +2,12 @@
 #include "bench/sim.h"
 
 #include <inttypes.h>
-#include <stdarg.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include "common/errtext.h"
 
 #include "kvindex/index.h"
 #include "kvindex/score.h"
@@ -208,16 +209,6 @@ typedef struct sim {
     uint32_t rr; /* next round-robin pod (`session`'s fallback) */
 } sim_t;
 
-static void sim_why(char *why, size_t whylen, const char *fmt, ...)
-{
-    if (why == NULL || whylen == 0)
-        return;
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(why, whylen, fmt, ap);
-    va_end(ap);
-}
-
 static void sim_cleanup(sim_t *s)
 {
     if (s->caches != NULL)
@@ -265,14 +256,14 @@ static kvt_status_t sim_init(sim_t *s, const kvt_trace_t *t, const kvt_sim_confi
     if ((st = kvt_idx_create(NULL, &s->idx)) != KVT_OK ||
         (st = kvt_idx_reader_create(s->idx, &s->reader)) != KVT_OK ||
         (st = kvt_idx_ns_get(s->idx, "replay", NULL, 512, &s->ns)) != KVT_OK) {
-        sim_why(why, whylen, "index: %s", kvt_status_str(st));
+        kvt_errf(why, whylen, "index: %s", kvt_status_str(st));
         return st;
     }
     for (uint32_t p = 0; p < np; p++) {
         char name[32];
         snprintf(name, sizeof(name), "pod-%" PRIu32, p);
         if ((st = kvt_idx_pod_get(s->idx, name, 0, &s->pod_ids[p])) != KVT_OK) {
-            sim_why(why, whylen, "index: pod %" PRIu32 ": %s", p, kvt_status_str(st));
+            kvt_errf(why, whylen, "index: pod %" PRIu32 ": %s", p, kvt_status_str(st));
             return st;
         }
     }
@@ -347,7 +338,7 @@ static uint32_t sim_route(sim_t *s, size_t r, const uint64_t *keys, uint32_t n,
     size_t nm = 0;
     kvt_status_t st = kvt_idx_query(s->reader, s->ns, keys, n, NULL, 0, &m, &nm);
     if (st != KVT_OK) {
-        sim_why(why, whylen, "index query: %s", kvt_status_str(st));
+        kvt_errf(why, whylen, "index query: %s", kvt_status_str(st));
         return SIM_NONE;
     }
     kvt_score_weights_t w;
@@ -368,7 +359,7 @@ static uint32_t sim_route(sim_t *s, size_t r, const uint64_t *keys, uint32_t n,
     uint32_t id =
         kvt_score_pick(&w, m, nm, s->pod_ids, np, load, load ? s->pod_limit : 0, tie, NULL);
     if (id >= s->pod_limit || s->pod_of_id[id] == SIM_NONE) {
-        sim_why(why, whylen, "scorer picked unknown pod %" PRIu32, id);
+        kvt_errf(why, whylen, "scorer picked unknown pod %" PRIu32, id);
         return SIM_NONE;
     }
     return s->pod_of_id[id];
@@ -410,7 +401,7 @@ kvt_status_t kvt_sim_run(const kvt_trace_t *t, const kvt_sim_config_t *cfg, kvt_
         memset(res, 0, sizeof(*res));
     if (t == NULL || cfg == NULL || res == NULL || cfg->pods == 0 || cfg->pods > KVT_IDX_MAX_PODS ||
         (unsigned)cfg->policy >= KVT_SIM_NPOLICIES || cfg->capacity_blocks >= SIM_NONE - 1) {
-        sim_why(why, whylen, "bad arguments");
+        kvt_errf(why, whylen, "bad arguments");
         return KVT_ERR_INVAL;
     }
     r.pods = cfg->pods;
@@ -457,7 +448,7 @@ kvt_status_t kvt_sim_run(const kvt_trace_t *t, const kvt_sim_config_t *cfg, kvt_
             st = kvt_idx_remove(s.idx, s.pod_ids[pod], KVT_TIER_GPU, &key, 1, NULL);
         }
         if (st != KVT_OK) {
-            sim_why(why, whylen, "index write: %s", kvt_status_str(st));
+            kvt_errf(why, whylen, "index write: %s", kvt_status_str(st));
             goto err_sim;
         }
         r.evicted += nev;
@@ -472,7 +463,7 @@ kvt_status_t kvt_sim_run(const kvt_trace_t *t, const kvt_sim_config_t *cfg, kvt_
 
 err_sim:
     if (st == KVT_ERR_NO_MEM)
-        sim_why(why, whylen, "out of memory");
+        kvt_errf(why, whylen, "out of memory");
     sim_cleanup(&s);
     kvt_sim_result_cleanup(&r);
     return st;
