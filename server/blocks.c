@@ -363,23 +363,42 @@ void srv_h_block_key_rpc(srv_req_t *rq, srv_result_t *res)
 
 /* ---- the engine's data plane (RPC) ---------------------------------------------------- */
 
-/* Decodes a KEYS body into the worker's key scratch; false with an error answer set. */
-static bool keys_req(srv_req_t *rq, srv_result_t *res, kvt_proto_keys_t *k, char *ns,
-                     size_t *ns_len_p)
+/*
+ * A data-plane call on a KEYS body: its tier, the decoded request and its
+ * namespace. The keys are in the worker's scratch (w->keys), which also has
+ * room for one u32 (u32) and one u64 (u64) per key for the answer: no
+ * allocation per call.
+ */
+typedef struct keys_call {
+    kvt_tier_t *t;
+    kvt_proto_keys_t k;
+    char ns[NS_MAX];
+    size_t ns_len;
+    uint32_t *u32;
+    uint64_t *u64;
+} keys_call_t;
+
+/* Decodes @rq's KEYS body into @c; false with an error answer set. */
+static bool keys_call(srv_req_t *rq, srv_result_t *res, keys_call_t *c)
 {
     kvt_srv_worker_t *w = rq->w;
-    size_t need = rq->len / 8 + 1;
-    if (!kvt_grow(&w->keys, &w->keys_cap, need, sizeof(uint64_t), 1024)) {
+    if ((c->t = tier_or_error(rq, res)) == NULL)
+        return false;
+    size_t need = rq->len / 8 + 1; /* a key takes 8 bytes of the body */
+    if (!kvt_grow(&w->keys, &w->keys_cap, 2 * need, sizeof(uint64_t), 1024) ||
+        !kvt_grow(&w->tokens, &w->tokens_cap, need, sizeof(uint32_t), 1024)) {
         error(res, 503, KVT_ERR_NO_MEM, "out of memory");
         return false;
     }
-    kvt_status_t st = kvt_proto_keys_req_decode(rq->body, rq->len, w->keys, (uint32_t)need, k,
+    kvt_status_t st = kvt_proto_keys_req_decode(rq->body, rq->len, w->keys, (uint32_t)need, &c->k,
                                                 rq->err, rq->errlen);
     if (st != KVT_OK) {
         error(res, kvt_proto_http_status(st), st, rq->err);
         return false;
     }
-    return rpc_ns(rq, res, k->model, k->lora, ns, ns_len_p);
+    c->u32 = w->tokens;
+    c->u64 = w->keys + need;
+    return rpc_ns(rq, res, c->k.model, c->k.lora, c->ns, &c->ns_len);
 }
 
 /* The connection's tier session, opened on first use; NULL with an error answer set. */
@@ -436,59 +455,34 @@ void srv_h_attach(srv_req_t *rq, srv_result_t *res)
 
 void srv_h_lookup(srv_req_t *rq, srv_result_t *res)
 {
-    kvt_tier_t *t = tier_or_error(rq, res);
-    kvt_proto_keys_t k;
-    char ns[NS_MAX];
-    size_t ns_len;
-    if (t == NULL || !keys_req(rq, res, &k, ns, &ns_len))
+    keys_call_t c;
+    if (!keys_call(rq, res, &c))
         return;
-    kvt_tier_loc_t *loc = malloc(k.n * sizeof(*loc));
-    uint8_t *l8 = malloc(k.n);
-    if (loc == NULL || l8 == NULL) {
-        free(loc);
-        free(l8);
-        error(res, 503, KVT_ERR_NO_MEM, "out of memory");
-        return;
-    }
-    size_t hit = kvt_tier_lookup(t, ns, ns_len, rq->w->keys, k.n, loc);
-    for (size_t i = 0; i < hit; i++)
-        l8[i] = loc[i] == KVT_TIER_LOC_RAM ? KVT_PROTO_LOC_RAM : KVT_PROTO_LOC_DISK;
-    kvt_proto_lookup_ans_encode(rq->wr, rq->req_id, l8, (uint32_t)hit);
-    free(loc);
-    free(l8);
+    /* the tier's locations are the protocol's (1 RAM, 2 DISK) */
+    uint8_t *loc = (uint8_t *)c.u32;
+    size_t hit = kvt_tier_lookup(c.t, c.ns, c.ns_len, rq->w->keys, c.k.n, loc);
+    kvt_proto_lookup_ans_encode(rq->wr, rq->req_id, loc, (uint32_t)hit);
     frames(res);
 }
 
 void srv_h_reserve(srv_req_t *rq, srv_result_t *res)
 {
-    kvt_tier_t *t = tier_or_error(rq, res);
-    kvt_proto_keys_t k;
-    char ns[NS_MAX];
-    size_t ns_len;
-    if (t == NULL || !keys_req(rq, res, &k, ns, &ns_len))
+    keys_call_t c;
+    if (!keys_call(rq, res, &c))
         return;
-    kvt_tier_sess_t *s = sess_of(rq, res, t);
+    kvt_tier_sess_t *s = sess_of(rq, res, c.t);
     if (s == NULL)
         return;
-    uint32_t *slots = malloc(k.n * sizeof(*slots));
-    uint64_t *ev = malloc(k.n * sizeof(*ev));
-    if (slots == NULL || ev == NULL) {
-        free(slots);
-        free(ev);
-        error(res, 503, KVT_ERR_NO_MEM, "out of memory");
+    size_t nev = 0;
+    kvt_status_t st =
+        kvt_tier_reserve(c.t, s, c.ns, c.ns_len, rq->w->keys, c.k.n, c.u32, c.u64, c.k.n, &nev);
+    if (st != KVT_OK) {
+        error(res, tier_http(st), st, tier_msg(st));
         return;
     }
-    size_t nev = 0;
-    kvt_status_t st = kvt_tier_reserve(t, s, ns, ns_len, rq->w->keys, k.n, slots, ev, k.n, &nev);
-    if (st == KVT_OK) {
-        kvt_proto_reserve_ans_encode(rq->wr, rq->req_id, slots, k.n, ev,
-                                     (uint32_t)(nev < k.n ? nev : k.n));
-        frames(res);
-    } else {
-        error(res, tier_http(st), st, tier_msg(st));
-    }
-    free(slots);
-    free(ev);
+    kvt_proto_reserve_ans_encode(rq->wr, rq->req_id, c.u32, c.k.n, c.u64,
+                                 (uint32_t)(nev < c.k.n ? nev : c.k.n));
+    frames(res);
 }
 
 void srv_h_commit(srv_req_t *rq, srv_result_t *res)
@@ -497,13 +491,13 @@ void srv_h_commit(srv_req_t *rq, srv_result_t *res)
     if (t == NULL)
         return;
     kvt_srv_worker_t *w = rq->w;
-    size_t need = rq->len / 12 + 1;
-    uint32_t *lens = malloc(need * sizeof(*lens));
-    if (lens == NULL || !kvt_grow(&w->keys, &w->keys_cap, need, sizeof(uint64_t), 1024)) {
-        free(lens);
+    size_t need = rq->len / 12 + 1; /* a key and its length take 12 bytes of the body */
+    if (!kvt_grow(&w->keys, &w->keys_cap, need, sizeof(uint64_t), 1024) ||
+        !kvt_grow(&w->tokens, &w->tokens_cap, need, sizeof(uint32_t), 1024)) {
         error(res, 503, KVT_ERR_NO_MEM, "out of memory");
         return;
     }
+    uint32_t *lens = w->tokens;
     kvt_proto_commit_t c;
     kvt_status_t st = kvt_proto_commit_req_decode(rq->body, rq->len, w->keys, lens, (uint32_t)need,
                                                   &c, rq->err, rq->errlen);
@@ -529,17 +523,17 @@ void srv_h_commit(srv_req_t *rq, srv_result_t *res)
             }
         }
     }
-    free(lens);
 }
 
 void srv_h_pin(srv_req_t *rq, srv_result_t *res)
 {
-    kvt_tier_t *t = tier_or_error(rq, res);
-    kvt_proto_keys_t k;
-    char ns[NS_MAX];
-    size_t ns_len;
-    if (t == NULL || !keys_req(rq, res, &k, ns, &ns_len))
+    keys_call_t c;
+    if (!keys_call(rq, res, &c))
         return;
+    kvt_tier_t *t = c.t;
+    kvt_proto_keys_t k = c.k;
+    const char *ns = c.ns;
+    size_t ns_len = c.ns_len;
     kvt_tier_sess_t *s = sess_of(rq, res, t);
     if (s == NULL)
         return;
@@ -563,12 +557,13 @@ void srv_h_pin(srv_req_t *rq, srv_result_t *res)
 
 void srv_h_unpin(srv_req_t *rq, srv_result_t *res)
 {
-    kvt_tier_t *t = tier_or_error(rq, res);
-    kvt_proto_keys_t k;
-    char ns[NS_MAX];
-    size_t ns_len;
-    if (t == NULL || !keys_req(rq, res, &k, ns, &ns_len))
+    keys_call_t c;
+    if (!keys_call(rq, res, &c))
         return;
+    kvt_tier_t *t = c.t;
+    kvt_proto_keys_t k = c.k;
+    const char *ns = c.ns;
+    size_t ns_len = c.ns_len;
     size_t done =
         *rq->sess != NULL ? kvt_tier_unpin(t, *rq->sess, ns, ns_len, rq->w->keys, k.n) : 0;
     kvt_proto_count_ans_encode(rq->wr, rq->op, rq->req_id, (uint32_t)done);
@@ -577,12 +572,13 @@ void srv_h_unpin(srv_req_t *rq, srv_result_t *res)
 
 void srv_h_prefetch_rpc(srv_req_t *rq, srv_result_t *res)
 {
-    kvt_tier_t *t = tier_or_error(rq, res);
-    kvt_proto_keys_t k;
-    char ns[NS_MAX];
-    size_t ns_len;
-    if (t == NULL || !keys_req(rq, res, &k, ns, &ns_len))
+    keys_call_t c;
+    if (!keys_call(rq, res, &c))
         return;
+    kvt_tier_t *t = c.t;
+    kvt_proto_keys_t k = c.k;
+    const char *ns = c.ns;
+    size_t ns_len = c.ns_len;
     size_t started = kvt_tier_prefetch(t, ns, ns_len, rq->w->keys, k.n);
     kvt_proto_count_ans_encode(rq->wr, rq->op, rq->req_id, (uint32_t)started);
     frames(res);

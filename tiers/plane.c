@@ -34,30 +34,36 @@ static void touch_batch(kvt_tier_t *t, const uint32_t *bis, size_t n)
 }
 
 size_t kvt_tier_lookup(kvt_tier_t *t, const char *ns, size_t ns_len, const uint64_t *keys, size_t n,
-                       kvt_tier_loc_t *loc)
+                       uint8_t *loc)
 {
     size_t hit = 0;
     tier_lock(t);
     t->st.lookups += n;
     uint32_t nsi = tier_ns_find(t, ns, ns_len);
-    if (nsi != TB_NONE) {
-        for (; hit < n; hit++) {
-            uint32_t bi = tmap_find(&t->map, nsi, keys[hit]);
-            if (bi == TB_NONE || !held(&t->map.b[bi]))
-                break;
-            bool ram = (t->map.b[bi].flags & B_RAM) != 0;
-            if (loc != NULL)
-                loc[hit] = ram ? KVT_TIER_LOC_RAM : KVT_TIER_LOC_DISK;
-            if (ram)
-                t->st.hits_ram++;
-            else
-                t->st.hits_disk++;
+    /* one probe a key: each hit goes right behind the one before it, the first to the head,
+     * so the batch ends in order with its first key most recent (a chain's tail goes first) */
+    uint32_t prev_r = TB_NONE, prev_d = TB_NONE;
+    for (; nsi != TB_NONE && hit < n; hit++) {
+        uint32_t bi = tmap_find(&t->map, nsi, keys[hit]);
+        if (bi == TB_NONE || !held(&t->map.b[bi]))
+            break;
+        tblk_t *b = &t->map.b[bi];
+        bool ram = (b->flags & B_RAM) != 0;
+        if (loc != NULL)
+            loc[hit] = ram ? KVT_TIER_LOC_RAM : KVT_TIER_LOC_DISK;
+        if (ram) {
+            t->st.hits_ram++;
+            tlist_place(&t->map, &t->map.ram, false, prev_r, bi);
+            prev_r = bi;
+        } else {
+            t->st.hits_disk++;
         }
-        /* touch last to first: the first key ends most recent */
-        for (size_t i = hit; i-- > 0;) {
-            uint32_t bi = tmap_find(&t->map, nsi, keys[i]);
-            touch_batch(t, &bi, 1);
+        if (b->flags & B_DISK) {
+            tlist_place(&t->map, &t->map.disk, true, prev_d, bi);
+            prev_d = bi;
         }
+        b->flags &= ~(uint32_t)B_NOADMIT;
+        tier_admit_touch(t, b);
     }
     t->st.misses += n - hit;
     tier_unlock(t);

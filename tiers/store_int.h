@@ -82,6 +82,8 @@ void tmap_del(tmap_t *m, uint32_t bi);
 void tlist_push(tmap_t *m, tlist_t *l, bool disk, uint32_t bi);
 void tlist_unlink(tmap_t *m, tlist_t *l, bool disk, uint32_t bi);
 void tlist_touch(tmap_t *m, tlist_t *l, bool disk, uint32_t bi);
+/* Moves @bi (in @l) to right after @after (in @l, not @bi); to the head when @after is TB_NONE. */
+void tlist_place(tmap_t *m, tlist_t *l, bool disk, uint32_t after, uint32_t bi);
 
 typedef struct tier_ns {
     char *name;

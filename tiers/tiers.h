@@ -132,11 +132,11 @@ void kvt_tier_sess_close(kvt_tier_t *t, kvt_tier_sess_t *s);
 
 /*
  * How many of @keys, from the first, are held (committed, in RAM or on
- * disk); loc[i] for each of those. Counts as an access of each (LRU,
- * admission). @loc may be NULL.
+ * disk); loc[i] (a kvt_tier_loc_t value, one byte) for each of those. Counts
+ * as an access of each (LRU, admission). @loc may be NULL.
  */
 size_t kvt_tier_lookup(kvt_tier_t *t, const char *ns, size_t ns_len, const uint64_t *keys, size_t n,
-                       kvt_tier_loc_t *loc);
+                       uint8_t *loc);
 
 /*
  * Reserves a RAM slot for each key: slots[i] is the slot, or

@@ -150,3 +150,23 @@ void tlist_touch(tmap_t *m, tlist_t *l, bool disk, uint32_t bi)
     tlist_unlink(m, l, disk, bi);
     tlist_push(m, l, disk, bi);
 }
+
+void tlist_place(tmap_t *m, tlist_t *l, bool disk, uint32_t after, uint32_t bi)
+{
+    if (after == TB_NONE) {
+        tlist_touch(m, l, disk, bi);
+        return;
+    }
+    if (*nextp(m, disk, after) == bi)
+        return;
+    tlist_unlink(m, l, disk, bi);
+    uint32_t next = *nextp(m, disk, after);
+    *prevp(m, disk, bi) = after;
+    *nextp(m, disk, bi) = next;
+    *nextp(m, disk, after) = bi;
+    if (next != TB_NONE)
+        *prevp(m, disk, next) = bi;
+    else
+        l->tail = bi;
+    l->n++;
+}

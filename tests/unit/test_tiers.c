@@ -273,7 +273,7 @@ static void test_ram_lru(void **state)
     for (uint64_t k = 4; k < 12; k++)
         assert_int_equal(get_check(t, k), KVT_OK);
     uint64_t keys[3] = {4, 5, 99};
-    kvt_tier_loc_t loc[3];
+    uint8_t loc[3];
     assert_int_equal(kvt_tier_lookup(t, NS, NSL, keys, 3, loc), 2);
     assert_int_equal(loc[0], KVT_TIER_LOC_RAM);
     assert_int_equal(kvt_tier_lookup(t, "other", 5, keys, 3, loc), 0);
@@ -294,6 +294,28 @@ static void test_ram_lru(void **state)
     assert_int_equal(kvt_tier_delete(t, NS, NSL, 100, done_cb, NULL), KVT_ERR_NOT_FOUND);
     kvt_tier_stats(t, &s);
     assert_int_equal(s.ram_used, 8);
+    kvt_tier_close(t);
+}
+
+/* A lookup touches its batch so the first key ends most recent: the chain's tail goes first. */
+static void test_lookup_order(void **state)
+{
+    (void)state;
+    kvt_tier_cfg_t c = cfg_of(4, 0, KVT_TIER_ADMIT_ALWAYS);
+    kvt_tier_t *t = open_ok(&c);
+    for (uint64_t k = 0; k < 4; k++) /* 0 is now least recent */
+        assert_int_equal(put(t, k, false), KVT_OK);
+    uint64_t keys[4] = {0, 1, 2, 3};
+    uint8_t loc[4];
+    assert_int_equal(kvt_tier_lookup(t, NS, NSL, keys, 4, loc), 4);
+    assert_int_equal(loc[3], KVT_TIER_LOC_RAM);
+    assert_int_equal(put(t, 9, false), KVT_OK); /* evicts the batch's tail, block 3 */
+    assert_int_equal(kvt_tier_lookup(t, NS, NSL, keys, 4, NULL), 3);
+    /* that lookup put 0, 1, 2 ahead of 9 again: 9 goes next */
+    assert_int_equal(put(t, 10, false), KVT_OK);
+    assert_int_equal(kvt_tier_lookup(t, NS, NSL, keys, 4, NULL), 3);
+    uint64_t nine = 9;
+    assert_int_equal(kvt_tier_lookup(t, NS, NSL, &nine, 1, NULL), 0);
     kvt_tier_close(t);
 }
 
@@ -419,7 +441,7 @@ static void test_durable_restart(void **state)
     kvt_tier_stats(t, &st);
     assert_int_equal(st.restored, 20);
     uint64_t keys[20];
-    kvt_tier_loc_t loc[20];
+    uint8_t loc[20];
     for (uint64_t k = 0; k < 20; k++)
         keys[k] = k;
     assert_int_equal(kvt_tier_lookup(t, NS, NSL, keys, 20, loc), 20);
@@ -715,6 +737,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_ram_lru, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_lookup_order, setup, teardown),
         cmocka_unit_test_setup_teardown(test_reserve_pin, setup, teardown),
         cmocka_unit_test_setup_teardown(test_lease_expiry, setup, teardown),
         cmocka_unit_test_setup_teardown(test_durable_restart, setup, teardown),

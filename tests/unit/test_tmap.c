@@ -2,7 +2,8 @@
  * test_tmap: the tier's block table (tiers/tmap.c) against a naive model:
  * random adds, finds and deletes of (namespace, key) records in a small pool
  * (the hash's runs collide and wrap, deletes shift them back), and the two
- * LRU lists under random pushes, touches and unlinks against plain arrays.
+ * LRU lists under random pushes, touches, placements after another member
+ * and unlinks against plain arrays.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -126,10 +127,23 @@ static void test_lists_random(void **state)
             w[0] = bis[i];
             (*nw)++;
             in[disk][i] = true;
-        } else if (kvt_rng_below(&r, 2) == 0) {
+        } else if (kvt_rng_below(&r, 3) == 0) {
             tlist_touch(&t, l, disk, bis[i]);
             memmove(w + 1, w, at * sizeof(*w));
             w[0] = bis[i];
+        } else if (kvt_rng_below(&r, 2) == 0 && *nw > 1) {
+            /* right after another member (lookup's order) */
+            size_t o = (size_t)kvt_rng_below(&r, *nw - 1);
+            if (o >= at)
+                o++;
+            uint32_t after = w[o];
+            tlist_place(&t, l, disk, after, bis[i]);
+            memmove(w + at, w + at + 1, (*nw - at - 1) * sizeof(*w));
+            size_t pos = 0;
+            while (w[pos] != after)
+                pos++;
+            memmove(w + pos + 2, w + pos + 1, (*nw - 2 - pos) * sizeof(*w));
+            w[pos + 1] = bis[i];
         } else {
             tlist_unlink(&t, l, disk, bis[i]);
             memmove(w + at, w + at + 1, (*nw - at - 1) * sizeof(*w));
