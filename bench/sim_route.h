@@ -1,0 +1,46 @@
+/*
+ * bench/sim_route: the routers' policies over simulated pods (sim.h names
+ * them). One router serves one replay: the cache, timed and live modes feed
+ * it each request's keys and the pods' load, and it answers a pod.
+ */
+#ifndef KVT_BENCH_SIM_ROUTE_H
+#define KVT_BENCH_SIM_ROUTE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "bench/sim.h"
+#include "kvindex/index.h"
+
+typedef struct kvt_sim_router kvt_sim_router_t;
+
+typedef struct kvt_sim_router_config {
+    kvt_sim_policy_t policy;
+    uint32_t pods;      /* >= 1 */
+    uint64_t seed;      /* `random`'s generator and the scorer's tie-breaks; 0 is taken as 1 */
+    double load_weight; /* `cost`: the scorer's w_load; < 0: the scorer's default */
+    size_t sessions;    /* `session`: distinct session ids at most (0: none are given) */
+} kvt_sim_router_config_t;
+
+/*
+ * A router over @pod_ids[0..cfg->pods) (the index's ids of the simulated
+ * pods, borrowed) in namespace @ns of @idx, read through @reader (both
+ * borrowed; `prefix` and `cost` query them). KVT_OK, KVT_ERR_INVAL or
+ * KVT_ERR_NO_MEM (@why says which).
+ */
+kvt_status_t kvt_sim_router_create(const kvt_sim_router_config_t *cfg, kvt_idx_t *idx,
+                                   kvt_idx_reader_t *reader, uint32_t ns, const uint32_t *pod_ids,
+                                   kvt_sim_router_t **r_p, char *why, size_t whylen);
+
+void kvt_sim_router_destroy(kvt_sim_router_t *r);
+
+/*
+ * The pod (0..pods-1) for request number @req with session id @session (0:
+ * none) and index keys @keys[0..n). @load[p] is pod p's load in blocks
+ * (NULL: all idle): `least-loaded` takes its minimum, `cost` weighs it.
+ * KVT_SIM_NONE after writing @why (an index error).
+ */
+uint32_t kvt_sim_route(kvt_sim_router_t *r, uint64_t req, uint64_t session, const uint64_t *keys,
+                       uint32_t n, const double *load, char *why, size_t whylen);
+
+#endif
