@@ -14,6 +14,8 @@ packages=(
     libjansson-dev
     python3 python3-zmq python3-msgpack python3-xxhash
     fio ucx-utils redis-server redis-tools
+    # gnuplot: `kvtier-bench replay --out DIR` draws its plots with it (bench/plot.c)
+    gnuplot-nox
 )
 
 die() {
