@@ -223,25 +223,26 @@ uint64_t kvt_sgen_sessions(const kvt_sgen_t *g)
     return g->next_id;
 }
 
-size_t kvt_sgen_query(const kvt_sgen_t *g, uint64_t *rng, uint64_t *out, size_t min, size_t max)
+size_t kvt_sgen_query(const kvt_sgen_t *g, kvt_sgen_qkind_t kind, uint64_t *rng, uint64_t *out,
+                      size_t min, size_t max)
 {
-    uint32_t prompt, nblocks = 0;
-    uint64_t id;
-    if (kvt_bench_rand(rng) % 5 == 0) {
+    const sgen_sess_t *s = &g->act[kvt_bench_rand(rng) % g->cfg.active];
+    /* a chain query wants a session with blocks of its own: a few more draws */
+    for (int i = 0; kind == KVT_SGEN_Q_CHAIN && s->nblocks == 0 && i < 64; i++)
+        s = &g->act[kvt_bench_rand(rng) % g->cfg.active];
+    uint32_t prompt = s->prompt, nblocks = s->nblocks;
+    uint64_t id = s->id;
+    if (kind == KVT_SGEN_Q_REQUEST && kvt_bench_rand(rng) % 5 == 0) {
         /* a new session: numbers from 2^47 up are never the fill's */
         prompt = sgen_zipf(g, rng);
         id = (1ull << 47) | (kvt_bench_rand(rng) & ((1ull << 40) - 1));
-    } else {
-        const sgen_sess_t *s = &g->act[kvt_bench_rand(rng) % g->cfg.active];
-        prompt = s->prompt;
-        id = s->id;
-        nblocks = s->nblocks;
+        nblocks = 0;
     }
     const uint64_t *pk = sgen_prompt(g, prompt);
     uint32_t plen = g->plen[prompt];
     uint32_t add = sgen_range(rng, KVT_SGEN_NEW_MIN, KVT_SGEN_NEW_MAX);
     size_t n = 0;
-    for (uint32_t j = 0; j < plen && n < max; j++)
+    for (uint32_t j = 0; kind == KVT_SGEN_Q_REQUEST && j < plen && n < max; j++)
         out[n++] = pk[j];
     /* context, then the next turn's blocks (not stored yet), then more new ones up to @min */
     uint64_t prev = pk[plen - 1];

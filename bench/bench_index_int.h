@@ -65,15 +65,24 @@ uint64_t kvt_sgen_entries(const kvt_sgen_t *g);
 uint64_t kvt_sgen_blocks(const kvt_sgen_t *g);
 uint64_t kvt_sgen_sessions(const kvt_sgen_t *g);
 
+/* What kvt_sgen_query() draws. */
+typedef enum kvt_sgen_qkind {
+    /* a router's query: the next request of an active session (its context and the new
+     * blocks of its next turn) or, one time in five, a new session's (a prompt, new blocks) */
+    KVT_SGEN_Q_REQUEST,
+    /* an active session's own blocks, without its prompt (then its next turn's): a chain one
+     * or two pods hold, so the time is the tables', not the answer's width */
+    KVT_SGEN_Q_CHAIN,
+} kvt_sgen_qkind_t;
+
 /*
- * A router's query, drawn with the caller's generator state *@rng (not the
- * events' stream, so queries never change what is stored): the next request
- * of an active session (its context and the new blocks of its next turn) or,
- * one time in five, a new session's (a prompt and new blocks); cut to @max
- * blocks, lengthened with new blocks to @min. Writes @out (capacity @max),
- * returns the length.
+ * A query of kind @kind, drawn with the caller's generator state *@rng (not
+ * the events' stream, so queries never change what is stored), cut to @max
+ * blocks and lengthened with new blocks to @min. Writes @out (capacity
+ * @max), returns the length.
  */
-size_t kvt_sgen_query(const kvt_sgen_t *g, uint64_t *rng, uint64_t *out, size_t min, size_t max);
+size_t kvt_sgen_query(const kvt_sgen_t *g, kvt_sgen_qkind_t kind, uint64_t *rng, uint64_t *out,
+                      size_t min, size_t max);
 
 /* The engine's hash for @key (what vLLM would send; the same on every pod). */
 uint64_t kvt_sgen_ehash(uint64_t key);

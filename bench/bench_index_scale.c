@@ -31,8 +31,6 @@
 /* Headroom on a projection from the resident set so far (tables grow in steps). */
 #define SC_PROJECT_MARGIN 1.10
 #define SC_WATCH_EVERY 64u /* batches between two reads of /proc/meminfo */
-/* Queries answered by this many pods at most: their time is the tables', not the answer's. */
-#define SC_NARROW 16u
 
 typedef struct sc_opts {
     bool scale;
@@ -46,6 +44,12 @@ typedef struct sc_opts {
     uint32_t qmin, qmax;
 } sc_opts_t;
 
+/* One set of timed queries. */
+typedef struct sc_lat {
+    uint64_t p50_ns, p99_ns, p999_ns;
+    double answer_pods, query_blocks, hit_blocks; /* means per query */
+} sc_lat_t;
+
 /* What a checkpoint measured. */
 typedef struct sc_point {
     uint64_t entries, blocks, bytes, sessions;
@@ -54,10 +58,8 @@ typedef struct sc_point {
     uint64_t events, block_events; /* BlockStored events and blocks in them, this segment */
     uint64_t store_ns;             /* time in timed batches, this segment */
     uint64_t batches, batch_p99_ns, batch_max_ns;
-    double fill_s; /* wall time of the segment, generating the events included */
-    uint64_t p50_ns, p99_ns, p999_ns;
-    uint64_t narrow, narrow_p99_ns; /* queries answered by at most SC_NARROW pods, their p99 */
-    double answer_pods, query_blocks, hit_blocks; /* means per query */
+    double fill_s;       /* wall time of the segment, generating the events included */
+    sc_lat_t req, chain; /* the requests' queries, the chain queries (kvt_sgen_qkind_t) */
     double bytes_per_entry, rss_per_entry;
     uint64_t projected_rss; /* resident set projected at --entries from this point */
 } sc_point_t;
@@ -74,8 +76,7 @@ typedef struct sc_run {
     uint64_t *ehs;         /* their engine hashes: KVT_SGEN_EVENT_MAX per event */
     uint64_t *bat;         /* this segment's batch times */
     size_t nbat, capbat;
-    uint64_t *lat;    /* query times */
-    uint64_t *narrow; /* times of queries answered by at most SC_NARROW pods */
+    uint64_t *lat; /* query times */
     uint64_t *qkeys;
     uint64_t now_ms; /* the index clock: one tick a batch */
     uint64_t rss_base;
@@ -284,16 +285,16 @@ static int sc_fill(sc_run_t *r, uint64_t target, sc_point_t *pt)
     return 0;
 }
 
-/* Times o->queries queries at this size. Returns 0, or 1 after printing why. */
-static int sc_queries(sc_run_t *r, size_t point, sc_point_t *pt)
+/* Times o->queries queries of @kind at this size. Returns 0, or 1 after printing why. */
+static int sc_queries(sc_run_t *r, kvt_sgen_qkind_t kind, size_t point, sc_lat_t *l)
 {
     const sc_opts_t *o = r->o;
-    uint64_t rng = (o->seed ^ 0x7175657279ull) + 0x9e3779b97f4a7c15ull * (point + 1);
+    uint64_t rng = (o->seed ^ 0x7175657279ull) + 0x9e3779b97f4a7c15ull * (2 * point + kind + 1);
     if (rng == 0)
         rng = 1;
     uint64_t pods = 0, blocks = 0, hits = 0;
     for (uint32_t q = 0; q < o->queries; q++) {
-        size_t n = kvt_sgen_query(r->gen, &rng, r->qkeys, o->qmin, o->qmax);
+        size_t n = kvt_sgen_query(r->gen, kind, &rng, r->qkeys, o->qmin, o->qmax);
         const kvt_idx_match_t *res;
         size_t nr;
         uint64_t t0 = kvt_clock_ns();
@@ -304,8 +305,6 @@ static int sc_queries(sc_run_t *r, size_t point, sc_point_t *pt)
             return 1;
         }
         r->lat[q] = t1 - t0;
-        if (nr <= SC_NARROW)
-            r->narrow[pt->narrow++] = t1 - t0;
         uint32_t best = 0;
         for (size_t i = 0; i < nr; i++)
             if (res[i].matched > best)
@@ -315,14 +314,12 @@ static int sc_queries(sc_run_t *r, size_t point, sc_point_t *pt)
         hits += best;
     }
     kvt_bench_sort_u64(r->lat, o->queries);
-    pt->p50_ns = (uint64_t)(kvt_bench_percentile(r->lat, o->queries, 50) + 0.5);
-    pt->p99_ns = (uint64_t)(kvt_bench_percentile(r->lat, o->queries, 99) + 0.5);
-    pt->p999_ns = (uint64_t)(kvt_bench_percentile(r->lat, o->queries, 99.9) + 0.5);
-    kvt_bench_sort_u64(r->narrow, pt->narrow);
-    pt->narrow_p99_ns = (uint64_t)(kvt_bench_percentile(r->narrow, pt->narrow, 99) + 0.5);
-    pt->answer_pods = (double)pods / o->queries;
-    pt->query_blocks = (double)blocks / o->queries;
-    pt->hit_blocks = (double)hits / o->queries;
+    l->p50_ns = (uint64_t)(kvt_bench_percentile(r->lat, o->queries, 50) + 0.5);
+    l->p99_ns = (uint64_t)(kvt_bench_percentile(r->lat, o->queries, 99) + 0.5);
+    l->p999_ns = (uint64_t)(kvt_bench_percentile(r->lat, o->queries, 99.9) + 0.5);
+    l->answer_pods = (double)pods / o->queries;
+    l->query_blocks = (double)blocks / o->queries;
+    l->hit_blocks = (double)hits / o->queries;
     return 0;
 }
 
@@ -348,39 +345,54 @@ static void sc_measure(sc_run_t *r, sc_point_t *pt)
     pt->projected_rss = r->rss_base + (uint64_t)(per * (double)r->o->entries * SC_PROJECT_MARGIN);
 }
 
-static void sc_row(const sc_point_t *p)
-{
-    printf("%12" PRIu64 " %12" PRIu64 " %8.2f %8.2f %9.0f %10.2f %10.2f %9.1f %9.2f %7" PRIu64
-           " %7" PRIu64 " %8" PRIu64 " %8.1f %9" PRIu64 "\n",
-           p->entries, p->blocks, p->bytes_per_entry, p->rss_per_entry, (double)p->rss / SC_MIB,
-           p->store_ns ? (double)p->block_events * 1e3 / (double)p->store_ns : 0.0,
-           p->store_ns ? (double)p->events * 1e3 / (double)p->store_ns : 0.0,
-           (double)p->batch_p99_ns / 1e3, (double)p->batch_max_ns / 1e6, p->p50_ns, p->p99_ns,
-           p->p999_ns, p->answer_pods, p->narrow_p99_ns);
-    fflush(stdout);
-}
-
 static double sc_rate(uint64_t n, uint64_t ns)
 {
     return ns ? (double)n * 1e9 / (double)ns : 0.0;
 }
 
-/* One checkpoint's fields, each name prefixed with @pfx. */
+static void sc_row(const sc_point_t *p)
+{
+    printf("%11" PRIu64 " %11" PRIu64 " %7.2f %7.2f %7.0f %7.2f %7.3f %7.0f %7.1f | %6" PRIu64
+           " %6" PRIu64 " %6" PRIu64 " %6.0f | %6" PRIu64 " %6" PRIu64 " %6" PRIu64 " %5.1f\n",
+           p->entries, p->blocks, p->bytes_per_entry, p->rss_per_entry, (double)p->rss / SC_MIB,
+           sc_rate(p->block_events, p->store_ns) / 1e6, sc_rate(p->events, p->store_ns) / 1e6,
+           (double)p->batch_p99_ns / 1e3, (double)p->batch_max_ns / 1e6, p->req.p50_ns,
+           p->req.p99_ns, p->req.p999_ns, p->req.answer_pods, p->chain.p50_ns, p->chain.p99_ns,
+           p->chain.p999_ns, p->chain.answer_pods);
+    fflush(stdout);
+}
+
+/* One query set's fields, each name prefixed with @pfx. */
+static void sc_json_lat(const char *pfx, const sc_lat_t *l)
+{
+    printf(",\"%sp50_ns\":%" PRIu64 ",\"%sp99_ns\":%" PRIu64 ",\"%sp999_ns\":%" PRIu64
+           ",\"%sanswer_pods\":%.2f,\"%squery_blocks\":%.2f,\"%squery_hit_blocks\":%.2f",
+           pfx, l->p50_ns, pfx, l->p99_ns, pfx, l->p999_ns, pfx, l->answer_pods, pfx,
+           l->query_blocks, pfx, l->hit_blocks);
+}
+
+/* One checkpoint's fields, each name prefixed with @pfx ("" or "yardstick_"). */
 static void sc_json_point(const char *pfx, const sc_point_t *p)
 {
+    char lp[48], cp[48];
+    snprintf(lp, sizeof(lp), "%slookup_", pfx);
+    snprintf(cp, sizeof(cp), "%schain_", pfx);
     printf("\"%sentries\":%" PRIu64 ",\"%sblocks\":%" PRIu64 ",\"%sbytes\":%" PRIu64
            ",\"%sbytes_per_entry\":%.2f,\"%srss_bytes\":%" PRIu64 ",\"%srss_per_entry\":%.2f"
            ",\"%speak_rss_bytes\":%" PRIu64 ",\"%sevents_per_sec\":%.1f"
-           ",\"%sstore_calls_per_sec\":%.1f,\"%sbatch_p99_ns\":%" PRIu64
-           ",\"%sbatch_max_ns\":%" PRIu64 ",\"%slookup_p50_ns\":%" PRIu64
-           ",\"%slookup_p99_ns\":%" PRIu64 ",\"%slookup_p999_ns\":%" PRIu64
-           ",\"%snarrow_queries\":%" PRIu64 ",\"%snarrow_p99_ns\":%" PRIu64
-           ",\"%sanswer_pods\":%.2f,\"%squery_blocks\":%.2f,\"%squery_hit_blocks\":%.2f",
+           ",\"%sstore_calls_per_sec\":%.1f,\"%sbatches\":%" PRIu64 ",\"%sbatch_p99_ns\":%" PRIu64
+           ",\"%sbatch_max_ns\":%" PRIu64 ",\"%sfill_s\":%.3f",
            pfx, p->entries, pfx, p->blocks, pfx, p->bytes, pfx, p->bytes_per_entry, pfx, p->rss,
            pfx, p->rss_per_entry, pfx, p->peak_rss, pfx, sc_rate(p->block_events, p->store_ns), pfx,
-           sc_rate(p->events, p->store_ns), pfx, p->batch_p99_ns, pfx, p->batch_max_ns, pfx,
-           p->p50_ns, pfx, p->p99_ns, pfx, p->p999_ns, pfx, p->narrow, pfx, p->narrow_p99_ns, pfx,
-           p->answer_pods, pfx, p->query_blocks, pfx, p->hit_blocks);
+           sc_rate(p->events, p->store_ns), pfx, p->batches, pfx, p->batch_p99_ns, pfx,
+           p->batch_max_ns, pfx, p->fill_s);
+    sc_json_lat(lp, &p->req);
+    sc_json_lat(cp, &p->chain);
+}
+
+static double sc_ratio(uint64_t a, uint64_t b)
+{
+    return b ? (double)a / (double)b : 0.0;
 }
 
 static void sc_json(const sc_run_t *r, uint64_t pod_entries, bool agree)
@@ -408,11 +420,11 @@ static void sc_json(const sc_run_t *r, uint64_t pod_entries, bool agree)
     sc_json_point("", f);
     printf(",");
     sc_json_point("yardstick_", y);
-    printf(",\"lookup_p99_ratio\":%.3f,\"lookup_p50_ratio\":%.3f,\"narrow_p99_ratio\":%.3f"
-           ",\"checkpoints\":[",
-           y->p99_ns ? (double)f->p99_ns / (double)y->p99_ns : 0.0,
-           y->p50_ns ? (double)f->p50_ns / (double)y->p50_ns : 0.0,
-           y->narrow_p99_ns ? (double)f->narrow_p99_ns / (double)y->narrow_p99_ns : 0.0);
+    printf(",\"projected_rss_bytes\":%" PRIu64, f->projected_rss);
+    printf(",\"lookup_p99_ratio\":%.3f,\"lookup_p50_ratio\":%.3f,\"chain_p99_ratio\":%.3f"
+           ",\"chain_p50_ratio\":%.3f,\"checkpoints\":[",
+           sc_ratio(f->req.p99_ns, y->req.p99_ns), sc_ratio(f->req.p50_ns, y->req.p50_ns),
+           sc_ratio(f->chain.p99_ns, y->chain.p99_ns), sc_ratio(f->chain.p50_ns, y->chain.p50_ns));
     for (size_t i = 0; i < r->npts; i++) {
         printf("%s{", i ? "," : "");
         sc_json_point("", &r->pts[i]);
@@ -437,10 +449,9 @@ static int sc_setup(sc_run_t *r)
     r->evs = malloc((size_t)o->batch * sizeof(kvt_sgen_event_t));
     r->ehs = malloc((size_t)o->batch * KVT_SGEN_EVENT_MAX * sizeof(uint64_t));
     r->lat = malloc((size_t)o->queries * sizeof(uint64_t));
-    r->narrow = malloc((size_t)o->queries * sizeof(uint64_t));
     r->qkeys = malloc((size_t)o->qmax * sizeof(uint64_t));
     if (r->gen == NULL || r->pod_ids == NULL || r->evs == NULL || r->ehs == NULL ||
-        r->lat == NULL || r->narrow == NULL || r->qkeys == NULL) {
+        r->lat == NULL || r->qkeys == NULL) {
         fprintf(stderr, "kvtier-bench: out of memory\n");
         return 1;
     }
@@ -473,7 +484,6 @@ static void sc_teardown(sc_run_t *r)
     free(r->ehs);
     free(r->bat);
     free(r->lat);
-    free(r->narrow);
     free(r->qkeys);
 }
 
@@ -497,16 +507,19 @@ static int sc_run(sc_run_t *r)
            " queries of %" PRIu32 "..%" PRIu32 " blocks per checkpoint\n",
            o->seed, o->pods, o->prompts, o->active, o->move_pct, o->batch, o->queries, o->qmin,
            o->qmax);
-    printf("%12s %12s %8s %8s %9s %10s %10s %9s %9s %7s %7s %8s %8s %9s\n", "entries", "blocks",
-           "B/entry", "RSS/ent", "RSS_MiB", "Mblk_ev/s", "Mevents/s", "batch99us", "batchmaxms",
-           "p50_ns", "p99_ns", "p999_ns", "pods/ans", "narrow99");
+    printf("%11s %11s %7s %7s %7s %7s %7s %7s %7s | %-27s | %-26s\n", "", "", "index", "RSS", "RSS",
+           "blocks", "events", "batch", "batch", "requests' lookups (ns)", "chain lookups (ns)");
+    printf("%11s %11s %7s %7s %7s %7s %7s %7s %7s | %6s %6s %6s %6s | %6s %6s %6s %5s\n", "entries",
+           "blocks", "B/entry", "B/entry", "MiB", "M/s", "M/s", "p99 us", "max ms", "p50", "p99",
+           "p999", "pods", "p50", "p99", "p999", "pods");
     for (size_t i = 0; i < nt; i++) {
         sc_point_t *pt = &r->pts[r->npts];
         *pt = (sc_point_t){0};
         if (sc_fill(r, targets[i], pt) != 0)
             return 1;
         sc_measure(r, pt);
-        if (sc_queries(r, i, pt) != 0)
+        if (sc_queries(r, KVT_SGEN_Q_REQUEST, i, &pt->req) != 0 ||
+            sc_queries(r, KVT_SGEN_Q_CHAIN, i, &pt->chain) != 0)
             return 1;
         r->npts++;
         sc_row(pt);
@@ -560,9 +573,10 @@ int kvt_bench_index_scale_main(int argc, char **argv)
         bool agree = f->entries == f->expect_entries && f->blocks == f->expect_blocks &&
                      pod_entries == f->entries;
         printf("lookup p99 at %" PRIu64 " entries / at %" PRIu64 ": %.2fx (%" PRIu64
-               " ns / %" PRIu64 " ns); peak resident set %.0f MiB\n",
-               f->entries, y->entries, y->p99_ns ? (double)f->p99_ns / y->p99_ns : 0.0, f->p99_ns,
-               y->p99_ns, (double)f->peak_rss / SC_MIB);
+               " ns / %" PRIu64 " ns); chain lookups %.2fx; peak resident set %.0f MiB\n",
+               f->entries, y->entries, sc_ratio(f->req.p99_ns, y->req.p99_ns), f->req.p99_ns,
+               y->req.p99_ns, sc_ratio(f->chain.p99_ns, y->chain.p99_ns),
+               (double)f->peak_rss / SC_MIB);
         printf("index: %" PRIu64 " entries, %" PRIu64 " blocks, %" PRIu64 " sessions; %s\n",
                f->entries, f->blocks, f->sessions,
                agree ? "as the workload stored" : "DIFFERS FROM what the workload stored");
