@@ -204,6 +204,8 @@ static uint64_t sc_mem_available(void)
 static uint64_t sc_rss_limit(const sc_opts_t *o, uint64_t rss_now)
 {
     uint64_t avail = sc_mem_available();
+    if (avail == 0) /* unreadable: --max-rss alone (main() refused to start without either) */
+        return o->max_rss;
     uint64_t lim = avail > SC_RESERVE ? rss_now + avail - SC_RESERVE : rss_now;
     if (o->max_rss != 0 && o->max_rss < lim)
         lim = o->max_rss;
@@ -550,15 +552,21 @@ int kvt_bench_index_scale_main(int argc, char **argv)
     int rc = sc_parse_opts(argc, argv, &o);
     if (rc != 0)
         return rc < 0 ? 0 : rc;
+    if (o.max_rss == 0 && sc_mem_available() == 0) {
+        fprintf(stderr, "kvtier-bench: cannot read MemAvailable from /proc/meminfo: give "
+                        "--max-rss to bound the run\n");
+        return 1;
+    }
     /* before anything: a size that cannot fit whatever the workload */
     uint64_t rss0 = sc_rss(), lim0 = sc_rss_limit(&o, rss0);
     double need = (double)o.entries * SC_PRIOR_BYTES;
     if (rss0 + need > (double)lim0) {
         fprintf(stderr,
-                "kvtier-bench: refusing --entries %" PRIu64 ": it needs %.0f MiB at least "
-                "(%u bytes an entry), above the %.0f MiB this machine has for it "
-                "(MemAvailable less 512 MiB, or --max-rss)\n",
-                o.entries, need / SC_MIB, SC_PRIOR_BYTES, (double)lim0 / SC_MIB);
+                "kvtier-bench: refusing --entries %" PRIu64 ": its resident set would be %.0f "
+                "MiB at least (%u bytes an entry beside the %.0f MiB held now), above the %.0f "
+                "MiB this machine has for it (MemAvailable less 512 MiB, or --max-rss)\n",
+                o.entries, ((double)rss0 + need) / SC_MIB, SC_PRIOR_BYTES, (double)rss0 / SC_MIB,
+                (double)lim0 / SC_MIB);
         return 1;
     }
     sc_run_t r = {.o = &o};
