@@ -58,8 +58,10 @@ typedef struct sc_point {
     uint64_t events, block_events; /* BlockStored events and blocks in them, this segment */
     uint64_t store_ns;             /* time in timed batches, this segment */
     uint64_t batches, batch_p99_ns, batch_max_ns;
-    double fill_s;       /* wall time of the segment, generating the events included */
-    sc_lat_t req, chain; /* the requests' queries, the chain queries (kvt_sgen_qkind_t) */
+    uint64_t batch_max_blocks; /* distinct blocks stored when the longest batch ended */
+    int64_t batch_max_grew;    /* index bytes that batch added (a table's growth shows here) */
+    double fill_s;             /* wall time of the segment, generating the events included */
+    sc_lat_t req, chain;       /* the requests' queries, the chain queries (kvt_sgen_qkind_t) */
     double bytes_per_entry, rss_per_entry;
     uint64_t projected_rss; /* resident set projected at --entries from this point */
 } sc_point_t;
@@ -248,6 +250,8 @@ static int sc_fill(sc_run_t *r, uint64_t target, sc_point_t *pt)
                 eh[i] = kvt_sgen_ehash(ev->keys[i]);
             pt->block_events += ev->n;
         }
+        kvt_idx_stats_t st0, st1;
+        kvt_idx_stats(r->idx, &st0);
         /* the writer's side, timed as one batch: the clock, then the events in order */
         uint64_t t0 = kvt_clock_ns();
         kvt_idx_advance(r->idx, ++r->now_ms);
@@ -264,6 +268,12 @@ static int sc_fill(sc_run_t *r, uint64_t target, sc_point_t *pt)
         uint64_t dt = kvt_clock_ns() - t0;
         pt->store_ns += dt;
         pt->events += o->batch;
+        if (dt > pt->batch_max_ns) {
+            kvt_idx_stats(r->idx, &st1);
+            pt->batch_max_ns = dt;
+            pt->batch_max_blocks = kvt_sgen_blocks(r->gen);
+            pt->batch_max_grew = (int64_t)(st1.bytes - st0.bytes);
+        }
         if (sc_bat_push(r, dt) != 0) {
             fprintf(stderr, "kvtier-bench: out of memory\n");
             return 1;
@@ -283,7 +293,6 @@ static int sc_fill(sc_run_t *r, uint64_t target, sc_point_t *pt)
     pt->batches = r->nbat;
     kvt_bench_sort_u64(r->bat, r->nbat);
     pt->batch_p99_ns = (uint64_t)(kvt_bench_percentile(r->bat, r->nbat, 99) + 0.5);
-    pt->batch_max_ns = r->nbat ? r->bat[r->nbat - 1] : 0;
     return 0;
 }
 
@@ -381,13 +390,16 @@ static void sc_json_point(const char *pfx, const sc_point_t *p)
     snprintf(cp, sizeof(cp), "%schain_", pfx);
     printf("\"%sentries\":%" PRIu64 ",\"%sblocks\":%" PRIu64 ",\"%sbytes\":%" PRIu64
            ",\"%sbytes_per_entry\":%.2f,\"%srss_bytes\":%" PRIu64 ",\"%srss_per_entry\":%.2f"
-           ",\"%speak_rss_bytes\":%" PRIu64 ",\"%sevents_per_sec\":%.1f"
-           ",\"%sstore_calls_per_sec\":%.1f,\"%sbatches\":%" PRIu64 ",\"%sbatch_p99_ns\":%" PRIu64
-           ",\"%sbatch_max_ns\":%" PRIu64 ",\"%sfill_s\":%.3f",
+           ",\"%speak_rss_bytes\":%" PRIu64,
            pfx, p->entries, pfx, p->blocks, pfx, p->bytes, pfx, p->bytes_per_entry, pfx, p->rss,
-           pfx, p->rss_per_entry, pfx, p->peak_rss, pfx, sc_rate(p->block_events, p->store_ns), pfx,
-           sc_rate(p->events, p->store_ns), pfx, p->batches, pfx, p->batch_p99_ns, pfx,
-           p->batch_max_ns, pfx, p->fill_s);
+           pfx, p->rss_per_entry, pfx, p->peak_rss);
+    printf(",\"%sevents_per_sec\":%.1f,\"%sstore_calls_per_sec\":%.1f,\"%sbatches\":%" PRIu64
+           ",\"%sbatch_p99_ns\":%" PRIu64 ",\"%sbatch_max_ns\":%" PRIu64
+           ",\"%sbatch_max_blocks\":%" PRIu64 ",\"%sbatch_max_grew_bytes\":%" PRId64
+           ",\"%sfill_s\":%.3f",
+           pfx, sc_rate(p->block_events, p->store_ns), pfx, sc_rate(p->events, p->store_ns), pfx,
+           p->batches, pfx, p->batch_p99_ns, pfx, p->batch_max_ns, pfx, p->batch_max_blocks, pfx,
+           p->batch_max_grew, pfx, p->fill_s);
     sc_json_lat(lp, &p->req);
     sc_json_lat(cp, &p->chain);
 }
