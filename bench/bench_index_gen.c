@@ -82,7 +82,7 @@ static const uint64_t *sgen_prompt(const kvt_sgen_t *g, uint32_t p)
     return g->pkeys + (size_t)p * KVT_SGEN_PROMPT_MAX;
 }
 
-/* Writes session @s's blocks [from, from + n) to @out, @prev being block from - 1's key. */
+/* Writes session @id's blocks [from, from + n) to @out, @prev being block from - 1's key. */
 static void sgen_sess_keys(const kvt_sgen_t *g, uint64_t id, uint64_t prev, uint32_t from,
                            uint32_t n, uint64_t *out)
 {

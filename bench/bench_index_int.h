@@ -60,7 +60,7 @@ void kvt_sgen_destroy(kvt_sgen_t *g);
  */
 void kvt_sgen_next(kvt_sgen_t *g, kvt_sgen_event_t *ev);
 
-/* (block, pod) entries and distinct blocks the events so far stored, and events. */
+/* (block, pod) entries and distinct blocks the events so far stored; sessions started. */
 uint64_t kvt_sgen_entries(const kvt_sgen_t *g);
 uint64_t kvt_sgen_blocks(const kvt_sgen_t *g);
 uint64_t kvt_sgen_sessions(const kvt_sgen_t *g);
