@@ -15,6 +15,7 @@
 #include <string.h>
 
 #include "bench/bench.h"
+#include "bench/bench_index_int.h"
 #include "bench/floor_index.h"
 #include "bench/naive_index.h"
 #include "bench/trace.h"
@@ -81,6 +82,8 @@ static void bi_usage(FILE *f)
             "  --load-weight W     load weight of the spread route (default 1.0)\n"
             "  --repeat N          rounds per implementation, each on a fresh index; the\n"
             "                      best round is reported (default 3; machines are noisy)\n"
+            "       kvtier-bench index --scale --entries N [options]\n"
+            "  a generated workload (no trace) at N entries: see --scale --help\n"
             "The last output line is one JSON object with the results.\n",
             KVT_IDX_MAX_PODS);
 }
@@ -128,8 +131,7 @@ static int bi_parse_size(const char *s, uint64_t *v_p)
     return 0;
 }
 
-/* kvt_bench_arg_t parser for --budget-bytes: bytes, K/M/G allowed, at least 1. */
-static int bi_budget(const char *opt, const char *val, void *dst)
+int kvt_bench_index_size_arg(const char *opt, const char *val, void *dst)
 {
     uint64_t v;
     if (bi_parse_size(val, &v) != 0 || v == 0) {
@@ -155,7 +157,7 @@ static int bi_parse_opts(int argc, char **argv, bi_opts_t *o)
         KVT_BENCH_ARG_U32("--pods", &o->pods, 1, KVT_IDX_MAX_PODS),
         KVT_BENCH_ARG_U32("--block-size", &o->block_size, 1, BI_MAX_BLOCK),
         KVT_BENCH_ARG_CHOICE("--route", &route, routes),
-        KVT_BENCH_ARG_CUSTOM("--budget-bytes", &o->budget, bi_budget),
+        KVT_BENCH_ARG_CUSTOM("--budget-bytes", &o->budget, kvt_bench_index_size_arg),
         KVT_BENCH_ARG_CHOICE("--impl", &impl, impls),
         KVT_BENCH_ARG_DOUBLE("--load-weight", &o->load_weight, 0, 1e9),
         KVT_BENCH_ARG_U32("--repeat", &o->repeat, 1, 100),
@@ -615,6 +617,9 @@ static void bi_table_row(const bi_run_t *r, uint64_t total_blocks)
 
 int kvt_bench_index_main(int argc, char **argv)
 {
+    for (int i = 1; i < argc; i++)
+        if (strcmp(argv[i], "--scale") == 0)
+            return kvt_bench_index_scale_main(argc, argv);
     bi_opts_t o;
     int rc = bi_parse_opts(argc, argv, &o);
     if (rc != 0)

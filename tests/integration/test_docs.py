@@ -95,6 +95,9 @@ NOT_RUN = [
     ("docs/performance.md", "build/bin/kvtier-bench index --trace",
      "replays the full conversation trace ten times (minutes); test_bench_smoke.sh runs the "
      "subcommand on tests/fixtures/mini_trace.jsonl"),
+    ("docs/performance.md", "(ulimit -v 14000000; build/bin/kvtier-bench index --scale",
+     "a benchmark of about 90 s and 5 GB of memory; tests/integration/test_bench_scale.py "
+     "runs the scale mode at 100,000 entries"),
     ("docs/performance.md", "build/bin/kvtier-bench rpc --seconds 3",
      "a benchmark of tens of seconds with redis-benchmark; test_bench_smoke.sh runs a short one"),
     ("docs/performance.md", "build/bin/kvtier-bench tiers",
