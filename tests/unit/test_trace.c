@@ -58,8 +58,8 @@ static void test_bad(void **state)
         "{\"timestamp\": 1, \"input_length\": 2, \"output_length\": 3, \"hash_ids\": [1,]}\n",
         "{\"timestamp\": -1, \"input_length\": 2, \"output_length\": 3, \"hash_ids\": [1]}\n",
         "{\"timestamp\": 1.5, \"input_length\": 2, \"output_length\": 3, \"hash_ids\": [1]}\n",
-        "{\"timestamp\": 1, \"input_length\": 4294967296, \"output_length\": 3, \"hash_ids\": "
-        "[]}\n",
+        ("{\"timestamp\": 1, \"input_length\": 4294967296, \"output_length\": 3, "
+         "\"hash_ids\": []}\n"),
         "{\"timestamp\": 1, \"input_length\": 2, \"output_length\": 3}\n",
         "{\"timestamp\": 1, \"input_length\": 2, \"output_length\": 3, \"hash_ids\": [1]} x\n",
         "{\"timestamp\": 1",
