@@ -57,8 +57,8 @@ static void gen_usage(const kvt_gen_config_t *d)
         d->tool_think_ms, d->idle_ms);
 }
 
-/* An option whose default is filled in after parsing; @azure: 0 both, 1 synthetic only, 2 CSV
- * only. */
+/* An option whose default is filled in after parsing; @only: 0 both sources, 1 synthetic
+ * only, 2 --from-azure only. */
 typedef struct gen_opt {
     const char *name;
     uint32_t *u;
@@ -68,7 +68,7 @@ typedef struct gen_opt {
     int only;
 } gen_opt_t;
 
-/* Fills options not given from @d; refuses those that do not apply. 0 or -1. */
+/* Gives options not given their defaults; refuses those that do not apply. 0 or -1. */
 static int gen_settle(const gen_opt_t *opts, size_t n, bool azure)
 {
     for (size_t i = 0; i < n; i++) {
