@@ -55,6 +55,10 @@ int kvt_bench_tiers_main(int argc, char **argv);
  * (bench_replay.c, bench/sim.h). */
 int kvt_bench_replay_main(int argc, char **argv);
 
+/* `kvtier-bench gen`: a synthetic Mooncake-format trace with sessions, or the Azure CSV given
+ * prefix structure (bench_gen.c, bench/gen.h). */
+int kvt_bench_gen_main(int argc, char **argv);
+
 /* ---- the daemon benches' helpers (bench_daemon.c) ---- */
 
 /* A blocking TCP connection to 127.0.0.1:@port (TCP_NODELAY), or -1. */

@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "bench/bench.h"
+#include "bench/gen.h"
 #include "bench/sim.h"
 #include "bench/trace.h"
 
@@ -18,7 +19,9 @@ static void replay_usage(void)
 {
     printf("usage: kvtier-bench replay --trace FILE [options]\n"
            "  --mode cache            requests in trace order, each finished before the next\n"
-           "  --trace FILE            Mooncake JSONL trace (one hash id per block)\n"
+           "  --trace FILE            Mooncake JSONL trace (one hash id per block, optional\n"
+           "                          session_id), or the Azure CSV (*.csv: prefix structure\n"
+           "                          from `kvtier-bench gen --from-azure` defaults, --seed)\n"
            "  --pods N                simulated pods (default 8)\n"
            "  --capacity-blocks C     blocks each pod caches, LRU beyond (default 0: unbounded)\n"
            "  --policy P[,P...]|all   random, round-robin, least-loaded, session, prefix, cost\n"
@@ -84,6 +87,44 @@ static void replay_json_result(const kvt_sim_policy_t pol, const kvt_sim_result_
            r->evicted, r->index_mismatch);
 }
 
+/*
+ * Loads @path: Mooncake JSONL, or with a ".csv" name the Azure CSV given prefix structure by
+ * the generator's defaults and @seed (then *@gen_p owns *@t_p). 0, or -1 after a line on
+ * stderr.
+ */
+static int replay_load(const char *path, uint64_t seed, kvt_trace_t **t_p, kvt_gen_t **gen_p,
+                       char *err, size_t errlen)
+{
+    size_t n = strlen(path);
+    bool csv = n >= 4 && strcmp(path + n - 4, ".csv") == 0;
+    kvt_trace_t *t = NULL;
+    kvt_status_t st =
+        csv ? kvt_trace_load_csv(path, &t, err, errlen) : kvt_trace_load(path, &t, err, errlen);
+    if (st == KVT_OK && csv) {
+        kvt_gen_config_t cfg;
+        kvt_gen_config_default(&cfg);
+        cfg.seed = seed;
+        st = kvt_gen_create(&cfg, t, gen_p, err, errlen);
+        kvt_trace_free(t);
+        t = st == KVT_OK ? (*gen_p)->trace : NULL;
+    }
+    if (st != KVT_OK) {
+        fprintf(stderr, "kvtier-bench: %s: %s\n", path, err[0] ? err : kvt_status_str(st));
+        return -1;
+    }
+    *t_p = t;
+    return 0;
+}
+
+static void replay_unload(kvt_trace_t *t, kvt_gen_t *gen, uint64_t *sessions)
+{
+    if (gen != NULL)
+        kvt_gen_destroy(gen); /* and its trace, @t */
+    else
+        kvt_trace_free(t);
+    free(sessions);
+}
+
 int kvt_bench_replay_main(int argc, char **argv)
 {
     uint32_t mode = 0, pods = 8;
@@ -119,16 +160,22 @@ int kvt_bench_replay_main(int argc, char **argv)
 
     char err[256] = "";
     kvt_trace_t *t = NULL;
-    kvt_status_t st = kvt_trace_load(trace_path, &t, err, sizeof(err));
-    if (st != KVT_OK) {
-        fprintf(stderr, "kvtier-bench: %s: %s\n", trace_path, err[0] ? err : kvt_status_str(st));
-        return 1;
-    }
+    kvt_gen_t *gen = NULL;
+    uint64_t *sessions = NULL;
     FILE *pf = NULL;
+    if (replay_load(trace_path, seed, &t, &gen, err, sizeof(err)) != 0)
+        return 1;
+    /* the requests' session ids, for `session`: none when the trace names no session */
+    for (size_t i = 0; i < t->nreqs && sessions == NULL; i++)
+        if (t->reqs[i].session != 0 && (sessions = calloc(t->nreqs, sizeof(*sessions))) == NULL) {
+            fprintf(stderr, "kvtier-bench: out of memory\n");
+            goto err_trace;
+        }
+    for (size_t i = 0; sessions != NULL && i < t->nreqs; i++)
+        sessions[i] = t->reqs[i].session;
     if (per_request != NULL && (pf = fopen(per_request, "w")) == NULL) {
         perror(per_request);
-        kvt_trace_free(t);
-        return 1;
+        goto err_trace;
     }
     uint64_t ihit = 0, itotal = 0;
     if (kvt_sim_ideal(t, &ihit, &itotal) != KVT_OK) {
@@ -153,9 +200,9 @@ int kvt_bench_replay_main(int argc, char **argv)
             .policy = pol[k],
             .seed = seed,
             .load_weight = load_weight,
-            .sessions = NULL, /* the Mooncake reader carries no session ids yet */
+            .sessions = sessions,
         };
-        st = kvt_sim_run(t, &cfg, &res[k], err, sizeof(err));
+        kvt_status_t st = kvt_sim_run(t, &cfg, &res[k], err, sizeof(err));
         if (st != KVT_OK) {
             fprintf(stderr, "kvtier-bench: replay %s: %s\n", kvt_sim_policy_name(pol[k]), err);
             goto err_res;
@@ -203,7 +250,7 @@ int kvt_bench_replay_main(int argc, char **argv)
         perror(per_request);
         rc = 1;
     }
-    kvt_trace_free(t);
+    replay_unload(t, gen, sessions);
     return rc;
 
 err_res:
@@ -212,6 +259,6 @@ err_res:
 err_trace:
     if (pf != NULL)
         fclose(pf);
-    kvt_trace_free(t);
+    replay_unload(t, gen, sessions);
     return 1;
 }

@@ -32,6 +32,8 @@ static const kvt_bench_cmd_t kvt_bench_cmds[] = {
      kvt_bench_tiers_main},
     {"replay", "a trace over simulated pods: routing policies' hit ratios and load side by side",
      kvt_bench_replay_main},
+    {"gen", "a synthetic trace of sessions, system prompts and tool loops (Mooncake JSONL)",
+     kvt_bench_gen_main},
 };
 
 #define KVT_BENCH_NCMDS (sizeof(kvt_bench_cmds) / sizeof(kvt_bench_cmds[0]))

@@ -7,6 +7,7 @@
  * integers, arrays of them); any other value is validated and skipped.
  */
 #include "bench/trace.h"
+#include "bench/trace_int.h"
 
 #include <errno.h>
 #include <stdarg.h>
@@ -19,14 +20,6 @@
 /* Nesting allowed inside skipped values. */
 #define TR_MAX_DEPTH 64
 
-typedef struct tr_cur {
-    const char *p;   /* next byte */
-    const char *end; /* end of the line */
-    size_t line;     /* 1-based */
-    char *err;
-    size_t errlen;
-} tr_cur_t;
-
 /* Growing arrays of the trace under construction. */
 typedef struct tr_build {
     kvt_trace_req_t *reqs;
@@ -36,8 +29,7 @@ typedef struct tr_build {
     int oom;
 } tr_build_t;
 
-/* Writes "line N: <reason>" to the caller's error buffer and returns -1. Error path only. */
-__attribute__((format(printf, 2, 3))) static int tr_fail(tr_cur_t *c, const char *fmt, ...)
+__attribute__((format(printf, 2, 3))) int kvt_trace_fail(kvt_trace_cur_t *c, const char *fmt, ...)
 {
     char msg[256];
     va_list ap;
@@ -48,14 +40,14 @@ __attribute__((format(printf, 2, 3))) static int tr_fail(tr_cur_t *c, const char
     return -1;
 }
 
-static void tr_ws(tr_cur_t *c)
+static void tr_ws(kvt_trace_cur_t *c)
 {
     while (c->p < c->end && (*c->p == ' ' || *c->p == '\t' || *c->p == '\r'))
         c->p++;
 }
 
 /* Describes the byte at the cursor for error messages. */
-static const char *tr_here(const tr_cur_t *c, char buf[8])
+static const char *tr_here(const kvt_trace_cur_t *c, char buf[8])
 {
     if (c->p >= c->end)
         return "end of line";
@@ -67,7 +59,7 @@ static const char *tr_here(const tr_cur_t *c, char buf[8])
     return buf;
 }
 
-static int tr_expect(tr_cur_t *c, char ch)
+static int tr_expect(kvt_trace_cur_t *c, char ch)
 {
     tr_ws(c);
     if (c->p < c->end && *c->p == ch) {
@@ -75,15 +67,15 @@ static int tr_expect(tr_cur_t *c, char ch)
         return 0;
     }
     char b[8];
-    return tr_fail(c, "expected '%c', found %s", ch, tr_here(c, b));
+    return kvt_trace_fail(c, "expected '%c', found %s", ch, tr_here(c, b));
 }
 
-static int tr_hex4(tr_cur_t *c, unsigned *v_p)
+static int tr_hex4(kvt_trace_cur_t *c, unsigned *v_p)
 {
     unsigned v = 0;
     for (int i = 0; i < 4; i++) {
         if (c->p >= c->end)
-            return tr_fail(c, "unterminated string");
+            return kvt_trace_fail(c, "unterminated string");
         char ch = *c->p++;
         v <<= 4;
         if (ch >= '0' && ch <= '9')
@@ -93,38 +85,100 @@ static int tr_hex4(tr_cur_t *c, unsigned *v_p)
         else if (ch >= 'A' && ch <= 'F')
             v |= (unsigned)(ch - 'A' + 10);
         else
-            return tr_fail(c, "bad \\u escape in string");
+            return kvt_trace_fail(c, "bad \\u escape in string");
     }
     *v_p = v;
     return 0;
+}
+
+/* FNV-1a over a session name's bytes, fed as they are decoded. */
+#define TR_FNV_OFFSET 0xcbf29ce484222325ull
+#define TR_FNV_PRIME 0x100000001b3ull
+
+static void tr_fnv(uint64_t *h, const unsigned char *p, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        *h ^= p[i];
+        *h *= TR_FNV_PRIME;
+    }
+}
+
+/* splitmix64's finalizer: spreads FNV's weak high bits; 0 stays reserved for "none". */
+static uint64_t tr_fnv_done(uint64_t h)
+{
+    h ^= h >> 30;
+    h *= 0xbf58476d1ce4e5b9ull;
+    h ^= h >> 27;
+    h *= 0x94d049bb133111ebull;
+    h ^= h >> 31;
+    return h != 0 ? h : 1;
+}
+
+uint64_t kvt_trace_session_id(const char *s, size_t len)
+{
+    if (len == 0)
+        return 0;
+    uint64_t h = TR_FNV_OFFSET;
+    tr_fnv(&h, (const unsigned char *)s, len);
+    return tr_fnv_done(h);
+}
+
+/* Code point @v as UTF-8 (lone surrogates too, as 3 bytes) into @b; returns the length. */
+static size_t tr_utf8(unsigned v, unsigned char b[4])
+{
+    if (v < 0x80) {
+        b[0] = (unsigned char)v;
+        return 1;
+    }
+    if (v < 0x800) {
+        b[0] = (unsigned char)(0xc0 | (v >> 6));
+        b[1] = (unsigned char)(0x80 | (v & 0x3f));
+        return 2;
+    }
+    if (v < 0x10000) {
+        b[0] = (unsigned char)(0xe0 | (v >> 12));
+        b[1] = (unsigned char)(0x80 | ((v >> 6) & 0x3f));
+        b[2] = (unsigned char)(0x80 | (v & 0x3f));
+        return 3;
+    }
+    b[0] = (unsigned char)(0xf0 | (v >> 18));
+    b[1] = (unsigned char)(0x80 | ((v >> 12) & 0x3f));
+    b[2] = (unsigned char)(0x80 | ((v >> 6) & 0x3f));
+    b[3] = (unsigned char)(0x80 | (v & 0x3f));
+    return 4;
 }
 
 /*
  * Parses a string at the cursor (after whitespace). When @out is not NULL,
  * writes up to @outlen - 1 decoded bytes and a NUL; non-ASCII escapes decode
  * to 0xff so they never match a known key; *@long_p is set if it did not fit.
+ * When @h is not NULL, the decoded bytes (escapes as UTF-8, a surrogate pair
+ * as one code point) are fed to FNV-1a state *@h and *@n_p counts them.
  */
-static int tr_string(tr_cur_t *c, char *out, size_t outlen, int *long_p)
+static int tr_string(kvt_trace_cur_t *c, char *out, size_t outlen, int *long_p, uint64_t *h,
+                     size_t *n_p)
 {
-    size_t n = 0;
+    size_t n = 0, nh = 0;
     int too_long = 0;
     tr_ws(c);
     if (c->p >= c->end || *c->p != '"') {
         char b[8];
-        return tr_fail(c, "expected a string, found %s", tr_here(c, b));
+        return kvt_trace_fail(c, "expected a string, found %s", tr_here(c, b));
     }
     c->p++;
     for (;;) {
         if (c->p >= c->end)
-            return tr_fail(c, "unterminated string");
+            return kvt_trace_fail(c, "unterminated string");
         unsigned char ch = (unsigned char)*c->p++;
+        unsigned char u8[4];
+        size_t nu8 = 0; /* > 0: a \u escape, its UTF-8 bytes in u8 */
         if (ch == '"')
             break;
         if (ch < 0x20)
-            return tr_fail(c, "control character in string");
+            return kvt_trace_fail(c, "control character in string");
         if (ch == '\\') {
             if (c->p >= c->end)
-                return tr_fail(c, "unterminated string");
+                return kvt_trace_fail(c, "unterminated string");
             char e = *c->p++;
             switch (e) {
             case '"':
@@ -136,13 +190,35 @@ static int tr_string(tr_cur_t *c, char *out, size_t outlen, int *long_p)
             case 'r': ch = '\r'; break;
             case 't': ch = '\t'; break;
             case 'u': {
-                unsigned v = 0;
+                unsigned v = 0, lo = 0;
                 if (tr_hex4(c, &v) != 0)
                     return -1;
+                /* a high surrogate followed by \uDC00..\uDFFF is one code point */
+                if (v >= 0xd800 && v < 0xdc00 && c->end - c->p >= 6 && c->p[0] == '\\' &&
+                    c->p[1] == 'u') {
+                    const char *save = c->p;
+                    c->p += 2;
+                    if (tr_hex4(c, &lo) != 0)
+                        return -1;
+                    if (lo >= 0xdc00 && lo < 0xe000)
+                        v = 0x10000 + ((v - 0xd800) << 10) + (lo - 0xdc00);
+                    else
+                        c->p = save;
+                }
                 ch = v < 0x80 ? (unsigned char)v : 0xff;
+                nu8 = tr_utf8(v, u8);
                 break;
             }
-            default: return tr_fail(c, "bad escape '\\%c' in string", e);
+            default: return kvt_trace_fail(c, "bad escape '\\%c' in string", e);
+            }
+        }
+        if (h != NULL) {
+            if (nu8 > 0) {
+                tr_fnv(h, u8, nu8);
+                nh += nu8;
+            } else {
+                tr_fnv(h, &ch, 1);
+                nh++;
             }
         }
         if (out != NULL) {
@@ -156,44 +232,48 @@ static int tr_string(tr_cur_t *c, char *out, size_t outlen, int *long_p)
         out[n] = '\0';
         *long_p = too_long;
     }
+    if (n_p != NULL)
+        *n_p = nh;
     return 0;
 }
 
 /* A non-negative integer no larger than @max. */
-static int tr_uint(tr_cur_t *c, uint64_t max, const char *what, uint64_t *v_p)
+static int tr_uint(kvt_trace_cur_t *c, uint64_t max, const char *what, uint64_t *v_p)
 {
     tr_ws(c);
     if (c->p < c->end && *c->p == '-')
-        return tr_fail(c, "%s: negative number", what);
+        return kvt_trace_fail(c, "%s: negative number", what);
     if (c->p >= c->end || *c->p < '0' || *c->p > '9') {
         char b[8];
-        return tr_fail(c, "%s: expected a non-negative integer, found %s", what, tr_here(c, b));
+        return kvt_trace_fail(c, "%s: expected a non-negative integer, found %s", what,
+                              tr_here(c, b));
     }
     if (*c->p == '0' && c->p + 1 < c->end && c->p[1] >= '0' && c->p[1] <= '9')
-        return tr_fail(c, "%s: number with a leading zero", what);
+        return kvt_trace_fail(c, "%s: number with a leading zero", what);
     uint64_t v = 0;
     while (c->p < c->end && *c->p >= '0' && *c->p <= '9') {
         unsigned d = (unsigned)(*c->p - '0');
         if (v > (max - d) / 10)
-            return tr_fail(c, "%s: number out of range (max %llu)", what, (unsigned long long)max);
+            return kvt_trace_fail(c, "%s: number out of range (max %llu)", what,
+                                  (unsigned long long)max);
         v = v * 10 + d;
         c->p++;
     }
     if (c->p < c->end && (*c->p == '.' || *c->p == 'e' || *c->p == 'E'))
-        return tr_fail(c, "%s: not an integer", what);
+        return kvt_trace_fail(c, "%s: not an integer", what);
     *v_p = v;
     return 0;
 }
 
-static int tr_skip_value(tr_cur_t *c, int depth);
+static int tr_skip_value(kvt_trace_cur_t *c, int depth);
 
 /* Skips a JSON number (any sign, fraction, exponent). */
-static int tr_skip_number(tr_cur_t *c)
+static int tr_skip_number(kvt_trace_cur_t *c)
 {
     if (c->p < c->end && *c->p == '-')
         c->p++;
     if (c->p >= c->end || *c->p < '0' || *c->p > '9')
-        return tr_fail(c, "malformed number");
+        return kvt_trace_fail(c, "malformed number");
     if (*c->p == '0')
         c->p++;
     else
@@ -202,7 +282,7 @@ static int tr_skip_number(tr_cur_t *c)
     if (c->p < c->end && *c->p == '.') {
         c->p++;
         if (c->p >= c->end || *c->p < '0' || *c->p > '9')
-            return tr_fail(c, "malformed number");
+            return kvt_trace_fail(c, "malformed number");
         while (c->p < c->end && *c->p >= '0' && *c->p <= '9')
             c->p++;
     }
@@ -211,17 +291,17 @@ static int tr_skip_number(tr_cur_t *c)
         if (c->p < c->end && (*c->p == '+' || *c->p == '-'))
             c->p++;
         if (c->p >= c->end || *c->p < '0' || *c->p > '9')
-            return tr_fail(c, "malformed number");
+            return kvt_trace_fail(c, "malformed number");
         while (c->p < c->end && *c->p >= '0' && *c->p <= '9')
             c->p++;
     }
     return 0;
 }
 
-static int tr_skip_container(tr_cur_t *c, int depth, char close)
+static int tr_skip_container(kvt_trace_cur_t *c, int depth, char close)
 {
     if (depth >= TR_MAX_DEPTH)
-        return tr_fail(c, "nesting deeper than %d", TR_MAX_DEPTH);
+        return kvt_trace_fail(c, "nesting deeper than %d", TR_MAX_DEPTH);
     c->p++; /* the opening bracket */
     tr_ws(c);
     if (c->p < c->end && *c->p == close) {
@@ -230,7 +310,7 @@ static int tr_skip_container(tr_cur_t *c, int depth, char close)
     }
     for (;;) {
         if (close == '}') {
-            if (tr_string(c, NULL, 0, NULL) != 0 || tr_expect(c, ':') != 0)
+            if (tr_string(c, NULL, 0, NULL, NULL, NULL) != 0 || tr_expect(c, ':') != 0)
                 return -1;
         }
         if (tr_skip_value(c, depth + 1) != 0)
@@ -244,14 +324,14 @@ static int tr_skip_container(tr_cur_t *c, int depth, char close)
     }
 }
 
-static int tr_skip_value(tr_cur_t *c, int depth)
+static int tr_skip_value(kvt_trace_cur_t *c, int depth)
 {
     static const char *const lits[] = {"true", "false", "null"};
     tr_ws(c);
     if (c->p >= c->end)
-        return tr_fail(c, "expected a value, found end of line");
+        return kvt_trace_fail(c, "expected a value, found end of line");
     switch (*c->p) {
-    case '"': return tr_string(c, NULL, 0, NULL);
+    case '"': return tr_string(c, NULL, 0, NULL, NULL, NULL);
     case '{': return tr_skip_container(c, depth, '}');
     case '[': return tr_skip_container(c, depth, ']');
     default: break;
@@ -266,7 +346,7 @@ static int tr_skip_value(tr_cur_t *c, int depth)
         }
     }
     char b[8];
-    return tr_fail(c, "expected a value, found %s", tr_here(c, b));
+    return kvt_trace_fail(c, "expected a value, found %s", tr_here(c, b));
 }
 
 static int tr_push_id(tr_build_t *b, uint64_t id)
@@ -286,7 +366,7 @@ static int tr_push_id(tr_build_t *b, uint64_t id)
 }
 
 /* "hash_ids": [ id, ... ] appended to @b; *@n_p receives the count. */
-static int tr_ids(tr_cur_t *c, tr_build_t *b, uint32_t *n_p)
+static int tr_ids(kvt_trace_cur_t *c, tr_build_t *b, uint32_t *n_p)
 {
     size_t start = b->nids;
     if (tr_expect(c, '[') != 0)
@@ -302,9 +382,9 @@ static int tr_ids(tr_cur_t *c, tr_build_t *b, uint32_t *n_p)
         if (tr_uint(c, UINT64_MAX, "hash_ids", &id) != 0)
             return -1;
         if (b->nids - start >= UINT32_MAX)
-            return tr_fail(c, "hash_ids: too many ids");
+            return kvt_trace_fail(c, "hash_ids: too many ids");
         if (tr_push_id(b, id) != 0)
-            return tr_fail(c, "out of memory");
+            return kvt_trace_fail(c, "out of memory");
         tr_ws(c);
         if (c->p < c->end && *c->p == ',') {
             c->p++;
@@ -317,10 +397,45 @@ static int tr_ids(tr_cur_t *c, tr_build_t *b, uint32_t *n_p)
     }
 }
 
-enum { K_TS = 1, K_IN = 2, K_OUT = 4, K_IDS = 8, K_ALL = 15 };
+/*
+ * "session_id": a string, a non-negative integer (its decimal digits name the
+ * session) or null (none). Writes kvt_trace_session_id() of the name.
+ */
+static int tr_session(kvt_trace_cur_t *c, uint64_t *id_p)
+{
+    tr_ws(c);
+    if (c->p < c->end && *c->p == '"') {
+        uint64_t h = TR_FNV_OFFSET;
+        size_t n = 0;
+        if (tr_string(c, NULL, 0, NULL, &h, &n) != 0)
+            return -1;
+        *id_p = n == 0 ? 0 : tr_fnv_done(h);
+        return 0;
+    }
+    if ((size_t)(c->end - c->p) >= 4 && memcmp(c->p, "null", 4) == 0) {
+        c->p += 4;
+        *id_p = 0;
+        return 0;
+    }
+    if (c->p < c->end && (*c->p == '-' || (*c->p >= '0' && *c->p <= '9'))) {
+        uint64_t v;
+        char digits[24];
+        if (tr_uint(c, UINT64_MAX, "session_id", &v) != 0)
+            return -1;
+        int n = snprintf(digits, sizeof(digits), "%llu", (unsigned long long)v);
+        *id_p = kvt_trace_session_id(digits, (size_t)n);
+        return 0;
+    }
+    char b[8];
+    return kvt_trace_fail(c,
+                          "session_id: expected a string, a non-negative integer or null, found %s",
+                          tr_here(c, b));
+}
+
+enum { K_TS = 1, K_IN = 2, K_OUT = 4, K_IDS = 8, K_ALL = 15, K_SESSION = 16 };
 
 /* Parses one non-blank line into a new request of @b. */
-static int tr_line(tr_cur_t *c, tr_build_t *b)
+static int tr_line(kvt_trace_cur_t *c, tr_build_t *b)
 {
     kvt_trace_req_t r = {0};
     unsigned seen = 0;
@@ -333,7 +448,8 @@ static int tr_line(tr_cur_t *c, tr_build_t *b)
         for (;;) {
             char key[32];
             int too_long;
-            if (tr_string(c, key, sizeof(key), &too_long) != 0 || tr_expect(c, ':') != 0)
+            if (tr_string(c, key, sizeof(key), &too_long, NULL, NULL) != 0 ||
+                tr_expect(c, ':') != 0)
                 return -1;
             unsigned k = 0;
             if (!too_long) {
@@ -345,9 +461,11 @@ static int tr_line(tr_cur_t *c, tr_build_t *b)
                     k = K_OUT;
                 else if (strcmp(key, "hash_ids") == 0)
                     k = K_IDS;
+                else if (strcmp(key, "session_id") == 0)
+                    k = K_SESSION;
             }
             if (k & seen)
-                return tr_fail(c, "duplicate key \"%s\"", key);
+                return kvt_trace_fail(c, "duplicate key \"%s\"", key);
             seen |= k;
             uint64_t v;
             int rc;
@@ -362,6 +480,7 @@ static int tr_line(tr_cur_t *c, tr_build_t *b)
                 r.output_length = (uint32_t)v;
                 break;
             case K_IDS: rc = tr_ids(c, b, &r.nblocks); break;
+            case K_SESSION: rc = tr_session(c, &r.session); break;
             default: rc = tr_skip_value(c, 0); break;
             }
             if (rc != 0)
@@ -379,21 +498,21 @@ static int tr_line(tr_cur_t *c, tr_build_t *b)
     tr_ws(c);
     if (c->p < c->end) {
         char bb[8];
-        return tr_fail(c, "unexpected %s after the object", tr_here(c, bb));
+        return kvt_trace_fail(c, "unexpected %s after the object", tr_here(c, bb));
     }
-    if (seen != K_ALL) {
+    if ((seen & K_ALL) != K_ALL) {
         const char *miss = !(seen & K_TS)    ? "timestamp"
                            : !(seen & K_IN)  ? "input_length"
                            : !(seen & K_OUT) ? "output_length"
                                              : "hash_ids";
-        return tr_fail(c, "missing key \"%s\"", miss);
+        return kvt_trace_fail(c, "missing key \"%s\"", miss);
     }
     if (b->nreqs == b->reqs_cap) {
         size_t cap = b->reqs_cap ? b->reqs_cap * 2 : 1024;
         kvt_trace_req_t *reqs = realloc(b->reqs, cap * sizeof(*reqs));
         if (reqs == NULL) {
             b->oom = 1;
-            return tr_fail(c, "out of memory");
+            return kvt_trace_fail(c, "out of memory");
         }
         b->reqs = reqs;
         b->reqs_cap = cap;
@@ -411,7 +530,7 @@ kvt_status_t kvt_trace_parse(const char *buf, size_t len, kvt_trace_t **t_p, cha
     }
     tr_build_t b = {0};
     kvt_status_t st;
-    tr_cur_t c = {.err = err, .errlen = errlen};
+    kvt_trace_cur_t c = {.err = err, .errlen = errlen};
     const char *p = buf, *end = buf + len;
     for (size_t line = 1; p < end; line++) {
         const char *nl = memchr(p, '\n', (size_t)(end - p));
@@ -453,12 +572,9 @@ err_build:
     return st;
 }
 
-kvt_status_t kvt_trace_load(const char *path, kvt_trace_t **t_p, char *err, size_t errlen)
+static kvt_status_t tr_read_file(const char *path, char **buf_p, size_t *len_p, char *err,
+                                 size_t errlen)
 {
-    if (path == NULL || t_p == NULL) {
-        kvt_errf(err, errlen, "kvt_trace_load: NULL argument");
-        return KVT_ERR_INVAL;
-    }
     kvt_status_t st;
     FILE *f = fopen(path, "rb");
     if (f == NULL) {
@@ -494,15 +610,37 @@ kvt_status_t kvt_trace_load(const char *path, kvt_trace_t **t_p, char *err, size
         goto err_buf;
     }
     fclose(f);
-    st = kvt_trace_parse(buf, len, t_p, err, errlen);
-    free(buf);
-    return st;
+    *buf_p = buf;
+    *len_p = len;
+    return KVT_OK;
 
 err_buf:
     free(buf);
 err_file:
     fclose(f);
     return st;
+}
+
+kvt_status_t kvt_trace_load_with(const char *path, kvt_trace_parse_fn parse, kvt_trace_t **t_p,
+                                 char *err, size_t errlen)
+{
+    if (path == NULL || t_p == NULL) {
+        kvt_errf(err, errlen, "loading a trace: NULL argument");
+        return KVT_ERR_INVAL;
+    }
+    char *buf;
+    size_t len;
+    kvt_status_t st = tr_read_file(path, &buf, &len, err, errlen);
+    if (st != KVT_OK)
+        return st;
+    st = parse(buf, len, t_p, err, errlen);
+    free(buf);
+    return st;
+}
+
+kvt_status_t kvt_trace_load(const char *path, kvt_trace_t **t_p, char *err, size_t errlen)
+{
+    return kvt_trace_load_with(path, kvt_trace_parse, t_p, err, errlen);
 }
 
 void kvt_trace_free(kvt_trace_t *t)

@@ -4,7 +4,8 @@
  * Invariants on every input: the reader never reads past len (the input is
  * copied to an exactly-sized buffer); on success the requests' hash-id slices
  * tile the id array in order and max_blocks is their maximum; re-serializing
- * the parsed trace and parsing it again gives the same trace; on failure the
+ * the parsed trace (a session as the integer of its id) and parsing it again
+ * gives the same trace, each session the id of its digits; on failure the
  * status is a known one and the message is one line.
  */
 #include <inttypes.h>
@@ -22,7 +23,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 /* Writes @t back in the trace format; returns a malloc'd buffer and its length. */
 static char *serialize(const kvt_trace_t *t, size_t *len_p)
 {
-    size_t cap = 64 + t->nreqs * 96 + t->nids * 22, len = 0;
+    size_t cap = 64 + t->nreqs * 136 + t->nids * 22, len = 0;
     char *out = malloc(cap);
     CHECK(out != NULL);
     for (size_t i = 0; i < t->nreqs; i++) {
@@ -32,9 +33,12 @@ static char *serialize(const kvt_trace_t *t, size_t *len_p)
                                 ", \"output_length\": %" PRIu32 ", \"hash_ids\": [",
                                 r->timestamp_ms, r->input_length, r->output_length);
         for (uint32_t j = 0; j < r->nblocks; j++)
-            len += (size_t)snprintf(out + len, cap - len, "%s%" PRIu64, j ? ", " : "",
-                                    r->hash_ids[j]);
-        len += (size_t)snprintf(out + len, cap - len, "]}\n");
+            len +=
+                (size_t)snprintf(out + len, cap - len, "%s%" PRIu64, j ? ", " : "", r->hash_ids[j]);
+        len += (size_t)snprintf(out + len, cap - len, "]");
+        if (r->session != 0)
+            len += (size_t)snprintf(out + len, cap - len, ", \"session_id\": %" PRIu64, r->session);
+        len += (size_t)snprintf(out + len, cap - len, "}\n");
         CHECK(len < cap);
     }
     *len_p = len;
@@ -81,6 +85,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         CHECK(t2->reqs[i].input_length == t->reqs[i].input_length);
         CHECK(t2->reqs[i].output_length == t->reqs[i].output_length);
         CHECK(t2->reqs[i].nblocks == t->reqs[i].nblocks);
+        char digits[24];
+        int n = snprintf(digits, sizeof(digits), "%" PRIu64, t->reqs[i].session);
+        CHECK(t2->reqs[i].session ==
+              (t->reqs[i].session ? kvt_trace_session_id(digits, (size_t)n) : 0));
     }
     CHECK(t->nids == 0 || memcmp(t2->ids, t->ids, t->nids * sizeof(uint64_t)) == 0);
     kvt_trace_free(t2);

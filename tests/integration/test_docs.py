@@ -133,6 +133,9 @@ NOT_RUN = [
      "a fragment of the internal config API (common/config.h, not installed); "
      "tests/unit/test_config.c covers kvt_cfg_load()"),
     ("docs/deployment.md", "vllm serve", "needs vLLM and a GPU"),
+    ("docs/benchmarks.md", "vllm bench serve --model MODEL",
+     "needs vLLM or AIPerf, a model and a GPU; test_gen_replay.sh checks the file's keys, "
+     "order and ids per line"),
     ("docs/deployment.md", "python -m sglang.launch_server", "needs SGLang and a GPU"),
     ("docs/deployment.md", "cmake --preset release && cmake --build",
      "installs into /usr as root and starts a systemd service; test_install.sh installs into "
@@ -965,6 +968,50 @@ def deploy_index_role(ctx, blocks):
     (out,) = Shell(ctx, ctx.dir("deploy")).script([cmd + " --dump-config"])
     dump = parse_conf("\n".join(out))
     assert [json.loads(e)["pod"] for e in dump["engine"]] == ["vllm-0", "vllm-1"], dump
+
+
+def doc_tables(path, after_line):
+    """The markdown tables of @path after line @after_line: [[row cells, ...], ...]."""
+    with open(os.path.join(REPO, path), encoding="utf-8") as f:
+        lines = f.read().split("\n")[after_line:]
+    tables, cur = [], None
+    for ln in lines:
+        if ln.startswith("|") and not ln.startswith("|---"):
+            cells = [c.strip() for c in ln.strip("|").split("|")]
+            if cur is None:
+                cur = []
+                tables.append(cur)
+            elif cells[0] != "policy":
+                cur.append(cells)
+        elif not ln.startswith("|"):
+            cur = None
+    return tables
+
+
+@runs("traces-gen", "traces-replay")
+def traces(ctx, blocks):
+    """gen's session as written; each replay's figures are those of the table that follows."""
+    work = ctx.dir("traces")
+    subs = [("/tmp/chat.jsonl", os.path.join(work, "chat.jsonl"))] + ctx.build_bin_subs()
+    sh = Shell(ctx, REPO)
+    sh.session(parse_session(blocks["traces-gen"]), subs)
+    rblock = blocks["traces-replay"]
+    tables = doc_tables(rblock.path, rblock.line)
+    with open(os.path.join(REPO, rblock.path), encoding="utf-8") as f:
+        text = f.read()
+    for i, cmd in enumerate(parse_script(rblock)):
+        trace = cmd.split("--trace ")[1].split()[0]
+        if trace.startswith("../") and not os.path.exists(os.path.join(REPO, trace)):
+            print("note: traces-replay: %s is not in this checkout; not run" % trace)
+            continue
+        (out,) = sh.script([cmd], subs)
+        j = json.loads(out[-1])
+        assert "ideal %.2f%%." % (100 * j["ideal_hit_ratio"]) in text, j["ideal_hit_ratio"]
+        got = [[r["policy"], "%.2f%%" % (100 * r["hit_ratio"]),
+                "%.1f%%" % (100 * r["hit_ratio"] / j["ideal_hit_ratio"]),
+                "%.3f" % r["load_imbalance"],
+                "{:,}".format(r["hit_blocks"])] for r in j["results"]]
+        assert got == tables[i], "%s:\nmeasured %s\nthe doc shows %s" % (cmd, got, tables[i])
 
 
 # ---- main ---------------------------------------------------------------------------------------
