@@ -9,6 +9,7 @@
 
 #include "bench/bench.h"
 #include "bench/live_engine.h"
+#include "bench/progress.h"
 #include "bench/sim_cache.h"
 #include "bench/sim_route.h"
 #include "common/clock.h"
@@ -480,60 +481,70 @@ static double live_imbalance(const uint64_t *v, uint32_t n)
     return sum ? (double)max * n / (double)sum : 1.0;
 }
 
-/* The requests, paced at trace time / speedup. */
-static kvt_status_t live_replay(live_t *l, kvt_live_result_t *res)
+/* Request @i: due at @t0 + its trace time / speedup; routed, recorded, admitted. */
+static kvt_status_t live_request(live_t *l, kvt_live_result_t *res, size_t i, uint64_t t0,
+                                 uint64_t *lag_p)
 {
     const kvt_live_config_t *cfg = l->cfg;
     const kvt_trace_t *t = cfg->t;
     kvt_sim_result_t *r = &res->sim;
-    uint64_t ts0 = cfg->nreqs ? t->reqs[0].timestamp_ms : 0, lag = 0, nrouted = 0;
-    uint64_t t0 = kvt_clock_ns() + 20000000;
-    for (size_t i = 0; i < cfg->nreqs; i++) {
-        const kvt_trace_req_t *q = &t->reqs[i];
-        const uint64_t *keys = cfg->keys->pos + (q->hash_ids - t->ids);
-        uint32_t n = q->nblocks, view = 0;
-        /* a trace's timestamps may step back a little: never before the last one */
-        uint64_t ts = q->timestamp_ms > ts0 ? q->timestamp_ms - ts0 : 0;
-        double arrival_us = (double)ts * 1000.0;
-        uint64_t due = t0 + (uint64_t)(arrival_us * 1000.0 / cfg->speedup);
-        if (live_wait(l, due) != KVT_OK)
-            return KVT_ERR_IO;
-        uint64_t now = kvt_clock_ns();
-        lag = now - due > lag ? now - due : lag;
-        uint32_t pod = live_route(l, i, keys, n, arrival_us, &view);
-        if (pod == KVT_SIM_NONE)
-            return KVT_ERR_INTERNAL;
-        if (live_daemon_policy(cfg->policy) && cfg->routed_ttl_ms > 0 && n > 0) {
-            if (live_routed(l, pod, keys, n, &l->rlat[nrouted++]) != KVT_OK)
-                return KVT_ERR_IO;
-        }
-        kvt_live_admit_t a;
-        if (kvt_live_engine_admit(&l->eng[pod], &cfg->model, q->hash_ids, n, arrival_us, t0,
-                                  cfg->speedup, &a) != KVT_OK) {
-            kvt_errf(l->why, l->whylen, "out of memory");
-            return KVT_ERR_NO_MEM;
-        }
-        l->ttft[i] = (uint64_t)a.ttft_us;
-        r->req_pod[i] = pod;
-        r->req_hit[i] = a.hit;
-        r->hit_blocks += a.hit;
-        r->total_blocks += n;
-        r->index_mismatch += view != a.hit;
-        res->stale_over += view > a.hit;
-        res->stale_under += view < a.hit;
-        if (cfg->per_request != NULL)
-            fprintf(cfg->per_request,
-                    "%s %zu %" PRIu32 " %" PRIu32 " %" PRIu32 " %" PRIu32 " %" PRIu64 " %.1f\n",
-                    kvt_sim_policy_name(cfg->policy), i, pod, a.hit, n, view, l->ttft[i],
-                    (double)l->qlat[i] / 1000.0);
+    const kvt_trace_req_t *q = &t->reqs[i];
+    const uint64_t *keys = cfg->keys->pos + (q->hash_ids - t->ids);
+    uint32_t n = q->nblocks, view = 0;
+    uint64_t ts0 = t->reqs[0].timestamp_ms; /* a timestamp before the first counts as the first */
+    double arrival_us = (double)(q->timestamp_ms > ts0 ? q->timestamp_ms - ts0 : 0) * 1000.0;
+    uint64_t due = t0 + (uint64_t)(arrival_us * 1000.0 / cfg->speedup);
+    if (live_wait(l, due) != KVT_OK)
+        return KVT_ERR_IO;
+    uint64_t now = kvt_clock_ns();
+    *lag_p = now - due > *lag_p ? now - due : *lag_p;
+    uint32_t pod = live_route(l, i, keys, n, arrival_us, &view);
+    if (pod == KVT_SIM_NONE)
+        return KVT_ERR_INTERNAL;
+    if (live_daemon_policy(cfg->policy) && cfg->routed_ttl_ms > 0 && n > 0 &&
+        live_routed(l, pod, keys, n, &l->rlat[res->routed_calls++]) != KVT_OK)
+        return KVT_ERR_IO;
+    kvt_live_admit_t a;
+    if (kvt_live_engine_admit(&l->eng[pod], &cfg->model, q->hash_ids, n, arrival_us, t0,
+                              cfg->speedup, &a) != KVT_OK) {
+        kvt_errf(l->why, l->whylen, "out of memory");
+        return KVT_ERR_NO_MEM;
     }
-    res->lag_max_ms = (double)lag / 1e6;
-    res->routed_calls = nrouted;
-    if (nrouted > 0) {
-        kvt_bench_sort_u64(l->rlat, nrouted);
-        res->routed_p50_us = kvt_bench_percentile(l->rlat, nrouted, 50) / 1000.0;
-    }
+    l->ttft[i] = (uint64_t)a.ttft_us;
+    r->req_pod[i] = pod;
+    r->req_hit[i] = a.hit;
+    r->hit_blocks += a.hit;
+    r->total_blocks += n;
+    r->index_mismatch += view != a.hit;
+    res->stale_over += view > a.hit;
+    res->stale_under += view < a.hit;
+    if (cfg->per_request != NULL)
+        fprintf(cfg->per_request,
+                "%s %zu %" PRIu32 " %" PRIu32 " %" PRIu32 " %" PRIu32 " %" PRIu64 " %.1f\n",
+                kvt_sim_policy_name(cfg->policy), i, pod, a.hit, n, view, l->ttft[i],
+                (double)l->qlat[i] / 1000.0);
     return KVT_OK;
+}
+
+/* The requests, paced at trace time / speedup, behind a progress bar. */
+static kvt_status_t live_replay(live_t *l, kvt_live_result_t *res)
+{
+    const kvt_live_config_t *cfg = l->cfg;
+    uint64_t t0 = kvt_clock_ns() + 20000000, lag = 0;
+    kvt_status_t st = KVT_OK;
+    kvt_progress_t pg;
+    kvt_progress_start(&pg, NULL, -1, kvt_sim_policy_name(cfg->policy), cfg->nreqs);
+    for (size_t i = 0; i < cfg->nreqs && st == KVT_OK; i++) {
+        kvt_progress_update(&pg, i);
+        st = live_request(l, res, i, t0, &lag);
+    }
+    kvt_progress_end(&pg);
+    res->lag_max_ms = (double)lag / 1e6;
+    if (res->routed_calls > 0) {
+        kvt_bench_sort_u64(l->rlat, res->routed_calls);
+        res->routed_p50_us = kvt_bench_percentile(l->rlat, res->routed_calls, 50) / 1000.0;
+    }
+    return st;
 }
 
 kvt_status_t kvt_live_run(kvt_client_t *c, const kvt_live_config_t *cfg, kvt_live_result_t *res,
