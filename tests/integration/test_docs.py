@@ -129,6 +129,9 @@ NOT_RUN = [
     ("docs/configuration.md", "static const kvt_cfg_opt_t opts[]",
      "a fragment of the internal config API (common/config.h, not installed); "
      "tests/unit/test_config.c covers kvt_cfg_load()"),
+    ("docs/benchmarks.md", "build/bin/kvtier-bench replay --mode live",
+     "`make demo`'s measured output (about 75 s); tests/integration/test_live_mode.py runs live "
+     "mode on 300 requests of the trace"),
     ("docs/deployment.md", "vllm serve", "needs vLLM and a GPU"),
     ("docs/deployment.md", "python -m sglang.launch_server", "needs SGLang and a GPU"),
     ("docs/deployment.md", "cmake --preset release && cmake --build",
