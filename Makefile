@@ -7,6 +7,9 @@
 #   make fuzz           every libFuzzer target for FUZZ_SECONDS on a copy of its seed corpus
 #   make format         clang-format -i on every .c/.h outside build/
 #   make clean          remove build/
+#   make demo           build kvtier-bench and kvtierd, then the live replay of the conversation
+#                       trace: 4 simulated engines publishing vLLM KV events to one index-role
+#                       kvtierd, the routers' policies side by side (about 75 s at DEMO_SPEEDUP)
 #   make run            install, build, then run kvtierd in the foreground on its defaults
 #                       (HTTP 127.0.0.1:7421, RPC 127.0.0.1:7420; Ctrl-C stops it)
 
@@ -20,10 +23,13 @@ CLANG_FORMAT ?= clang-format
 JOBS ?=
 TRACE ?= ../shared/traces/conversation_trace.jsonl
 FUZZ_SECONDS ?= 60
+# make demo: trace seconds per wall second (the trace spans 3,537 s) and the policies shown
+DEMO_SPEEDUP ?= 200
+DEMO_POLICIES ?= round-robin,least-loaded,prefix,cost
 
 JOBS_FLAG := $(if $(JOBS),-j $(JOBS),)
 
-.PHONY: all build deps configure run test test-asan bench fuzz format clean
+.PHONY: all build deps configure run demo test test-asan bench fuzz format clean
 
 all: build
 
@@ -39,6 +45,13 @@ build: configure
 # Extra daemon flags: make run ARGS="--log-level debug"
 run: build
 	exec build/bin/kvtierd $(ARGS)
+
+# 4 engines, each caching 2% of the trace's distinct blocks (3,655), one kvtierd on ephemeral
+# loopback ports in a temp dir (docs/benchmarks.md, "Live mode").
+demo: configure
+	$(CMAKE) --build --preset release $(JOBS_FLAG) --target kvtier-bench kvtierd
+	build/bin/kvtier-bench replay --mode live --trace $(TRACE) --pods 4 --capacity-blocks 3655 \
+	    --policy $(DEMO_POLICIES) --speedup $(DEMO_SPEEDUP)
 
 # Release first (all tests), then the unit tests (named test_*) again under ASan+UBSan,
 # then the one-writer/many-readers test under ThreadSanitizer; one recipe so the order

@@ -1,6 +1,6 @@
 /*
  * `kvtier-bench replay`: a trace replayed over simulated pods under the
- * routers' policies side by side (bench/sim.h). Only --mode cache for now.
+ * routers' policies side by side (bench/sim.h). --mode live is bench_live.c.
  */
 #include <inttypes.h>
 #include <stdbool.h>
@@ -10,15 +10,17 @@
 
 #include "bench/bench.h"
 #include "bench/gen.h"
+#include "bench/live_run.h"
 #include "bench/sim.h"
 #include "bench/trace.h"
 
-static const char *const replay_modes[] = {"cache", NULL};
+static const char *const replay_modes[] = {"cache", "live", NULL};
 
 static void replay_usage(void)
 {
     printf("usage: kvtier-bench replay --trace FILE [options]\n"
            "  --mode cache            requests in trace order, each finished before the next\n"
+           "  --mode live             engines publishing to a real kvtierd (--mode live --help)\n"
            "  --trace FILE            Mooncake JSONL trace (one hash id per block, optional\n"
            "                          session_id), or the Azure CSV (*.csv: prefix structure\n"
            "                          from `kvtier-bench gen --from-azure` defaults, --seed)\n"
@@ -125,8 +127,22 @@ static void replay_unload(kvt_trace_t *t, kvt_gen_t *gen, uint64_t *sessions)
     free(sessions);
 }
 
+int kvt_bench_replay_policies(const char *list, kvt_sim_policy_t *pol, size_t *n_p)
+{
+    return replay_policies(list, pol, n_p);
+}
+
+void kvt_bench_replay_json(kvt_sim_policy_t pol, const kvt_sim_result_t *r, double ideal)
+{
+    replay_json_result(pol, r, ideal);
+}
+
 int kvt_bench_replay_main(int argc, char **argv)
 {
+    for (int i = 1; i < argc; i++) /* live mode has options of its own */
+        if ((strcmp(argv[i], "--mode") == 0 && i + 1 < argc && strcmp(argv[i + 1], "live") == 0) ||
+            strcmp(argv[i], "--mode=live") == 0)
+            return kvt_bench_live_main(argc, argv);
     uint32_t mode = 0, pods = 8;
     uint64_t capacity = 0, seed = 1;
     double load_weight = 1.0;

@@ -132,6 +132,9 @@ NOT_RUN = [
     ("docs/configuration.md", "static const kvt_cfg_opt_t opts[]",
      "a fragment of the internal config API (common/config.h, not installed); "
      "tests/unit/test_config.c covers kvt_cfg_load()"),
+    ("docs/benchmarks.md", "build/bin/kvtier-bench replay --mode live",
+     "`make demo`'s measured output (about 75 s); tests/integration/test_live_mode.py runs live "
+     "mode on 300 requests of the trace"),
     ("docs/deployment.md", "vllm serve", "needs vLLM and a GPU"),
     ("docs/benchmarks.md", "vllm bench serve --model MODEL",
      "needs vLLM or AIPerf, a model and a GPU; test_gen_replay.sh checks the file's keys, "
