@@ -11,6 +11,7 @@
 #include "bench/bench.h"
 #include "bench/gen.h"
 #include "bench/live_run.h"
+#include "bench/replay_plot.h"
 #include "bench/sim.h"
 #include "bench/trace.h"
 
@@ -31,6 +32,8 @@ static void replay_usage(void)
            "  --seed S                random's generator and the scorer's tie-breaks (default 1)\n"
            "  --load-weight W         cost: the scorer's w_load (default 1.0)\n"
            "  --per-request FILE      write 'policy request pod hit blocks' lines to FILE\n"
+           "  --out DIR               write plots there as PNG (gnuplot): hit ratio against\n"
+           "                          capacity per policy, per-pod load\n"
            "The last stdout line is one JSON object: the policy's figures, or with several\n"
            "policies a \"results\" array of them.\n");
 }
@@ -137,6 +140,43 @@ void kvt_bench_replay_json(kvt_sim_policy_t pol, const kvt_sim_result_t *r, doub
     replay_json_result(pol, r, ideal);
 }
 
+/* Per-pod capacities of the hit-ratio plot, as fractions of the trace's distinct blocks. */
+static const double replay_plot_fracs[] = {0.005, 0.01, 0.02, 0.05, 0.1, 0.2};
+
+/* The cache mode's plots in @dir: per-pod load of @res, hit ratio against capacity. */
+static int replay_cache_plots(const char *dir, const kvt_trace_t *t, const kvt_sim_config_t *base,
+                              const kvt_sim_policy_t *pol, size_t npol, const kvt_sim_result_t *res)
+{
+    const char *labels[KVT_SIM_NPOLICIES];
+    double *load[KVT_SIM_NPOLICIES];
+    uint32_t pods = base->pods;
+    char err[256] = "";
+    int rc = -1;
+    double *buf = calloc(npol * pods, sizeof(*buf));
+    if (buf == NULL) {
+        fprintf(stderr, "kvtier-bench: out of memory\n");
+        return -1;
+    }
+    for (size_t k = 0; k < npol; k++) {
+        labels[k] = kvt_sim_policy_name(pol[k]);
+        load[k] = buf + k * pods;
+        for (uint32_t p = 0; p < pods; p++)
+            load[k][p] = (double)res[k].prefilled[p];
+    }
+    if (kvt_replay_plot_load(dir, labels, (const double *const *)load, npol, pods,
+                             "blocks prefilled", err, sizeof(err)) != 0 ||
+        kvt_replay_plot_capacity(dir, t, base, pol, npol, replay_plot_fracs,
+                                 sizeof(replay_plot_fracs) / sizeof(replay_plot_fracs[0]), err,
+                                 sizeof(err)) != 0)
+        fprintf(stderr, "kvtier-bench: --out: %s\n", err);
+    else
+        rc = 0;
+    if (rc == 0)
+        fprintf(stderr, "plots: %s/pod-load.png, %s/hit-ratio-vs-capacity.png\n", dir, dir);
+    free(buf);
+    return rc;
+}
+
 int kvt_bench_replay_main(int argc, char **argv)
 {
     for (int i = 1; i < argc; i++) /* live mode has options of its own */
@@ -146,7 +186,7 @@ int kvt_bench_replay_main(int argc, char **argv)
     uint32_t mode = 0, pods = 8;
     uint64_t capacity = 0, seed = 1;
     double load_weight = 1.0;
-    const char *trace_path = NULL, *policy = "all", *per_request = NULL;
+    const char *trace_path = NULL, *policy = "all", *per_request = NULL, *out_dir = NULL;
     const kvt_bench_arg_t args[] = {
         KVT_BENCH_ARG_CHOICE("--mode", &mode, replay_modes),
         KVT_BENCH_ARG_STR("--trace", &trace_path),
@@ -156,6 +196,7 @@ int kvt_bench_replay_main(int argc, char **argv)
         KVT_BENCH_ARG_U64("--seed", &seed, 1, UINT64_MAX),
         KVT_BENCH_ARG_DOUBLE("--load-weight", &load_weight, 0.0, 1e9),
         KVT_BENCH_ARG_STR("--per-request", &per_request),
+        KVT_BENCH_ARG_STR("--out", &out_dir),
     };
     int pr = kvt_bench_parse_args(argc, argv, args, sizeof(args) / sizeof(args[0]));
     if (pr == 1) {
@@ -241,6 +282,12 @@ int kvt_bench_replay_main(int argc, char **argv)
     }
     printf("load imb: max/mean over pods of blocks prefilled (not hit); routed imb: of blocks "
            "routed\n");
+    if (out_dir != NULL) {
+        kvt_sim_config_t base = {
+            .pods = pods, .seed = seed, .load_weight = load_weight, .sessions = sessions};
+        if (replay_cache_plots(out_dir, t, &base, pol, npol, res) != 0)
+            goto err_res;
+    }
     printf("{\"bench\":\"replay\",\"mode\":\"cache\",\"pods\":%" PRIu32
            ",\"capacity_blocks\":%" PRIu64 ",",
            pods, capacity);
