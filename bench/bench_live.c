@@ -12,6 +12,7 @@
 
 #include "bench/bench.h"
 #include "bench/live_run.h"
+#include "bench/replay_plot.h"
 #include "bench/sim.h"
 #include "bench/trace.h"
 #include "common/clock.h"
@@ -40,6 +41,7 @@ static void live_usage(void)
            "  --dump-held FILE        write 'model pod key...' per engine after each policy\n"
            "  --per-request FILE      write 'policy request pod hit blocks view ttft_us\n"
            "                          query_us' lines to FILE\n"
+           "  --out DIR               write plots there as PNG (gnuplot): TTFT CDF, per-pod load\n"
            "  --lose-every K          test hook: each engine's every Kth batch skips the PUB\n"
            "                          (the daemon replays it; default 0: none)\n"
            "The last stdout line is one JSON object: the policy's figures, or with several\n"
@@ -75,7 +77,7 @@ typedef struct live_opts {
     uint32_t pods, block_tokens, routed_ttl, lose_every;
     uint64_t capacity, seed, requests;
     double load_weight, speedup;
-    const char *trace, *policy, *kvtierd, *connect, *tag, *dump, *per_request;
+    const char *trace, *policy, *kvtierd, *connect, *tag, *dump, *per_request, *out;
     bool keep;
 } live_opts_t;
 
@@ -109,6 +111,7 @@ static int live_parse(int argc, char **argv, live_opts_t *o)
         KVT_BENCH_ARG_FLAG("--keep-engines", &o->keep),
         KVT_BENCH_ARG_STR("--dump-held", &o->dump),
         KVT_BENCH_ARG_STR("--per-request", &o->per_request),
+        KVT_BENCH_ARG_STR("--out", &o->out),
         KVT_BENCH_ARG_U32("--lose-every", &o->lose_every, 0, UINT32_MAX),
     };
     int pr = kvt_bench_parse_args(argc, argv, args, sizeof(args) / sizeof(args[0]));
@@ -136,6 +139,41 @@ static int live_parse(int argc, char **argv, live_opts_t *o)
         return -1;
     }
     return 0;
+}
+
+/* --out: the TTFT CDF and the per-pod load of every policy's run. */
+static int live_plots(const char *dir, const kvt_sim_policy_t *pol, size_t npol,
+                      const kvt_live_result_t *res, uint32_t pods)
+{
+    const char *labels[KVT_SIM_NPOLICIES];
+    const double *ttft[KVT_SIM_NPOLICIES];
+    double *load[KVT_SIM_NPOLICIES];
+    size_t n[KVT_SIM_NPOLICIES];
+    char err[256] = "";
+    double *buf = calloc(npol * pods, sizeof(*buf));
+    if (buf == NULL) {
+        fprintf(stderr, "kvtier-bench: out of memory\n");
+        return -1;
+    }
+    for (size_t k = 0; k < npol; k++) {
+        labels[k] = kvt_sim_policy_name(pol[k]);
+        ttft[k] = res[k].ttft_ms;
+        n[k] = res[k].sim.requests;
+        load[k] = buf + k * pods;
+        for (uint32_t p = 0; p < pods; p++)
+            load[k][p] = (double)res[k].sim.prefilled[p];
+    }
+    int rc = kvt_replay_plot_ttft(dir, labels, ttft, n, npol, err, sizeof(err)) != 0 ||
+                     kvt_replay_plot_load(dir, labels, (const double *const *)load, npol, pods,
+                                          "blocks prefilled", err, sizeof(err)) != 0
+                 ? -1
+                 : 0;
+    free(buf);
+    if (rc != 0)
+        fprintf(stderr, "kvtier-bench: --out: %s\n", err);
+    else
+        fprintf(stderr, "plots: %s/ttft-cdf.png, %s/pod-load.png\n", dir, dir);
+    return rc;
 }
 
 /* Runs every policy of @pol; prints the table. 0, or 1 after a line on stderr. */
@@ -263,6 +301,8 @@ int kvt_bench_live_main(int argc, char **argv)
     printf("ideal (one pod, unbounded cache): %" PRIu64 " / %" PRIu64 " blocks hit = %.2f%%\n\n",
            ihit, itotal, 100.0 * ideal);
     if (live_policies(c, &o, &t, &keys, pol, npol, ideal, res, dump, pf) != 0)
+        goto out;
+    if (o.out != NULL && live_plots(o.out, pol, npol, res, o.pods) != 0)
         goto out;
     printf(
         "load imb: max/mean over engines of blocks prefilled; TTFT: simulated (wait + prefill);\n"

@@ -589,6 +589,14 @@ kvt_status_t kvt_live_run(kvt_client_t *c, const kvt_live_config_t *cfg, kvt_liv
     r->hit_ratio = r->total_blocks ? (double)r->hit_blocks / (double)r->total_blocks : 0.0;
     r->load_imbalance = live_imbalance(r->prefilled, cfg->pods);
     r->routed_imbalance = live_imbalance(r->routed, cfg->pods);
+    if ((res->ttft_ms = malloc((nr ? nr : 1) * sizeof(*res->ttft_ms))) == NULL) {
+        live_cleanup(&l);
+        kvt_live_result_cleanup(res);
+        kvt_errf(why, whylen, "out of memory");
+        return KVT_ERR_NO_MEM;
+    }
+    for (size_t i = 0; i < nr; i++)
+        res->ttft_ms[i] = (double)l.ttft[i] / 1000.0;
     kvt_bench_sort_u64(l.ttft, nr);
     kvt_bench_sort_u64(l.qlat, nr);
     res->ttft_p50_ms = kvt_bench_percentile(l.ttft, nr, 50) / 1000.0;
@@ -605,5 +613,6 @@ kvt_status_t kvt_live_run(kvt_client_t *c, const kvt_live_config_t *cfg, kvt_liv
 void kvt_live_result_cleanup(kvt_live_result_t *r)
 {
     kvt_sim_result_cleanup(&r->sim);
+    free(r->ttft_ms);
     memset(r, 0, sizeof(*r));
 }

@@ -94,6 +94,7 @@ typedef struct kvt_live_result {
     uint64_t batches, gaps, replays, state_drops; /* over the engines' streams */
     double lag_max_ms; /* how far the bench fell behind the trace's schedule (wall) */
     double wall_s;
+    double *ttft_ms; /* per request (trace order), for the TTFT CDF; sim.requests entries */
 } kvt_live_result_t;
 
 /*

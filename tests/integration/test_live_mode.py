@@ -16,6 +16,7 @@ No wall-time assertion; the daemon is stopped on every path.
 """
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -142,12 +143,26 @@ def main():
             d.cleanup()
 
         # the bench's own kvtierd (stopped by the bench, or with it)
+        plots = os.path.join(tmp, "plots")
         j = bench("--mode", "live", "--trace", trace, "--requests", "100", "--pods", "2",
                   "--capacity-blocks", "100", "--policy", "prefix", "--speedup", "400",
-                  "--kvtierd", KVTIERD)
+                  "--kvtierd", KVTIERD, "--out", plots)
         check_fields(j, 2)
         assert j["requests"] == 100 and j["routed_calls"] == 100, j
         print("ok: --kvtierd")
+        # --out: the TTFT CDF ends at 1 with the run's slowest request; the load sums up
+        if shutil.which("gnuplot"):
+            for name in ("ttft-cdf", "pod-load"):
+                with open(os.path.join(plots, name + ".png"), "rb") as f:
+                    assert f.read(8) == b"\x89PNG\r\n\x1a\n", name
+            cdf = [tuple(map(float, l.split())) for l in
+                   open(os.path.join(plots, "ttft-cdf.dat")).read().splitlines()[1:] if l]
+            assert len(cdf) == 100 and cdf[-1][1] == 1.0, cdf[-3:]
+            assert all(a[0] <= b[0] and a[1] < b[1] for a, b in zip(cdf, cdf[1:])), cdf
+            assert abs(cdf[98][0] - j["ttft_p99_ms"]) < 1e-6 or cdf[98][0] <= j["ttft_p99_ms"]
+            rows = open(os.path.join(plots, "pod-load.dat")).read().splitlines()[1:]
+            assert sum(float(r.split()[1]) for r in rows) == j["total_blocks"] - j["hit_blocks"]
+            print("ok: --out")
 
 
 if __name__ == "__main__":
