@@ -26,8 +26,8 @@ static void replay_usage(void)
            "                          from `kvtier-bench gen --from-azure` defaults, --seed)\n"
            "  --pods N                simulated pods (default 8)\n"
            "  --capacity-blocks C     blocks each pod caches, LRU beyond (default 0: unbounded)\n"
-           "  --policy P[,P...]|all   random, round-robin, least-loaded, session, prefix, cost\n"
-           "                          (default all)\n"
+           "  --policy P[,P...]|all   random, round-robin, least-loaded, session, prefix, cost,\n"
+           "                          approx-prefix (default all)\n"
            "  --seed S                random's generator and the scorer's tie-breaks (default 1)\n"
            "  --load-weight W         cost: the scorer's w_load (default 1.0)\n"
            "  --per-request FILE      write 'policy request pod hit blocks' lines to FILE\n"
@@ -73,20 +73,22 @@ static int replay_policies(const char *list, kvt_sim_policy_t *pol, size_t *n_p)
 err_bad:
     fprintf(stderr,
             "kvtier-bench: --policy must be 'all' or a comma list of random, round-robin, "
-            "least-loaded, session, prefix, cost; got '%s'\n",
+            "least-loaded, session, prefix, cost, approx-prefix; got '%s'\n",
             list);
     return -1;
 }
 
-static void replay_json_result(const kvt_sim_policy_t pol, const kvt_sim_result_t *r, double ideal)
+static void replay_json_result(const kvt_sim_policy_t pol, const kvt_sim_result_t *r, double ideal,
+                               double belady)
 {
-    printf("\"policy\":\"%s\",\"hit_ratio\":%.6f,\"ideal_hit_ratio\":%.6f,"
-           "\"fraction_of_ideal\":%.4f,\"load_imbalance\":%.4f,\"routed_imbalance\":%.4f,"
-           "\"hit_blocks\":%" PRIu64 ",\"total_blocks\":%" PRIu64 ",\"requests\":%" PRIu64
-           ",\"evicted_blocks\":%" PRIu64 ",\"index_mismatch\":%" PRIu64,
-           kvt_sim_policy_name(pol), r->hit_ratio, ideal, ideal > 0 ? r->hit_ratio / ideal : 0.0,
-           r->load_imbalance, r->routed_imbalance, r->hit_blocks, r->total_blocks, r->requests,
-           r->evicted, r->index_mismatch);
+    printf(
+        "\"policy\":\"%s\",\"hit_ratio\":%.6f,\"ideal_hit_ratio\":%.6f,\"belady_hit_ratio\":%.6f,"
+        "\"fraction_of_ideal\":%.4f,\"load_imbalance\":%.4f,\"routed_imbalance\":%.4f,"
+        "\"hit_blocks\":%" PRIu64 ",\"total_blocks\":%" PRIu64 ",\"requests\":%" PRIu64
+        ",\"evicted_blocks\":%" PRIu64 ",\"index_mismatch\":%" PRIu64,
+        kvt_sim_policy_name(pol), r->hit_ratio, ideal, belady,
+        ideal > 0 ? r->hit_ratio / ideal : 0.0, r->load_imbalance, r->routed_imbalance,
+        r->hit_blocks, r->total_blocks, r->requests, r->evicted, r->index_mismatch);
 }
 
 /*
@@ -199,14 +201,23 @@ int kvt_bench_replay_main(int argc, char **argv)
         goto err_trace;
     }
     double ideal = itotal ? (double)ihit / (double)itotal : 0.0;
+    uint64_t bhit = 0;
+    if (kvt_sim_belady(t, capacity, &bhit, NULL) != KVT_OK) {
+        fprintf(stderr, "kvtier-bench: out of memory\n");
+        goto err_trace;
+    }
+    double belady = itotal ? (double)bhit / (double)itotal : 0.0;
 
     kvt_sim_result_t res[KVT_SIM_NPOLICIES];
     memset(res, 0, sizeof(res));
     printf("replay --mode cache: %s, %zu requests, %" PRIu64 " blocks, %" PRIu32
            " pods, capacity %s%" PRIu64 " blocks per pod\n",
            trace_path, t->nreqs, itotal, pods, capacity ? "" : "unbounded ", capacity);
-    printf("ideal (one pod, unbounded cache): %" PRIu64 " / %" PRIu64 " blocks hit = %.2f%%\n\n",
+    printf("ideal (one pod, unbounded cache): %" PRIu64 " / %" PRIu64 " blocks hit = %.2f%%\n",
            ihit, itotal, 100.0 * ideal);
+    printf("belady (one pod, the same capacity, farthest next use evicted): %" PRIu64
+           " blocks hit = %.2f%%\n\n",
+           bhit, 100.0 * belady);
     printf("%-13s %9s %9s %10s %10s %12s %12s %10s\n", "policy", "hit %", "of ideal", "load imb",
            "routed imb", "hit blocks", "total", "evicted");
     for (size_t k = 0; k < npol; k++) {
@@ -245,12 +256,12 @@ int kvt_bench_replay_main(int argc, char **argv)
            ",\"capacity_blocks\":%" PRIu64 ",",
            pods, capacity);
     if (npol == 1) {
-        replay_json_result(pol[0], &res[0], ideal);
+        replay_json_result(pol[0], &res[0], ideal, belady);
     } else {
-        printf("\"ideal_hit_ratio\":%.6f,\"results\":[", ideal);
+        printf("\"ideal_hit_ratio\":%.6f,\"belady_hit_ratio\":%.6f,\"results\":[", ideal, belady);
         for (size_t k = 0; k < npol; k++) {
             printf(k ? ",{" : "{");
-            replay_json_result(pol[k], &res[k], ideal);
+            replay_json_result(pol[k], &res[k], ideal, belady);
             printf("}");
         }
         printf("]");

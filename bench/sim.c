@@ -14,7 +14,7 @@
 #include "kvindex/index.h"
 
 static const char *const sim_policy_names[KVT_SIM_NPOLICIES] = {
-    "random", "round-robin", "least-loaded", "session", "prefix", "cost",
+    "random", "round-robin", "least-loaded", "session", "prefix", "cost", "approx-prefix",
 };
 
 const char *kvt_sim_policy_name(kvt_sim_policy_t p)
@@ -111,6 +111,8 @@ static kvt_status_t sim_init(sim_t *s, const kvt_trace_t *t, const kvt_sim_confi
         .seed = cfg->seed,
         .load_weight = cfg->load_weight,
         .sessions = cfg->sessions != NULL ? t->nreqs : 0,
+        .approx_capacity = cfg->approx_capacity ? cfg->approx_capacity : cap,
+        .max_blocks = t->max_blocks,
     };
     return kvt_sim_router_create(&rc, s->idx, s->reader, s->ns, s->pod_ids, &s->router, why,
                                  whylen);
@@ -151,7 +153,8 @@ kvt_status_t kvt_sim_run(const kvt_trace_t *t, const kvt_sim_config_t *cfg, kvt_
     if (res != NULL)
         memset(res, 0, sizeof(*res));
     if (t == NULL || cfg == NULL || res == NULL || cfg->pods == 0 || cfg->pods > KVT_IDX_MAX_PODS ||
-        (unsigned)cfg->policy >= KVT_SIM_NPOLICIES || cfg->capacity_blocks >= KVT_SIM_NONE - 1) {
+        (unsigned)cfg->policy >= KVT_SIM_NPOLICIES || cfg->capacity_blocks >= KVT_SIM_NONE - 1 ||
+        cfg->approx_capacity >= KVT_SIM_NONE - 1) {
         kvt_errf(why, whylen, "bad arguments");
         return KVT_ERR_INVAL;
     }
