@@ -16,6 +16,7 @@
 #include <string.h>
 
 #include "bench/sim.h"
+#include "common/heap.h"
 
 #define BEL_NEVER UINT64_MAX
 
@@ -24,6 +25,9 @@ typedef struct bel_ent {
     uint32_t blk; /* dense block id */
 } bel_ent_t;
 
+#define BEL_FARTHER(a, b) ((a)->key > (b)->key)
+KVT_HEAP_DEFINE(bel_heap, bel_ent_t, BEL_FARTHER)
+
 typedef struct bel {
     uint32_t *dense;  /* per trace position: the block's dense id */
     uint64_t *next;   /* per trace position: key of the block's next use */
@@ -31,7 +35,7 @@ typedef struct bel {
     uint32_t *in_req; /* per dense id: the last request that touched it (+1; 0: none) */
     bool *cached;     /* per dense id */
     bel_ent_t *heap;  /* max-heap by key, stale entries included */
-    size_t nheap, heap_cap;
+    size_t nheap;
     bel_ent_t *stash; /* the running request's own entries, popped while evicting */
 } bel_t;
 
@@ -39,39 +43,6 @@ static int bel_cmp_u64(const void *a, const void *b)
 {
     uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
     return x < y ? -1 : x > y;
-}
-
-static void bel_push(bel_t *b, uint64_t key, uint32_t blk)
-{
-    size_t i = b->nheap++;
-    while (i > 0) {
-        size_t up = (i - 1) / 2;
-        if (b->heap[up].key >= key)
-            break;
-        b->heap[i] = b->heap[up];
-        i = up;
-    }
-    b->heap[i] = (bel_ent_t){key, blk};
-}
-
-static bel_ent_t bel_pop(bel_t *b)
-{
-    bel_ent_t top = b->heap[0], last = b->heap[--b->nheap];
-    size_t i = 0, n = b->nheap;
-    for (;;) {
-        size_t c = 2 * i + 1;
-        if (c >= n)
-            break;
-        if (c + 1 < n && b->heap[c + 1].key > b->heap[c].key)
-            c++;
-        if (b->heap[c].key <= last.key)
-            break;
-        b->heap[i] = b->heap[c];
-        i = c;
-    }
-    if (n > 0)
-        b->heap[i] = last;
-    return top;
 }
 
 static void bel_cleanup(bel_t *b)
@@ -93,8 +64,8 @@ static kvt_status_t bel_init(bel_t *b, const kvt_trace_t *t)
     uint64_t *u = malloc(n * sizeof(*u));
     b->dense = malloc(n * sizeof(*b->dense));
     b->next = malloc(n * sizeof(*b->next));
-    b->heap_cap = 2 * n; /* one push per touch, at most one re-push per touch */
-    b->heap = malloc(b->heap_cap * sizeof(*b->heap));
+    /* one entry per touch at most: one set aside goes back after it was popped */
+    b->heap = malloc(n * sizeof(*b->heap));
     b->stash = malloc((t->max_blocks ? t->max_blocks : 1) * sizeof(*b->stash));
     if (u == NULL || b->dense == NULL || b->next == NULL || b->heap == NULL || b->stash == NULL)
         goto err_nomem;
@@ -167,12 +138,12 @@ kvt_status_t kvt_sim_belady(const kvt_trace_t *t, uint64_t capacity, uint64_t *h
                 continue; /* the same block twice in this request */
             b.cur[d] = b.next[off + k];
             b.in_req[d] = mark;
-            bel_push(&b, b.cur[d], d);
+            bel_heap_push(b.heap, &b.nheap, (bel_ent_t){b.cur[d], d});
         }
         /* evict farthest first, sparing this request's blocks while others remain */
         uint32_t nstash = 0, s = 0;
         while (held > cap && b.nheap > 0) {
-            bel_ent_t e = bel_pop(&b);
+            bel_ent_t e = bel_heap_pop(b.heap, &b.nheap);
             if (!b.cached[e.blk] || b.cur[e.blk] != e.key)
                 continue; /* stale */
             if (b.in_req[e.blk] == mark) {
@@ -188,7 +159,7 @@ kvt_status_t kvt_sim_belady(const kvt_trace_t *t, uint64_t capacity, uint64_t *h
             held--;
         }
         for (; s < nstash; s++)
-            bel_push(&b, b.stash[s].key, b.stash[s].blk);
+            bel_heap_push(b.heap, &b.nheap, b.stash[s]);
     }
     bel_cleanup(&b);
     if (hit_p != NULL)

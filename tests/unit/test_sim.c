@@ -16,35 +16,7 @@
 
 #include "bench/sim.h"
 #include "bench/trace.h"
-
-/* A trace of @n requests; @reqs[i] lists request i's hash ids, ended by -1. */
-static kvt_trace_t *mk_trace(const int *const *reqs, size_t n)
-{
-    size_t cap = 1, len = 0;
-    for (size_t i = 0; i < n; i++)
-        for (const int *h = reqs[i]; *h >= -1; h++) { /* 12 bytes per id, 96 per line */
-            cap += *h >= 0 ? 12 : 96;
-            if (*h < 0)
-                break;
-        }
-    char *buf = malloc(cap);
-    assert_non_null(buf);
-    for (size_t i = 0; i < n; i++) {
-        len += (size_t)snprintf(buf + len, cap - len,
-                                "{\"timestamp\": %zu, \"input_length\": 1, \"output_length\": 1, "
-                                "\"hash_ids\": [",
-                                i);
-        for (const int *h = reqs[i]; *h >= 0; h++)
-            len += (size_t)snprintf(buf + len, cap - len, "%s%d", h == reqs[i] ? "" : ", ", *h);
-        len += (size_t)snprintf(buf + len, cap - len, "]}\n");
-        assert_true(len < cap);
-    }
-    kvt_trace_t *t = NULL;
-    char err[128] = "";
-    assert_int_equal(kvt_trace_parse(buf, len, &t, err, sizeof(err)), KVT_OK);
-    free(buf);
-    return t;
-}
+#include "tests/support/sim_trace.h"
 
 static void run(const kvt_trace_t *t, uint32_t pods, uint64_t cap, kvt_sim_policy_t pol,
                 const uint64_t *sessions, kvt_sim_result_t *r)
@@ -88,7 +60,7 @@ static void test_lru_one_pod(void **state)
                      r3[] = {6, 7, -1}, r4[] = {1, 2, 3, -1}, r5[] = {7, 8, -1};
     const int *reqs[] = {r0, r1, r2, r3, r4, r5};
     static const uint32_t hits[] = {0, 2, 3, 0, 2, 0};
-    kvt_trace_t *t = mk_trace(reqs, 6);
+    kvt_trace_t *t = test_sim_trace(reqs, 6);
     kvt_sim_result_t r;
     run(t, 1, 4, KVT_SIM_ROUND_ROBIN, NULL, &r);
     expect_hits(&r, hits, 6);
@@ -114,7 +86,7 @@ static void test_tail_first(void **state)
     static const int r0[] = {1, 2, -1}, r1[] = {3, -1}, r2[] = {1, 2, -1}, r3[] = {4, 5, 6, -1};
     const int *reqs[] = {r0, r1, r2, r3, r3};
     static const uint32_t hits[] = {0, 0, 1, 0, 2};
-    kvt_trace_t *t = mk_trace(reqs, 5);
+    kvt_trace_t *t = test_sim_trace(reqs, 5);
     kvt_sim_result_t r;
     run(t, 1, 2, KVT_SIM_ROUND_ROBIN, NULL, &r);
     expect_hits(&r, hits, 5);
@@ -129,7 +101,7 @@ static kvt_trace_t *two_prefixes(void)
 {
     static const int a[] = {1, 2, -1}, b[] = {1, 3, -1};
     const int *reqs[] = {a, b, a, b};
-    return mk_trace(reqs, 4);
+    return test_sim_trace(reqs, 4);
 }
 
 /*
@@ -194,7 +166,7 @@ static void test_cost(void **state)
     (void)state;
     static const int a[] = {1, 2, -1};
     const int *reqs[] = {a, a, a, a, a, a};
-    kvt_trace_t *t = mk_trace(reqs, 6);
+    kvt_trace_t *t = test_sim_trace(reqs, 6);
     kvt_sim_config_t cfg = {
         .pods = 2, .capacity_blocks = 0, .policy = KVT_SIM_COST, .seed = 3, .load_weight = 0.1};
     kvt_sim_result_t r;
@@ -209,7 +181,7 @@ static void test_cost(void **state)
     static const int c0[] = {10, 11, -1}, c1[] = {20, 21, -1}, c2[] = {30, 31, -1},
                      c3[] = {40, 41, -1};
     const int *dreqs[] = {c0, c1, c2, c3};
-    t = mk_trace(dreqs, 4);
+    t = test_sim_trace(dreqs, 4);
     cfg.load_weight = 1.0;
     assert_int_equal(kvt_sim_run(t, &cfg, &r, NULL, 0), KVT_OK);
     assert_int_equal(r.prefilled[0], 4);
@@ -250,7 +222,7 @@ static kvt_trace_t *gen_trace(uint64_t seed, size_t nreq)
         memcpy(reqs[i], ctx[s], (size_t)len[s] * sizeof(int));
         reqs[i][len[s]] = -1;
     }
-    kvt_trace_t *t = mk_trace((const int *const *)reqs, nreq);
+    kvt_trace_t *t = test_sim_trace((const int *const *)reqs, nreq);
     for (size_t i = 0; i < nreq; i++)
         free(reqs[i]);
     free(reqs);
