@@ -15,6 +15,7 @@
 #include "bench/trace.h"
 
 static const char *const replay_modes[] = {"cache", "live", NULL};
+static const char *const replay_load_units[] = {"percent", "blocks", NULL};
 
 static void replay_usage(void)
 {
@@ -29,7 +30,13 @@ static void replay_usage(void)
            "  --policy P[,P...]|all   random, round-robin, least-loaded, session, prefix, cost,\n"
            "                          approx-prefix (default all)\n"
            "  --seed S                random's generator and the scorer's tie-breaks (default 1)\n"
-           "  --load-weight W         cost: the scorer's w_load (default 1.0)\n"
+           "  --load-weight W         cost, approx-prefix: the scorer's w_load (default 1.0)\n"
+           "  --load-unit U           a pod's load, its blocks prefilled beyond the least loaded\n"
+           "                          pod's: in percent of the mean (default) or in blocks\n"
+           "  --load-half-life S      those blocks decay with this half-life in trace seconds\n"
+           "                          (default 0: every block since the start counts)\n"
+           "  --approx-capacity E     approx-prefix: its table's entries per pod (default 0:\n"
+           "                          --capacity-blocks)\n"
            "  --per-request FILE      write 'policy request pod hit blocks' lines to FILE\n"
            "The last stdout line is one JSON object: the policy's figures, or with several\n"
            "policies a \"results\" array of them.\n");
@@ -78,17 +85,19 @@ err_bad:
     return -1;
 }
 
+/* One policy's figures; @belady < 0 leaves belady_hit_ratio out (live mode has none). */
 static void replay_json_result(const kvt_sim_policy_t pol, const kvt_sim_result_t *r, double ideal,
                                double belady)
 {
-    printf(
-        "\"policy\":\"%s\",\"hit_ratio\":%.6f,\"ideal_hit_ratio\":%.6f,\"belady_hit_ratio\":%.6f,"
-        "\"fraction_of_ideal\":%.4f,\"load_imbalance\":%.4f,\"routed_imbalance\":%.4f,"
-        "\"hit_blocks\":%" PRIu64 ",\"total_blocks\":%" PRIu64 ",\"requests\":%" PRIu64
-        ",\"evicted_blocks\":%" PRIu64 ",\"index_mismatch\":%" PRIu64,
-        kvt_sim_policy_name(pol), r->hit_ratio, ideal, belady,
-        ideal > 0 ? r->hit_ratio / ideal : 0.0, r->load_imbalance, r->routed_imbalance,
-        r->hit_blocks, r->total_blocks, r->requests, r->evicted, r->index_mismatch);
+    printf("\"policy\":\"%s\",\"hit_ratio\":%.6f,\"ideal_hit_ratio\":%.6f,",
+           kvt_sim_policy_name(pol), r->hit_ratio, ideal);
+    if (belady >= 0)
+        printf("\"belady_hit_ratio\":%.6f,", belady);
+    printf("\"fraction_of_ideal\":%.4f,\"load_imbalance\":%.4f,\"routed_imbalance\":%.4f,"
+           "\"hit_blocks\":%" PRIu64 ",\"total_blocks\":%" PRIu64 ",\"requests\":%" PRIu64
+           ",\"evicted_blocks\":%" PRIu64 ",\"index_mismatch\":%" PRIu64,
+           ideal > 0 ? r->hit_ratio / ideal : 0.0, r->load_imbalance, r->routed_imbalance,
+           r->hit_blocks, r->total_blocks, r->requests, r->evicted, r->index_mismatch);
 }
 
 /*
@@ -136,7 +145,7 @@ int kvt_bench_replay_policies(const char *list, kvt_sim_policy_t *pol, size_t *n
 
 void kvt_bench_replay_json(kvt_sim_policy_t pol, const kvt_sim_result_t *r, double ideal)
 {
-    replay_json_result(pol, r, ideal);
+    replay_json_result(pol, r, ideal, -1.0);
 }
 
 int kvt_bench_replay_main(int argc, char **argv)
@@ -145,9 +154,9 @@ int kvt_bench_replay_main(int argc, char **argv)
         if ((strcmp(argv[i], "--mode") == 0 && i + 1 < argc && strcmp(argv[i + 1], "live") == 0) ||
             strcmp(argv[i], "--mode=live") == 0)
             return kvt_bench_live_main(argc, argv);
-    uint32_t mode = 0, pods = 8;
-    uint64_t capacity = 0, seed = 1;
-    double load_weight = 1.0;
+    uint32_t mode = 0, pods = 8, load_unit = 0;
+    uint64_t capacity = 0, seed = 1, approx_capacity = 0;
+    double load_weight = 1.0, half_life = 0.0;
     const char *trace_path = NULL, *policy = "all", *per_request = NULL;
     const kvt_bench_arg_t args[] = {
         KVT_BENCH_ARG_CHOICE("--mode", &mode, replay_modes),
@@ -157,6 +166,9 @@ int kvt_bench_replay_main(int argc, char **argv)
         KVT_BENCH_ARG_STR("--policy", &policy),
         KVT_BENCH_ARG_U64("--seed", &seed, 1, UINT64_MAX),
         KVT_BENCH_ARG_DOUBLE("--load-weight", &load_weight, 0.0, 1e9),
+        KVT_BENCH_ARG_DOUBLE("--load-half-life", &half_life, 0.0, 1e9),
+        KVT_BENCH_ARG_CHOICE("--load-unit", &load_unit, replay_load_units),
+        KVT_BENCH_ARG_U64("--approx-capacity", &approx_capacity, 0, UINT32_MAX - 2u),
         KVT_BENCH_ARG_STR("--per-request", &per_request),
     };
     int pr = kvt_bench_parse_args(argc, argv, args, sizeof(args) / sizeof(args[0]));
@@ -227,6 +239,9 @@ int kvt_bench_replay_main(int argc, char **argv)
             .policy = pol[k],
             .seed = seed,
             .load_weight = load_weight,
+            .load_half_life_ms = 1000.0 * half_life,
+            .load_blocks = load_unit == 1,
+            .approx_capacity = approx_capacity,
             .sessions = sessions,
         };
         kvt_status_t st = kvt_sim_run(t, &cfg, &res[k], err, sizeof(err));

@@ -20,6 +20,7 @@
 #ifndef KVT_BENCH_SIM_H
 #define KVT_BENCH_SIM_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -55,14 +56,16 @@ typedef struct kvt_sim_config {
     kvt_sim_policy_t policy;
     uint64_t seed; /* `random`'s generator and the scorer's tie-breaks; 0 is taken as 1 */
     /*
-     * `cost`: the scorer's w_load (blocks of cache score per block of load).
-     * A pod's load is the blocks it has prefilled so far minus the least
-     * loaded pod's: with requests finished one by one there is nothing
-     * outstanding, so the load term sees the work each pod has done, and
-     * keeps it within about one request's match of the others'. < 0: the
-     * scorer's default (1.0).
+     * `cost` and `approx-prefix`: the scorer's w_load (blocks of cache score
+     * per unit of load). With requests finished one by one nothing is
+     * outstanding, so a pod's load is the work it has done: the blocks it has
+     * prefilled (decayed when load_half_life_ms > 0) beyond the least loaded
+     * pod's, in percent of the pods' mean, or in blocks when load_blocks.
+     * < 0: the scorer's default (1.0).
      */
     double load_weight;
+    double load_half_life_ms; /* 0: every block prefilled so far counts */
+    bool load_blocks;         /* the excess in blocks, not in percent of the mean */
     /* per request (trace order), borrowed; 0 means none; NULL: the trace has none */
     const uint64_t *sessions;
     /*

@@ -6,6 +6,7 @@
  */
 #include <setjmp.h>
 #include <stdarg.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -156,10 +157,14 @@ static void test_policies_two_pods(void **state)
 }
 
 /*
- * cost. Six requests [1 2] on two pods, w_load 0.1: r0 goes to a pod A by the tie-break and
- * prefills 2; then A scores 2 - 0.1 * 2 = 1.8 against B's 0: all stay on A, hits 0 + 5 * 2 = 10.
+ * cost, the load in blocks. Six requests [1 2] on two pods, w_load 0.1: r0 goes to a pod A by
+ * the tie-break and prefills 2; then A scores 2 - 0.1 * 2 = 1.8 against B's 0: all stay on A,
+ * hits 0 + 5 * 2 = 10.
  * Four distinct chains of 2 blocks, w_load 1 (load = prefilled minus the least loaded pod's):
  * r0 to A (tie), r1 to B (A scores -2), r2 and r3 on a tie again, one each: 4 and 4.
+ * The load in percent of the mean (the default), w_load 1, six requests [1 2]: r0 to A; r1: A's
+ * load is 100 * 2 / 1 (mean 1), A scores 2 - 200: B, hit 0; then both hold [1 2] with equal
+ * loads: hits 2 each, 8 in all, 2 and 2 prefilled.
  */
 static void test_cost(void **state)
 {
@@ -167,8 +172,12 @@ static void test_cost(void **state)
     static const int a[] = {1, 2, -1};
     const int *reqs[] = {a, a, a, a, a, a};
     kvt_trace_t *t = test_sim_trace(reqs, 6);
-    kvt_sim_config_t cfg = {
-        .pods = 2, .capacity_blocks = 0, .policy = KVT_SIM_COST, .seed = 3, .load_weight = 0.1};
+    kvt_sim_config_t cfg = {.pods = 2,
+                            .capacity_blocks = 0,
+                            .policy = KVT_SIM_COST,
+                            .seed = 3,
+                            .load_weight = 0.1,
+                            .load_blocks = true};
     kvt_sim_result_t r;
     assert_int_equal(kvt_sim_run(t, &cfg, &r, NULL, 0), KVT_OK);
     assert_int_equal(r.hit_blocks, 10);
@@ -187,6 +196,16 @@ static void test_cost(void **state)
     assert_int_equal(r.prefilled[0], 4);
     assert_int_equal(r.prefilled[1], 4);
     assert_true(r.load_imbalance == 1.0);
+    kvt_sim_result_cleanup(&r);
+    kvt_trace_free(t);
+
+    t = test_sim_trace(reqs, 6);
+    cfg.load_blocks = false;
+    assert_int_equal(kvt_sim_run(t, &cfg, &r, NULL, 0), KVT_OK);
+    assert_int_equal(r.hit_blocks, 8);
+    assert_int_not_equal(r.req_pod[1], r.req_pod[0]);
+    assert_int_equal(r.prefilled[0], 2);
+    assert_int_equal(r.prefilled[1], 2);
     kvt_sim_result_cleanup(&r);
     kvt_trace_free(t);
 }

@@ -28,6 +28,7 @@ static void run_approx(const kvt_trace_t *t, uint64_t cap, uint64_t approx_cap,
                             .policy = pol,
                             .seed = 7,
                             .load_weight = 0.1,
+                            .load_blocks = true,
                             .approx_capacity = approx_cap};
     char why[128] = "";
     assert_int_equal(kvt_sim_run(t, &cfg, r, why, sizeof(why)), KVT_OK);
@@ -35,8 +36,8 @@ static void run_approx(const kvt_trace_t *t, uint64_t cap, uint64_t approx_cap,
 }
 
 /*
- * Two pods caching 2 blocks each, w_load 0.1 (load: blocks prefilled beyond
- * the least loaded pod's), requests [1 2] [1 2 3] [1 2 3].
+ * Two pods caching 2 blocks each, w_load 0.1 (load in blocks: prefilled
+ * beyond the least loaded pod's), requests [1 2] [1 2 3] [1 2 3].
  *   r0: no match anywhere: pod A by the tie-break; A prefills 2.
  *   r1: A matches 2 in every table: 2 - 0.1 * 2 = 1.8 against B's 0: A, hit 2.
  *       A's cache evicts 3 (touched first, tail first); A's cache is {1 2}.
