@@ -20,7 +20,7 @@ typedef struct kvt_sim_router_config {
     uint64_t seed;      /* `random`'s generator and the scorer's tie-breaks; 0 is taken as 1 */
     double load_weight; /* `cost`: the scorer's w_load; < 0: the scorer's default */
     size_t sessions;    /* `session`: distinct session ids at most (0: none are given) */
-    /* `approx-prefix`: its table's entries per pod (0: unbounded), and keys per request at most */
+    /* `approx-prefix`: its table's entries per pod (>= 1), and keys per request at most */
     uint64_t approx_capacity;
     uint32_t max_blocks;
 } kvt_sim_router_config_t;
