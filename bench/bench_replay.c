@@ -16,6 +16,7 @@
 #include "bench/trace.h"
 
 static const char *const replay_modes[] = {"cache", "live", NULL};
+static const char *const replay_load_units[] = {"percent", "blocks", NULL};
 
 static void replay_usage(void)
 {
@@ -27,10 +28,16 @@ static void replay_usage(void)
            "                          from `kvtier-bench gen --from-azure` defaults, --seed)\n"
            "  --pods N                simulated pods (default 8)\n"
            "  --capacity-blocks C     blocks each pod caches, LRU beyond (default 0: unbounded)\n"
-           "  --policy P[,P...]|all   random, round-robin, least-loaded, session, prefix, cost\n"
-           "                          (default all)\n"
+           "  --policy P[,P...]|all   random, round-robin, least-loaded, session, prefix, cost,\n"
+           "                          approx-prefix (default all)\n"
            "  --seed S                random's generator and the scorer's tie-breaks (default 1)\n"
-           "  --load-weight W         cost: the scorer's w_load (default 1.0)\n"
+           "  --load-weight W         cost, approx-prefix: the scorer's w_load (default 1.0)\n"
+           "  --load-unit U           a pod's load, its blocks prefilled beyond the least loaded\n"
+           "                          pod's: in percent of the mean (default) or in blocks\n"
+           "  --load-half-life S      those blocks decay with this half-life in trace seconds\n"
+           "                          (default 0: every block since the start counts)\n"
+           "  --approx-capacity E     approx-prefix: its table's entries per pod (default 0:\n"
+           "                          --capacity-blocks)\n"
            "  --per-request FILE      write 'policy request pod hit blocks' lines to FILE\n"
            "  --out DIR               write plots there as PNG (gnuplot): hit ratio against\n"
            "                          capacity per policy, per-pod load\n"
@@ -76,20 +83,24 @@ static int replay_policies(const char *list, kvt_sim_policy_t *pol, size_t *n_p)
 err_bad:
     fprintf(stderr,
             "kvtier-bench: --policy must be 'all' or a comma list of random, round-robin, "
-            "least-loaded, session, prefix, cost; got '%s'\n",
+            "least-loaded, session, prefix, cost, approx-prefix; got '%s'\n",
             list);
     return -1;
 }
 
-static void replay_json_result(const kvt_sim_policy_t pol, const kvt_sim_result_t *r, double ideal)
+/* One policy's figures; @belady < 0 leaves belady_hit_ratio out (live mode has none). */
+static void replay_json_result(const kvt_sim_policy_t pol, const kvt_sim_result_t *r, double ideal,
+                               double belady)
 {
-    printf("\"policy\":\"%s\",\"hit_ratio\":%.6f,\"ideal_hit_ratio\":%.6f,"
-           "\"fraction_of_ideal\":%.4f,\"load_imbalance\":%.4f,\"routed_imbalance\":%.4f,"
+    printf("\"policy\":\"%s\",\"hit_ratio\":%.6f,\"ideal_hit_ratio\":%.6f,",
+           kvt_sim_policy_name(pol), r->hit_ratio, ideal);
+    if (belady >= 0)
+        printf("\"belady_hit_ratio\":%.6f,", belady);
+    printf("\"fraction_of_ideal\":%.4f,\"load_imbalance\":%.4f,\"routed_imbalance\":%.4f,"
            "\"hit_blocks\":%" PRIu64 ",\"total_blocks\":%" PRIu64 ",\"requests\":%" PRIu64
            ",\"evicted_blocks\":%" PRIu64 ",\"index_mismatch\":%" PRIu64,
-           kvt_sim_policy_name(pol), r->hit_ratio, ideal, ideal > 0 ? r->hit_ratio / ideal : 0.0,
-           r->load_imbalance, r->routed_imbalance, r->hit_blocks, r->total_blocks, r->requests,
-           r->evicted, r->index_mismatch);
+           ideal > 0 ? r->hit_ratio / ideal : 0.0, r->load_imbalance, r->routed_imbalance,
+           r->hit_blocks, r->total_blocks, r->requests, r->evicted, r->index_mismatch);
 }
 
 /*
@@ -137,7 +148,7 @@ int kvt_bench_replay_policies(const char *list, kvt_sim_policy_t *pol, size_t *n
 
 void kvt_bench_replay_json(kvt_sim_policy_t pol, const kvt_sim_result_t *r, double ideal)
 {
-    replay_json_result(pol, r, ideal);
+    replay_json_result(pol, r, ideal, -1.0);
 }
 
 /* Per-pod capacities of the hit-ratio plot, as fractions of the trace's distinct blocks. */
@@ -183,9 +194,9 @@ int kvt_bench_replay_main(int argc, char **argv)
         if ((strcmp(argv[i], "--mode") == 0 && i + 1 < argc && strcmp(argv[i + 1], "live") == 0) ||
             strcmp(argv[i], "--mode=live") == 0)
             return kvt_bench_live_main(argc, argv);
-    uint32_t mode = 0, pods = 8;
-    uint64_t capacity = 0, seed = 1;
-    double load_weight = 1.0;
+    uint32_t mode = 0, pods = 8, load_unit = 0;
+    uint64_t capacity = 0, seed = 1, approx_capacity = 0;
+    double load_weight = 1.0, half_life = 0.0;
     const char *trace_path = NULL, *policy = "all", *per_request = NULL, *out_dir = NULL;
     const kvt_bench_arg_t args[] = {
         KVT_BENCH_ARG_CHOICE("--mode", &mode, replay_modes),
@@ -195,6 +206,9 @@ int kvt_bench_replay_main(int argc, char **argv)
         KVT_BENCH_ARG_STR("--policy", &policy),
         KVT_BENCH_ARG_U64("--seed", &seed, 1, UINT64_MAX),
         KVT_BENCH_ARG_DOUBLE("--load-weight", &load_weight, 0.0, 1e9),
+        KVT_BENCH_ARG_DOUBLE("--load-half-life", &half_life, 0.0, 1e9),
+        KVT_BENCH_ARG_CHOICE("--load-unit", &load_unit, replay_load_units),
+        KVT_BENCH_ARG_U64("--approx-capacity", &approx_capacity, 0, UINT32_MAX - 2u),
         KVT_BENCH_ARG_STR("--per-request", &per_request),
         KVT_BENCH_ARG_STR("--out", &out_dir),
     };
@@ -240,14 +254,23 @@ int kvt_bench_replay_main(int argc, char **argv)
         goto err_trace;
     }
     double ideal = itotal ? (double)ihit / (double)itotal : 0.0;
+    uint64_t bhit = 0;
+    if (kvt_sim_belady(t, capacity, &bhit, NULL) != KVT_OK) {
+        fprintf(stderr, "kvtier-bench: out of memory\n");
+        goto err_trace;
+    }
+    double belady = itotal ? (double)bhit / (double)itotal : 0.0;
 
     kvt_sim_result_t res[KVT_SIM_NPOLICIES];
     memset(res, 0, sizeof(res));
     printf("replay --mode cache: %s, %zu requests, %" PRIu64 " blocks, %" PRIu32
            " pods, capacity %s%" PRIu64 " blocks per pod\n",
            trace_path, t->nreqs, itotal, pods, capacity ? "" : "unbounded ", capacity);
-    printf("ideal (one pod, unbounded cache): %" PRIu64 " / %" PRIu64 " blocks hit = %.2f%%\n\n",
+    printf("ideal (one pod, unbounded cache): %" PRIu64 " / %" PRIu64 " blocks hit = %.2f%%\n",
            ihit, itotal, 100.0 * ideal);
+    printf("belady (one pod, the same capacity, farthest next use evicted): %" PRIu64
+           " blocks hit = %.2f%%\n\n",
+           bhit, 100.0 * belady);
     printf("%-13s %9s %9s %10s %10s %12s %12s %10s\n", "policy", "hit %", "of ideal", "load imb",
            "routed imb", "hit blocks", "total", "evicted");
     for (size_t k = 0; k < npol; k++) {
@@ -257,6 +280,9 @@ int kvt_bench_replay_main(int argc, char **argv)
             .policy = pol[k],
             .seed = seed,
             .load_weight = load_weight,
+            .load_half_life_ms = 1000.0 * half_life,
+            .load_blocks = load_unit == 1,
+            .approx_capacity = approx_capacity,
             .sessions = sessions,
         };
         kvt_status_t st = kvt_sim_run(t, &cfg, &res[k], err, sizeof(err));
@@ -284,7 +310,14 @@ int kvt_bench_replay_main(int argc, char **argv)
            "routed\n");
     if (out_dir != NULL) {
         kvt_sim_config_t base = {
-            .pods = pods, .seed = seed, .load_weight = load_weight, .sessions = sessions};
+            .pods = pods,
+            .seed = seed,
+            .load_weight = load_weight,
+            .load_half_life_ms = 1000.0 * half_life,
+            .load_blocks = load_unit == 1,
+            .approx_capacity = approx_capacity,
+            .sessions = sessions,
+        };
         if (replay_cache_plots(out_dir, t, &base, pol, npol, res) != 0)
             goto err_res;
     }
@@ -292,12 +325,12 @@ int kvt_bench_replay_main(int argc, char **argv)
            ",\"capacity_blocks\":%" PRIu64 ",",
            pods, capacity);
     if (npol == 1) {
-        replay_json_result(pol[0], &res[0], ideal);
+        replay_json_result(pol[0], &res[0], ideal, belady);
     } else {
-        printf("\"ideal_hit_ratio\":%.6f,\"results\":[", ideal);
+        printf("\"ideal_hit_ratio\":%.6f,\"belady_hit_ratio\":%.6f,\"results\":[", ideal, belady);
         for (size_t k = 0; k < npol; k++) {
             printf(k ? ",{" : "{");
-            replay_json_result(pol[k], &res[k], ideal);
+            replay_json_result(pol[k], &res[k], ideal, belady);
             printf("}");
         }
         printf("]");

@@ -46,8 +46,8 @@ int kvt_replay_plot_capacity(const char *dir, const kvt_trace_t *t, const kvt_si
     int rc = -1;
     uint64_t distinct = kvt_replay_distinct_blocks(t), ihit = 0, itotal = 0;
     double *x = calloc(nf ? nf : 1, sizeof(*x));
-    double *y = calloc((npol + 1) * (nf ? nf : 1), sizeof(*y));
-    kvt_plot_series_t *s = calloc(npol + 1, sizeof(*s));
+    double *y = calloc((npol + 2) * (nf ? nf : 1), sizeof(*y));
+    kvt_plot_series_t *s = calloc(npol + 2, sizeof(*s));
     if (distinct == UINT64_MAX || x == NULL || y == NULL || s == NULL ||
         kvt_sim_ideal(t, &ihit, &itotal) != KVT_OK) {
         kvt_errf(err, errlen, "out of memory");
@@ -77,16 +77,24 @@ int kvt_replay_plot_capacity(const char *dir, const kvt_trace_t *t, const kvt_si
         s[k] = (kvt_plot_series_t){kvt_sim_policy_name(pol[k]), nf, x, y + k * nf};
     }
     kvt_progress_end(&prog);
-    for (size_t i = 0; i < nf; i++)
+    for (size_t i = 0; i < nf; i++) {
+        uint64_t cap = (uint64_t)(fracs[i] * (double)distinct), bhit = 0, btotal = 0;
+        if (kvt_sim_belady(t, cap ? cap : 1, &bhit, &btotal) != KVT_OK) {
+            kvt_errf(err, errlen, "out of memory");
+            goto out;
+        }
         y[npol * nf + i] = itotal ? (double)ihit / (double)itotal : 0.0;
+        y[(npol + 1) * nf + i] = btotal ? (double)bhit / (double)btotal : 0.0;
+    }
     s[npol] = (kvt_plot_series_t){"ideal (unbounded)", nf, x, y + npol * nf};
+    s[npol + 1] = (kvt_plot_series_t){"Belady, one pod", nf, x, y + (npol + 1) * nf};
     kvt_plot_t p = {"hit-ratio-vs-capacity",
                     "Hit ratio against per-pod capacity",
                     "per-pod capacity (% of the trace's distinct blocks)",
                     "hit ratio (blocks)",
                     KVT_PLOT_LINES,
                     true};
-    rc = kvt_plot_write(dir, &p, s, npol + 1, err, errlen);
+    rc = kvt_plot_write(dir, &p, s, npol + 2, err, errlen);
 out:
     free(x);
     free(y);

@@ -19,7 +19,8 @@ uint64_t kvt_replay_distinct_blocks(const kvt_trace_t *t);
  * hit-ratio-vs-capacity: runs the cache mode for every policy of
  * @pol[0..npol) at per-pod capacities @fracs[0..nf) (fractions of the
  * trace's distinct blocks, ascending), other settings from @base, and plots
- * the hit ratios beside the ideal. 0, or -1 with @err.
+ * the hit ratios beside the ideal and Belady's (one pod at each capacity).
+ * 0, or -1 with @err.
  */
 int kvt_replay_plot_capacity(const char *dir, const kvt_trace_t *t, const kvt_sim_config_t *base,
                              const kvt_sim_policy_t *pol, size_t npol, const double *fracs,

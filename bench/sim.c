@@ -2,6 +2,7 @@
 #include "bench/sim.h"
 
 #include <inttypes.h>
+#include <math.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -14,7 +15,7 @@
 #include "kvindex/index.h"
 
 static const char *const sim_policy_names[KVT_SIM_NPOLICIES] = {
-    "random", "round-robin", "least-loaded", "session", "prefix", "cost",
+    "random", "round-robin", "least-loaded", "session", "prefix", "cost", "approx-prefix",
 };
 
 const char *kvt_sim_policy_name(kvt_sim_policy_t p)
@@ -45,7 +46,8 @@ typedef struct sim {
     uint32_t *pod_ids; /* the index's id of pod i */
     uint64_t *keys;    /* the index's key of every trace id (t->ids order) */
     uint64_t *evicted; /* max_blocks scratch */
-    double *load;      /* per pod: blocks prefilled beyond the least loaded pod's */
+    double *load;      /* per pod: the router's load, beyond the least loaded pod's */
+    double *recent;    /* per pod: blocks prefilled, decayed (load_half_life_ms > 0) */
 } sim_t;
 
 static void sim_cleanup(sim_t *s)
@@ -62,6 +64,7 @@ static void sim_cleanup(sim_t *s)
     free(s->keys);
     free(s->evicted);
     free(s->load);
+    free(s->recent);
 }
 
 static kvt_status_t sim_init(sim_t *s, const kvt_trace_t *t, const kvt_sim_config_t *cfg, char *why,
@@ -82,8 +85,9 @@ static kvt_status_t sim_init(sim_t *s, const kvt_trace_t *t, const kvt_sim_confi
     s->keys = malloc((t->nids ? t->nids : 1) * sizeof(*s->keys));
     s->evicted = malloc((t->max_blocks ? t->max_blocks : 1) * sizeof(*s->evicted));
     s->load = calloc(np, sizeof(*s->load));
+    s->recent = calloc(np, sizeof(*s->recent));
     if (s->caches == NULL || s->pod_ids == NULL || s->keys == NULL || s->evicted == NULL ||
-        s->load == NULL)
+        s->load == NULL || s->recent == NULL)
         return KVT_ERR_NO_MEM;
     for (uint32_t p = 0; p < np; p++)
         if ((st = kvt_sim_cache_init(&s->caches[p], cap, t->max_blocks)) != KVT_OK)
@@ -111,6 +115,8 @@ static kvt_status_t sim_init(sim_t *s, const kvt_trace_t *t, const kvt_sim_confi
         .seed = cfg->seed,
         .load_weight = cfg->load_weight,
         .sessions = cfg->sessions != NULL ? t->nreqs : 0,
+        .approx_capacity = cfg->approx_capacity ? cfg->approx_capacity : cap,
+        .max_blocks = t->max_blocks,
     };
     return kvt_sim_router_create(&rc, s->idx, s->reader, s->ns, s->pod_ids, &s->router, why,
                                  whylen);
@@ -128,6 +134,36 @@ static uint32_t sim_index_match(sim_t *s, uint32_t pod, const uint64_t *keys, ui
         if (m[i].pod == id)
             return m[i].matched;
     return 0;
+}
+
+/*
+ * The router's load before a request at @now_ms. Nothing is outstanding when
+ * requests finish one by one, so a pod's load is the work it has done: its
+ * blocks prefilled so far, or with a half-life those decayed by the trace's
+ * time since. What counts is the excess over the least loaded pod's, in
+ * percent of the mean (default: scale-free, so w_load 1 trades a block of
+ * match for 1% of excess at any point of any trace) or in blocks.
+ */
+static void sim_load(sim_t *s, const uint64_t *prefilled, uint64_t now_ms, uint64_t *last_p)
+{
+    uint32_t np = s->cfg->pods;
+    double hl = s->cfg->load_half_life_ms, lo = INFINITY;
+    if (hl > 0 && now_ms > *last_p) {
+        double f = exp2(-(double)(now_ms - *last_p) / hl);
+        for (uint32_t p = 0; p < np; p++)
+            s->recent[p] *= f;
+    }
+    *last_p = now_ms > *last_p ? now_ms : *last_p;
+    for (uint32_t p = 0; p < np; p++) {
+        s->load[p] = hl > 0 ? s->recent[p] : (double)prefilled[p];
+        lo = s->load[p] < lo ? s->load[p] : lo;
+    }
+    double mean = 0.0;
+    for (uint32_t p = 0; p < np; p++)
+        mean += s->load[p] / np;
+    double scale = s->cfg->load_blocks || mean <= 0.0 ? 1.0 : 100.0 / mean;
+    for (uint32_t p = 0; p < np; p++)
+        s->load[p] = (s->load[p] - lo) * scale;
 }
 
 static double sim_imbalance(const uint64_t *v, uint32_t n)
@@ -151,7 +187,8 @@ kvt_status_t kvt_sim_run(const kvt_trace_t *t, const kvt_sim_config_t *cfg, kvt_
     if (res != NULL)
         memset(res, 0, sizeof(*res));
     if (t == NULL || cfg == NULL || res == NULL || cfg->pods == 0 || cfg->pods > KVT_IDX_MAX_PODS ||
-        (unsigned)cfg->policy >= KVT_SIM_NPOLICIES || cfg->capacity_blocks >= KVT_SIM_NONE - 1) {
+        (unsigned)cfg->policy >= KVT_SIM_NPOLICIES || cfg->capacity_blocks >= KVT_SIM_NONE - 1 ||
+        cfg->approx_capacity >= KVT_SIM_NONE - 1) {
         kvt_errf(why, whylen, "bad arguments");
         return KVT_ERR_INVAL;
     }
@@ -167,17 +204,13 @@ kvt_status_t kvt_sim_run(const kvt_trace_t *t, const kvt_sim_config_t *cfg, kvt_
     if (st != KVT_OK)
         goto err_sim;
 
+    uint64_t last_ms = t->nreqs ? t->reqs[0].timestamp_ms : 0;
     for (size_t i = 0; i < t->nreqs; i++) {
         const kvt_trace_req_t *q = &t->reqs[i];
         const uint64_t *keys = s.keys + (q->hash_ids - t->ids);
         uint32_t n = q->nblocks;
 
-        /* load: blocks prefilled beyond the least loaded pod's (nothing is outstanding) */
-        uint64_t lo = UINT64_MAX;
-        for (uint32_t p = 0; p < cfg->pods; p++)
-            lo = r.prefilled[p] < lo ? r.prefilled[p] : lo;
-        for (uint32_t p = 0; p < cfg->pods; p++)
-            s.load[p] = (double)(r.prefilled[p] - lo);
+        sim_load(&s, r.prefilled, q->timestamp_ms, &last_ms);
         uint64_t sid = cfg->sessions != NULL ? cfg->sessions[i] : 0;
         uint32_t pod = kvt_sim_route(s.router, i, sid, keys, n, s.load, why, whylen);
         if (pod == KVT_SIM_NONE) {
@@ -193,6 +226,7 @@ kvt_status_t kvt_sim_run(const kvt_trace_t *t, const kvt_sim_config_t *cfg, kvt_
         r.hit_blocks += hit;
         r.total_blocks += n;
         r.prefilled[pod] += n - hit;
+        s.recent[pod] += n - hit;
         r.routed[pod] += n;
         if (n == 0)
             continue;

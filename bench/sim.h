@@ -20,13 +20,19 @@
 #ifndef KVT_BENCH_SIM_H
 #define KVT_BENCH_SIM_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
 #include "bench/trace.h"
 #include "common/status.h"
 
-/* Routing policies, each named after the routers that use it. */
+/*
+ * Routing policies, each named after the routers that use it.
+ * KVT_SIM_APPROX_PREFIX: the router's own table of what it routed where
+ * (AIBrix's and llm-d's approximate prefix scorer, no engine events), with
+ * `cost`'s load term.
+ */
 typedef enum kvt_sim_policy {
     KVT_SIM_RANDOM,       /* uniform over pods, from a seeded xorshift64 */
     KVT_SIM_ROUND_ROBIN,  /* request r goes to pod r mod N */
@@ -34,6 +40,7 @@ typedef enum kvt_sim_policy {
     KVT_SIM_SESSION,      /* sticky by session id; round-robin for a new or absent one */
     KVT_SIM_PREFIX,       /* longest match in kvtier's index (kvt_score_pick, no load) */
     KVT_SIM_COST,         /* kvtier's scorer with its load term (see kvt_sim_config_t) */
+    KVT_SIM_APPROX_PREFIX,
     KVT_SIM_NPOLICIES,
 } kvt_sim_policy_t;
 
@@ -49,16 +56,23 @@ typedef struct kvt_sim_config {
     kvt_sim_policy_t policy;
     uint64_t seed; /* `random`'s generator and the scorer's tie-breaks; 0 is taken as 1 */
     /*
-     * `cost`: the scorer's w_load (blocks of cache score per block of load).
-     * A pod's load is the blocks it has prefilled so far minus the least
-     * loaded pod's: with requests finished one by one there is nothing
-     * outstanding, so the load term sees the work each pod has done, and
-     * keeps it within about one request's match of the others'. < 0: the
-     * scorer's default (1.0).
+     * `cost` and `approx-prefix`: the scorer's w_load (blocks of cache score
+     * per unit of load). With requests finished one by one nothing is
+     * outstanding, so a pod's load is the work it has done: the blocks it has
+     * prefilled (decayed when load_half_life_ms > 0) beyond the least loaded
+     * pod's, in percent of the pods' mean, or in blocks when load_blocks.
+     * < 0: the scorer's default (1.0).
      */
     double load_weight;
+    double load_half_life_ms; /* 0: every block prefilled so far counts */
+    bool load_blocks;         /* the excess in blocks, not in percent of the mean */
     /* per request (trace order), borrowed; 0 means none; NULL: the trace has none */
     const uint64_t *sessions;
+    /*
+     * `approx-prefix`: entries of the router's table per pod (llm-d's
+     * lruCapacityPerServer); 0: capacity_blocks (unbounded when that is).
+     */
+    uint64_t approx_capacity;
 } kvt_sim_config_t;
 
 typedef struct kvt_sim_result {
@@ -94,6 +108,20 @@ kvt_status_t kvt_sim_run(const kvt_trace_t *t, const kvt_sim_config_t *cfg, kvt_
  * @hit_p/@total_p may be NULL. KVT_OK or KVT_ERR_NO_MEM.
  */
 kvt_status_t kvt_sim_ideal(const kvt_trace_t *t, uint64_t *hit_p, uint64_t *total_p);
+
+/*
+ * The second reference: one pod of @capacity blocks (0: unbounded) under
+ * Belady's farthest-next-use eviction, with the cache model's semantics (hit:
+ * the longest leading run held; all the request's blocks are cached; after
+ * it, blocks beyond @capacity are evicted, the request's own only when it
+ * alone exceeds the cache). The block evicted first is the one whose next
+ * request is farthest, and among blocks next used by the same request the
+ * one deepest in it (a leading run breaks at its first miss); blocks never
+ * used again go before all. @hit_p/@total_p may be NULL. KVT_OK or
+ * KVT_ERR_NO_MEM. (bench/sim_belady.c)
+ */
+kvt_status_t kvt_sim_belady(const kvt_trace_t *t, uint64_t capacity, uint64_t *hit_p,
+                            uint64_t *total_p);
 
 /* Frees @res's arrays and zeroes it. A zeroed @res is fine. */
 void kvt_sim_result_cleanup(kvt_sim_result_t *res);

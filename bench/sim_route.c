@@ -23,6 +23,11 @@ struct kvt_sim_router {
     uint32_t *sess_pods;
     uint64_t sess_mask;
     uint32_t rr; /* next round-robin pod (`session`'s fallback) */
+    /* `approx-prefix`: per pod an LRU of the keys routed there (llm-d's indexer) */
+    kvt_sim_cache_t *approx;
+    kvt_idx_match_t *amatch; /* per pod: its table's longest match */
+    uint64_t *akeys;         /* max_blocks: a request's keys, last first */
+    uint64_t *aevicted;      /* max_blocks */
 };
 
 void kvt_sim_router_destroy(kvt_sim_router_t *r)
@@ -33,6 +38,13 @@ void kvt_sim_router_destroy(kvt_sim_router_t *r)
     free(r->load);
     free(r->sess_ids);
     free(r->sess_pods);
+    if (r->approx != NULL)
+        for (uint32_t p = 0; p < r->cfg.pods; p++)
+            kvt_sim_cache_cleanup(&r->approx[p]);
+    free(r->approx);
+    free(r->amatch);
+    free(r->akeys);
+    free(r->aevicted);
     free(r);
 }
 
@@ -79,6 +91,24 @@ kvt_status_t kvt_sim_router_create(const kvt_sim_router_config_t *cfg, kvt_idx_t
             goto err_nomem;
         r->sess_mask = n - 1;
     }
+    if (cfg->policy == KVT_SIM_APPROX_PREFIX) {
+        size_t room = cfg->max_blocks ? cfg->max_blocks : 1;
+        r->approx = calloc(cfg->pods, sizeof(*r->approx));
+        r->amatch = malloc(cfg->pods * sizeof(*r->amatch));
+        r->akeys = malloc(room * sizeof(*r->akeys));
+        r->aevicted = malloc(room * sizeof(*r->aevicted));
+        if (r->approx == NULL || r->amatch == NULL || r->akeys == NULL || r->aevicted == NULL)
+            goto err_nomem;
+        for (uint32_t p = 0; p < cfg->pods; p++) {
+            kvt_status_t st =
+                kvt_sim_cache_init(&r->approx[p], cfg->approx_capacity, cfg->max_blocks);
+            if (st != KVT_OK) {
+                kvt_sim_router_destroy(r);
+                kvt_errf(why, whylen, "approx-prefix table: %s", kvt_status_str(st));
+                return st;
+            }
+        }
+    }
     *r_p = r;
     return KVT_OK;
 
@@ -101,6 +131,38 @@ static uint32_t route_session(kvt_sim_router_t *r, uint64_t sid)
         r->sess_pods[i] = r->rr++ % r->cfg.pods;
     }
     return r->sess_pods[i];
+}
+
+/*
+ * `approx-prefix`: each pod's longest leading run of @keys in its table, as
+ * the index would answer (only pods with a match; GPU tier).
+ */
+static void approx_match(kvt_sim_router_t *r, const uint64_t *keys, uint32_t n,
+                         const kvt_idx_match_t **m_p, size_t *nm_p)
+{
+    size_t nm = 0;
+    for (uint32_t p = 0; p < r->cfg.pods; p++) {
+        uint32_t hit = kvt_sim_cache_hit(&r->approx[p], keys, n);
+        if (hit > 0)
+            r->amatch[nm++] = (kvt_idx_match_t){.pod = r->pod_ids[p], .matched = hit, .gpu = hit};
+    }
+    *m_p = r->amatch;
+    *nm_p = nm;
+}
+
+/*
+ * `approx-prefix` after its pick: the request's keys go into @pod's table in
+ * request order, the last ending most recent, as llm-d's indexer adds them
+ * one by one to a per-pod LRU (kvt_sim_cache_insert touches the last key it
+ * is given first, hence the reversed copy). Inserting one by one or evicting
+ * after the request leaves the same set: the capacity's most recent keys.
+ */
+static void approx_record(kvt_sim_router_t *r, uint32_t pod, const uint64_t *keys, uint32_t n)
+{
+    uint32_t nev = 0;
+    for (uint32_t k = 0; k < n; k++)
+        r->akeys[k] = keys[n - 1 - k];
+    kvt_sim_cache_insert(&r->approx[pod], r->akeys, n, r->aevicted, &nev);
 }
 
 uint32_t kvt_sim_route(kvt_sim_router_t *r, uint64_t req, uint64_t session, const uint64_t *keys,
@@ -128,21 +190,30 @@ uint32_t kvt_sim_route(kvt_sim_router_t *r, uint64_t req, uint64_t session, cons
     }
     case KVT_SIM_SESSION: return route_session(r, session);
     case KVT_SIM_PREFIX:
-    case KVT_SIM_COST: break;
+    case KVT_SIM_COST:
+    case KVT_SIM_APPROX_PREFIX: break;
     case KVT_SIM_NPOLICIES: return KVT_SIM_NONE;
     }
 
     const kvt_idx_match_t *m = NULL;
     size_t nm = 0;
-    kvt_status_t st = kvt_idx_query(r->reader, r->ns, keys, n, NULL, 0, &m, &nm);
-    if (st != KVT_OK) {
-        kvt_errf(why, whylen, "index query: %s", kvt_status_str(st));
-        return KVT_SIM_NONE;
+    if (cfg->policy == KVT_SIM_APPROX_PREFIX) {
+        if (n > cfg->max_blocks) {
+            kvt_errf(why, whylen, "request of %" PRIu32 " blocks, more than max_blocks", n);
+            return KVT_SIM_NONE;
+        }
+        approx_match(r, keys, n, &m, &nm);
+    } else {
+        kvt_status_t st = kvt_idx_query(r->reader, r->ns, keys, n, NULL, 0, &m, &nm);
+        if (st != KVT_OK) {
+            kvt_errf(why, whylen, "index query: %s", kvt_status_str(st));
+            return KVT_SIM_NONE;
+        }
     }
     kvt_score_weights_t w;
     kvt_score_weights_default(&w);
     const double *sload = NULL;
-    if (cfg->policy == KVT_SIM_COST) {
+    if (cfg->policy != KVT_SIM_PREFIX) {
         if (cfg->load_weight >= 0)
             w.load = cfg->load_weight;
         for (uint32_t p = 0; p < np; p++)
@@ -156,5 +227,8 @@ uint32_t kvt_sim_route(kvt_sim_router_t *r, uint64_t req, uint64_t session, cons
         kvt_errf(why, whylen, "scorer picked unknown pod %" PRIu32, id);
         return KVT_SIM_NONE;
     }
-    return r->pod_of_id[id];
+    uint32_t pod = r->pod_of_id[id];
+    if (cfg->policy == KVT_SIM_APPROX_PREFIX)
+        approx_record(r, pod, keys, n);
+    return pod;
 }

@@ -20,6 +20,9 @@ typedef struct kvt_sim_router_config {
     uint64_t seed;      /* `random`'s generator and the scorer's tie-breaks; 0 is taken as 1 */
     double load_weight; /* `cost`: the scorer's w_load; < 0: the scorer's default */
     size_t sessions;    /* `session`: distinct session ids at most (0: none are given) */
+    /* `approx-prefix`: its table's entries per pod (>= 1), and keys per request at most */
+    uint64_t approx_capacity;
+    uint32_t max_blocks;
 } kvt_sim_router_config_t;
 
 /*
@@ -37,7 +40,9 @@ void kvt_sim_router_destroy(kvt_sim_router_t *r);
 /*
  * The pod (0..pods-1) for request number @req with session id @session (0:
  * none) and index keys @keys[0..n). @load[p] is pod p's load in blocks
- * (NULL: all idle): `least-loaded` takes its minimum, `cost` weighs it.
+ * (NULL: all idle): `least-loaded` takes its minimum, `cost` and
+ * `approx-prefix` weigh it. `approx-prefix` then records @keys as routed to
+ * the pod it answers.
  * KVT_SIM_NONE after writing @why (an index error).
  */
 uint32_t kvt_sim_route(kvt_sim_router_t *r, uint64_t req, uint64_t session, const uint64_t *keys,

@@ -40,12 +40,14 @@ def main():
         # hit-ratio-vs-capacity.dat: a block per policy and the ideal, six capacities each
         blocks = open(os.path.join(out, "hit-ratio-vs-capacity.dat")).read().strip().split("\n\n\n")
         assert [b.splitlines()[0] for b in blocks] == \
-            ["# round-robin", "# cost", "# ideal (unbounded)"], blocks
+            ["# round-robin", "# cost", "# ideal (unbounded)", "# Belady, one pod"], blocks
         for b in blocks:
             pts = [tuple(map(float, l.split())) for l in b.splitlines()[1:]]
             assert len(pts) == 6 and all(0 <= y <= 1 for _, y in pts), pts
         ideal = [float(l.split()[1]) for l in blocks[2].splitlines()[1:]]
         assert all(abs(y - res[0]["ideal_hit_ratio"]) < 1e-6 for y in ideal), ideal
+        belady = [float(l.split()[1]) for l in blocks[3].splitlines()[1:]]
+        assert belady == sorted(belady) and belady[-1] <= ideal[0] + 1e-9, belady
         # a directory under a file cannot be made: an error, exit 1, no JSON line
         bad = os.path.join(trace, "sub")
         r = subprocess.run([bench, "replay", "--trace", trace, "--pods", "2",

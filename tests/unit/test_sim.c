@@ -6,6 +6,7 @@
  */
 #include <setjmp.h>
 #include <stdarg.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -16,35 +17,7 @@
 
 #include "bench/sim.h"
 #include "bench/trace.h"
-
-/* A trace of @n requests; @reqs[i] lists request i's hash ids, ended by -1. */
-static kvt_trace_t *mk_trace(const int *const *reqs, size_t n)
-{
-    size_t cap = 1, len = 0;
-    for (size_t i = 0; i < n; i++)
-        for (const int *h = reqs[i]; *h >= -1; h++) { /* 12 bytes per id, 96 per line */
-            cap += *h >= 0 ? 12 : 96;
-            if (*h < 0)
-                break;
-        }
-    char *buf = malloc(cap);
-    assert_non_null(buf);
-    for (size_t i = 0; i < n; i++) {
-        len += (size_t)snprintf(buf + len, cap - len,
-                                "{\"timestamp\": %zu, \"input_length\": 1, \"output_length\": 1, "
-                                "\"hash_ids\": [",
-                                i);
-        for (const int *h = reqs[i]; *h >= 0; h++)
-            len += (size_t)snprintf(buf + len, cap - len, "%s%d", h == reqs[i] ? "" : ", ", *h);
-        len += (size_t)snprintf(buf + len, cap - len, "]}\n");
-        assert_true(len < cap);
-    }
-    kvt_trace_t *t = NULL;
-    char err[128] = "";
-    assert_int_equal(kvt_trace_parse(buf, len, &t, err, sizeof(err)), KVT_OK);
-    free(buf);
-    return t;
-}
+#include "tests/support/sim_trace.h"
 
 static void run(const kvt_trace_t *t, uint32_t pods, uint64_t cap, kvt_sim_policy_t pol,
                 const uint64_t *sessions, kvt_sim_result_t *r)
@@ -88,7 +61,7 @@ static void test_lru_one_pod(void **state)
                      r3[] = {6, 7, -1}, r4[] = {1, 2, 3, -1}, r5[] = {7, 8, -1};
     const int *reqs[] = {r0, r1, r2, r3, r4, r5};
     static const uint32_t hits[] = {0, 2, 3, 0, 2, 0};
-    kvt_trace_t *t = mk_trace(reqs, 6);
+    kvt_trace_t *t = test_sim_trace(reqs, 6);
     kvt_sim_result_t r;
     run(t, 1, 4, KVT_SIM_ROUND_ROBIN, NULL, &r);
     expect_hits(&r, hits, 6);
@@ -114,7 +87,7 @@ static void test_tail_first(void **state)
     static const int r0[] = {1, 2, -1}, r1[] = {3, -1}, r2[] = {1, 2, -1}, r3[] = {4, 5, 6, -1};
     const int *reqs[] = {r0, r1, r2, r3, r3};
     static const uint32_t hits[] = {0, 0, 1, 0, 2};
-    kvt_trace_t *t = mk_trace(reqs, 5);
+    kvt_trace_t *t = test_sim_trace(reqs, 5);
     kvt_sim_result_t r;
     run(t, 1, 2, KVT_SIM_ROUND_ROBIN, NULL, &r);
     expect_hits(&r, hits, 5);
@@ -129,7 +102,7 @@ static kvt_trace_t *two_prefixes(void)
 {
     static const int a[] = {1, 2, -1}, b[] = {1, 3, -1};
     const int *reqs[] = {a, b, a, b};
-    return mk_trace(reqs, 4);
+    return test_sim_trace(reqs, 4);
 }
 
 /*
@@ -184,19 +157,27 @@ static void test_policies_two_pods(void **state)
 }
 
 /*
- * cost. Six requests [1 2] on two pods, w_load 0.1: r0 goes to a pod A by the tie-break and
- * prefills 2; then A scores 2 - 0.1 * 2 = 1.8 against B's 0: all stay on A, hits 0 + 5 * 2 = 10.
+ * cost, the load in blocks. Six requests [1 2] on two pods, w_load 0.1: r0 goes to a pod A by
+ * the tie-break and prefills 2; then A scores 2 - 0.1 * 2 = 1.8 against B's 0: all stay on A,
+ * hits 0 + 5 * 2 = 10.
  * Four distinct chains of 2 blocks, w_load 1 (load = prefilled minus the least loaded pod's):
  * r0 to A (tie), r1 to B (A scores -2), r2 and r3 on a tie again, one each: 4 and 4.
+ * The load in percent of the mean (the default), w_load 1, six requests [1 2]: r0 to A; r1: A's
+ * load is 100 * 2 / 1 (mean 1), A scores 2 - 200: B, hit 0; then both hold [1 2] with equal
+ * loads: hits 2 each, 8 in all, 2 and 2 prefilled.
  */
 static void test_cost(void **state)
 {
     (void)state;
     static const int a[] = {1, 2, -1};
     const int *reqs[] = {a, a, a, a, a, a};
-    kvt_trace_t *t = mk_trace(reqs, 6);
-    kvt_sim_config_t cfg = {
-        .pods = 2, .capacity_blocks = 0, .policy = KVT_SIM_COST, .seed = 3, .load_weight = 0.1};
+    kvt_trace_t *t = test_sim_trace(reqs, 6);
+    kvt_sim_config_t cfg = {.pods = 2,
+                            .capacity_blocks = 0,
+                            .policy = KVT_SIM_COST,
+                            .seed = 3,
+                            .load_weight = 0.1,
+                            .load_blocks = true};
     kvt_sim_result_t r;
     assert_int_equal(kvt_sim_run(t, &cfg, &r, NULL, 0), KVT_OK);
     assert_int_equal(r.hit_blocks, 10);
@@ -209,12 +190,22 @@ static void test_cost(void **state)
     static const int c0[] = {10, 11, -1}, c1[] = {20, 21, -1}, c2[] = {30, 31, -1},
                      c3[] = {40, 41, -1};
     const int *dreqs[] = {c0, c1, c2, c3};
-    t = mk_trace(dreqs, 4);
+    t = test_sim_trace(dreqs, 4);
     cfg.load_weight = 1.0;
     assert_int_equal(kvt_sim_run(t, &cfg, &r, NULL, 0), KVT_OK);
     assert_int_equal(r.prefilled[0], 4);
     assert_int_equal(r.prefilled[1], 4);
     assert_true(r.load_imbalance == 1.0);
+    kvt_sim_result_cleanup(&r);
+    kvt_trace_free(t);
+
+    t = test_sim_trace(reqs, 6);
+    cfg.load_blocks = false;
+    assert_int_equal(kvt_sim_run(t, &cfg, &r, NULL, 0), KVT_OK);
+    assert_int_equal(r.hit_blocks, 8);
+    assert_int_not_equal(r.req_pod[1], r.req_pod[0]);
+    assert_int_equal(r.prefilled[0], 2);
+    assert_int_equal(r.prefilled[1], 2);
     kvt_sim_result_cleanup(&r);
     kvt_trace_free(t);
 }
@@ -250,7 +241,7 @@ static kvt_trace_t *gen_trace(uint64_t seed, size_t nreq)
         memcpy(reqs[i], ctx[s], (size_t)len[s] * sizeof(int));
         reqs[i][len[s]] = -1;
     }
-    kvt_trace_t *t = mk_trace((const int *const *)reqs, nreq);
+    kvt_trace_t *t = test_sim_trace((const int *const *)reqs, nreq);
     for (size_t i = 0; i < nreq; i++)
         free(reqs[i]);
     free(reqs);
