@@ -24,7 +24,8 @@ static void live_usage(void)
            "  --pods N                simulated engines (default 4)\n"
            "  --capacity-blocks C     blocks each engine caches, LRU beyond (default 0: the\n"
            "                          trace's distinct blocks)\n"
-           "  --policy P[,P...]|all   random, round-robin, least-loaded, session, prefix, cost\n"
+           "  --policy P[,P...]|all   random, round-robin, least-loaded, session, prefix, cost,\n"
+           "                          approx-prefix (default all)\n"
            "                          (default all)\n"
            "  --speedup X             trace seconds per wall second (default 100)\n"
            "  --requests N            replay the first N requests (default 0: all)\n"
@@ -238,7 +239,7 @@ int kvt_bench_live_main(int argc, char **argv)
         return 2;
     size_t kept = 0;
     for (size_t k = 0; k < npol; k++) {
-        if (pol[k] <= KVT_SIM_COST) {
+        if (pol[k] <= KVT_SIM_COST || pol[k] == KVT_SIM_APPROX_PREFIX) {
             pol[kept++] = pol[k];
         } else if (strcmp(o.policy, "all") != 0) { /* a policy this mode does not drive (yet) */
             fprintf(stderr, "kvtier-bench: --mode live has no policy '%s'\n",

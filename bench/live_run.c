@@ -221,8 +221,12 @@ static kvt_status_t live_init(live_t *l, kvt_live_result_t *res)
             return st;
         }
     }
-    kvt_sim_router_config_t rc = {
-        .policy = cfg->policy, .pods = np, .seed = cfg->seed, .load_weight = cfg->load_weight};
+    kvt_sim_router_config_t rc = {.policy = cfg->policy,
+                                  .pods = np,
+                                  .seed = cfg->seed,
+                                  .load_weight = cfg->load_weight,
+                                  .approx_capacity = cfg->capacity_blocks,
+                                  .max_blocks = cfg->t->max_blocks};
     return kvt_sim_router_create(&rc, l->idx, l->reader, 0, l->pod_ids, &l->router, l->why,
                                  l->whylen);
 }
