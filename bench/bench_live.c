@@ -26,7 +26,6 @@ static void live_usage(void)
            "                          trace's distinct blocks)\n"
            "  --policy P[,P...]|all   random, round-robin, least-loaded, session, prefix, cost,\n"
            "                          approx-prefix (default all)\n"
-           "                          (default all)\n"
            "  --speedup X             trace seconds per wall second (default 100)\n"
            "  --requests N            replay the first N requests (default 0: all)\n"
            "  --kvtierd PATH          the kvtierd to start (default: next to kvtier-bench)\n"

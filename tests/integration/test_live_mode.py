@@ -28,7 +28,8 @@ from kvtierd_fixture import Daemon  # noqa: E402
 FIELDS = ("policy", "hit_ratio", "ideal_hit_ratio", "load_imbalance", "hit_blocks",
           "total_blocks", "ttft_p50_ms", "ttft_p99_ms", "query_p50_us", "query_p99_us",
           "stale_requests", "stale_ratio", "final_view_mismatch")
-POLICIES = ("random", "round-robin", "least-loaded", "session", "prefix", "cost")
+POLICIES = ("random", "round-robin", "least-loaded", "session", "prefix", "cost",
+            "approx-prefix")
 
 
 def trace_path():
