@@ -12,12 +12,13 @@
 #include "bench/sim.h"
 #include "bench/trace.h"
 
-static const char *const replay_modes[] = {"cache", NULL};
+static const char *const replay_modes[] = {"cache", "timed", NULL};
 
 static void replay_usage(void)
 {
     printf("usage: kvtier-bench replay --trace FILE [options]\n"
            "  --mode cache            requests in trace order, each finished before the next\n"
+           "  --mode timed            arrivals in simulated time, tiers, TTFT (--mode timed --help)\n"
            "  --trace FILE            Mooncake JSONL trace (one hash id per block)\n"
            "  --pods N                simulated pods (default 8)\n"
            "  --capacity-blocks C     blocks each pod caches, LRU beyond (default 0: unbounded)\n"
@@ -90,6 +91,10 @@ int kvt_bench_replay_main(int argc, char **argv)
     uint64_t capacity = 0, seed = 1;
     double load_weight = 1.0;
     const char *trace_path = NULL, *policy = "all", *per_request = NULL;
+    for (int i = 1; i < argc; i++) /* the timed mode has its own options */
+        if (strcmp(argv[i], "--mode=timed") == 0 ||
+            (strcmp(argv[i], "--mode") == 0 && i + 1 < argc && strcmp(argv[i + 1], "timed") == 0))
+            return kvt_bench_replay_timed_main(argc, argv);
     const kvt_bench_arg_t args[] = {
         KVT_BENCH_ARG_CHOICE("--mode", &mode, replay_modes),
         KVT_BENCH_ARG_STR("--trace", &trace_path),

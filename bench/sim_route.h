@@ -20,6 +20,8 @@ typedef struct kvt_sim_router_config {
     uint64_t seed;      /* `random`'s generator and the scorer's tie-breaks; 0 is taken as 1 */
     double load_weight; /* `cost`: the scorer's w_load; < 0: the scorer's default */
     size_t sessions;    /* `session`: distinct session ids at most (0: none are given) */
+    /* `cost-tiers`: the scorer's w_cpu and w_disk (w_gpu 1); < 0: the scorer's defaults */
+    double tier_cpu, tier_disk;
 } kvt_sim_router_config_t;
 
 /*
@@ -37,7 +39,8 @@ void kvt_sim_router_destroy(kvt_sim_router_t *r);
 /*
  * The pod (0..pods-1) for request number @req with session id @session (0:
  * none) and index keys @keys[0..n). @load[p] is pod p's load in blocks
- * (NULL: all idle): `least-loaded` takes its minimum, `cost` weighs it.
+ * (NULL: all idle): `least-loaded` takes its minimum, `cost` and
+ * `cost-tiers` weigh it. `cost` scores GPU blocks only (w_cpu = w_disk = 0).
  * KVT_SIM_NONE after writing @why (an index error).
  */
 uint32_t kvt_sim_route(kvt_sim_router_t *r, uint64_t req, uint64_t session, const uint64_t *keys,
