@@ -18,7 +18,7 @@ static void replay_usage(void)
 {
     printf("usage: kvtier-bench replay --trace FILE [options]\n"
            "  --mode cache            requests in trace order, each finished before the next\n"
-           "  --mode timed            arrivals in simulated time, tiers, TTFT (--mode timed --help)\n"
+           "  --mode timed            arrivals in simulated time (--mode timed --help)\n"
            "  --trace FILE            Mooncake JSONL trace (one hash id per block)\n"
            "  --pods N                simulated pods (default 8)\n"
            "  --capacity-blocks C     blocks each pod caches, LRU beyond (default 0: unbounded)\n"

@@ -41,8 +41,8 @@ static void timed_usage(void)
            "  --per-request FILE      'policy request pod hit blocks ttft_ms queue_ms' lines\n"
            "The last stdout line is one JSON object: the policy's figures, or with several\n"
            "policies a \"results\" array of them.\n",
-           m.prefill_us_per_token, m.cpu_us_per_token, m.disk_us_per_token,
-           m.decode_us_per_token, m.batch_tokens);
+           m.prefill_us_per_token, m.cpu_us_per_token, m.disk_us_per_token, m.decode_us_per_token,
+           m.batch_tokens);
 }
 
 /* "all" or a comma list of policy names into @pol (room for KVT_SIM_NPOLICIES). */
@@ -72,8 +72,9 @@ static int timed_policies(const char *list, kvt_sim_policy_t *pol, size_t *n_p)
     return 0;
 
 err_bad:
-    fprintf(stderr, "kvtier-bench: --policy: 'all' or distinct policy names, comma separated; "
-                    "got '%s'\n",
+    fprintf(stderr,
+            "kvtier-bench: --policy: 'all' or distinct policy names, comma separated; "
+            "got '%s'\n",
             list);
     return -1;
 }
@@ -183,8 +184,8 @@ int kvt_bench_replay_timed_main(int argc, char **argv)
            trace_path, t->nreqs, itotal, pods, speedup, gpu, cpu, disk, ttl);
     printf("model: prefill %g us/token, cpu load %g, disk load %g, decode %g us/token, batch "
            "%" PRIu32 " tokens, %" PRIu32 " tokens/block\n",
-           m.prefill_us_per_token, m.cpu_us_per_token, m.disk_us_per_token,
-           m.decode_us_per_token, m.batch_tokens, m.block_tokens);
+           m.prefill_us_per_token, m.cpu_us_per_token, m.disk_us_per_token, m.decode_us_per_token,
+           m.batch_tokens, m.block_tokens);
     printf("ideal (one pod, unbounded cache): %.2f%% of blocks\n\n", 100.0 * ideal);
     printf("%-13s %7s %7s %7s %7s %8s %9s %9s %9s %9s %9s %8s\n", "policy", "hit", "gpu", "cpu",
            "disk", "saved", "ttft p50", "ttft p90", "ttft p99", "queue avg", "queue p99",
@@ -210,8 +211,9 @@ int kvt_bench_replay_timed_main(int argc, char **argv)
         }
         timed_row(pol[k], &res[k]);
         if (res[k].index_mismatch != 0)
-            fprintf(stderr, "kvtier-bench: %s: the index disagreed with the model at %" PRIu64
-                            " batch starts\n",
+            fprintf(stderr,
+                    "kvtier-bench: %s: the index disagreed with the model at %" PRIu64
+                    " batch starts\n",
                     kvt_sim_policy_name(pol[k]), res[k].index_mismatch);
         for (size_t i = 0; pf != NULL && i < t->nreqs; i++)
             fprintf(pf, "%s %zu %" PRIu32 " %" PRIu32 " %" PRIu32 " %.3f %.3f\n",

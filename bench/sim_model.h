@@ -50,8 +50,8 @@ static inline double kvt_sim_prefill_us(const kvt_sim_model_t *m, uint32_t block
  * + @disk blocks are cached in those tiers: the tokens after them computed,
  * the CPU and DISK blocks loaded (the timed mode's cost).
  */
-static inline double kvt_sim_prefill_tok_us(const kvt_sim_model_t *m, uint32_t tokens,
-                                            uint32_t gpu, uint32_t cpu, uint32_t disk)
+static inline double kvt_sim_prefill_tok_us(const kvt_sim_model_t *m, uint32_t tokens, uint32_t gpu,
+                                            uint32_t cpu, uint32_t disk)
 {
     uint64_t cached = (uint64_t)(gpu + cpu + disk) * m->block_tokens;
     uint64_t miss = tokens > cached ? tokens - cached : 0;

@@ -1,4 +1,5 @@
-/* bench/sim_timed: the timed replay mode, an event-driven cluster in simulated time (sim_timed.h). */
+/* bench/sim_timed: the timed replay mode, an event-driven cluster in simulated time (sim_timed.h).
+ */
 #include "bench/sim_timed.h"
 
 #include <inttypes.h>
@@ -30,19 +31,19 @@ KVT_HEAP_DEFINE(evh, ev_t, EV_BEFORE)
 typedef struct tpod {
     kvt_sim_cache_t tier[NTIERS];
     bool has[NTIERS];
-    uint32_t qhead, qtail;  /* FIFO of queued requests through req_t.next */
-    uint32_t bhead;         /* the running batch, through req_t.next */
+    uint32_t qhead, qtail; /* FIFO of queued requests through req_t.next */
+    uint32_t bhead;        /* the running batch, through req_t.next */
     bool busy;
-    double busy_end;        /* µs: the running batch's end */
-    double queued_est_us;   /* estimated prefill time of the queued requests */
+    double busy_end;      /* µs: the running batch's end */
+    double queued_est_us; /* estimated prefill time of the queued requests */
 } tpod_t;
 
 typedef struct req {
     double arrival, start, end; /* µs */
     double est_us;              /* prefill time estimated when routed */
     uint32_t pod, next;
-    uint32_t route_pinned;      /* leading blocks pinned when routed */
-    uint32_t hit[NTIERS];       /* blocks hit per tier at batch start */
+    uint32_t route_pinned; /* leading blocks pinned when routed */
+    uint32_t hit[NTIERS];  /* blocks hit per tier at batch start */
 } req_t;
 
 typedef struct tsim {
@@ -63,7 +64,7 @@ typedef struct tsim {
     kvt_sim_router_t *router;
     uint32_t ns;
     uint32_t *pod_id; /* the index's id of pod i */
-    kvt_status_t st; /* the first index write error */
+    kvt_status_t st;  /* the first index write error */
 } tsim_t;
 
 /* ---- tiers ---------------------------------------------------------------------------------- */
@@ -105,8 +106,8 @@ static void tiers_evict(tsim_t *s, uint32_t pi)
             s->r->evicted[k]++;
             if (below >= 0) {
                 idx_write(s, kvt_sim_cache_put(&p->tier[below], id, 0));
-                idx_write(s, kvt_idx_store(s->idx, s->ns, pod, tier_bit[below], NULL, &key, NULL,
-                                           1));
+                idx_write(s,
+                          kvt_idx_store(s->idx, s->ns, pod, tier_bit[below], NULL, &key, NULL, 1));
             }
             idx_write(s, kvt_idx_remove(s->idx, pod, tier_bit[k], &key, 1, NULL));
         }
@@ -262,12 +263,12 @@ static void batch_done(tsim_t *s, uint32_t pi)
         nx = rq->next;
         rq->end = s->now;
         if (q->nblocks > 0)
-            idx_write(s, kvt_idx_store(s->idx, s->ns, pod, KVT_TIER_GPU, NULL, keys, NULL,
-                                       q->nblocks));
+            idx_write(
+                s, kvt_idx_store(s->idx, s->ns, pod, KVT_TIER_GPU, NULL, keys, NULL, q->nblocks));
         for (uint32_t b = 0; b < q->nblocks; b++)
             if (found[b] > 1 + T_GPU)
-                idx_write(s, kvt_idx_remove(s->idx, pod, KVT_TIER_CPU | KVT_TIER_DISK, &keys[b],
-                                            1, NULL));
+                idx_write(s, kvt_idx_remove(s->idx, pod, KVT_TIER_CPU | KVT_TIER_DISK, &keys[b], 1,
+                                            NULL));
         ev_push(s, s->now + (double)q->output_length * s->cfg->model.decode_us_per_token,
                 EV_DECODE_DONE, i);
     }
@@ -420,8 +421,7 @@ static kvt_status_t tsim_init(tsim_t *s, const kvt_trace_t *t, const kvt_sim_tim
         .tier_cpu = (m->prefill_us_per_token - m->cpu_us_per_token) / m->prefill_us_per_token,
         .tier_disk = (m->prefill_us_per_token - m->disk_us_per_token) / m->prefill_us_per_token,
     };
-    return kvt_sim_router_create(&rc, s->idx, s->reader, s->ns, s->pod_id, &s->router, why,
-                                 whylen);
+    return kvt_sim_router_create(&rc, s->idx, s->reader, s->ns, s->pod_id, &s->router, why, whylen);
 }
 
 static int cmp_double(const void *a, const void *b)
@@ -461,8 +461,8 @@ static kvt_status_t results(tsim_t *s)
         r->hit_blocks += hit;
         r->total_blocks += q->nblocks;
         r->prompt_tokens += q->input_length;
-        r->saved_tokens += q->input_length - kvt_sim_miss_tokens(&s->cfg->model, q->input_length,
-                                                                 hit);
+        r->saved_tokens +=
+            q->input_length - kvt_sim_miss_tokens(&s->cfg->model, q->input_length, hit);
         tsum += r->req_ttft_us[i];
         qsum += r->req_queue_us[i];
         double fin = rq->end + (double)q->output_length * s->cfg->model.decode_us_per_token;
@@ -536,8 +536,8 @@ static kvt_status_t tsim_loop(tsim_t *s, char *why, size_t whylen)
 
     size_t next = 0;
     while (st == KVT_OK && (next < n || s->nheap > 0)) {
-        double ta = next < n ? (double)t->reqs[order[next]].timestamp_ms * 1000.0 / s->cfg->speedup
-                             : 0.0;
+        double ta =
+            next < n ? (double)t->reqs[order[next]].timestamp_ms * 1000.0 / s->cfg->speedup : 0.0;
         if (s->nheap > 0 && (next >= n || s->heap[0].t <= ta)) {
             ev_t e = evh_pop(s->heap, &s->nheap);
             s->now = e.t;
@@ -569,12 +569,11 @@ kvt_status_t kvt_sim_timed_run(const kvt_trace_t *t, const kvt_sim_timed_config_
 
     if (res != NULL)
         memset(res, 0, sizeof(*res));
-    if (t == NULL || cfg == NULL || res == NULL || cfg->pods == 0 ||
-        cfg->pods > KVT_IDX_MAX_PODS || (unsigned)cfg->policy >= KVT_SIM_NPOLICIES ||
-        !(cfg->speedup > 0) || !(cfg->model.prefill_us_per_token > 0) ||
-        cfg->model.block_tokens == 0 || t->nreqs >= KVT_SIM_NONE ||
-        cfg->gpu_blocks >= KVT_SIM_NONE / 4 || cfg->cpu_blocks >= KVT_SIM_NONE / 4 ||
-        cfg->disk_blocks >= KVT_SIM_NONE / 4) {
+    if (t == NULL || cfg == NULL || res == NULL || cfg->pods == 0 || cfg->pods > KVT_IDX_MAX_PODS ||
+        (unsigned)cfg->policy >= KVT_SIM_NPOLICIES || !(cfg->speedup > 0) ||
+        !(cfg->model.prefill_us_per_token > 0) || cfg->model.block_tokens == 0 ||
+        t->nreqs >= KVT_SIM_NONE || cfg->gpu_blocks >= KVT_SIM_NONE / 4 ||
+        cfg->cpu_blocks >= KVT_SIM_NONE / 4 || cfg->disk_blocks >= KVT_SIM_NONE / 4) {
         kvt_errf(why, whylen, "bad arguments");
         return KVT_ERR_INVAL;
     }

@@ -43,9 +43,9 @@
 #include "common/status.h"
 
 typedef struct kvt_sim_timed_config {
-    uint32_t pods; /* >= 1 */
-    uint64_t gpu_blocks; /* per pod; 0: unbounded */
-    uint64_t cpu_blocks; /* per pod; 0: no CPU tier */
+    uint32_t pods;        /* >= 1 */
+    uint64_t gpu_blocks;  /* per pod; 0: unbounded */
+    uint64_t cpu_blocks;  /* per pod; 0: no CPU tier */
     uint64_t disk_blocks; /* per pod; 0: no DISK tier */
     kvt_sim_policy_t policy;
     uint64_t seed;          /* `random`'s generator and the scorer's tie-breaks */
@@ -59,26 +59,26 @@ typedef struct kvt_sim_timed_config {
 typedef struct kvt_sim_timed_result {
     uint64_t requests;
     uint64_t total_blocks;
-    uint64_t hit_blocks;     /* gpu + cpu + disk */
-    uint64_t hit_tier[3];    /* blocks hit in GPU, CPU, DISK */
-    double hit_ratio;        /* hit_blocks / total_blocks */
-    uint64_t prompt_tokens;  /* the trace's input tokens */
-    uint64_t saved_tokens;   /* prompt tokens not computed (cached) */
+    uint64_t hit_blocks;    /* gpu + cpu + disk */
+    uint64_t hit_tier[3];   /* blocks hit in GPU, CPU, DISK */
+    double hit_ratio;       /* hit_blocks / total_blocks */
+    uint64_t prompt_tokens; /* the trace's input tokens */
+    uint64_t saved_tokens;  /* prompt tokens not computed (cached) */
     double ttft_p50_ms, ttft_p90_ms, ttft_p99_ms, ttft_mean_ms;
     double queue_mean_ms, queue_p99_ms; /* arrival to batch start */
-    double load_imbalance;   /* max/mean over pods of prefill busy time; 1.0 when none */
-    double makespan_ms;      /* the last decode's end */
+    double load_imbalance;              /* max/mean over pods of prefill busy time; 1.0 when none */
+    double makespan_ms;                 /* the last decode's end */
     uint64_t batches;
     uint64_t evicted[3];     /* blocks leaving GPU, CPU, DISK (demoted or dropped) */
     uint64_t gpu_over;       /* most GPU blocks held beyond capacity (all pinned), any pod */
     uint64_t index_mismatch; /* batch starts where the index disagreed with the model (see .c) */
     uint64_t speculated;     /* routing decisions recorded as speculative entries */
     uint32_t pods;
-    double *busy_us;         /* per pod: prefill busy time */
-    uint32_t *req_pod;       /* per request (trace order) */
-    uint32_t *req_hit;       /* per request: blocks hit (any tier) */
-    double *req_ttft_us;     /* per request: arrival to first token */
-    double *req_queue_us;    /* per request: arrival to its batch's start */
+    double *busy_us;      /* per pod: prefill busy time */
+    uint32_t *req_pod;    /* per request (trace order) */
+    uint32_t *req_hit;    /* per request: blocks hit (any tier) */
+    double *req_ttft_us;  /* per request: arrival to first token */
+    double *req_queue_us; /* per request: arrival to its batch's start */
 } kvt_sim_timed_result_t;
 
 /*
