@@ -81,20 +81,23 @@ err_bad:
 
 static void timed_json(kvt_sim_policy_t pol, const kvt_sim_timed_result_t *r, double ideal)
 {
-    double tb = r->total_blocks ? (double)r->total_blocks : 1.0;
+    double tb = r->total_blocks ? (double)r->total_blocks : 1.0, busy = 0;
+    for (uint32_t p = 0; p < r->pods; p++)
+        busy += r->busy_us[p];
     printf("\"policy\":\"%s\",\"hit_ratio\":%.6f,\"ideal_hit_ratio\":%.6f,"
            "\"gpu_hit_ratio\":%.6f,\"cpu_hit_ratio\":%.6f,\"disk_hit_ratio\":%.6f,"
-           "\"load_imbalance\":%.4f,\"hit_blocks\":%" PRIu64 ",\"total_blocks\":%" PRIu64
-           ",\"prompt_tokens\":%" PRIu64 ",\"saved_tokens\":%" PRIu64
+           "\"load_imbalance\":%.4f,\"prefill_utilization\":%.4f,\"hit_blocks\":%" PRIu64
+           ",\"total_blocks\":%" PRIu64 ",\"prompt_tokens\":%" PRIu64 ",\"saved_tokens\":%" PRIu64
            ",\"ttft_p50_ms\":%.3f,\"ttft_p90_ms\":%.3f,\"ttft_p99_ms\":%.3f,"
            "\"ttft_mean_ms\":%.3f,\"queue_mean_ms\":%.3f,\"queue_p99_ms\":%.3f,"
            "\"requests\":%" PRIu64 ",\"batches\":%" PRIu64 ",\"speculated\":%" PRIu64
            ",\"gpu_over_blocks\":%" PRIu64 ",\"index_mismatch\":%" PRIu64,
            kvt_sim_policy_name(pol), r->hit_ratio, ideal, (double)r->hit_tier[0] / tb,
            (double)r->hit_tier[1] / tb, (double)r->hit_tier[2] / tb, r->load_imbalance,
-           r->hit_blocks, r->total_blocks, r->prompt_tokens, r->saved_tokens, r->ttft_p50_ms,
-           r->ttft_p90_ms, r->ttft_p99_ms, r->ttft_mean_ms, r->queue_mean_ms, r->queue_p99_ms,
-           r->requests, r->batches, r->speculated, r->gpu_over, r->index_mismatch);
+           r->makespan_ms > 0 ? busy / 1000.0 / r->makespan_ms / r->pods : 0.0, r->hit_blocks,
+           r->total_blocks, r->prompt_tokens, r->saved_tokens, r->ttft_p50_ms, r->ttft_p90_ms,
+           r->ttft_p99_ms, r->ttft_mean_ms, r->queue_mean_ms, r->queue_p99_ms, r->requests,
+           r->batches, r->speculated, r->gpu_over, r->index_mismatch);
 }
 
 static void timed_row(kvt_sim_policy_t pol, const kvt_sim_timed_result_t *r)
