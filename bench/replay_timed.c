@@ -56,7 +56,8 @@ static int timed_policies(const char *list, kvt_sim_policy_t *pol, size_t *n_p)
         *n_p = n;
         return 0;
     }
-    if (strlen(list) >= sizeof(buf) || list[strlen(list) - 1] == ',' || list[0] == ',')
+    if (strlen(list) >= sizeof(buf) || list[strlen(list) - 1] == ',' || list[0] == ',' ||
+        strstr(list, ",,") != NULL)
         goto err_bad;
     strcpy(buf, list);
     for (char *w = strtok_r(buf, ",", &save); w != NULL; w = strtok_r(NULL, ",", &save)) {
