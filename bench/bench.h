@@ -54,6 +54,8 @@ int kvt_bench_tiers_main(int argc, char **argv);
 /* `kvtier-bench replay`: a trace over simulated pods, the routers' policies side by side
  * (bench_replay.c, bench/sim.h). */
 int kvt_bench_replay_main(int argc, char **argv);
+/* `kvtier-bench replay --mode timed` (replay_timed.c, bench/sim_timed.h). */
+int kvt_bench_replay_timed_main(int argc, char **argv);
 
 /* `kvtier-bench gen`: a synthetic Mooncake-format trace with sessions, or the Azure CSV given
  * prefix structure (bench_gen.c, bench/gen.h). */

@@ -11,17 +11,19 @@
 #include "bench/bench.h"
 #include "bench/gen.h"
 #include "bench/live_run.h"
+#include "bench/replay.h"
 #include "bench/replay_plot.h"
 #include "bench/sim.h"
 #include "bench/trace.h"
 
-static const char *const replay_modes[] = {"cache", "live", NULL};
+static const char *const replay_modes[] = {"cache", "timed", "live", NULL};
 static const char *const replay_load_units[] = {"percent", "blocks", NULL};
 
 static void replay_usage(void)
 {
     printf("usage: kvtier-bench replay --trace FILE [options]\n"
            "  --mode cache            requests in trace order, each finished before the next\n"
+           "  --mode timed            arrivals in simulated time (--mode timed --help)\n"
            "  --mode live             engines publishing to a real kvtierd (--mode live --help)\n"
            "  --trace FILE            Mooncake JSONL trace (one hash id per block, optional\n"
            "                          session_id), or the Azure CSV (*.csv: prefix structure\n"
@@ -103,42 +105,49 @@ static void replay_json_result(const kvt_sim_policy_t pol, const kvt_sim_result_
            r->hit_blocks, r->total_blocks, r->requests, r->evicted, r->index_mismatch);
 }
 
-/*
- * Loads @path: Mooncake JSONL, or with a ".csv" name the Azure CSV given prefix structure by
- * the generator's defaults and @seed (then *@gen_p owns *@t_p). 0, or -1 after a line on
- * stderr.
- */
-static int replay_load(const char *path, uint64_t seed, kvt_trace_t **t_p, kvt_gen_t **gen_p,
-                       char *err, size_t errlen)
+int kvt_replay_input_load(kvt_replay_input_t *in, const char *path, uint64_t seed)
 {
+    char err[256] = "";
     size_t n = strlen(path);
     bool csv = n >= 4 && strcmp(path + n - 4, ".csv") == 0;
     kvt_trace_t *t = NULL;
-    kvt_status_t st =
-        csv ? kvt_trace_load_csv(path, &t, err, errlen) : kvt_trace_load(path, &t, err, errlen);
+    memset(in, 0, sizeof(*in));
+    kvt_status_t st = csv ? kvt_trace_load_csv(path, &t, err, sizeof(err))
+                          : kvt_trace_load(path, &t, err, sizeof(err));
     if (st == KVT_OK && csv) {
         kvt_gen_config_t cfg;
         kvt_gen_config_default(&cfg);
         cfg.seed = seed;
-        st = kvt_gen_create(&cfg, t, gen_p, err, errlen);
+        st = kvt_gen_create(&cfg, t, &in->gen, err, sizeof(err));
         kvt_trace_free(t);
-        t = st == KVT_OK ? (*gen_p)->trace : NULL;
+        t = st == KVT_OK ? in->gen->trace : NULL;
     }
     if (st != KVT_OK) {
         fprintf(stderr, "kvtier-bench: %s: %s\n", path, err[0] ? err : kvt_status_str(st));
         return -1;
     }
-    *t_p = t;
+    in->t = t;
+    /* the requests' session ids, for `session`: none when the trace names no session */
+    for (size_t i = 0; i < t->nreqs && in->sessions == NULL; i++)
+        if (t->reqs[i].session != 0 &&
+            (in->sessions = calloc(t->nreqs, sizeof(*in->sessions))) == NULL) {
+            fprintf(stderr, "kvtier-bench: out of memory\n");
+            kvt_replay_input_free(in);
+            return -1;
+        }
+    for (size_t i = 0; in->sessions != NULL && i < t->nreqs; i++)
+        in->sessions[i] = t->reqs[i].session;
     return 0;
 }
 
-static void replay_unload(kvt_trace_t *t, kvt_gen_t *gen, uint64_t *sessions)
+void kvt_replay_input_free(kvt_replay_input_t *in)
 {
-    if (gen != NULL)
-        kvt_gen_destroy(gen); /* and its trace, @t */
+    if (in->gen != NULL)
+        kvt_gen_destroy(in->gen); /* and its trace */
     else
-        kvt_trace_free(t);
-    free(sessions);
+        kvt_trace_free(in->t);
+    free(in->sessions);
+    memset(in, 0, sizeof(*in));
 }
 
 int kvt_bench_replay_policies(const char *list, kvt_sim_policy_t *pol, size_t *n_p)
@@ -190,10 +199,16 @@ static int replay_cache_plots(const char *dir, const kvt_trace_t *t, const kvt_s
 
 int kvt_bench_replay_main(int argc, char **argv)
 {
-    for (int i = 1; i < argc; i++) /* live mode has options of its own */
-        if ((strcmp(argv[i], "--mode") == 0 && i + 1 < argc && strcmp(argv[i + 1], "live") == 0) ||
-            strcmp(argv[i], "--mode=live") == 0)
+    for (int i = 1; i < argc; i++) { /* the timed and live modes have options of their own */
+        bool eq = strncmp(argv[i], "--mode=", 7) == 0;
+        const char *m = eq                                               ? argv[i] + 7
+                        : strcmp(argv[i], "--mode") == 0 && i + 1 < argc ? argv[i + 1]
+                                                                         : "";
+        if (strcmp(m, "timed") == 0)
+            return kvt_bench_replay_timed_main(argc, argv);
+        if (strcmp(m, "live") == 0)
             return kvt_bench_live_main(argc, argv);
+    }
     uint32_t mode = 0, pods = 8, load_unit = 0;
     uint64_t capacity = 0, seed = 1, approx_capacity = 0;
     double load_weight = 1.0, half_life = 0.0;
@@ -230,20 +245,12 @@ int kvt_bench_replay_main(int argc, char **argv)
         return 2;
 
     char err[256] = "";
-    kvt_trace_t *t = NULL;
-    kvt_gen_t *gen = NULL;
-    uint64_t *sessions = NULL;
-    FILE *pf = NULL;
-    if (replay_load(trace_path, seed, &t, &gen, err, sizeof(err)) != 0)
+    kvt_replay_input_t in;
+    if (kvt_replay_input_load(&in, trace_path, seed) != 0)
         return 1;
-    /* the requests' session ids, for `session`: none when the trace names no session */
-    for (size_t i = 0; i < t->nreqs && sessions == NULL; i++)
-        if (t->reqs[i].session != 0 && (sessions = calloc(t->nreqs, sizeof(*sessions))) == NULL) {
-            fprintf(stderr, "kvtier-bench: out of memory\n");
-            goto err_trace;
-        }
-    for (size_t i = 0; sessions != NULL && i < t->nreqs; i++)
-        sessions[i] = t->reqs[i].session;
+    const kvt_trace_t *t = in.t;
+    const uint64_t *sessions = in.sessions;
+    FILE *pf = NULL;
     if (per_request != NULL && (pf = fopen(per_request, "w")) == NULL) {
         perror(per_request);
         goto err_trace;
@@ -346,7 +353,7 @@ int kvt_bench_replay_main(int argc, char **argv)
         perror(per_request);
         rc = 1;
     }
-    replay_unload(t, gen, sessions);
+    kvt_replay_input_free(&in);
     return rc;
 
 err_res:
@@ -355,6 +362,6 @@ err_res:
 err_trace:
     if (pf != NULL)
         fclose(pf);
-    replay_unload(t, gen, sessions);
+    kvt_replay_input_free(&in);
     return 1;
 }

@@ -25,6 +25,7 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "bench/replay.h"
 #include "bench/sim.h"
 #include "bench/sim_model.h"
 #include "bench/trace.h"
@@ -34,11 +35,6 @@
 /* `kvtier-bench replay --mode live`: the subcommand (bench_live.c). */
 int kvt_bench_live_main(int argc, char **argv);
 
-/* What the cache mode's output and options share with this mode (bench_replay.c):
- * --policy's list into @pol (room for KVT_SIM_NPOLICIES; 0, or -1 after a line on stderr),
- * and a policy's figures as JSON fields (no braces). */
-int kvt_bench_replay_policies(const char *list, kvt_sim_policy_t *pol, size_t *n_p);
-void kvt_bench_replay_json(kvt_sim_policy_t pol, const kvt_sim_result_t *r, double ideal);
 
 /* The block keys of a trace's requests, as kvtierd computes them from the engines' tokens. */
 typedef struct kvt_live_keys {

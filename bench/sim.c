@@ -15,7 +15,8 @@
 #include "kvindex/index.h"
 
 static const char *const sim_policy_names[KVT_SIM_NPOLICIES] = {
-    "random", "round-robin", "least-loaded", "session", "prefix", "cost", "approx-prefix",
+    "random", "round-robin", "least-loaded",  "session",
+    "prefix", "cost",        "approx-prefix", "cost-tiers",
 };
 
 const char *kvt_sim_policy_name(kvt_sim_policy_t p)

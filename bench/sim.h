@@ -41,6 +41,7 @@ typedef enum kvt_sim_policy {
     KVT_SIM_PREFIX,       /* longest match in kvtier's index (kvt_score_pick, no load) */
     KVT_SIM_COST,         /* kvtier's scorer with its load term (see kvt_sim_config_t) */
     KVT_SIM_APPROX_PREFIX,
+    KVT_SIM_COST_TIERS, /* the scorer over GPU, CPU and DISK matches (timed mode's weights) */
     KVT_SIM_NPOLICIES,
 } kvt_sim_policy_t;
 

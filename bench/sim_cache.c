@@ -33,6 +33,7 @@ kvt_status_t kvt_sim_cache_init(kvt_sim_cache_t *c, uint64_t cap, uint32_t room)
     for (uint64_t i = 0; i < nodes; i++)
         c->nodes[i].next = i + 1 < nodes ? (uint32_t)(i + 1) : KVT_SIM_NONE;
     c->mask = nslots - 1;
+    c->nnodes = nodes;
     c->cap = cap;
     c->mru = c->lru = KVT_SIM_NONE;
     c->free_head = 0;
@@ -122,6 +123,7 @@ void kvt_sim_cache_insert(kvt_sim_cache_t *c, const uint64_t *ids, uint32_t n, u
         node = c->free_head;
         c->free_head = c->nodes[node].next;
         c->nodes[node].id = ids[k];
+        c->nodes[node].pins = 0;
         c->slots[s] = node;
         cache_push_mru(c, node);
         c->held++;
@@ -136,4 +138,119 @@ void kvt_sim_cache_insert(kvt_sim_cache_t *c, const uint64_t *ids, uint32_t n, u
         c->held--;
     }
     *nev_p = nev;
+}
+
+/* Doubles the nodes (and the map when it would pass half full). */
+static kvt_status_t cache_grow(kvt_sim_cache_t *c)
+{
+    uint64_t n = c->nnodes * 2;
+    if (n >= KVT_SIM_NONE - 1)
+        return KVT_ERR_NO_MEM;
+    kvt_sim_node_t *nodes = realloc(c->nodes, n * sizeof(*nodes));
+    if (nodes == NULL)
+        return KVT_ERR_NO_MEM;
+    c->nodes = nodes;
+    for (uint64_t i = c->nnodes; i < n; i++)
+        nodes[i].next = i + 1 < n ? (uint32_t)(i + 1) : c->free_head;
+    c->free_head = (uint32_t)c->nnodes;
+    c->nnodes = n;
+    if (2 * n <= c->mask + 1)
+        return KVT_OK;
+    uint64_t nslots = (c->mask + 1) * 2;
+    while (nslots < 2 * n)
+        nslots <<= 1;
+    uint32_t *slots = malloc(nslots * sizeof(*slots));
+    if (slots == NULL)
+        return KVT_ERR_NO_MEM;
+    uint32_t *old = c->slots;
+    uint64_t oldn = c->mask + 1;
+    memset(slots, 0xff, nslots * sizeof(*slots));
+    c->slots = slots;
+    c->mask = nslots - 1;
+    for (uint64_t i = 0; i < oldn; i++)
+        if (old[i] != KVT_SIM_NONE)
+            c->slots[cache_slot(c, c->nodes[old[i]].id)] = old[i];
+    free(old);
+    return KVT_OK;
+}
+
+kvt_status_t kvt_sim_cache_put(kvt_sim_cache_t *c, uint64_t id, uint32_t pins)
+{
+    uint64_t s = cache_slot(c, id);
+    uint32_t node = c->slots[s];
+    if (node != KVT_SIM_NONE) {
+        kvt_sim_node_t *x = &c->nodes[node];
+        if (x->pins == 0)
+            cache_unlink(c, node);
+        x->pins += pins;
+        if (x->pins == 0)
+            cache_push_mru(c, node);
+        return KVT_OK;
+    }
+    if (c->free_head == KVT_SIM_NONE) {
+        kvt_status_t st = cache_grow(c);
+        if (st != KVT_OK)
+            return st;
+        s = cache_slot(c, id);
+    }
+    node = c->free_head;
+    c->free_head = c->nodes[node].next;
+    c->nodes[node].id = id;
+    c->nodes[node].pins = pins;
+    c->slots[s] = node;
+    if (pins == 0)
+        cache_push_mru(c, node);
+    c->held++;
+    return KVT_OK;
+}
+
+/* Frees node @node, held in slot @s. */
+static void cache_drop(kvt_sim_cache_t *c, uint64_t s, uint32_t node)
+{
+    cache_slot_del(c, s);
+    if (c->nodes[node].pins == 0)
+        cache_unlink(c, node);
+    c->nodes[node].next = c->free_head;
+    c->free_head = node;
+    c->held--;
+}
+
+bool kvt_sim_cache_remove(kvt_sim_cache_t *c, uint64_t id, uint32_t *pins_p)
+{
+    uint64_t s = cache_slot(c, id);
+    uint32_t node = c->slots[s];
+    if (node == KVT_SIM_NONE)
+        return false;
+    if (pins_p != NULL)
+        *pins_p = c->nodes[node].pins;
+    cache_drop(c, s, node);
+    return true;
+}
+
+bool kvt_sim_cache_pin(kvt_sim_cache_t *c, uint64_t id, int delta)
+{
+    uint32_t node = c->slots[cache_slot(c, id)];
+    if (node == KVT_SIM_NONE)
+        return false;
+    kvt_sim_node_t *x = &c->nodes[node];
+    if (delta > 0) {
+        if (x->pins++ == 0)
+            cache_unlink(c, node);
+        return true;
+    }
+    if (x->pins == 0)
+        return false;
+    if (--x->pins == 0)
+        cache_push_mru(c, node);
+    return true;
+}
+
+bool kvt_sim_cache_evict(kvt_sim_cache_t *c, uint64_t *id_p)
+{
+    if (c->held <= c->cap || c->lru == KVT_SIM_NONE)
+        return false;
+    uint32_t old = c->lru;
+    *id_p = c->nodes[old].id;
+    cache_drop(c, cache_slot(c, c->nodes[old].id), old);
+    return true;
 }

@@ -16,12 +16,14 @@
 typedef struct kvt_sim_node {
     uint64_t id;
     uint32_t prev, next; /* toward MRU, toward LRU; KVT_SIM_NONE at the ends */
+    uint32_t pins;       /* > 0: off the LRU list, never evicted (kvt_sim_cache_put) */
 } kvt_sim_node_t;
 
 typedef struct kvt_sim_cache {
     kvt_sim_node_t *nodes; /* cap + room: a request's new blocks go in before the evictions */
     uint32_t *slots;       /* node index or KVT_SIM_NONE */
     uint64_t mask;         /* slots - 1 */
+    uint64_t nnodes;       /* entries of nodes */
     uint64_t cap;          /* blocks held at most */
     uint64_t held;
     uint32_t mru, lru, free_head; /* free nodes chained through next */
@@ -61,5 +63,30 @@ uint32_t kvt_sim_cache_hit(const kvt_sim_cache_t *c, const uint64_t *ids, uint32
  */
 void kvt_sim_cache_insert(kvt_sim_cache_t *c, const uint64_t *ids, uint32_t n, uint64_t *evicted,
                           uint32_t *nev_p);
+
+/*
+ * Pinned entries (the timed mode: blocks of running requests). A pinned
+ * entry is off the LRU list and never evicted; unpinned to 0 it becomes the
+ * most recently used. Capacity may be exceeded while too much is pinned.
+ */
+
+/*
+ * Adds @id with @pins pins (at the MRU end when 0), or, when held, adds
+ * @pins to its pins and touches it. Never evicts (kvt_sim_cache_evict());
+ * grows the cache's arrays past the init's room. KVT_OK or KVT_ERR_NO_MEM.
+ */
+kvt_status_t kvt_sim_cache_put(kvt_sim_cache_t *c, uint64_t id, uint32_t pins);
+
+/* Removes @id; returns whether it was held and, in *@pins_p (may be NULL), its pins. */
+bool kvt_sim_cache_remove(kvt_sim_cache_t *c, uint64_t id, uint32_t *pins_p);
+
+/* Pins (@delta 1) or unpins (@delta -1) held block @id; false when not held or not pinned. */
+bool kvt_sim_cache_pin(kvt_sim_cache_t *c, uint64_t id, int delta);
+
+/*
+ * When @c holds more than its capacity and an unpinned block exists: evicts
+ * the least recently used one into *@id_p and returns true.
+ */
+bool kvt_sim_cache_evict(kvt_sim_cache_t *c, uint64_t *id_p);
 
 #endif

@@ -191,6 +191,7 @@ uint32_t kvt_sim_route(kvt_sim_router_t *r, uint64_t req, uint64_t session, cons
     case KVT_SIM_SESSION: return route_session(r, session);
     case KVT_SIM_PREFIX:
     case KVT_SIM_COST:
+    case KVT_SIM_COST_TIERS:
     case KVT_SIM_APPROX_PREFIX: break;
     case KVT_SIM_NPOLICIES: return KVT_SIM_NONE;
     }
@@ -213,6 +214,13 @@ uint32_t kvt_sim_route(kvt_sim_router_t *r, uint64_t req, uint64_t session, cons
     kvt_score_weights_t w;
     kvt_score_weights_default(&w);
     const double *sload = NULL;
+    if (cfg->policy == KVT_SIM_COST || cfg->policy == KVT_SIM_APPROX_PREFIX)
+        w.cpu = w.disk = 0.0; /* GPU matches only */
+    if (cfg->policy == KVT_SIM_COST_TIERS) {
+        w.gpu = 1.0;
+        w.cpu = cfg->tier_cpu >= 0 ? cfg->tier_cpu : w.cpu;
+        w.disk = cfg->tier_disk >= 0 ? cfg->tier_disk : w.disk;
+    }
     if (cfg->policy != KVT_SIM_PREFIX) {
         if (cfg->load_weight >= 0)
             w.load = cfg->load_weight;

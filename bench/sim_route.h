@@ -23,6 +23,8 @@ typedef struct kvt_sim_router_config {
     /* `approx-prefix`: its table's entries per pod (>= 1), and keys per request at most */
     uint64_t approx_capacity;
     uint32_t max_blocks;
+    /* `cost-tiers`: the scorer's w_cpu and w_disk (w_gpu 1); < 0: the scorer's defaults */
+    double tier_cpu, tier_disk;
 } kvt_sim_router_config_t;
 
 /*
@@ -42,7 +44,8 @@ void kvt_sim_router_destroy(kvt_sim_router_t *r);
  * none) and index keys @keys[0..n). @load[p] is pod p's load in blocks
  * (NULL: all idle): `least-loaded` takes its minimum, `cost` and
  * `approx-prefix` weigh it. `approx-prefix` then records @keys as routed to
- * the pod it answers.
+ * the pod it answers. `cost` scores GPU blocks only (w_cpu = w_disk = 0);
+ * `cost-tiers` weighs CPU and DISK blocks too.
  * KVT_SIM_NONE after writing @why (an index error).
  */
 uint32_t kvt_sim_route(kvt_sim_router_t *r, uint64_t req, uint64_t session, const uint64_t *keys,

@@ -80,7 +80,7 @@ def main():
         results = {r["policy"]: r for r in j["results"]}
         assert set(rows) == set(results), sorted(rows)
         assert {"random", "round-robin", "least-loaded", "session", "prefix", "cost",
-                "approx-prefix"} <= set(rows), sorted(rows)
+                "approx-prefix", "cost-tiers"} <= set(rows), sorted(rows)
         for pol, got in rows.items():
             assert len(got) == len(reqs)
             chosen = [g[0] for g in got]
