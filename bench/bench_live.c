@@ -178,8 +178,9 @@ static int live_plots(const char *dir, const kvt_sim_policy_t *pol, size_t npol,
 
 /* Runs every policy of @pol; prints the table. 0, or 1 after a line on stderr. */
 static int live_policies(kvt_client_t *c, const live_opts_t *o, const kvt_trace_t *t,
-                         const kvt_live_keys_t *keys, const kvt_sim_policy_t *pol, size_t npol,
-                         double ideal, kvt_live_result_t *res, FILE *dump, FILE *pf)
+                         const uint64_t *sessions, const kvt_live_keys_t *keys,
+                         const kvt_sim_policy_t *pol, size_t npol, double ideal,
+                         kvt_live_result_t *res, FILE *dump, FILE *pf)
 {
     printf("%-13s %7s %8s %8s %9s %9s %9s %9s %7s %7s\n", "policy", "hit %", "of ideal", "load imb",
            "TTFT p50", "TTFT p99", "query p50", "query p99", "stale %", "wall s");
@@ -201,6 +202,7 @@ static int live_policies(kvt_client_t *c, const live_opts_t *o, const kvt_trace_
             .keep_engines = o->keep,
             .dump = dump,
             .per_request = pf,
+            .sessions = sessions,
         };
         kvt_sim_model_default(&cfg.model);
         char err[256] = "";
@@ -250,12 +252,11 @@ int kvt_bench_live_main(int argc, char **argv)
 
     uint64_t wall0 = kvt_clock_ns();
     char err[256] = "";
-    kvt_trace_t *full = NULL, t;
-    kvt_status_t st = kvt_trace_load(o.trace, &full, err, sizeof(err));
-    if (st != KVT_OK) {
-        fprintf(stderr, "kvtier-bench: %s: %s\n", o.trace, err[0] ? err : kvt_status_str(st));
+    kvt_replay_input_t in;
+    kvt_trace_t t;
+    if (kvt_replay_input_load(&in, o.trace, o.seed) != 0)
         return 1;
-    }
+    const kvt_trace_t *full = in.t;
     live_slice(full, o.requests && o.requests < full->nreqs ? o.requests : full->nreqs, &t);
     int rc = 1;
     FILE *pf = NULL, *dump = NULL;
@@ -305,7 +306,7 @@ int kvt_bench_live_main(int argc, char **argv)
            o.connect ? "at " : "started on ", addr);
     printf("ideal (one pod, unbounded cache): %" PRIu64 " / %" PRIu64 " blocks hit = %.2f%%\n\n",
            ihit, itotal, 100.0 * ideal);
-    if (live_policies(c, &o, &t, &keys, pol, npol, ideal, res, dump, pf) != 0)
+    if (live_policies(c, &o, &t, in.sessions, &keys, pol, npol, ideal, res, dump, pf) != 0)
         goto out;
     if (o.out != NULL && live_plots(o.out, pol, npol, res, o.pods) != 0)
         goto out;
@@ -343,6 +344,6 @@ out:
         rc = 1;
     if (dump != NULL && fclose(dump) != 0)
         rc = 1;
-    kvt_trace_free(full);
+    kvt_replay_input_free(&in);
     return rc;
 }

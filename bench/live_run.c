@@ -225,6 +225,7 @@ static kvt_status_t live_init(live_t *l, kvt_live_result_t *res)
                                   .pods = np,
                                   .seed = cfg->seed,
                                   .load_weight = cfg->load_weight,
+                                  .sessions = cfg->sessions != NULL ? cfg->nreqs : 0,
                                   .approx_capacity = cfg->capacity_blocks,
                                   .max_blocks = cfg->t->max_blocks};
     return kvt_sim_router_create(&rc, l->idx, l->reader, 0, l->pod_ids, &l->router, l->why,
@@ -299,7 +300,8 @@ static uint32_t live_route(live_t *l, size_t i, const uint64_t *keys, uint32_t n
         pod = kvt_score_pick(&w, l->matches, nm, l->cands, np, cost ? l->load : NULL, cost ? np : 0,
                              kvt_sim_mix(cfg->seed ^ i), NULL);
     } else {
-        pod = kvt_sim_route(l->router, i, 0, keys, n, l->load, l->why, l->whylen);
+        pod = kvt_sim_route(l->router, i, cfg->sessions != NULL ? cfg->sessions[i] : 0, keys, n,
+                            l->load, l->why, l->whylen);
     }
     if (pod >= np) {
         if (pod != KVT_SIM_NONE || l->why[0] == '\0')

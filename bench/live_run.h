@@ -35,7 +35,6 @@
 /* `kvtier-bench replay --mode live`: the subcommand (bench_live.c). */
 int kvt_bench_live_main(int argc, char **argv);
 
-
 /* The block keys of a trace's requests, as kvtierd computes them from the engines' tokens. */
 typedef struct kvt_live_keys {
     uint64_t *pos;  /* the key of every t->ids entry (same order) */
@@ -72,6 +71,7 @@ typedef struct kvt_live_config {
     bool keep_engines; /* leave the engines subscribed afterwards (their sockets close) */
     FILE *dump;        /* may be NULL: "model pod key..." per engine after the run */
     FILE *per_request; /* may be NULL: "policy request pod hit blocks view ttft_us query_us" */
+    const uint64_t *sessions; /* per request (`session`), borrowed; NULL: none */
 } kvt_live_config_t;
 
 #define KVT_LIVE_MAX_PODS 256
