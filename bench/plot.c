@@ -71,6 +71,12 @@ static int plot_data(const char *path, const kvt_plot_t *plot, const kvt_plot_se
     return fclose(f) == 0 && !bad ? 0 : -1;
 }
 
+/* Twelve distinguishable colours (gnuplot's own cycle repeats after eight). */
+static const char *const plot_colors[] = {
+    "#9400d3", "#009e73", "#56b4e9", "#e69f00", "#c8b400", "#0072b2",
+    "#e51e10", "#000000", "#808080", "#a0522d", "#ff69b4", "#2e8b57",
+};
+
 static int plot_script(const char *path, const char *dat, const char *png, const kvt_plot_t *plot,
                        const kvt_plot_series_t *series, size_t n)
 {
@@ -86,6 +92,10 @@ static int plot_script(const char *path, const char *dat, const char *png, const
     fputs("\nset ylabel ", f);
     plot_quote(f, plot->ylabel);
     fputs("\nset grid\nset key outside right\n", f);
+    size_t ncolors = sizeof(plot_colors) / sizeof(plot_colors[0]);
+    for (size_t i = 0; i < ncolors; i++)
+        fprintf(f, "set linetype %zu lc rgb '%s'\n", i + 1, plot_colors[i]);
+    fprintf(f, "set linetype cycle %zu\n", ncolors);
     if (plot->logx)
         fputs("set logscale x\n", f);
     if (plot->kind == KVT_PLOT_BARS) {
