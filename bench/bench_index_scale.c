@@ -19,6 +19,7 @@
 
 #include "bench/bench.h"
 #include "bench/bench_index_int.h"
+#include "bench/progress.h"
 #include "common/clock.h"
 #include "kvindex/index.h"
 
@@ -238,9 +239,14 @@ static int sc_bat_push(sc_run_t *r, uint64_t ns)
 static int sc_fill(sc_run_t *r, uint64_t target, sc_point_t *pt)
 {
     const sc_opts_t *o = r->o;
-    uint64_t wall0 = kvt_clock_ns();
+    uint64_t wall0 = kvt_clock_ns(), from = kvt_sgen_entries(r->gen);
     r->nbat = 0;
+    kvt_progress_t pg;
+    char label[48];
+    snprintf(label, sizeof(label), "fill to %" PRIu64, target);
+    kvt_progress_start(&pg, NULL, -1, label, target > from ? target - from : 0);
     while (kvt_sgen_entries(r->gen) < target) {
+        kvt_progress_update(&pg, kvt_sgen_entries(r->gen) - from);
         /* the engines' side, untimed: the events and their engine hashes */
         for (uint32_t b = 0; b < o->batch; b++) {
             kvt_sgen_event_t *ev = &r->evs[b];
@@ -289,6 +295,7 @@ static int sc_fill(sc_run_t *r, uint64_t target, sc_point_t *pt)
             }
         }
     }
+    kvt_progress_end(&pg);
     pt->fill_s = (double)(kvt_clock_ns() - wall0) / 1e9;
     pt->batches = r->nbat;
     kvt_bench_sort_u64(r->bat, r->nbat);
