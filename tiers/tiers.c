@@ -325,6 +325,17 @@ void kvt_tier_sess_close(kvt_tier_t *t, kvt_tier_sess_t *s)
     free(s);
 }
 
+size_t kvt_tier_sess_renew(kvt_tier_t *t, kvt_tier_sess_t *s, uint32_t lease_ms)
+{
+    tier_lock(t);
+    uint64_t deadline = kvt_clock_ms() + (lease_ms != 0 ? lease_ms : t->lease_ms);
+    for (size_t i = 0; i < s->nlease; i++)
+        s->lease[i].deadline_ms = deadline;
+    size_t n = s->nlease;
+    tier_unlock(t);
+    return n;
+}
+
 size_t kvt_tier_expire(kvt_tier_t *t)
 {
     uint64_t now = kvt_clock_ms();

@@ -221,6 +221,11 @@ kvt_status_t kvt_tier_get(kvt_tier_t *t, const char *ns, size_t ns_len, uint64_t
 kvt_status_t kvt_tier_delete(kvt_tier_t *t, const char *ns, size_t ns_len, uint64_t key,
                              kvt_tier_done_cb done, void *arg);
 
+/* Sets every lease @s holds to expire @lease_ms from now (0: the tier's
+ * lease_ms), shorter or longer than before; returns how many it holds. A
+ * transfer's source renews its pins while the transfer runs. */
+size_t kvt_tier_sess_renew(kvt_tier_t *t, kvt_tier_sess_t *s, uint32_t lease_ms);
+
 /* Expires leases older than lease_ms; the I/O thread calls it too. Returns
  * how many pins and reservations it released. */
 size_t kvt_tier_expire(kvt_tier_t *t);

@@ -418,6 +418,39 @@ static void test_lease_expiry(void **state)
     kvt_tier_close(t);
 }
 
+/* A renewed lease outlives the tier's lease_ms; a renewal to a short time expires it soon. */
+static void test_lease_renew(void **state)
+{
+    (void)state;
+    kvt_tier_cfg_t c = cfg_of(4, 0, KVT_TIER_ADMIT_ALWAYS);
+    c.lease_ms = 100;
+    kvt_tier_t *t = open_ok(&c);
+    kvt_tier_sess_t *s = kvt_tier_sess_open(t);
+    assert_int_equal(put(t, 1, false), KVT_OK);
+    uint64_t keys[1] = {1};
+    waiter_t w;
+    w_init(&w);
+    assert_int_equal(kvt_tier_pin(t, s, NS, NSL, keys, 1, pin_cb, &w), KVT_OK);
+    w_wait(&w);
+    assert_int_equal(kvt_tier_sess_renew(t, s, 60000), 1);
+    /* well past the tier's 100 ms: an expiry pass releases nothing */
+    struct timespec ts = {0, 300 * 1000 * 1000};
+    nanosleep(&ts, NULL);
+    assert_int_equal(kvt_tier_expire(t), 0);
+    kvt_tier_stats_t st;
+    kvt_tier_stats(t, &st);
+    assert_int_equal(st.ram_pinned, 1);
+    /* renewed to 1 ms: the next pass after it releases the pin */
+    assert_int_equal(kvt_tier_sess_renew(t, s, 1), 1);
+    wait_stat(t, offsetof(kvt_tier_stats_t, lease_expired), 1);
+    kvt_tier_stats(t, &st);
+    assert_int_equal(st.ram_pinned, 0);
+    assert_int_equal(kvt_tier_sess_renew(t, s, 0), 0);
+    kvt_tier_sess_close(t, s);
+    w_fini(&w);
+    kvt_tier_close(t);
+}
+
 static void test_durable_restart(void **state)
 {
     (void)state;
@@ -740,6 +773,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_lookup_order, setup, teardown),
         cmocka_unit_test_setup_teardown(test_reserve_pin, setup, teardown),
         cmocka_unit_test_setup_teardown(test_lease_expiry, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_lease_renew, setup, teardown),
         cmocka_unit_test_setup_teardown(test_durable_restart, setup, teardown),
         cmocka_unit_test_setup_teardown(test_spill_background, setup, teardown),
         cmocka_unit_test_setup_teardown(test_seen_twice_rejects_one_offs, setup, teardown),
