@@ -81,12 +81,15 @@ static kvt_status_t rd_blob(kvt_proto_rd_t *r, const char *what, const char *fie
                             const char *items, uint32_t *len_p, const uint8_t **p_p, char *err,
                             size_t errlen)
 {
-    kvt_status_t st =
-        proto_rd_count(r, what, field, true, UINT32_MAX, 1, items, len_p, p_p, err, errlen);
-    if (st == KVT_OK && *len_p > KVT_PROTO_XFER_MAX_BLOB)
+    kvt_status_t st = proto_need(r, 4, what, field, err, errlen);
+    if (st != KVT_OK)
+        return st;
+    kvt_proto_rd_t peek = *r;
+    uint32_t len = kvt_proto_rd_u32(&peek);
+    if (len > KVT_PROTO_XFER_MAX_BLOB) /* the protocol's limit, not a capacity: 400 */
         return proto_fail(err, errlen, KVT_ERR_INVAL, "%s: %s is %" PRIu32 ", over %u", what, field,
-                          *len_p, KVT_PROTO_XFER_MAX_BLOB);
-    return st;
+                          len, KVT_PROTO_XFER_MAX_BLOB);
+    return proto_rd_count(r, what, field, true, UINT32_MAX, 1, items, len_p, p_p, err, errlen);
 }
 
 /* The u32 count n (1..@max, capped) of @what's @width-byte entries, and where they are. */
@@ -141,7 +144,7 @@ static kvt_status_t hello_geom(const kvt_proto_xfer_hello_ans_t *h, char *err, s
         return proto_fail(err, errlen, KVT_ERR_INVAL, "%s: %s is 0", what,
                           h->slot_bytes == 0 ? "slot_bytes" : "nslots");
     uint64_t span = (uint64_t)h->nslots * h->slot_bytes; /* < 2^64: two u32 */
-    if (h->base > UINT64_MAX - span)
+    if (h->base > UINT64_MAX - span + 1)                 /* the last slot may end at 2^64 exactly */
         return proto_fail(err, errlen, KVT_ERR_INVAL,
                           "%s: %" PRIu32 " slots of %" PRIu32 " bytes at base 0x%" PRIx64
                           " end past the address space",
@@ -309,6 +312,21 @@ kvt_status_t kvt_proto_xfer_reserve_req_decode(const uint8_t *body, size_t len, 
 
 /* ---- XFER_PIN and XFER_RESERVE answers ------------------------------------------------------ */
 
+/* The whole of an XFER_PIN or XFER_RESERVE answer: the lease, then n >= 1 entries of @width
+ * bytes (@items), nothing after; *@at_p is where the entries are. */
+static kvt_status_t rd_slots_ans(const uint8_t *body, size_t len, const char *what, uint32_t max,
+                                 size_t width, const char *items, kvt_proto_xfer_slots_ans_t *a,
+                                 const uint8_t **at_p, char *err, size_t errlen)
+{
+    kvt_proto_rd_t r;
+    kvt_status_t st;
+    kvt_proto_rd_init(&r, body, len);
+    if ((st = rd_u64(&r, what, "lease", false, &a->lease, err, errlen)) != KVT_OK ||
+        (st = rd_entries(&r, what, max, width, items, &a->n, at_p, err, errlen)) != KVT_OK)
+        return st;
+    return proto_rd_end(&r, what, items, err, errlen);
+}
+
 /* Checks an XFER_PIN answer entry @p (number @i); @held_p is set when it holds a pin. */
 static kvt_status_t pinned_ok(const kvt_proto_xfer_pinned_t *p, uint32_t i, bool *held_p, char *err,
                               size_t errlen)
@@ -369,12 +387,8 @@ kvt_status_t kvt_proto_xfer_pin_ans_decode(const uint8_t *body, size_t len,
     kvt_proto_rd_t r;
     kvt_proto_xfer_slots_ans_t a = {0};
     const uint8_t *at = NULL;
-    kvt_status_t st;
-
-    kvt_proto_rd_init(&r, body, len);
-    if ((st = rd_u64(&r, what, "lease", false, &a.lease, err, errlen)) != KVT_OK ||
-        (st = rd_entries(&r, what, max_pins, 16, "the pins", &a.n, &at, err, errlen)) != KVT_OK ||
-        (st = proto_rd_end(&r, what, "the pins", err, errlen)) != KVT_OK)
+    kvt_status_t st = rd_slots_ans(body, len, what, max_pins, 16, "the pins", &a, &at, err, errlen);
+    if (st != KVT_OK)
         return st;
     bool held = false;
     kvt_proto_rd_init(&r, at, (size_t)a.n * 16);
@@ -431,12 +445,9 @@ kvt_status_t kvt_proto_xfer_reserve_ans_decode(const uint8_t *body, size_t len, 
     kvt_proto_rd_t r;
     kvt_proto_xfer_slots_ans_t a = {0};
     const uint8_t *at = NULL;
-    kvt_status_t st;
-
-    kvt_proto_rd_init(&r, body, len);
-    if ((st = rd_u64(&r, what, "lease", false, &a.lease, err, errlen)) != KVT_OK ||
-        (st = rd_entries(&r, what, max_slots, 4, "the slots", &a.n, &at, err, errlen)) != KVT_OK ||
-        (st = proto_rd_end(&r, what, "the slots", err, errlen)) != KVT_OK)
+    kvt_status_t st =
+        rd_slots_ans(body, len, what, max_slots, 4, "the slots", &a, &at, err, errlen);
+    if (st != KVT_OK)
         return st;
     bool held = false;
     kvt_proto_rd_init(&r, at, (size_t)a.n * 4);

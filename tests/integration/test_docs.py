@@ -53,6 +53,7 @@ POLL_SLEEP = 0.1
 ELSEWHERE = {
     "api-cache-salt": "tests/integration/test_python_client.py",
     "cli-query-salted": "tests/integration/test_python_client.py",
+    "protocol-xfer-pin": "tests/unit/test_proto_xfer.c",
 }
 
 SYNOPSIS = ("a usage synopsis with placeholders, not a command "

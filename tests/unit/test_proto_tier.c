@@ -20,6 +20,7 @@
 
 #include "proto/proto.h"
 #include "tests/support/rng.h"
+#include "tests/support/wire.h"
 
 #define MAXN 600u /* the most items a random message carries */
 
@@ -69,41 +70,13 @@ static void rand_names(name_t *model, name_t *lora)
 
 /* ---- the reference encoding ----------------------------------------------------------------- */
 
-typedef struct bytes {
-    uint8_t b[16384];
-    size_t n;
-} bytes_t;
-
-/* @width little-endian bytes of @v. */
-static void put(bytes_t *o, uint64_t v, unsigned width)
+static void put_name(kvt_wire_t *o, kvt_proto_str_t s)
 {
-    assert_true(o->n + width <= sizeof(o->b));
-    for (unsigned i = 0; i < width; i++)
-        o->b[o->n++] = (uint8_t)(v >> (8 * i));
-}
-
-static void put_raw(bytes_t *o, const void *p, size_t len)
-{
-    assert_true(o->n + len <= sizeof(o->b));
-    if (len > 0)
-        memcpy(o->b + o->n, p, len);
-    o->n += len;
-}
-
-/* A str: u16 length, then the bytes. */
-static void put_s(bytes_t *o, const void *p, size_t len)
-{
-    put(o, len, 2);
-    put_raw(o, p, len);
-}
-
-static void put_name(bytes_t *o, kvt_proto_str_t s)
-{
-    put_s(o, s.p, s.len);
+    kvt_wire_str(o, s.p, s.len);
 }
 
 /* model, then lora: the head of every tier request */
-static void put_names(bytes_t *o, const name_t *model, const name_t *lora)
+static void put_names(kvt_wire_t *o, const name_t *model, const name_t *lora)
 {
     put_name(o, model->s);
     put_name(o, lora->s);
@@ -117,15 +90,6 @@ static void put_names(bytes_t *o, const name_t *model, const name_t *lora)
         if (memcmp((a), (b), (n)) != 0)                                                            \
             assert_memory_equal((a), (b), (n));                                                    \
     } while (0)
-
-static uint8_t *dup_exact(const uint8_t *p, size_t len)
-{
-    uint8_t *d = malloc(len > 0 ? len : 1);
-    assert_non_null(d);
-    if (len > 0)
-        memcpy(d, p, len);
-    return d;
-}
 
 static int str_is(kvt_proto_str_t s, kvt_proto_str_t want, const uint8_t *body, size_t len)
 {
@@ -154,7 +118,7 @@ static size_t wr_start(kvt_proto_wr_t *w)
 /* The frame appended after @off, the last in @w, has header @op/@flags/@req_id and body @want;
  * returns the body. */
 static const uint8_t *frame_is(const kvt_proto_wr_t *w, size_t off, uint8_t op, uint16_t flags,
-                               uint64_t req_id, const bytes_t *want)
+                               uint64_t req_id, const kvt_wire_t *want)
 {
     kvt_proto_hdr_t h;
     assert_int_equal(w->len, off + KVT_PROTO_HDR_SIZE + want->n);
@@ -284,7 +248,7 @@ static void refused(dec_fn dec, const uint8_t *body, size_t len, uint32_t cap, k
 {
     char err[256] = "unset";
     out_reset();
-    uint8_t *copy = dup_exact(body, len);
+    uint8_t *copy = kvt_wire_dup(body, len);
     kvt_status_t st = dec(copy, len, cap, &g_out, err, sizeof(err));
     if (st != want)
         fail_msg("%s (len %zu, cap %u): status %d, want %d (\"%s\")", what, len, cap, st, want,
@@ -446,15 +410,15 @@ static void test_keys_roundtrip(void **state)
         size_t off = wr_start(&w);
         kvt_proto_keys_t k = {model.s, lora.s, n};
         assert_int_equal(kvt_proto_keys_req_encode(&w, op, req_id, &k, keys), KVT_OK);
-        bytes_t ref = {.n = 0};
+        kvt_wire_t ref = {.n = 0};
         put_names(&ref, &model, &lora);
-        put(&ref, n, 4);
+        kvt_wire_put(&ref, n, 4);
         for (uint32_t i = 0; i < n; i++)
-            put(&ref, keys[i], 8);
+            kvt_wire_put(&ref, keys[i], 8);
         const uint8_t *body = frame_is(&w, off, op, 0, req_id, &ref);
 
         /* back, with room for exactly n keys */
-        uint8_t *copy = dup_exact(body, ref.n);
+        uint8_t *copy = kvt_wire_dup(body, ref.n);
         char err[64] = "unset";
         out_reset();
         assert_int_equal(
@@ -496,18 +460,18 @@ static void test_commit_roundtrip(void **state)
         kvt_proto_commit_t c = {model.s, lora.s, ok, n};
         assert_int_equal(kvt_proto_commit_req_encode(&w, req_id, &c, keys, no_lens ? NULL : lens),
                          KVT_OK);
-        bytes_t ref = {.n = 0};
+        kvt_wire_t ref = {.n = 0};
         put_names(&ref, &model, &lora);
-        put(&ref, ok ? 1 : 0, 1);
-        put(&ref, 0, 3);
-        put(&ref, n, 4);
+        kvt_wire_put(&ref, ok ? 1 : 0, 1);
+        kvt_wire_put(&ref, 0, 3);
+        kvt_wire_put(&ref, n, 4);
         for (uint32_t i = 0; i < n; i++)
-            put(&ref, keys[i], 8);
+            kvt_wire_put(&ref, keys[i], 8);
         for (uint32_t i = 0; i < n; i++)
-            put(&ref, lens[i], 4);
+            kvt_wire_put(&ref, lens[i], 4);
         const uint8_t *body = frame_is(&w, off, KVT_PROTO_OP_COMMIT, 0, req_id, &ref);
 
-        uint8_t *copy = dup_exact(body, ref.n);
+        uint8_t *copy = kvt_wire_dup(body, ref.n);
         out_reset();
         assert_int_equal(
             kvt_proto_commit_req_decode(copy, ref.n, g_out.k, g_out.u, n, &g_out.commit, NULL, 0),
@@ -543,11 +507,11 @@ static void test_block_requests_roundtrip(void **state)
         size_t off = wr_start(&w);
         kvt_proto_block_key_t k = {model.s, lora.s, key};
         assert_int_equal(kvt_proto_block_key_req_encode(&w, op, req_id, &k), KVT_OK);
-        bytes_t ref = {.n = 0};
+        kvt_wire_t ref = {.n = 0};
         put_names(&ref, &model, &lora);
-        put(&ref, key, 8);
+        kvt_wire_put(&ref, key, 8);
         const uint8_t *body = frame_is(&w, off, op, 0, req_id, &ref);
-        uint8_t *copy = dup_exact(body, ref.n);
+        uint8_t *copy = kvt_wire_dup(body, ref.n);
         out_reset();
         assert_int_equal(kvt_proto_block_key_req_decode(copy, ref.n, &g_out.bkey, NULL, 0), KVT_OK);
         names_are(g_out.bkey.model, g_out.bkey.lora, &model, &lora, copy, ref.n);
@@ -565,13 +529,13 @@ static void test_block_requests_roundtrip(void **state)
         assert_int_equal(kvt_proto_block_put_req_encode(&w, req_id, &p), KVT_OK);
         ref.n = 0;
         put_names(&ref, &model, &lora);
-        put(&ref, key, 8);
-        put(&ref, durable ? 1 : 0, 1);
-        put(&ref, 0, 3);
-        put(&ref, len, 4);
-        put_raw(&ref, data, len);
+        kvt_wire_put(&ref, key, 8);
+        kvt_wire_put(&ref, durable ? 1 : 0, 1);
+        kvt_wire_put(&ref, 0, 3);
+        kvt_wire_put(&ref, len, 4);
+        kvt_wire_raw(&ref, data, len);
         body = frame_is(&w, off, KVT_PROTO_OP_BLOCK_PUT, 0, req_id, &ref);
-        copy = dup_exact(body, ref.n);
+        copy = kvt_wire_dup(body, ref.n);
         out_reset();
         assert_int_equal(kvt_proto_block_put_req_decode(copy, ref.n, &g_out.put, NULL, 0), KVT_OK);
         names_are(g_out.put.model, g_out.put.lora, &model, &lora, copy, ref.n);
@@ -616,17 +580,17 @@ static void test_attach_roundtrip(void **state)
 
         size_t off = wr_start(&w);
         assert_int_equal(kvt_proto_attach_ans_encode(&w, req_id, &a), KVT_OK);
-        bytes_t ref = {.n = 0};
-        put(&ref, a.map_bytes, 8);
-        put(&ref, a.slot_off, 8);
-        put(&ref, a.slot_bytes, 4);
-        put(&ref, a.nslots, 4);
-        put(&ref, a.block_bytes, 4);
-        put(&ref, a.disk_slots, 4);
+        kvt_wire_t ref = {.n = 0};
+        kvt_wire_put(&ref, a.map_bytes, 8);
+        kvt_wire_put(&ref, a.slot_off, 8);
+        kvt_wire_put(&ref, a.slot_bytes, 4);
+        kvt_wire_put(&ref, a.nslots, 4);
+        kvt_wire_put(&ref, a.block_bytes, 4);
+        kvt_wire_put(&ref, a.disk_slots, 4);
         put_name(&ref, path.s);
         const uint8_t *body =
             frame_is(&w, off, KVT_PROTO_OP_ATTACH, KVT_PROTO_F_RESPONSE, req_id, &ref);
-        uint8_t *copy = dup_exact(body, ref.n);
+        uint8_t *copy = kvt_wire_dup(body, ref.n);
         out_reset();
         assert_int_equal(kvt_proto_attach_ans_decode(copy, ref.n, &g_out.attach, NULL, 0), KVT_OK);
         kvt_proto_attach_ans_t *d = &g_out.attach;
@@ -648,7 +612,7 @@ static void test_array_answers_roundtrip(void **state)
     kvt_rng_init(&g_rng, 5);
     for (int round = 0; round < 300; round++) {
         uint64_t req_id = rnd();
-        bytes_t ref = {.n = 0};
+        kvt_wire_t ref = {.n = 0};
 
         /* LOOKUP */
         uint32_t hit = rand_count(0);
@@ -658,11 +622,11 @@ static void test_array_answers_roundtrip(void **state)
         size_t off = wr_start(&w);
         assert_int_equal(kvt_proto_lookup_ans_encode(&w, req_id, hit > 0 ? loc : NULL, hit),
                          KVT_OK);
-        put(&ref, hit, 4);
-        put_raw(&ref, loc, hit);
+        kvt_wire_put(&ref, hit, 4);
+        kvt_wire_raw(&ref, loc, hit);
         const uint8_t *body =
             frame_is(&w, off, KVT_PROTO_OP_LOOKUP, KVT_PROTO_F_RESPONSE, req_id, &ref);
-        uint8_t *copy = dup_exact(body, ref.n);
+        uint8_t *copy = kvt_wire_dup(body, ref.n);
         out_reset();
         assert_int_equal(
             kvt_proto_lookup_ans_decode(copy, ref.n, g_out.loc, hit, &g_out.count, NULL, 0),
@@ -686,14 +650,14 @@ static void test_array_answers_roundtrip(void **state)
                                                       nev > 0 ? ev : NULL, nev),
                          KVT_OK);
         ref.n = 0;
-        put(&ref, n, 4);
+        kvt_wire_put(&ref, n, 4);
         for (uint32_t i = 0; i < n; i++)
-            put(&ref, slots[i], 4);
-        put(&ref, nev, 4);
+            kvt_wire_put(&ref, slots[i], 4);
+        kvt_wire_put(&ref, nev, 4);
         for (uint32_t i = 0; i < nev; i++)
-            put(&ref, ev[i], 8);
+            kvt_wire_put(&ref, ev[i], 8);
         body = frame_is(&w, off, KVT_PROTO_OP_RESERVE, KVT_PROTO_F_RESPONSE, req_id, &ref);
-        copy = dup_exact(body, ref.n);
+        copy = kvt_wire_dup(body, ref.n);
         out_reset();
         assert_int_equal(kvt_proto_reserve_ans_decode(copy, ref.n, g_out.u, n, g_out.ev, nev,
                                                       &g_out.reserve, NULL, 0),
@@ -735,13 +699,13 @@ static void test_array_answers_roundtrip(void **state)
         off = wr_start(&w);
         assert_int_equal(kvt_proto_pin_ans_encode(&w, req_id, n > 0 ? pins : NULL, n), KVT_OK);
         ref.n = 0;
-        put(&ref, n, 4);
+        kvt_wire_put(&ref, n, 4);
         for (uint32_t i = 0; i < n; i++) {
-            put(&ref, pins[i].slot, 4);
-            put(&ref, pins[i].len, 4);
+            kvt_wire_put(&ref, pins[i].slot, 4);
+            kvt_wire_put(&ref, pins[i].len, 4);
         }
         body = frame_is(&w, off, KVT_PROTO_OP_PIN, KVT_PROTO_F_RESPONSE, req_id, &ref);
-        copy = dup_exact(body, ref.n);
+        copy = kvt_wire_dup(body, ref.n);
         out_reset();
         assert_int_equal(
             kvt_proto_pin_ans_decode(copy, ref.n, g_out.pins, n, &g_out.count, NULL, 0), KVT_OK);
@@ -768,16 +732,16 @@ static void test_small_answers_roundtrip(void **state)
     static uint8_t data[4096];
     for (int round = 0; round < 200; round++) {
         uint64_t req_id = rnd();
-        bytes_t ref = {.n = 0};
+        kvt_wire_t ref = {.n = 0};
 
         /* COMMIT, UNPIN, PREFETCH: one count */
         uint8_t op = count_ops[below(3)];
         uint32_t count = below(2) == 0 ? below(4) : (uint32_t)rnd();
         size_t off = wr_start(&w);
         assert_int_equal(kvt_proto_count_ans_encode(&w, op, req_id, count), KVT_OK);
-        put(&ref, count, 4);
+        kvt_wire_put(&ref, count, 4);
         const uint8_t *body = frame_is(&w, off, op, KVT_PROTO_F_RESPONSE, req_id, &ref);
-        uint8_t *copy = dup_exact(body, ref.n);
+        uint8_t *copy = kvt_wire_dup(body, ref.n);
         uint32_t got = 0;
         assert_int_equal(kvt_proto_count_ans_decode(copy, ref.n, &got, NULL, 0), KVT_OK);
         assert_int_equal(got, count);
@@ -791,9 +755,9 @@ static void test_small_answers_roundtrip(void **state)
         off = wr_start(&w);
         assert_int_equal(kvt_proto_block_get_ans_encode(&w, req_id, data, len), KVT_OK);
         ref.n = 0;
-        put_raw(&ref, data, len);
+        kvt_wire_raw(&ref, data, len);
         body = frame_is(&w, off, KVT_PROTO_OP_BLOCK_GET, KVT_PROTO_F_RESPONSE, req_id, &ref);
-        copy = dup_exact(body, len);
+        copy = kvt_wire_dup(body, len);
         assert_int_equal(kvt_proto_block_get_ans_decode(copy, len, NULL, 0), KVT_OK);
         free(copy);
     }
@@ -820,23 +784,23 @@ static void test_small_answers_roundtrip(void **state)
 /* ---- requests: refusals --------------------------------------------------------------------- */
 
 /* A KEYS body: @model and @lora given as raw (length, bytes), @n announced, @nkeys written. */
-static void keys_body(bytes_t *o, const char *model, size_t mlen, const char *lora, size_t llen,
+static void keys_body(kvt_wire_t *o, const char *model, size_t mlen, const char *lora, size_t llen,
                       uint32_t n, uint32_t nkeys)
 {
     o->n = 0;
-    put_s(o, model, mlen);
-    put_s(o, lora, llen);
-    put(o, n, 4);
+    kvt_wire_str(o, model, mlen);
+    kvt_wire_str(o, lora, llen);
+    kvt_wire_put(o, n, 4);
     for (uint32_t i = 0; i < nkeys; i++)
-        put(o, 0x0101010101010101ull * (i + 1), 8);
+        kvt_wire_put(o, 0x0101010101010101ull * (i + 1), 8);
 }
 
 /* Strings every request refuses in its model and lora fields (@what: the body's name). */
-static void refused_names(dec_fn dec, const char *what, const bytes_t *tail)
+static void refused_names(dec_fn dec, const char *what, const kvt_wire_t *tail)
 {
     static char long_name[KVT_PROTO_MAX_STR + 1];
     memset(long_name, 'a', sizeof(long_name));
-    bytes_t b;
+    kvt_wire_t b;
     struct {
         const char *model;
         size_t mlen;
@@ -854,21 +818,21 @@ static void refused_names(dec_fn dec, const char *what, const bytes_t *tail)
     };
     for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
         b.n = 0;
-        put_s(&b, cases[i].model, cases[i].mlen);
-        put_s(&b, cases[i].lora, cases[i].llen);
-        put_raw(&b, tail->b, tail->n);
+        kvt_wire_str(&b, cases[i].model, cases[i].mlen);
+        kvt_wire_str(&b, cases[i].lora, cases[i].llen);
+        kvt_wire_raw(&b, tail->b, tail->n);
         refused(dec, b.b, b.n, MAXN, KVT_ERR_INVAL, what, cases[i].part);
     }
     /* a length that claims more than the body holds */
     b.n = 0;
-    put(&b, 9, 2);
-    put_raw(&b, "abc", 3);
+    kvt_wire_put(&b, 9, 2);
+    kvt_wire_raw(&b, "abc", 3);
     refused(dec, b.b, b.n, MAXN, KVT_ERR_INVAL, what, "body ends inside model");
     /* 255 bytes is the longest accepted */
     b.n = 0;
-    put_s(&b, long_name, KVT_PROTO_MAX_STR);
-    put_s(&b, long_name, KVT_PROTO_MAX_STR);
-    put_raw(&b, tail->b, tail->n);
+    kvt_wire_str(&b, long_name, KVT_PROTO_MAX_STR);
+    kvt_wire_str(&b, long_name, KVT_PROTO_MAX_STR);
+    kvt_wire_raw(&b, tail->b, tail->n);
     out_reset();
     assert_int_equal(dec(b.b, b.n, MAXN, &g_out, NULL, 0), KVT_OK);
 }
@@ -877,9 +841,9 @@ static void test_keys_rejects(void **state)
 {
     (void)state;
     kvt_rng_init(&g_rng, 7);
-    bytes_t b, tail = {.n = 0};
-    put(&tail, 1, 4);
-    put(&tail, 42, 8);
+    kvt_wire_t b, tail = {.n = 0};
+    kvt_wire_put(&tail, 1, 4);
+    kvt_wire_put(&tail, 42, 8);
     refused_names(d_keys, "keys", &tail);
 
     keys_body(&b, "m", 1, "", 0, 0, 0);
@@ -908,19 +872,19 @@ static void test_keys_rejects(void **state)
 }
 
 /* A COMMIT body with the given ok and pad bytes, @n announced and @nk keys and lens written. */
-static void commit_body(bytes_t *o, uint8_t ok, const uint8_t pad[3], uint32_t n, uint32_t nk,
+static void commit_body(kvt_wire_t *o, uint8_t ok, const uint8_t pad[3], uint32_t n, uint32_t nk,
                         uint32_t nl)
 {
     o->n = 0;
-    put_s(o, "model", 5);
-    put_s(o, "", 0);
-    put(o, ok, 1);
-    put_raw(o, pad, 3);
-    put(o, n, 4);
+    kvt_wire_str(o, "model", 5);
+    kvt_wire_str(o, "", 0);
+    kvt_wire_put(o, ok, 1);
+    kvt_wire_raw(o, pad, 3);
+    kvt_wire_put(o, n, 4);
     for (uint32_t i = 0; i < nk; i++)
-        put(o, i + 100, 8);
+        kvt_wire_put(o, i + 100, 8);
     for (uint32_t i = 0; i < nl; i++)
-        put(o, i, 4);
+        kvt_wire_put(o, i, 4);
 }
 
 static void test_commit_rejects(void **state)
@@ -928,11 +892,11 @@ static void test_commit_rejects(void **state)
     (void)state;
     kvt_rng_init(&g_rng, 8);
     static const uint8_t zero[3] = {0, 0, 0};
-    bytes_t b, tail = {.n = 0};
-    put(&tail, 1, 4); /* ok 1, pad */
-    put(&tail, 1, 4);
-    put(&tail, 42, 8);
-    put(&tail, 0, 4);
+    kvt_wire_t b, tail = {.n = 0};
+    kvt_wire_put(&tail, 1, 4); /* ok 1, pad */
+    kvt_wire_put(&tail, 1, 4);
+    kvt_wire_put(&tail, 42, 8);
+    kvt_wire_put(&tail, 0, 4);
     refused_names(d_commit, "commit", &tail);
 
     for (int ok = 2; ok < 256; ok++) {
@@ -975,18 +939,18 @@ static void test_commit_rejects(void **state)
 }
 
 /* A BLOCK_PUT body: @len announced, @nbytes of data written. */
-static void put_body(bytes_t *o, uint8_t durable, const uint8_t pad[3], uint32_t len,
+static void put_body(kvt_wire_t *o, uint8_t durable, const uint8_t pad[3], uint32_t len,
                      uint32_t nbytes)
 {
     o->n = 0;
-    put_s(o, "m", 1);
-    put_s(o, "lora-7", 6);
-    put(o, 0xFEDCBA9876543210ull, 8);
-    put(o, durable, 1);
-    put_raw(o, pad, 3);
-    put(o, len, 4);
+    kvt_wire_str(o, "m", 1);
+    kvt_wire_str(o, "lora-7", 6);
+    kvt_wire_put(o, 0xFEDCBA9876543210ull, 8);
+    kvt_wire_put(o, durable, 1);
+    kvt_wire_raw(o, pad, 3);
+    kvt_wire_put(o, len, 4);
     for (uint32_t i = 0; i < nbytes; i++)
-        put(o, i * 7, 1);
+        kvt_wire_put(o, i * 7, 1);
 }
 
 static void test_block_rejects(void **state)
@@ -994,13 +958,13 @@ static void test_block_rejects(void **state)
     (void)state;
     kvt_rng_init(&g_rng, 9);
     static const uint8_t zero[3] = {0, 0, 0};
-    bytes_t b, tail = {.n = 0};
+    kvt_wire_t b, tail = {.n = 0};
 
     /* BLOCK_PUT */
-    put(&tail, 7, 8);
-    put(&tail, 0, 4);
-    put(&tail, 1, 4);
-    put(&tail, 0xEE, 1);
+    kvt_wire_put(&tail, 7, 8);
+    kvt_wire_put(&tail, 0, 4);
+    kvt_wire_put(&tail, 1, 4);
+    kvt_wire_put(&tail, 0xEE, 1);
     refused_names(d_put, "block_put", &tail);
     for (int d = 2; d < 256; d += 17) {
         put_body(&b, (uint8_t)d, zero, 4, 4);
@@ -1037,38 +1001,38 @@ static void test_block_rejects(void **state)
 
     /* BLOCK_GET / BLOCK_DELETE */
     tail.n = 0;
-    put(&tail, 7, 8);
+    kvt_wire_put(&tail, 7, 8);
     refused_names(d_bkey, "block_key", &tail);
     b.n = 0;
-    put_s(&b, "m", 1);
-    put_s(&b, "", 0);
-    put(&b, 1, 4);
+    kvt_wire_str(&b, "m", 1);
+    kvt_wire_str(&b, "", 0);
+    kvt_wire_put(&b, 1, 4);
     refused(d_bkey, b.b, b.n, 0, KVT_ERR_INVAL, "block_key", "body ends inside key");
-    put(&b, 0, 4);
-    put(&b, 0, 1);
+    kvt_wire_put(&b, 0, 4);
+    kvt_wire_put(&b, 0, 1);
     refused(d_bkey, b.b, b.n, 0, KVT_ERR_INVAL, "block_key", "1 byte after the key");
 }
 
 /* ---- answers: refusals ---------------------------------------------------------------------- */
 
-static void attach_body(bytes_t *o, uint64_t map, uint64_t off, uint32_t slot, uint32_t nslots,
+static void attach_body(kvt_wire_t *o, uint64_t map, uint64_t off, uint32_t slot, uint32_t nslots,
                         uint32_t block, const char *path, size_t plen)
 {
     o->n = 0;
-    put(o, map, 8);
-    put(o, off, 8);
-    put(o, slot, 4);
-    put(o, nslots, 4);
-    put(o, block, 4);
-    put(o, 77, 4);
-    put_s(o, path, plen);
+    kvt_wire_put(o, map, 8);
+    kvt_wire_put(o, off, 8);
+    kvt_wire_put(o, slot, 4);
+    kvt_wire_put(o, nslots, 4);
+    kvt_wire_put(o, block, 4);
+    kvt_wire_put(o, 77, 4);
+    kvt_wire_str(o, path, plen);
 }
 
 static void test_answer_rejects(void **state)
 {
     (void)state;
     kvt_rng_init(&g_rng, 10);
-    bytes_t b;
+    kvt_wire_t b;
     const char *A = "attach answer";
 
     /* ATTACH: the slots fit the mapping exactly, or not */
@@ -1100,17 +1064,17 @@ static void test_answer_rejects(void **state)
         if (v == KVT_PROTO_LOC_RAM || v == KVT_PROTO_LOC_DISK)
             continue;
         b.n = 0;
-        put(&b, 3, 4);
-        put(&b, KVT_PROTO_LOC_RAM, 1);
-        put(&b, KVT_PROTO_LOC_DISK, 1);
-        put(&b, (uint64_t)v, 1);
+        kvt_wire_put(&b, 3, 4);
+        kvt_wire_put(&b, KVT_PROTO_LOC_RAM, 1);
+        kvt_wire_put(&b, KVT_PROTO_LOC_DISK, 1);
+        kvt_wire_put(&b, (uint64_t)v, 1);
         char part[64];
         snprintf(part, sizeof(part), "loc[2] is %d", v);
         refused(d_lookup, b.b, b.n, MAXN, KVT_ERR_INVAL, "lookup answer", part);
     }
     b.n = 0;
-    put(&b, 2, 4);
-    put(&b, 1, 1);
+    kvt_wire_put(&b, 2, 4);
+    kvt_wire_put(&b, 1, 1);
     refused(d_lookup, b.b, b.n, MAXN, KVT_ERR_INVAL, "lookup answer",
             "body ends inside the locations");
     refused(d_lookup, b.b, 0, MAXN, KVT_ERR_INVAL, "lookup answer", "body ends before hit");
@@ -1118,31 +1082,31 @@ static void test_answer_rejects(void **state)
 
     /* RESERVE: counts and what they announce */
     b.n = 0;
-    put(&b, 1, 4);
-    put(&b, 9, 4);
+    kvt_wire_put(&b, 1, 4);
+    kvt_wire_put(&b, 9, 4);
     refused(d_reserve, b.b, b.n, MAXN, KVT_ERR_INVAL, "reserve answer",
             "body ends before nevicted");
-    put(&b, 2, 4);
-    put(&b, 5, 8);
+    kvt_wire_put(&b, 2, 4);
+    kvt_wire_put(&b, 5, 8);
     refused(d_reserve, b.b, b.n, MAXN, KVT_ERR_INVAL, "reserve answer",
             "body ends inside the evicted keys");
-    put(&b, 6, 8);
+    kvt_wire_put(&b, 6, 8);
     out_reset();
     assert_int_equal(d_reserve(b.b, b.n, 2, &g_out, NULL, 0), KVT_OK);
     assert_true(g_out.reserve.n == 1 && g_out.reserve.nevicted == 2 && g_out.u[0] == 9);
     assert_true(g_out.ev[0] == 5 && g_out.ev[1] == 6);
     b.n = 0;
-    put(&b, 3, 4);
-    put(&b, 1, 4);
+    kvt_wire_put(&b, 3, 4);
+    kvt_wire_put(&b, 1, 4);
     refused(d_reserve, b.b, b.n, MAXN, KVT_ERR_INVAL, "reserve answer",
             "body ends inside the slots");
 
     /* PIN */
     b.n = 0;
-    put(&b, 2, 4);
-    put(&b, 1, 4);
-    put(&b, 1, 4);
-    put(&b, 1, 4);
+    kvt_wire_put(&b, 2, 4);
+    kvt_wire_put(&b, 1, 4);
+    kvt_wire_put(&b, 1, 4);
+    kvt_wire_put(&b, 1, 4);
     refused(d_pin, b.b, b.n, MAXN, KVT_ERR_INVAL, "pin answer", "body ends inside the pins");
 
     /* one count */
@@ -1289,7 +1253,7 @@ static void test_encode_refusals(void **state)
 static void test_error_text(void **state)
 {
     (void)state;
-    bytes_t b;
+    kvt_wire_t b;
     keys_body(&b, "m", 1, "", 0, 0, 0);
     uint64_t keys[1];
     kvt_proto_keys_t k;
