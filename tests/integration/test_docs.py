@@ -54,6 +54,8 @@ ELSEWHERE = {
     "api-cache-salt": "tests/integration/test_python_client.py",
     "cli-query-salted": "tests/integration/test_python_client.py",
     "protocol-xfer-pin": "tests/unit/test_proto_xfer.c",
+    "api-transfer": "tests/unit/test_xfer_json.c",
+    "api-transfer-answer": "tests/unit/test_xfer_json.c",
 }
 
 SYNOPSIS = ("a usage synopsis with placeholders, not a command "
