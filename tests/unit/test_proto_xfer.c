@@ -1076,7 +1076,8 @@ static void test_answer_rules(void **state)
         if (reason >= 1 && reason <= KVT_PROTO_XFER_FAIL_MAX)
             continue;
         b.n = 0;
-        kvt_wire_put(&b, 0, 16);
+        kvt_wire_put(&b, 0, 8); /* bytes */
+        kvt_wire_put(&b, 0, 8); /* ns */
         kvt_wire_put(&b, 0, 4);
         kvt_wire_put(&b, 0, 4);
         kvt_wire_put(&b, 1, 4);
