@@ -135,7 +135,7 @@
  *              server's; <= KVT_PROTO_XFER_MAX_TIMEOUT_MS), u32 n, n x u64 key.
  *              ans: u64 bytes, u64 ns, u32 ntransferred, u64 keys, u32
  *              nmissing, u64 keys, u32 nfailed, nfailed x (u64 key, u8 reason
- *              KVT_PROTO_XFER_FAIL_*); the three counts total at most
+ *              KVT_PROTO_XFER_FAIL_*); the three counts total 1..
  *              KVT_PROTO_XFER_MAX_KEYS.
  * Mutating (refused before HELLO on a server with an auth token): all seven.
  *
