@@ -308,6 +308,13 @@ kvt_status_t kvt_xfer_peer_open(kvt_xfer_t *x, const kvt_xfer_peer_info_t *info,
         .err_handler = {.cb = peer_err_cb, .arg = peer},
     };
     ucs_status_t s = ucp_ep_create(x->worker, &ep, &peer->ep);
+    if (s == UCS_ERR_UNREACHABLE) {
+        /* UCX 1.13's shared-memory transports have no peer failure handling */
+        kvt_errf(err, errlen,
+                 "transfer: no transport to the peer handles peer failures (shared memory alone "
+                 "does not in this ucx: add tcp to UCX_TLS)");
+        return KVT_ERR_PEER;
+    }
     if (s != UCS_OK) {
         kvt_errf(err, errlen, "transfer: ucp_ep_create: %s", ucs_status_string(s));
         return KVT_ERR_PEER;
@@ -353,8 +360,9 @@ void xfer_peer_abort(kvt_xfer_peer_t *peer, const char *why)
     kvt_xfer_t *x = peer->x;
     if (!peer->failed) {
         peer->why = why;
-        kvt_log_warn("peer (incarnation %016llx) given up: %s",
-                     (unsigned long long)peer->incarnation, why);
+        if (strcmp(why, "closed") != 0)
+            kvt_log_warn("peer (incarnation %016llx) given up: %s",
+                         (unsigned long long)peer->incarnation, why);
     }
     peer->failed = true;
     /* An rkey is released after its operations are flushed and before its endpoint goes; when
