@@ -294,6 +294,7 @@ kvt_status_t kvt_xfer_peer_open(kvt_xfer_t *x, const kvt_xfer_peer_info_t *info,
     }
     kvt_xfer_peer_t *next_free = peer->next_free;
     memset(peer, 0, sizeof(*peer));
+    peer->next_free = next_free; /* still on the free list until it opens */
     peer->x = x;
     peer->remote_base = info->remote_base;
     peer->remote_len = info->remote_len;

@@ -346,7 +346,8 @@ static void make_layout(layout_t *l, uint8_t *local_base, uint64_t stream)
 static kvt_xfer_t *create_or_skip(const char *tls, uint32_t max_inflight)
 {
     char err[256];
-    kvt_xfer_opts_t o = {.tls = tls, .max_inflight = max_inflight};
+    kvt_xfer_opts_t o = {.tls = tls != NULL && tls[0] != '\0' ? tls : NULL,
+                         .max_inflight = max_inflight};
     kvt_xfer_t *x = NULL;
     kvt_status_t st = kvt_xfer_create(&o, &x, err, sizeof(err));
     if (st == KVT_ERR_UNSUPPORTED) {
@@ -448,14 +449,18 @@ static void test_pull_push_tcp(void **state)
     pull_push("tcp", 0, 64, false);
 }
 
-/* Shared memory alone: UCX 1.13's shared-memory transports have no peer failure handling, so
- * peer_open refuses them with a reason (a later UCX may accept them: then the pull and push
- * run). With tcp beside them, UCX picks what handles failures, and the transfer works. */
+/* Shared memory alone, chosen through UCX_TLS (both processes read it): UCX 1.13's
+ * shared-memory transports have no peer failure handling, so peer_open refuses them with a
+ * reason (a later UCX may accept them: then the pull and push run). With tcp beside them in
+ * opts.tls, UCX picks what handles failures, and the transfer works. */
 static void test_pull_push_shm(void **state)
 {
     (void)state;
-    if (!pull_push(TLS_SHM, 0, 64, true))
-        fprintf(stderr, "tls %s: refused as documented\n", TLS_SHM);
+    assert_int_equal(setenv("UCX_TLS", TLS_SHM, 1), 0);
+    bool ran = pull_push("", 0, 64, true);
+    unsetenv("UCX_TLS");
+    if (!ran)
+        fprintf(stderr, "UCX_TLS=%s: refused as documented\n", TLS_SHM);
     pull_push("tcp," TLS_SHM, 0, 64, false);
 }
 
