@@ -57,7 +57,7 @@ static void maybe_finish(xfer_batch_t *b)
 {
     if (b->finished || b->next < b->n || b->outstanding != 0)
         return;
-    if (b->op == KVT_XFER_PUT && b->flush_posted == false && b->peer != NULL &&
+    if (b->op == KVT_XFER_PUT && !b->flush_posted && !b->timed_out && b->peer != NULL &&
         b->peer->ep != NULL && !b->peer->failed)
         return; /* the pump posts the flush */
     if (b->op == KVT_XFER_PUT && !b->flush_ok) {

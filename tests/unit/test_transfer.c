@@ -597,6 +597,54 @@ static void test_timeout(void **state)
     free(l);
 }
 
+/* A batch whose entries all wait for room (max_inflight 1, the one request stuck at a stopped
+ * server) times out alone: the peer stays open, and the stuck batch completes once the server
+ * runs again. */
+static void test_timeout_waiting(void **state)
+{
+    (void)state;
+    kvt_xfer_t *x = create_or_skip("tcp", 1);
+    if (x == NULL)
+        return;
+    layout_t *l = calloc(1, sizeof(*l));
+    make_layout(l, NULL, 4);
+    uint8_t *local = map_region(l->bytes);
+    make_layout(l, local, 4);
+    char err[256];
+    assert_int_equal(kvt_xfer_register(x, local, l->bytes, err, sizeof(err)), KVT_OK);
+    server_t s;
+    server_start(x, "tcp", l->bytes, 8, &s);
+    assert_int_equal(kill(s.pid, SIGSTOP), 0);
+
+    kvt_status_t st1[4], st2[4];
+    done_t d[2] = {{0}};
+    assert_int_equal(kvt_xfer_submit(s.peer, KVT_XFER_GET, l->iov, 4, st1, 600000, on_done, &d[0],
+                                     err, sizeof(err)),
+                     KVT_OK);
+    assert_int_equal(kvt_xfer_submit(s.peer, KVT_XFER_PUT, &l->iov[4], 4, st2, 100, on_done, &d[1],
+                                     err, sizeof(err)),
+                     KVT_OK);
+    wait_done(x, &d[1], 1);
+    assert_int_equal(d[1].st, KVT_ERR_TIMEOUT);
+    for (uint32_t i = 0; i < 4; i++)
+        assert_int_equal(st2[i], KVT_ERR_TIMEOUT);
+    assert_int_equal(d[0].calls, 0);
+    assert_false(kvt_xfer_peer_failed(s.peer, NULL));
+
+    assert_int_equal(kill(s.pid, SIGCONT), 0);
+    wait_done(x, &d[0], 1);
+    assert_int_equal(d[0].st, KVT_OK);
+    for (uint32_t i = 0; i < 4; i++) {
+        assert_int_equal(st1[i], KVT_OK);
+        assert_true(pat_check(l->iov[i].local, l->iov[i].remote_off, l->iov[i].len, 8));
+    }
+    assert_int_equal(d[1].calls, 1);
+    server_stop(&s, 0);
+    kvt_xfer_destroy(x);
+    munmap(local, l->bytes);
+    free(l);
+}
+
 /* Refusals, each with a reason and without a callback, on two contexts of this process. */
 static void test_bad_args(void **state)
 {
@@ -720,9 +768,10 @@ int main(int argc, char **argv)
     g_self = "/proc/self/exe";
     signal(SIGPIPE, SIG_IGN);
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_bad_args),      cmocka_unit_test(test_pull_push_tcp),
-        cmocka_unit_test(test_pull_push_shm), cmocka_unit_test(test_pull_push_narrow),
-        cmocka_unit_test(test_peer_killed),   cmocka_unit_test(test_timeout),
+        cmocka_unit_test(test_bad_args),        cmocka_unit_test(test_pull_push_tcp),
+        cmocka_unit_test(test_pull_push_shm),   cmocka_unit_test(test_pull_push_narrow),
+        cmocka_unit_test(test_peer_killed),     cmocka_unit_test(test_timeout),
+        cmocka_unit_test(test_timeout_waiting),
     };
     if (cmocka_run_group_tests(tests, NULL, NULL) != 0)
         return 1;
