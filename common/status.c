@@ -18,6 +18,7 @@ const char *kvt_status_str(kvt_status_t st)
     case KVT_ERR_PEER: return "peer error";
     case KVT_ERR_PROTO: return "protocol error";
     case KVT_ERR_CLOSED: return "connection closed";
+    case KVT_ERR_STALE: return "peer restarted";
     case KVT_ERR_INTERNAL: return "internal error";
     case KVT_ERR_UNSUPPORTED: return "not supported";
     }

@@ -11,10 +11,10 @@
 typedef enum kvt_status {
     KVT_OK = 0,
 
-    KVT_ERR_INVAL = -100,    /* invalid argument or malformed input */
-    KVT_ERR_PARSE = -101,    /* input could not be parsed */
-    KVT_ERR_RANGE = -102,    /* value out of range */
-    KVT_ERR_TOO_BIG = -103,  /* input larger than allowed */
+    KVT_ERR_INVAL = -100,   /* invalid argument or malformed input */
+    KVT_ERR_PARSE = -101,   /* input could not be parsed */
+    KVT_ERR_RANGE = -102,   /* value out of range */
+    KVT_ERR_TOO_BIG = -103, /* input larger than allowed */
 
     KVT_ERR_NOT_FOUND = -200, /* no such object */
     KVT_ERR_EXISTS = -201,    /* object already exists */
@@ -29,6 +29,7 @@ typedef enum kvt_status {
     KVT_ERR_PEER = -500,   /* the remote side failed or misbehaved */
     KVT_ERR_PROTO = -501,  /* protocol violation */
     KVT_ERR_CLOSED = -502, /* connection closed */
+    KVT_ERR_STALE = -503,  /* the peer restarted: what was learnt of it (an rkey) is stale */
 
     KVT_ERR_INTERNAL = -600,    /* broken invariant: a bug */
     KVT_ERR_UNSUPPORTED = -601, /* not supported here */

@@ -77,7 +77,14 @@ bool kvt_proto_op_known(uint8_t op)
     case KVT_PROTO_OP_PREFETCH:
     case KVT_PROTO_OP_BLOCK_PUT:
     case KVT_PROTO_OP_BLOCK_GET:
-    case KVT_PROTO_OP_BLOCK_DELETE: return true;
+    case KVT_PROTO_OP_BLOCK_DELETE:
+    case KVT_PROTO_OP_XFER_HELLO:
+    case KVT_PROTO_OP_XFER_PIN:
+    case KVT_PROTO_OP_XFER_RENEW:
+    case KVT_PROTO_OP_XFER_RELEASE:
+    case KVT_PROTO_OP_XFER_RESERVE:
+    case KVT_PROTO_OP_XFER_COMMIT:
+    case KVT_PROTO_OP_TRANSFER: return true;
     }
     return false;
 }
@@ -104,6 +111,13 @@ const char *kvt_proto_op_name(uint8_t op)
     case KVT_PROTO_OP_BLOCK_PUT: return "BLOCK_PUT";
     case KVT_PROTO_OP_BLOCK_GET: return "BLOCK_GET";
     case KVT_PROTO_OP_BLOCK_DELETE: return "BLOCK_DELETE";
+    case KVT_PROTO_OP_XFER_HELLO: return "XFER_HELLO";
+    case KVT_PROTO_OP_XFER_PIN: return "XFER_PIN";
+    case KVT_PROTO_OP_XFER_RENEW: return "XFER_RENEW";
+    case KVT_PROTO_OP_XFER_RELEASE: return "XFER_RELEASE";
+    case KVT_PROTO_OP_XFER_RESERVE: return "XFER_RESERVE";
+    case KVT_PROTO_OP_XFER_COMMIT: return "XFER_COMMIT";
+    case KVT_PROTO_OP_TRANSFER: return "TRANSFER";
     }
     return "UNKNOWN";
 }
@@ -121,7 +135,16 @@ bool kvt_proto_op_mutating(uint8_t op)
     case KVT_PROTO_OP_RESERVE:
     case KVT_PROTO_OP_COMMIT:
     case KVT_PROTO_OP_BLOCK_PUT:
-    case KVT_PROTO_OP_BLOCK_DELETE: return true;
+    case KVT_PROTO_OP_BLOCK_DELETE:
+    /* the transfer's: XFER_HELLO hands out the arena's rkey, the others take, hold or fill
+     * slots, TRANSFER stores blocks */
+    case KVT_PROTO_OP_XFER_HELLO:
+    case KVT_PROTO_OP_XFER_PIN:
+    case KVT_PROTO_OP_XFER_RENEW:
+    case KVT_PROTO_OP_XFER_RELEASE:
+    case KVT_PROTO_OP_XFER_RESERVE:
+    case KVT_PROTO_OP_XFER_COMMIT:
+    case KVT_PROTO_OP_TRANSFER: return true;
     }
     return false;
 }
@@ -135,6 +158,7 @@ uint16_t kvt_proto_http_status(kvt_status_t st)
     case KVT_ERR_PROTO: return 400;
     case KVT_ERR_NOT_FOUND: return 404;
     case KVT_ERR_EXISTS: return 409;
+    case KVT_ERR_STALE: return 412; /* an incarnation the server no longer has */
     case KVT_ERR_TOO_BIG: return 413;
     case KVT_ERR_UNSUPPORTED: return 501;
     case KVT_ERR_LIMIT: /* a limit of the server (queue, connections, streams): retry later */

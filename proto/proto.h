@@ -83,8 +83,8 @@ bool kvt_proto_op_mutating(uint8_t op);
 
 /*
  * The http-like status of an error body for @st: 400 (INVAL, PARSE, RANGE,
- * PROTO), 404 (NOT_FOUND), 413 (TOO_BIG), 429 (LIMIT),
- * 501 (UNSUPPORTED), 503 (NO_SPACE, NO_MEM, TIMEOUT, CLOSED, PEER, IO), 500 otherwise.
+ * PROTO), 404 (NOT_FOUND), 409 (EXISTS), 412 (STALE), 413 (TOO_BIG),
+ * 501 (UNSUPPORTED), 503 (LIMIT, NO_SPACE, NO_MEM, TIMEOUT, CLOSED, PEER, IO), 500 otherwise.
  * Authentication failures use 401 explicitly (see docs/protocol.md).
  */
 uint16_t kvt_proto_http_status(kvt_status_t st);
@@ -383,5 +383,7 @@ kvt_status_t kvt_proto_err_decode(const uint8_t *body, size_t len, kvt_proto_err
 
 /* The tier data plane and block API (ATTACH..BLOCK_DELETE). */
 #include "proto/proto_tier.h"
+/* The transfer between sidecars (XFER_HELLO..TRANSFER). */
+#include "proto/proto_xfer.h"
 
 #endif

@@ -9,192 +9,25 @@
  */
 #include "proto/proto_tier.h"
 #include "common/errtext.h"
+#include "proto/proto_int.h"
 
 #include <inttypes.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
 
-#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
-#define WIRE_IS_HOST 1
-#else
-#define WIRE_IS_HOST 0
-#endif
-
-/* ---- errors --------------------------------------------------------------------------------- */
-
-/* Writes the message (when there is room for one) and returns @st. */
-__attribute__((format(printf, 4, 5))) static kvt_status_t
-fail(char *err, size_t errlen, kvt_status_t st, const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    kvt_verrf(err, errlen, fmt, ap);
-    va_end(ap);
-    return st;
-}
-
 /* ---- reading -------------------------------------------------------------------------------- */
-
-/* KVT_OK when @bytes are left for @field of @what's body. */
-static kvt_status_t need(const kvt_proto_rd_t *r, size_t bytes, const char *what, const char *field,
-                         char *err, size_t errlen)
-{
-    size_t left = kvt_proto_rd_left(r);
-    if (left >= bytes)
-        return KVT_OK;
-    return fail(err, errlen, KVT_ERR_INVAL, "%s: body ends %s %s", what,
-                left == 0 ? "before" : "inside", field);
-}
-
-/*
- * Reads str @field of @what's body into *@s; @nonempty refuses "". Says which
- * rule a refused str breaks, which kvt_proto_rd_str() does not.
- */
-static kvt_status_t rd_name(kvt_proto_rd_t *r, const char *what, const char *field, bool nonempty,
-                            kvt_proto_str_t *s, char *err, size_t errlen)
-{
-    kvt_status_t st = need(r, 2, what, field, err, errlen);
-    if (st != KVT_OK)
-        return st;
-    kvt_proto_rd_t peek = *r;
-    uint16_t len = kvt_proto_rd_u16(&peek);
-    if (len > KVT_PROTO_MAX_STR)
-        return fail(err, errlen, KVT_ERR_INVAL, "%s: %s is %u bytes, over %u", what, field,
-                    (unsigned)len, KVT_PROTO_MAX_STR);
-    const uint8_t *p = kvt_proto_rd_raw(&peek, len);
-    if (p == NULL)
-        return fail(err, errlen, KVT_ERR_INVAL, "%s: body ends inside %s", what, field);
-    if (memchr(p, '\0', len) != NULL)
-        return fail(err, errlen, KVT_ERR_INVAL, "%s: %s has a NUL byte", what, field);
-    if (len == 0 && nonempty)
-        return fail(err, errlen, KVT_ERR_INVAL, "%s: %s is empty", what, field);
-    *s = kvt_proto_rd_str(r);
-    return KVT_OK;
-}
-
-/* model (1..255 bytes) and lora: the head of every tier request. */
-static kvt_status_t rd_names(kvt_proto_rd_t *r, const char *what, kvt_proto_str_t *model,
-                             kvt_proto_str_t *lora, char *err, size_t errlen)
-{
-    kvt_status_t st = rd_name(r, what, "model", true, model, err, errlen);
-    return st == KVT_OK ? rd_name(r, what, "lora", false, lora, err, errlen) : st;
-}
 
 /* model, lora and key: the head of the KEY and BLOCK_PUT bodies. */
 static kvt_status_t rd_names_key(kvt_proto_rd_t *r, const char *what, kvt_proto_str_t *model,
                                  kvt_proto_str_t *lora, uint64_t *key, char *err, size_t errlen)
 {
-    kvt_status_t st = rd_names(r, what, model, lora, err, errlen);
+    kvt_status_t st = proto_rd_names(r, what, model, lora, err, errlen);
     if (st == KVT_OK)
-        st = need(r, 8, what, "key", err, errlen);
+        st = proto_need(r, 8, what, "key", err, errlen);
     if (st == KVT_OK)
         *key = kvt_proto_rd_u64(r);
     return st;
-}
-
-/*
- * Reads count @field, then skips the @width-byte items it counts (@items, for
- * messages) and sets *@at_p to them. Refuses 0 when @nonempty, a count over
- * @max (KVT_ERR_TOO_BIG) and a body that ends inside the items.
- */
-static kvt_status_t rd_count(kvt_proto_rd_t *r, const char *what, const char *field, bool nonempty,
-                             uint32_t max, size_t width, const char *items, uint32_t *n_p,
-                             const uint8_t **at_p, char *err, size_t errlen)
-{
-    kvt_status_t st = need(r, 4, what, field, err, errlen);
-    if (st != KVT_OK)
-        return st;
-    uint32_t n = kvt_proto_rd_u32(r);
-    if (n == 0 && nonempty)
-        return fail(err, errlen, KVT_ERR_INVAL, "%s: %s is 0", what, field);
-    if (n > max)
-        return fail(err, errlen, KVT_ERR_TOO_BIG,
-                    "%s: %s is %" PRIu32 ", more than the %" PRIu32 " taken", what, field, n, max);
-    size_t left = kvt_proto_rd_left(r);
-    if (left / width < n)
-        return fail(err, errlen, KVT_ERR_INVAL,
-                    "%s: body ends %s %s (%s %" PRIu32 " needs %" PRIu64 " bytes, %zu left)", what,
-                    left == 0 ? "before" : "inside", items, field, n, (uint64_t)n * width, left);
-    *n_p = n;
-    *at_p = kvt_proto_rd_raw(r, (size_t)n * width);
-    return KVT_OK;
-}
-
-/* KVT_OK when @r has read its whole body; @last names the field that ends it. */
-static kvt_status_t rd_end(const kvt_proto_rd_t *r, const char *what, const char *last, char *err,
-                           size_t errlen)
-{
-    size_t left = kvt_proto_rd_left(r);
-    if (left == 0)
-        return KVT_OK;
-    return fail(err, errlen, KVT_ERR_INVAL, "%s: %zu byte%s after %s", what, left,
-                left == 1 ? "" : "s", last);
-}
-
-/* Reads a u8 flag (0 or 1) and three pad bytes (0) of @what's body. */
-static kvt_status_t rd_flag_pad(kvt_proto_rd_t *r, const char *what, const char *flag, bool *v_p,
-                                char *err, size_t errlen)
-{
-    size_t left = kvt_proto_rd_left(r);
-    if (left < 4)
-        return fail(err, errlen, KVT_ERR_INVAL, "%s: body ends %s %s and pad", what,
-                    left == 0 ? "before" : "inside", flag);
-    uint8_t v = kvt_proto_rd_u8(r);
-    const uint8_t *pad = kvt_proto_rd_raw(r, 3);
-    if (v > 1)
-        return fail(err, errlen, KVT_ERR_INVAL, "%s: %s must be 0 or 1, not %u", what, flag,
-                    (unsigned)v);
-    if ((pad[0] | pad[1] | pad[2]) != 0)
-        return fail(err, errlen, KVT_ERR_INVAL, "%s: pad bytes after %s must be 0", what, flag);
-    *v_p = v == 1;
-    return KVT_OK;
-}
-
-/* Copies @n little-endian integers of @width bytes (8 or 4) at @p into @out (uint64_t or
- * uint32_t), in host order. */
-static void get_uints(void *out, const uint8_t *p, uint32_t n, size_t width)
-{
-    if (n == 0)
-        return;
-#if WIRE_IS_HOST
-    memcpy(out, p, (size_t)n * width);
-#else
-    kvt_proto_rd_t r;
-    kvt_proto_rd_init(&r, p, (size_t)n * width);
-    for (uint32_t i = 0; i < n; i++) {
-        if (width == 8)
-            ((uint64_t *)out)[i] = kvt_proto_rd_u64(&r);
-        else
-            ((uint32_t *)out)[i] = kvt_proto_rd_u32(&r);
-    }
-#endif
-}
-
-/* ---- writing -------------------------------------------------------------------------------- */
-
-/* Appends @n integers of @width bytes (8 or 4) from @v (uint64_t or uint32_t); @v NULL: @n
- * zeros. */
-static void put_uints(kvt_proto_wr_t *w, const void *v, uint32_t n, size_t width)
-{
-    if (v != NULL && WIRE_IS_HOST) {
-        kvt_proto_wr_raw(w, v, (size_t)n * width);
-        return;
-    }
-    if (kvt_proto_wr_reserve(w, (size_t)n * width) != KVT_OK)
-        return;
-    for (uint32_t i = 0; i < n; i++) {
-        if (width == 8)
-            kvt_proto_wr_u64(w, v != NULL ? ((const uint64_t *)v)[i] : 0);
-        else
-            kvt_proto_wr_u32(w, v != NULL ? ((const uint32_t *)v)[i] : 0);
-    }
-}
-
-static void put_names(kvt_proto_wr_t *w, kvt_proto_str_t model, kvt_proto_str_t lora)
-{
-    kvt_proto_wr_str(w, model.p, model.len);
-    kvt_proto_wr_str(w, lora.p, lora.len);
 }
 
 /* ---- opcodes -------------------------------------------------------------------------------- */
@@ -221,8 +54,8 @@ kvt_status_t kvt_proto_empty_decode(uint8_t op, size_t len, char *err, size_t er
     for (; up[i] != '\0' && i < sizeof(name) - 1; i++)
         name[i] = (char)(up[i] >= 'A' && up[i] <= 'Z' ? up[i] - 'A' + 'a' : up[i]);
     name[i] = '\0';
-    return fail(err, errlen, KVT_ERR_INVAL, "%s: %zu byte%s in a body that must be empty", name,
-                len, len == 1 ? "" : "s");
+    return proto_fail(err, errlen, KVT_ERR_INVAL, "%s: %zu byte%s in a body that must be empty",
+                      name, len, len == 1 ? "" : "s");
 }
 
 /* ---- KEYS requests -------------------------------------------------------------------------- */
@@ -235,9 +68,9 @@ kvt_status_t kvt_proto_keys_req_encode(kvt_proto_wr_t *w, uint8_t op, uint64_t r
     if (k->n > KVT_PROTO_MAX_BODY_LIMIT / 8)
         return KVT_ERR_TOO_BIG; /* before copying up to 32 GiB */
     size_t off = kvt_proto_wr_frame_begin(w, op, 0, req_id);
-    put_names(w, k->model, k->lora);
+    proto_put_names(w, k->model, k->lora);
     kvt_proto_wr_u32(w, k->n);
-    put_uints(w, keys, k->n, 8);
+    proto_put_uints(w, keys, k->n, 8);
     return kvt_proto_wr_frame_end(w, off);
 }
 
@@ -251,12 +84,12 @@ kvt_status_t kvt_proto_keys_req_decode(const uint8_t *body, size_t len, uint64_t
     kvt_status_t st;
 
     kvt_proto_rd_init(&r, body, len);
-    if ((st = rd_names(&r, "keys", &k.model, &k.lora, err, errlen)) != KVT_OK ||
-        (st = rd_count(&r, "keys", "n", true, max_keys, 8, "the keys", &k.n, &at, err, errlen)) !=
-            KVT_OK ||
-        (st = rd_end(&r, "keys", "the keys", err, errlen)) != KVT_OK)
+    if ((st = proto_rd_names(&r, "keys", &k.model, &k.lora, err, errlen)) != KVT_OK ||
+        (st = proto_rd_count(&r, "keys", "n", true, max_keys, 8, "the keys", &k.n, &at, err,
+                             errlen)) != KVT_OK ||
+        (st = proto_rd_end(&r, "keys", "the keys", err, errlen)) != KVT_OK)
         return st;
-    get_uints(keys, at, k.n, 8);
+    proto_get_uints(keys, at, k.n, 8);
     *k_p = k;
     return KVT_OK;
 }
@@ -272,12 +105,12 @@ kvt_status_t kvt_proto_commit_req_encode(kvt_proto_wr_t *w, uint64_t req_id,
     if (c->n > KVT_PROTO_MAX_BODY_LIMIT / 12)
         return KVT_ERR_TOO_BIG;
     size_t off = kvt_proto_wr_frame_begin(w, KVT_PROTO_OP_COMMIT, 0, req_id);
-    put_names(w, c->model, c->lora);
+    proto_put_names(w, c->model, c->lora);
     kvt_proto_wr_u8(w, c->ok ? 1 : 0);
     kvt_proto_wr_raw(w, "\0\0\0", 3);
     kvt_proto_wr_u32(w, c->n);
-    put_uints(w, keys, c->n, 8);
-    put_uints(w, lens, c->n, 4);
+    proto_put_uints(w, keys, c->n, 8);
+    proto_put_uints(w, lens, c->n, 4);
     return kvt_proto_wr_frame_end(w, off);
 }
 
@@ -291,14 +124,14 @@ kvt_status_t kvt_proto_commit_req_decode(const uint8_t *body, size_t len, uint64
     kvt_status_t st;
 
     kvt_proto_rd_init(&r, body, len);
-    if ((st = rd_names(&r, "commit", &c.model, &c.lora, err, errlen)) != KVT_OK ||
-        (st = rd_flag_pad(&r, "commit", "ok", &c.ok, err, errlen)) != KVT_OK ||
-        (st = rd_count(&r, "commit", "n", true, max_keys, 12, "the keys and lens", &c.n, &at, err,
-                       errlen)) != KVT_OK ||
-        (st = rd_end(&r, "commit", "the lens", err, errlen)) != KVT_OK)
+    if ((st = proto_rd_names(&r, "commit", &c.model, &c.lora, err, errlen)) != KVT_OK ||
+        (st = proto_rd_flag_pad(&r, "commit", "ok", &c.ok, err, errlen)) != KVT_OK ||
+        (st = proto_rd_count(&r, "commit", "n", true, max_keys, 12, "the keys and lens", &c.n, &at,
+                             err, errlen)) != KVT_OK ||
+        (st = proto_rd_end(&r, "commit", "the lens", err, errlen)) != KVT_OK)
         return st;
-    get_uints(keys, at, c.n, 8);
-    get_uints(lens, at + (size_t)c.n * 8, c.n, 4);
+    proto_get_uints(keys, at, c.n, 8);
+    proto_get_uints(lens, at + (size_t)c.n * 8, c.n, 4);
     *c_p = c;
     return KVT_OK;
 }
@@ -311,7 +144,7 @@ kvt_status_t kvt_proto_block_key_req_encode(kvt_proto_wr_t *w, uint8_t op, uint6
     if ((op != KVT_PROTO_OP_BLOCK_GET && op != KVT_PROTO_OP_BLOCK_DELETE) || k->model.len == 0)
         return KVT_ERR_INVAL;
     size_t off = kvt_proto_wr_frame_begin(w, op, 0, req_id);
-    put_names(w, k->model, k->lora);
+    proto_put_names(w, k->model, k->lora);
     kvt_proto_wr_u64(w, k->key);
     return kvt_proto_wr_frame_end(w, off);
 }
@@ -325,7 +158,7 @@ kvt_status_t kvt_proto_block_key_req_decode(const uint8_t *body, size_t len,
 
     kvt_proto_rd_init(&r, body, len);
     if ((st = rd_names_key(&r, "block_key", &k.model, &k.lora, &k.key, err, errlen)) != KVT_OK ||
-        (st = rd_end(&r, "block_key", "the key", err, errlen)) != KVT_OK)
+        (st = proto_rd_end(&r, "block_key", "the key", err, errlen)) != KVT_OK)
         return st;
     *k_p = k;
     return KVT_OK;
@@ -341,7 +174,7 @@ kvt_status_t kvt_proto_block_put_req_encode(kvt_proto_wr_t *w, uint64_t req_id,
     if (p->len > KVT_PROTO_MAX_BODY_LIMIT)
         return KVT_ERR_TOO_BIG;
     size_t off = kvt_proto_wr_frame_begin(w, KVT_PROTO_OP_BLOCK_PUT, 0, req_id);
-    put_names(w, p->model, p->lora);
+    proto_put_names(w, p->model, p->lora);
     kvt_proto_wr_u64(w, p->key);
     kvt_proto_wr_u8(w, p->durable ? 1 : 0);
     kvt_proto_wr_raw(w, "\0\0\0", 3);
@@ -359,10 +192,10 @@ kvt_status_t kvt_proto_block_put_req_decode(const uint8_t *body, size_t len,
 
     kvt_proto_rd_init(&r, body, len);
     if ((st = rd_names_key(&r, "block_put", &p.model, &p.lora, &p.key, err, errlen)) != KVT_OK ||
-        (st = rd_flag_pad(&r, "block_put", "durable", &p.durable, err, errlen)) != KVT_OK ||
-        (st = rd_count(&r, "block_put", "len", true, UINT32_MAX, 1, "the block", &p.len, &p.data,
-                       err, errlen)) != KVT_OK ||
-        (st = rd_end(&r, "block_put", "the block", err, errlen)) != KVT_OK)
+        (st = proto_rd_flag_pad(&r, "block_put", "durable", &p.durable, err, errlen)) != KVT_OK ||
+        (st = proto_rd_count(&r, "block_put", "len", true, UINT32_MAX, 1, "the block", &p.len,
+                             &p.data, err, errlen)) != KVT_OK ||
+        (st = proto_rd_end(&r, "block_put", "the block", err, errlen)) != KVT_OK)
         return st;
     *p_p = p;
     return KVT_OK;
@@ -375,17 +208,17 @@ static kvt_status_t attach_geom(const kvt_proto_attach_ans_t *a, char *err, size
 {
     const char *what = "attach answer";
     if (a->block_bytes == 0)
-        return fail(err, errlen, KVT_ERR_INVAL, "%s: block_bytes is 0", what);
+        return proto_fail(err, errlen, KVT_ERR_INVAL, "%s: block_bytes is 0", what);
     if (a->slot_bytes < a->block_bytes)
-        return fail(err, errlen, KVT_ERR_INVAL,
-                    "%s: slot_bytes %" PRIu32 " is less than block_bytes %" PRIu32, what,
-                    a->slot_bytes, a->block_bytes);
+        return proto_fail(err, errlen, KVT_ERR_INVAL,
+                          "%s: slot_bytes %" PRIu32 " is less than block_bytes %" PRIu32, what,
+                          a->slot_bytes, a->block_bytes);
     uint64_t span = (uint64_t)a->nslots * a->slot_bytes; /* < 2^64: two u32 */
     if (a->slot_off > a->map_bytes || span > a->map_bytes - a->slot_off)
-        return fail(err, errlen, KVT_ERR_INVAL,
-                    "%s: %" PRIu32 " slots of %" PRIu32 " bytes at slot_off %" PRIu64
-                    " end past map_bytes %" PRIu64,
-                    what, a->nslots, a->slot_bytes, a->slot_off, a->map_bytes);
+        return proto_fail(err, errlen, KVT_ERR_INVAL,
+                          "%s: %" PRIu32 " slots of %" PRIu32 " bytes at slot_off %" PRIu64
+                          " end past map_bytes %" PRIu64,
+                          what, a->nslots, a->slot_bytes, a->slot_off, a->map_bytes);
     return KVT_OK;
 }
 
@@ -414,7 +247,7 @@ kvt_status_t kvt_proto_attach_ans_decode(const uint8_t *body, size_t len,
     kvt_status_t st;
 
     kvt_proto_rd_init(&r, body, len);
-    if ((st = need(&r, 32, what, "the geometry (32 bytes)", err, errlen)) != KVT_OK)
+    if ((st = proto_need(&r, 32, what, "the geometry (32 bytes)", err, errlen)) != KVT_OK)
         return st;
     a.map_bytes = kvt_proto_rd_u64(&r);
     a.slot_off = kvt_proto_rd_u64(&r);
@@ -422,8 +255,8 @@ kvt_status_t kvt_proto_attach_ans_decode(const uint8_t *body, size_t len,
     a.nslots = kvt_proto_rd_u32(&r);
     a.block_bytes = kvt_proto_rd_u32(&r);
     a.disk_slots = kvt_proto_rd_u32(&r);
-    if ((st = rd_name(&r, what, "arena_path", false, &a.arena_path, err, errlen)) != KVT_OK ||
-        (st = rd_end(&r, what, "arena_path", err, errlen)) != KVT_OK ||
+    if ((st = proto_rd_name(&r, what, "arena_path", false, &a.arena_path, err, errlen)) != KVT_OK ||
+        (st = proto_rd_end(&r, what, "arena_path", err, errlen)) != KVT_OK ||
         (st = attach_geom(&a, err, errlen)) != KVT_OK)
         return st;
     *a_p = a;
@@ -464,15 +297,15 @@ kvt_status_t kvt_proto_lookup_ans_decode(const uint8_t *body, size_t len, uint8_
     kvt_status_t st;
 
     kvt_proto_rd_init(&r, body, len);
-    if ((st = rd_count(&r, what, "hit", false, max_hit, 1, "the locations", &hit, &at, err,
-                       errlen)) != KVT_OK ||
-        (st = rd_end(&r, what, "the locations", err, errlen)) != KVT_OK)
+    if ((st = proto_rd_count(&r, what, "hit", false, max_hit, 1, "the locations", &hit, &at, err,
+                             errlen)) != KVT_OK ||
+        (st = proto_rd_end(&r, what, "the locations", err, errlen)) != KVT_OK)
         return st;
     for (uint32_t i = 0; i < hit; i++)
         if (!loc_ok(at[i]))
-            return fail(err, errlen, KVT_ERR_INVAL,
-                        "%s: loc[%" PRIu32 "] is %u, not 1 (ram) or 2 (disk)", what, i,
-                        (unsigned)at[i]);
+            return proto_fail(err, errlen, KVT_ERR_INVAL,
+                              "%s: loc[%" PRIu32 "] is %u, not 1 (ram) or 2 (disk)", what, i,
+                              (unsigned)at[i]);
     if (hit > 0)
         memcpy(loc, at, hit);
     *hit_p = hit;
@@ -490,9 +323,9 @@ kvt_status_t kvt_proto_reserve_ans_encode(kvt_proto_wr_t *w, uint64_t req_id, co
         return KVT_ERR_TOO_BIG;
     size_t off = kvt_proto_wr_frame_begin(w, KVT_PROTO_OP_RESERVE, KVT_PROTO_F_RESPONSE, req_id);
     kvt_proto_wr_u32(w, n);
-    put_uints(w, slots, n, 4);
+    proto_put_uints(w, slots, n, 4);
     kvt_proto_wr_u32(w, nevicted);
-    put_uints(w, evicted, nevicted, 8);
+    proto_put_uints(w, evicted, nevicted, 8);
     return kvt_proto_wr_frame_end(w, off);
 }
 
@@ -508,14 +341,14 @@ kvt_status_t kvt_proto_reserve_ans_decode(const uint8_t *body, size_t len, uint3
     kvt_status_t st;
 
     kvt_proto_rd_init(&r, body, len);
-    if ((st = rd_count(&r, what, "n", false, max_slots, 4, "the slots", &a.n, &at_slots, err,
-                       errlen)) != KVT_OK ||
-        (st = rd_count(&r, what, "nevicted", false, max_evicted, 8, "the evicted keys", &a.nevicted,
-                       &at_evicted, err, errlen)) != KVT_OK ||
-        (st = rd_end(&r, what, "the evicted keys", err, errlen)) != KVT_OK)
+    if ((st = proto_rd_count(&r, what, "n", false, max_slots, 4, "the slots", &a.n, &at_slots, err,
+                             errlen)) != KVT_OK ||
+        (st = proto_rd_count(&r, what, "nevicted", false, max_evicted, 8, "the evicted keys",
+                             &a.nevicted, &at_evicted, err, errlen)) != KVT_OK ||
+        (st = proto_rd_end(&r, what, "the evicted keys", err, errlen)) != KVT_OK)
         return st;
-    get_uints(slots, at_slots, a.n, 4);
-    get_uints(evicted, at_evicted, a.nevicted, 8);
+    proto_get_uints(slots, at_slots, a.n, 4);
+    proto_get_uints(evicted, at_evicted, a.nevicted, 8);
     *a_p = a;
     return KVT_OK;
 }
@@ -549,9 +382,9 @@ kvt_status_t kvt_proto_pin_ans_decode(const uint8_t *body, size_t len, kvt_proto
     kvt_status_t st;
 
     kvt_proto_rd_init(&r, body, len);
-    if ((st = rd_count(&r, what, "n", false, max_pins, 8, "the pins", &n, &at, err, errlen)) !=
-            KVT_OK ||
-        (st = rd_end(&r, what, "the pins", err, errlen)) != KVT_OK)
+    if ((st = proto_rd_count(&r, what, "n", false, max_pins, 8, "the pins", &n, &at, err,
+                             errlen)) != KVT_OK ||
+        (st = proto_rd_end(&r, what, "the pins", err, errlen)) != KVT_OK)
         return st;
     kvt_proto_rd_init(&r, at, (size_t)n * 8);
     for (uint32_t i = 0; i < n; i++) {
@@ -567,7 +400,8 @@ kvt_status_t kvt_proto_pin_ans_decode(const uint8_t *body, size_t len, kvt_proto
 kvt_status_t kvt_proto_count_ans_encode(kvt_proto_wr_t *w, uint8_t op, uint64_t req_id,
                                         uint32_t count)
 {
-    if (op != KVT_PROTO_OP_COMMIT && op != KVT_PROTO_OP_UNPIN && op != KVT_PROTO_OP_PREFETCH)
+    if (op != KVT_PROTO_OP_COMMIT && op != KVT_PROTO_OP_UNPIN && op != KVT_PROTO_OP_PREFETCH &&
+        op != KVT_PROTO_OP_XFER_RENEW && op != KVT_PROTO_OP_XFER_RELEASE)
         return KVT_ERR_INVAL;
     size_t off = kvt_proto_wr_frame_begin(w, op, KVT_PROTO_F_RESPONSE, req_id);
     kvt_proto_wr_u32(w, count);
@@ -582,10 +416,10 @@ kvt_status_t kvt_proto_count_ans_decode(const uint8_t *body, size_t len, uint32_
     kvt_status_t st;
 
     kvt_proto_rd_init(&r, body, len);
-    if ((st = need(&r, 4, what, "the count", err, errlen)) != KVT_OK)
+    if ((st = proto_need(&r, 4, what, "the count", err, errlen)) != KVT_OK)
         return st;
     uint32_t count = kvt_proto_rd_u32(&r);
-    if ((st = rd_end(&r, what, "the count", err, errlen)) != KVT_OK)
+    if ((st = proto_rd_end(&r, what, "the count", err, errlen)) != KVT_OK)
         return st;
     *count_p = count;
     return KVT_OK;
@@ -606,7 +440,7 @@ kvt_status_t kvt_proto_block_get_ans_decode(const uint8_t *body, size_t len, cha
 {
     (void)body;
     if (len == 0)
-        return fail(err, errlen, KVT_ERR_INVAL,
-                    "block_get answer: empty body (a block is at least 1 byte)");
+        return proto_fail(err, errlen, KVT_ERR_INVAL,
+                          "block_get answer: empty body (a block is at least 1 byte)");
     return KVT_OK;
 }

@@ -238,10 +238,11 @@ kvt_status_t kvt_proto_pin_ans_encode(kvt_proto_wr_t *w, uint64_t req_id,
 kvt_status_t kvt_proto_pin_ans_decode(const uint8_t *body, size_t len, kvt_proto_pinned_t *pins,
                                       uint32_t max_pins, uint32_t *n_p, char *err, size_t errlen);
 
-/* ---- one-count answers: COMMIT, UNPIN, PREFETCH --------------------------------------------- */
+/* ---- one-count answers: COMMIT, UNPIN, PREFETCH, XFER_RENEW, XFER_RELEASE ------------------- */
 
-/* Appends the answer of COMMIT (reservations ended), UNPIN (pins released) or PREFETCH (reads
- * started), @op, carrying @count. KVT_ERR_INVAL for another opcode. */
+/* Appends the answer of COMMIT (reservations ended), UNPIN (pins released), PREFETCH (reads
+ * started), XFER_RENEW (pins and reservations the lease holds) or XFER_RELEASE (released), @op,
+ * carrying @count. KVT_ERR_INVAL for another opcode. */
 kvt_status_t kvt_proto_count_ans_encode(kvt_proto_wr_t *w, uint8_t op, uint64_t req_id,
                                         uint32_t count);
 

@@ -97,8 +97,50 @@
  * them when it closes. Mutating (refused before HELLO on a server with an
  * auth token): ATTACH, RESERVE, COMMIT, BLOCK_PUT, BLOCK_DELETE.
  *
+ * The transfer between sidecars (docs/protocol.md, "Transfer"). INC is a
+ * u64 incarnation: the random id (never 0) a kvtierd draws at each start;
+ * every request but XFER_HELLO and TRANSFER names the one it expects, and a
+ * server whose own differs refuses it with KVT_ERR_STALE (412): the peer
+ * restarted, the caller's handshake (rkey) is stale. LEASE is a u64 lease
+ * id, 0: none. Keys per frame: 1..KVT_PROTO_XFER_MAX_KEYS.
+ *
+ * XFER_HELLO   req: u64 expect (0: any; else KVT_ERR_STALE when not current).
+ *              ans: INC, u32 slot_bytes (>= 1), u32 nslots (>= 1), u64 base
+ *              (the arena's address at the server, for UCX; base + nslots *
+ *              slot_bytes does not wrap), u32 addr_len (1..
+ *              KVT_PROTO_XFER_MAX_BLOB), the UCX worker address, u32 rkey_len
+ *              (1..KVT_PROTO_XFER_MAX_BLOB), the packed rkey of the arena.
+ * XFER_PIN     req: INC, LEASE (0: a new lease; else one of the caller's, the
+ *              keys are added to it), str model (1..255), str lora (0..255),
+ *              u32 lease_ms (0: the server's; <= KVT_PROTO_XFER_MAX_LEASE_MS),
+ *              u32 n, n x u64 key.
+ *              ans: LEASE (not 0 when a key was pinned), u32 n, n x (u32 slot
+ *              (KVT_PROTO_SLOT_NONE: missing, then len and sum are 0), u32 len
+ *              (>= 1), u64 sum (XXH3-64 of the block's len bytes)).
+ * XFER_RENEW   req: INC, LEASE (not 0), u32 lease_ms (as in XFER_PIN).
+ *              ans: u32 held (pins and reservations the lease holds).
+ * XFER_RELEASE req: INC, LEASE (not 0). ans: u32 released.
+ * XFER_RESERVE req: INC, LEASE (as in XFER_PIN), str model, str lora, u32
+ *              lease_ms, u32 n, n x u64 key, n x u32 len (1..slot_bytes).
+ *              ans: LEASE (not 0 when a slot was reserved), u32 n, n x u32
+ *              slot (KVT_PROTO_SLOT_NONE: no room; KVT_PROTO_XFER_SLOT_HELD:
+ *              the block is already here, nothing to send).
+ * XFER_COMMIT  req: INC, LEASE (not 0), u32 n, n x (u64 key, u64 sum, u8 ok
+ *              (0 | 1; 0: give the slot back)).
+ *              ans: u32 n, n x u8 visible (0 | 1; 1 only when ok and the
+ *              landed bytes' XXH3-64 is sum).
+ * TRANSFER     req: str peer ("host:port", common/hostport.h), str model
+ *              (1..255), str lora, u8 direction (KVT_PROTO_XFER_PULL |
+ *              KVT_PROTO_XFER_PUSH), u8 pad[3] (0), u32 timeout_ms (0: the
+ *              server's; <= KVT_PROTO_XFER_MAX_TIMEOUT_MS), u32 n, n x u64 key.
+ *              ans: u64 bytes, u64 ns, u32 ntransferred, u64 keys, u32
+ *              nmissing, u64 keys, u32 nfailed, nfailed x (u64 key, u8 reason
+ *              KVT_PROTO_XFER_FAIL_*); the three counts total at most
+ *              KVT_PROTO_XFER_MAX_KEYS.
+ * Mutating (refused before HELLO on a server with an auth token): all seven.
+ *
  * Error answer body (flags RESPONSE|ERROR): i32 kvt_status_t, u16 http-like
- * status (400, 401, 404, 413, 429, 500, 501, 503), str message.
+ * status (400, 401, 404, 412, 413, 429, 500, 501, 503), str message.
  */
 enum kvt_proto_op {
     KVT_PROTO_OP_HELLO = 0x01,
@@ -120,6 +162,13 @@ enum kvt_proto_op {
     KVT_PROTO_OP_BLOCK_PUT = 0x47,
     KVT_PROTO_OP_BLOCK_GET = 0x48,
     KVT_PROTO_OP_BLOCK_DELETE = 0x49,
+    KVT_PROTO_OP_XFER_HELLO = 0x50,
+    KVT_PROTO_OP_XFER_PIN = 0x51,
+    KVT_PROTO_OP_XFER_RENEW = 0x52,
+    KVT_PROTO_OP_XFER_RELEASE = 0x53,
+    KVT_PROTO_OP_XFER_RESERVE = 0x54,
+    KVT_PROTO_OP_XFER_COMMIT = 0x55,
+    KVT_PROTO_OP_TRANSFER = 0x56,
 };
 
 /* QUERY kinds. */
@@ -134,5 +183,26 @@ enum kvt_proto_op {
 #define KVT_PROTO_LOC_DISK 2u
 /* A RESERVE or PIN answer's slot for a key that got none. */
 #define KVT_PROTO_SLOT_NONE 0xFFFFFFFFu
+
+/* Transfer frames: keys per frame, the longest lease and timeout, the longest worker address
+ * or rkey (bytes). */
+#define KVT_PROTO_XFER_MAX_KEYS 65536u
+#define KVT_PROTO_XFER_MAX_LEASE_MS 600000u
+#define KVT_PROTO_XFER_MAX_TIMEOUT_MS 600000u
+#define KVT_PROTO_XFER_MAX_BLOB 65536u
+/* An XFER_RESERVE answer's slot for a key the receiver already holds. */
+#define KVT_PROTO_XFER_SLOT_HELD 0xFFFFFFFEu
+/* TRANSFER directions. */
+#define KVT_PROTO_XFER_PULL 0u /* this sidecar reads the blocks from the peer */
+#define KVT_PROTO_XFER_PUSH 1u /* this sidecar writes its blocks to the peer */
+/* Why a TRANSFER answer lists a key as failed. */
+#define KVT_PROTO_XFER_FAIL_PEER_DOWN 1u      /* the peer cannot be reached, or went away */
+#define KVT_PROTO_XFER_FAIL_PEER_RESTARTED 2u /* a new incarnation, twice in one call */
+#define KVT_PROTO_XFER_FAIL_CHECKSUM 3u       /* the landed bytes do not match the source's sum */
+#define KVT_PROTO_XFER_FAIL_TIMEOUT 4u        /* timeout_ms ran out before it landed */
+#define KVT_PROTO_XFER_FAIL_NO_ROOM 5u        /* the receiver had no slot for it */
+#define KVT_PROTO_XFER_FAIL_EVICTED 6u        /* gone from the source after it was found */
+#define KVT_PROTO_XFER_FAIL_ERROR 7u          /* another error (UCX, memory) */
+#define KVT_PROTO_XFER_FAIL_MAX 7u
 
 #endif

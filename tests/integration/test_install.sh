@@ -68,6 +68,7 @@ LIBDIR=$(dirname "$(find "$PREFIX" -name 'libkvtier.so.0' | head -n 1)")
 for f in "$LIBDIR/libkvtier.so.0" "$LIBDIR/libkvtier.so" "$LIBDIR/libkvtier.a" \
     "$PREFIX/include/kvtier/client.h" "$PREFIX/include/kvtier/protocol.h" \
     "$PREFIX/include/kvtier/proto.h" "$PREFIX/include/kvtier/proto/proto_tier.h" \
+    "$PREFIX/include/kvtier/proto/proto_xfer.h" \
     "$PREFIX/include/kvtier/common/status.h" \
     "$PREFIX/include/kvtier/kvindex/hash.h" "$PREFIX/include/kvtier/kvindex/score.h" \
     "$LIBDIR/pkgconfig/kvtier.pc" "$LIBDIR/cmake/kvtier/kvtierConfig.cmake" \

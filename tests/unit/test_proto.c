@@ -260,6 +260,7 @@ static void test_http_status(void **state)
     assert_int_equal(kvt_proto_http_status(KVT_ERR_TOO_BIG), 413);
     assert_int_equal(kvt_proto_http_status(KVT_ERR_LIMIT), 503); /* the server's limits */
     assert_int_equal(kvt_proto_http_status(KVT_ERR_EXISTS), 409);
+    assert_int_equal(kvt_proto_http_status(KVT_ERR_STALE), 412);
     assert_int_equal(kvt_proto_http_status(KVT_ERR_NO_SPACE), 503);
     assert_int_equal(kvt_proto_http_status(KVT_ERR_UNSUPPORTED), 501);
     assert_int_equal(kvt_proto_http_status(KVT_ERR_NO_MEM), 503);

@@ -1273,7 +1273,8 @@ static void test_encode_refusals(void **state)
             blen);
     wr_kept(kvt_proto_pin_ans_encode(&w, 1, NULL, 1), KVT_ERR_INVAL, &w, before, blen);
     for (int op = 0; op < 256; op++)
-        if (op != KVT_PROTO_OP_COMMIT && op != KVT_PROTO_OP_UNPIN && op != KVT_PROTO_OP_PREFETCH)
+        if (op != KVT_PROTO_OP_COMMIT && op != KVT_PROTO_OP_UNPIN && op != KVT_PROTO_OP_PREFETCH &&
+            op != KVT_PROTO_OP_XFER_RENEW && op != KVT_PROTO_OP_XFER_RELEASE)
             wr_kept(kvt_proto_count_ans_encode(&w, (uint8_t)op, 1, 1), KVT_ERR_INVAL, &w, before,
                     blen);
     wr_kept(kvt_proto_block_get_ans_encode(&w, 1, "x", 0), KVT_ERR_INVAL, &w, before, blen);

@@ -15,7 +15,7 @@ static const kvt_status_t all_statuses[] = {
     KVT_ERR_EXISTS,   KVT_ERR_NO_SPACE,    KVT_ERR_NO_MEM,
     KVT_ERR_LIMIT,    KVT_ERR_IO,          KVT_ERR_TIMEOUT,
     KVT_ERR_PEER,     KVT_ERR_PROTO,       KVT_ERR_CLOSED,
-    KVT_ERR_INTERNAL, KVT_ERR_UNSUPPORTED,
+    KVT_ERR_STALE,    KVT_ERR_INTERNAL,    KVT_ERR_UNSUPPORTED,
 };
 #define NSTATUS (sizeof(all_statuses) / sizeof(all_statuses[0]))
 

@@ -65,6 +65,7 @@ _STATUS = {
     -500: "peer error",
     -501: "protocol error",
     -502: "connection closed",
+    -503: "peer restarted",
     -600: "internal error",
     -601: "not supported",
 }
