@@ -268,6 +268,90 @@ class TestSource(Base):
         self.assertEqual(count(r.ok(OP_XRELEASE, lease_req(inc, lease))), 0)
 
 
+def transfer_req(peer, keys, timeout_ms=10000, model=MODEL, lora="", direction=0):
+    return (fx.pstr(peer) + fx.pstr(model) + fx.pstr(lora) + struct.pack("<B3xII", direction,
+            timeout_ms, len(keys)) + b"".join(struct.pack("<Q", k) for k in keys))
+
+
+def transfer_ans(b):
+    nbytes, ns = struct.unpack_from("<QQ", b)
+    off = 16
+    out = []
+    for _ in range(2):
+        (n,) = struct.unpack_from("<I", b, off)
+        out.append(list(struct.unpack_from("<%dQ" % n, b, off + 4)))
+        off += 4 + 8 * n
+    (n,) = struct.unpack_from("<I", b, off)
+    failed = {}
+    for i in range(n):
+        k, why = struct.unpack_from("<QB", b, off + 4 + 9 * i)
+        failed[k] = why
+    assert len(b) == off + 4 + 9 * n
+    return {"bytes": nbytes, "transferred": out[0], "missing": out[1], "failed": failed}
+
+
+FAIL_PEER_DOWN = 1
+
+
+class TestPull(Base):
+    """TRANSFER, pull: B reads blocks from A over UCX (tcp on loopback)."""
+
+    def test_pull(self):
+        a, b = self.start(), self.start()
+        keys = [101, 102, 103, 104]
+        for k in keys[:3]:
+            self.put(a, k, blob(k, BB - 3 * k))
+        rb = self.rpc(b)
+        peer = "127.0.0.1:%d" % a.rpc_port
+        t = transfer_ans(rb.ok(OP_TRANSFER, transfer_req(peer, keys)))
+        self.assertEqual(sorted(t["transferred"]), keys[:3])
+        self.assertEqual(t["missing"], [104])
+        self.assertEqual(t["failed"], {})
+        self.assertEqual(t["bytes"], sum(BB - 3 * k for k in keys[:3]))
+        for k in keys[:3]:
+            self.assertEqual(self.get(b, k), blob(k, BB - 3 * k))
+        for d in (a, b):
+            wait_for(lambda: self.held(d) == (0, 0), "nothing held")
+        wait_for(lambda: a.stats()["transfer"]["leases"] == 0, "the source's lease released")
+        # held already: transferred again, nothing moved
+        t = transfer_ans(rb.ok(OP_TRANSFER, transfer_req(peer, keys[:1])))
+        self.assertEqual((t["transferred"], t["bytes"]), (keys[:1], 0))
+
+        # the source killed: peer_down, and B keeps serving
+        a_port = a.rpc_port
+        a.proc.kill()
+        a.proc.wait()
+        self.put(b, 900, blob(900))  # B still takes puts
+        t = transfer_ans(rb.ok(OP_TRANSFER, transfer_req(peer, [105], timeout_ms=3000)))
+        self.assertEqual(t["failed"], {105: FAIL_PEER_DOWN})
+        self.assertEqual(self.get(b, 900), blob(900))
+
+        # a new source on the same port: a new incarnation, one re-handshake
+        a2 = None
+        for _ in range(20):
+            try:
+                a2 = self.start_on(a_port)
+                break
+            except RuntimeError:
+                pass
+        self.assertIsNotNone(a2, "the source could not restart on its port")
+        self.put(a2, 105, blob(105))
+        hs = b.stats()["transfer"]["handshakes"]
+        t = transfer_ans(rb.ok(OP_TRANSFER, transfer_req(peer, [105])))
+        self.assertEqual(t["transferred"], [105], t)
+        self.assertEqual(self.get(b, 105), blob(105))
+        wait_for(lambda: b.stats()["transfer"]["handshakes"] == hs + 1, "one re-handshake")
+        for d in (a2, b):
+            wait_for(lambda: self.held(d) == (0, 0), "nothing held")
+
+    def start_on(self, port):
+        d = fx.Daemon(BIN, "--ram-bytes", str(16 * BB), "--block-bytes", str(BB), "--pod", "sc2",
+                      "--rpc-listen", "127.0.0.1:%d" % port, env=ENV)
+        self.addCleanup(d.cleanup)
+        self.addCleanup(lambda: self.dump(d))
+        return d
+
+
 if __name__ == "__main__":
     BIN, SANITIZED = fx.binary_from_argv("test_transfer_daemon.py")
     try:
