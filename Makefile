@@ -2,8 +2,8 @@
 #   make / make build   install missing Debian packages, configure and build the release tree
 #   make test           all tests (release), the unit tests again under ASan+UBSan, and the
 #                       concurrency test under TSan
-#   make bench          the benchmarks (hash, index, rpc, latency, events, json, tiers); logs in
-#                       build/bench/
+#   make bench          the benchmarks (hash, index, rpc, latency, events, json, tiers, transfer,
+#                       replay); logs in build/bench/
 #   make fuzz           every libFuzzer target for FUZZ_SECONDS on a copy of its seed corpus
 #   make format         clang-format -i on every .c/.h outside build/
 #   make clean          remove build/
@@ -81,6 +81,9 @@ bench: build
 	build/bin/kvtier-bench events | tee build/bench/events.log
 	build/bin/kvtier-bench json | tee build/bench/json.log
 	build/bin/kvtier-bench tiers | tee build/bench/tiers.log
+	build/bin/kvtier-bench transfer --tls tcp | tee build/bench/transfer.log
+	build/bin/kvtier-bench replay --trace $(TRACE) --pods 8 --capacity-blocks 3655 \
+	    --out build/bench/replay | tee build/bench/replay.log
 
 # Each fuzzer runs on build/fuzz/corpus/<name>, seeded from tests/fuzz/corpus/<name>
 # (or tests/fuzz/corpus/<name without fuzz_>), so the checked-in corpus never changes.

@@ -61,6 +61,10 @@ int kvt_bench_replay_timed_main(int argc, char **argv);
  * prefix structure (bench_gen.c, bench/gen.h). */
 int kvt_bench_gen_main(int argc, char **argv);
 
+/* `kvtier-bench transfer`: transfer/'s UCX pulls between two processes against ucx_perftest
+ * (bench_transfer.c). */
+int kvt_bench_transfer_main(int argc, char **argv);
+
 /* ---- the daemon benches' helpers (bench_daemon.c) ---- */
 
 /* A blocking TCP connection to 127.0.0.1:@port (TCP_NODELAY), or -1. */

@@ -34,6 +34,8 @@ static const kvt_bench_cmd_t kvt_bench_cmds[] = {
      kvt_bench_replay_main},
     {"gen", "a synthetic trace of sessions, system prompts and tool loops (Mooncake JSONL)",
      kvt_bench_gen_main},
+    {"transfer", "UCX pulls between two processes (GB/s, batch latency) vs. ucx_perftest",
+     kvt_bench_transfer_main},
 };
 
 #define KVT_BENCH_NCMDS (sizeof(kvt_bench_cmds) / sizeof(kvt_bench_cmds[0]))

@@ -1,6 +1,7 @@
 /* server/mailbox.c: job and socket hand-over between kvtierd's threads (mailbox.h). */
 #include "server/mailbox.h"
 #include "server/blocks.h"
+#include "server/xfer.h"
 
 #include <stdlib.h>
 #include <unistd.h>
@@ -16,6 +17,7 @@ void srv_job_free(srv_job_t *job)
     free(job->engine);
     free(job->routed);
     srv_tier_call_free(job->tc);
+    srv_xfer_call_free(job->xc);
     free(job);
 }
 

@@ -14,6 +14,7 @@
 #include "server/metrics.h"
 #include "server/routes.h"
 #include "server/tier.h"
+#include "server/xfer.h"
 
 /* Upper bounds of the latency buckets, seconds; the last bucket is +Inf. */
 static const double bucket_le[NBUCKETS - 1] = {0.00001, 0.000025, 0.00005, 0.0001, 0.00025, 0.0005,
@@ -275,6 +276,8 @@ void srv_stats_json(kvt_srv_worker_t *w, kvt_jbuf_t *o)
                     (unsigned long long)pi.rss_bytes, (unsigned long long)pi.open_fds,
                     (unsigned long long)pi.max_fds, pi.cpu_s);
     srv_tier_stats_json(srv, o);
+    kvt_jbuf_cstr(o, ",");
+    srv_xfer_stats_json(srv, o);
     kvt_jbuf_cstr(o, ",");
     kvt_jbuf_printf(o,
                     "\"index\":{\"blocks\":%llu,\"entries\":%llu,\"bytes\":%llu,"

@@ -13,6 +13,7 @@
 #include "server/blocks.h"
 #include "server/metrics.h"
 #include "server/writer.h"
+#include "server/xfer.h"
 
 static void error(srv_result_t *res, int status, kvt_status_t st, const char *msg)
 {
@@ -255,7 +256,22 @@ const srv_route_t srv_routes[] = {
     {CALL_PIN, "pin", NOHTTP, NOPATH, NULL, KVT_PROTO_OP_PIN, false, false, false, NULL, srv_h_pin},
     {CALL_UNPIN, "unpin", NOHTTP, NOPATH, NULL, KVT_PROTO_OP_UNPIN, false, false, false, NULL,
      srv_h_unpin},
-    /* the transfer's path: known, not served yet (whatever the method) */
+    /* the transfer between sidecars (server/xfer_*.c): a peer's frames, and the user's call */
+    {CALL_XFER, "xfer", NOHTTP, NOPATH, NULL, KVT_PROTO_OP_XFER_HELLO, true, false, false, NULL,
+     srv_h_xfer_hello},
+    {CALL_XFER, "xfer", NOHTTP, NOPATH, NULL, KVT_PROTO_OP_XFER_PIN, true, false, false, NULL,
+     srv_h_xfer_pin},
+    {CALL_XFER, "xfer", NOHTTP, NOPATH, NULL, KVT_PROTO_OP_XFER_RENEW, true, false, false, NULL,
+     srv_h_xfer_renew},
+    {CALL_XFER, "xfer", NOHTTP, NOPATH, NULL, KVT_PROTO_OP_XFER_RELEASE, true, false, false, NULL,
+     srv_h_xfer_release},
+    {CALL_XFER, "xfer", NOHTTP, NOPATH, NULL, KVT_PROTO_OP_XFER_RESERVE, true, false, false, NULL,
+     srv_h_xfer_reserve},
+    {CALL_XFER, "xfer", NOHTTP, NOPATH, NULL, KVT_PROTO_OP_XFER_COMMIT, true, false, false, NULL,
+     srv_h_xfer_commit},
+    {CALL_TRANSFER, "transfer", NOHTTP, NOPATH, NULL, KVT_PROTO_OP_TRANSFER, true, false, false,
+     NULL, srv_h_transfer},
+    /* the transfer's HTTP path: known, not served yet (whatever the method) */
     {CALL_OTHER, "other", ANY, PATH("/v1/transfer"), NULL, 0, false, false, false, h_later, NULL},
 };
 const size_t srv_nroutes = sizeof(srv_routes) / sizeof(srv_routes[0]);

@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -24,6 +25,7 @@
 #include "server/tier.h"
 #include "server/worker.h"
 #include "server/writer.h"
+#include "server/xfer.h"
 
 static int stop_pipe[2] = {-1, -1}; /* written by kvt_srv_stop(), read by kvt_srv_run() */
 
@@ -170,6 +172,15 @@ kvt_status_t kvt_srv_create(const kvt_srv_config_t *cfg, kvt_srv_t **srv_p)
     /* after the writer's inbox: the reloaded blocks' changes queue for it */
     if ((st = srv_tier_open(srv)) != KVT_OK)
         goto err;
+    while (srv->incarnation == 0)
+        if (getrandom(&srv->incarnation, sizeof(srv->incarnation), 0) !=
+            (ssize_t)sizeof(srv->incarnation)) {
+            kvt_log_error("getrandom: %s", strerror(errno));
+            st = KVT_ERR_IO;
+            goto err;
+        }
+    if ((st = srv_xfer_open(srv)) != KVT_OK)
+        goto err;
     srv_stats_publish(srv); /* /v1/stats is whole from the first request */
     if ((st = kvt_idx_names_publish(srv->idx)) != KVT_OK)
         goto err;
@@ -246,7 +257,8 @@ void kvt_srv_destroy(kvt_srv_t *srv)
     if (srv == NULL)
         return;
     /* connections (and their tier sessions) are closed; the tier's last completions may post to
-     * the workers' boxes, which the cleanup below empties */
+     * the workers' boxes, which the cleanup below empties; the transfer's leases first */
+    srv_xfer_close(srv);
     srv_tier_close(srv);
     if (srv->workers != NULL) {
         for (int i = 0; i < srv->nworkers; i++)

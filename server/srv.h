@@ -69,6 +69,7 @@ typedef struct kvt_srv_config {
     bool sqpoll;          /* io_uring SQPOLL */
     char *disk_admit;     /* always, seen-twice, tinylfu */
     uint64_t lease_ms;    /* pins and reservations expire after this */
+    bool ucx;             /* take part in transfers between sidecars (UCX) */
 } kvt_srv_config_t;
 
 typedef struct kvt_srv kvt_srv_t;

@@ -62,6 +62,8 @@ enum srv_call {
     CALL_COMMIT,
     CALL_PIN,
     CALL_UNPIN,
+    CALL_XFER,     /* a peer's XFER_HELLO..XFER_COMMIT (RPC only) */
+    CALL_TRANSFER, /* TRANSFER */
     CALL_OTHER,
     NCALLS
 };
@@ -114,6 +116,7 @@ typedef enum job_kind {
 } job_kind_t;
 
 struct srv_tier_call;
+struct srv_xfer_call;
 
 /* JOB_ROUTED: where a router sent a request, keyed as the worker hashed it. */
 typedef struct srv_routed {
@@ -139,6 +142,7 @@ typedef struct srv_job {
     char name[KVT_IDX_MAX_NAME + 1]; /* JOB_DROP, JOB_ROUTED: the pod; JOB_MODEL_DROP: the model */
     kvt_zsub_engine_t *engine;       /* JOB_ENGINE_ADD; owned */
     struct srv_tier_call *tc;        /* JOB_TIER; owned */
+    struct srv_xfer_call *xc;        /* JOB_TIER of server/xfer_*.c; owned */
     srv_routed_t *routed;            /* JOB_ROUTED; owned */
     const char *ctype;               /* HTTP content type of the answer; NULL: JSON */
     /* the writer's answer */
@@ -231,6 +235,8 @@ struct kvt_srv {
     struct kvt_tier *tier;
     char *pod;                      /* this sidecar's pod (--pod): tier changes are its */
     atomic_uint_fast64_t tier_lost; /* tier changes the writer's queue could not take */
+    uint64_t incarnation;           /* drawn at start (getrandom), never 0: names this run */
+    struct srv_xfer *xfer; /* the transfer (server/xfer.h); NULL: --ucx off, no tiers, no UCX */
 
     /* answer bodies shared within one st_gen (srv_blob_t) */
     pthread_mutex_t blob_mu;
