@@ -198,13 +198,6 @@ static void h_ping(srv_req_t *rq, srv_result_t *res)
     *res = (srv_result_t){.out = OUT_FRAMES, .status = 200};
 }
 
-/* Paths of the data plane still to come: known, not served yet. */
-static void h_later(srv_req_t *rq, srv_result_t *res)
-{
-    (void)rq;
-    error(res, 501, KVT_ERR_UNSUPPORTED, "not implemented yet in this kvtierd");
-}
-
 #define GET KVT_HTTP_GET
 #define POST KVT_HTTP_POST
 #define DELETE KVT_HTTP_DELETE
@@ -269,10 +262,8 @@ const srv_route_t srv_routes[] = {
      srv_h_xfer_reserve},
     {CALL_XFER, "xfer", NOHTTP, NOPATH, NULL, KVT_PROTO_OP_XFER_COMMIT, true, false, false, NULL,
      srv_h_xfer_commit},
-    {CALL_TRANSFER, "transfer", NOHTTP, NOPATH, NULL, KVT_PROTO_OP_TRANSFER, true, false, false,
-     NULL, srv_h_transfer},
-    /* the transfer's HTTP path: known, not served yet (whatever the method) */
-    {CALL_OTHER, "other", ANY, PATH("/v1/transfer"), NULL, 0, false, false, false, h_later, NULL},
+    {CALL_TRANSFER, "transfer", POST, PATH("/v1/transfer"), NULL, KVT_PROTO_OP_TRANSFER, true,
+     false, false, srv_h_transfer_http, srv_h_transfer},
 };
 const size_t srv_nroutes = sizeof(srv_routes) / sizeof(srv_routes[0]);
 

@@ -40,4 +40,7 @@ void srv_h_xfer_reserve(srv_req_t *rq, srv_result_t *res);
 void srv_h_xfer_commit(srv_req_t *rq, srv_result_t *res);
 void srv_h_transfer(srv_req_t *rq, srv_result_t *res);
 
+/* POST /v1/transfer: the same call with a JSON body and answer (xfer_http.c). */
+void srv_h_transfer_http(srv_req_t *rq, srv_result_t *res);
+
 #endif

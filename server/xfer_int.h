@@ -88,6 +88,7 @@ typedef struct srv_xfer_call {
     char model[256], lora[256];
     uint8_t direction;
     uint32_t timeout_ms;
+    bool http; /* POST /v1/transfer: answer in JSON (srv_xfer_answer) */
 } srv_xfer_call_t;
 
 /* ---- leases (xfer_src.c) ---- */
@@ -112,6 +113,14 @@ void srv_xjob_frame(srv_job_t *job, const kvt_proto_wr_t *wr);
 
 /* Posts @job, answered, to its worker's box. */
 void srv_xjob_post(srv_job_t *job);
+
+/* Hands a TRANSFER job to the xfer thread (the OUT_ASYNC start of RPC TRANSFER and POST
+ * /v1/transfer; xfer_pull.c). */
+void srv_xfer_start_job(srv_job_t *job);
+
+/* A TRANSFER's answer @a into @job: the frame's body, or for POST /v1/transfer its JSON
+ * (xfer_http.c). */
+void srv_xfer_answer(srv_job_t *job, const kvt_proto_transfer_ans_t *a);
 
 /* ---- the thread (xfer_run.c) ---- */
 

@@ -475,21 +475,14 @@ void srv_xfer_pull_run(srv_xfer_t *xf, srv_job_t *job)
                                       .transferred = r.transferred,
                                       .missing = r.missing,
                                       .failed = r.failed};
-        kvt_proto_wr_t wr;
-        kvt_proto_wr_init(&wr);
-        kvt_status_t st = kvt_proto_transfer_ans_encode(&wr, job->req_id, &a);
-        if (st != KVT_OK)
-            srv_xjob_error(job, st, kvt_proto_http_status(st), "transfer: answer not encoded");
-        else
-            srv_xjob_frame(job, &wr);
-        kvt_proto_wr_cleanup(&wr);
+        srv_xfer_answer(job, &a);
     }
     free(r.transferred);
     free(r.missing);
     free(r.failed);
 }
 
-static void transfer_start(srv_job_t *job)
+void srv_xfer_start_job(srv_job_t *job)
 {
     kvt_jbuf_init(&job->answer);
     srv_xfer_t *xf = job->worker->srv->xfer;
@@ -543,5 +536,5 @@ void srv_h_transfer(srv_req_t *rq, srv_result_t *res)
     job->kind = JOB_TIER;
     job->worker = rq->w;
     job->xc = xc;
-    *res = (srv_result_t){.out = OUT_ASYNC, .status = 200, .job = job, .start = transfer_start};
+    *res = (srv_result_t){.out = OUT_ASYNC, .status = 200, .job = job, .start = srv_xfer_start_job};
 }

@@ -68,6 +68,13 @@ void srv_xjob_post(srv_job_t *job)
 {
     if (job->answer.oom)
         srv_xjob_error(job, KVT_ERR_NO_MEM, 503, "out of memory");
+    if (job->xc != NULL && job->xc->http && job->http_status != 200) {
+        /* an HTTP error's body is {"error": "..."} */
+        kvt_jbuf_reset(&job->answer);
+        kvt_jbuf_cstr(&job->answer, "{\"error\":");
+        kvt_jbuf_str(&job->answer, job->errmsg, strlen(job->errmsg));
+        kvt_jbuf_cstr(&job->answer, "}");
+    }
     srv_mbox_post(&job->worker->box, job); /* a worker's box is never closed while it runs */
 }
 

@@ -260,6 +260,7 @@ class TestApi(Base):
         s.close()
 
     def test_not_implemented_yet(self):
+        # without --ram-bytes: no tiers, and so no transfers
         for m, p in [("GET", "/v1/blocks/1"), ("POST", "/v1/prefetch"), ("POST", "/v1/transfer")]:
             s, a = self.d.http(m, p, {})
             self.assertEqual(s, 501, (m, p, a))

@@ -344,6 +344,35 @@ class TestPull(Base):
         for d in (a2, b):
             wait_for(lambda: self.held(d) == (0, 0), "nothing held")
 
+    def test_pull_http(self):
+        """POST /v1/transfer: the same pull with a JSON body and answer; bad bodies are 400."""
+        a, b = self.start(), self.start()
+        for k in (201, 202):
+            self.put(a, k, blob(k, BB - k))
+        peer = "127.0.0.1:%d" % a.rpc_port
+        s, t = b.http("POST", "/v1/transfer",
+                      {"peer": peer, "model": MODEL, "keys": [201, 202, 203], "timeout_ms": 10000})
+        self.assertEqual(s, 200, t)
+        self.assertEqual(sorted(t["transferred"]), [201, 202])
+        self.assertEqual((t["missing"], t["failed"]), ([203], []))
+        self.assertEqual(t["bytes"], 2 * BB - 201 - 202)
+        self.assertGreater(t["seconds"], 0)
+        self.assertEqual(self.get(b, 202), blob(202, BB - 202))
+        for body, why in [({"model": MODEL, "keys": [1]}, "peer"),
+                          ({"peer": peer, "model": MODEL, "keys": []}, "keys"),
+                          ({"peer": peer, "model": MODEL, "keys": [1], "direction": "up"},
+                           "direction")]:
+            s, ans = b.http("POST", "/v1/transfer", body)
+            self.assertEqual(s, 400, (body, ans))
+            self.assertIn(why, ans["error"])
+        # a peer nobody listens on: every key failed, peer_down, as JSON
+        s, t = b.http("POST", "/v1/transfer",
+                      {"peer": "127.0.0.1:1", "model": MODEL, "keys": [7], "timeout_ms": 2000})
+        self.assertEqual(s, 200, t)
+        self.assertEqual(t["failed"], [{"key": 7, "reason": "peer_down"}])
+        for d in (a, b):
+            wait_for(lambda: self.held(d) == (0, 0), "nothing held")
+
     def start_on(self, port):
         d = fx.Daemon(BIN, "--ram-bytes", str(16 * BB), "--block-bytes", str(BB), "--pod", "sc2",
                       "--rpc-listen", "127.0.0.1:%d" % port, env=ENV)

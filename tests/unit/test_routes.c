@@ -113,7 +113,7 @@ static void test_http_lookup(void **state)
         {"/v1/blocks/12", CALL_BLOCKS, SRV_ANY_METHOD}, /* PUT, GET, DELETE: the handler's */
         {"/v1/prefetch", CALL_PREFETCH, KVT_HTTP_POST},
         {"/v1/routed", CALL_ROUTED, KVT_HTTP_POST},
-        {"/v1/transfer", CALL_OTHER, SRV_ANY_METHOD},
+        {"/v1/transfer", CALL_TRANSFER, KVT_HTTP_POST},
     };
     for (size_t i = 0; i < sizeof(want) / sizeof(want[0]); i++) {
         const srv_route_t *r = http(want[i].path);
