@@ -321,6 +321,44 @@ kvt_status_t kvt_client_unpin(kvt_client_t *c, const char *model, const char *lo
 kvt_status_t kvt_client_prefetch(kvt_client_t *c, const char *model, const char *lora,
                                  const uint64_t *keys, size_t n, uint32_t *started_p);
 
+/* A TRANSFER request: move blocks between the server and its peer sidecar over UCX. */
+typedef struct kvt_client_transfer {
+    const char *peer;  /* the other sidecar's RPC address, "host:port" */
+    const char *model; /* the blocks' model */
+    const char *lora;  /* NULL or "": the base model */
+    const uint64_t *keys;
+    size_t n;            /* 1..65536 keys */
+    bool push;           /* false: the server pulls from the peer; true: pushes to it */
+    uint32_t timeout_ms; /* 0: the server's (30 s); at most 600000 */
+} kvt_client_transfer_t;
+
+/* What a TRANSFER answered: every key is in exactly one of the three lists. The caller gives
+ * the arrays, each with room for the request's n keys. */
+typedef struct kvt_client_transfer_out {
+    uint64_t *transferred; /* now held by the receiving sidecar */
+    uint64_t *missing;     /* the source does not hold them */
+    uint64_t *failed;      /* tried and failed: reasons[i] says why */
+    uint8_t *reasons;      /* may be NULL; kvt_client_transfer_reason() names each */
+    size_t ntransferred, nmissing, nfailed;
+    uint64_t bytes; /* moved */
+    uint64_t ns;    /* the server's time for the whole call */
+} kvt_client_transfer_out_t;
+
+/*
+ * TRANSFER (docs/api.md, "POST /v1/transfer"): the server pulls @t's keys
+ * from its peer (or pushes them to it) and answers once they landed or
+ * failed; a block becomes visible at the receiver only when all its bytes
+ * arrived and its checksum matched. Waits up to the transfer's timeout plus
+ * the I/O timeout. KVT_ERR_UNSUPPORTED from a server that takes no part in
+ * transfers.
+ */
+kvt_status_t kvt_client_transfer(kvt_client_t *c, const kvt_client_transfer_t *t,
+                                 kvt_client_transfer_out_t *out);
+
+/* The name of a failed key's reason: "peer_down", "peer_restarted", "checksum", "timeout",
+ * "no_room", "evicted" or "error". */
+const char *kvt_client_transfer_reason(uint8_t reason);
+
 /*
  * BLOCK_PUT: stores @data[0..@len) (1..block_bytes bytes: more is the
  * server's KVT_ERR_TOO_BIG) as block @key. Answered once it is in RAM, or

@@ -18,7 +18,9 @@ import xxhash
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
+sys.path.insert(0, os.path.join(HERE, "..", "..", "router-plugin", "python"))
 import kvtierd_fixture as fx  # noqa: E402
+import kvtier  # noqa: E402  (libkvtier from $KVTIER_LIB, else build/lib)
 
 BIN = None
 SANITIZED = False
@@ -372,6 +374,24 @@ class TestPull(Base):
         self.assertEqual(t["failed"], [{"key": 7, "reason": "peer_down"}])
         for d in (a, b):
             wait_for(lambda: self.held(d) == (0, 0), "nothing held")
+
+    def test_pull_client(self):
+        """libkvtier's kvt_client_transfer() through the Python binding's Client.transfer()."""
+        a, b = self.start(), self.start()
+        for k in (301, 302):
+            self.put(a, k, blob(k))
+        c = kvtier.Client("127.0.0.1:%d" % b.rpc_port)
+        self.addCleanup(c.close)
+        t = c.transfer("127.0.0.1:%d" % a.rpc_port, MODEL, [301, 302, 303], timeout_ms=10000)
+        self.assertEqual(sorted(t["transferred"]), [301, 302])
+        self.assertEqual((t["missing"], t["failed"], t["bytes"]), ([303], [], 2 * BB))
+        self.assertEqual(self.get(b, 301), blob(301))
+        t = c.transfer("127.0.0.1:1", MODEL, [9], timeout_ms=2000)
+        self.assertEqual(t["failed"], [(9, "peer_down")])
+        with self.assertRaises(ValueError):
+            c.transfer("127.0.0.1:1", MODEL, [])
+        with self.assertRaises(kvtier.Error):
+            c.transfer("no-port", MODEL, [1])
 
     def start_on(self, port):
         d = fx.Daemon(BIN, "--ram-bytes", str(16 * BB), "--block-bytes", str(BB), "--pod", "sc2",

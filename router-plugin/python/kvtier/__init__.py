@@ -145,6 +145,32 @@ class _Pinned(ctypes.Structure):
     _fields_ = [("slot", ctypes.c_uint32), ("len", ctypes.c_uint32)]
 
 
+class _Transfer(ctypes.Structure):
+    _fields_ = [
+        ("peer", ctypes.c_char_p),
+        ("model", ctypes.c_char_p),
+        ("lora", ctypes.c_char_p),
+        ("keys", ctypes.POINTER(ctypes.c_uint64)),
+        ("n", ctypes.c_size_t),
+        ("push", ctypes.c_bool),
+        ("timeout_ms", ctypes.c_uint32),
+    ]
+
+
+class _TransferOut(ctypes.Structure):
+    _fields_ = [
+        ("transferred", ctypes.POINTER(ctypes.c_uint64)),
+        ("missing", ctypes.POINTER(ctypes.c_uint64)),
+        ("failed", ctypes.POINTER(ctypes.c_uint64)),
+        ("reasons", ctypes.POINTER(ctypes.c_uint8)),
+        ("ntransferred", ctypes.c_size_t),
+        ("nmissing", ctypes.c_size_t),
+        ("nfailed", ctypes.c_size_t),
+        ("bytes", ctypes.c_uint64),
+        ("ns", ctypes.c_uint64),
+    ]
+
+
 # kvt_client_lookup()'s locations (KVT_CLIENT_LOC_*) and the slot of a key that got none.
 _LOC_NAMES = {1: "ram", 2: "disk"}
 _SLOT_NONE = 0xFFFFFFFF
@@ -254,6 +280,8 @@ def _declare(lib):
                                       ctypes.c_void_p, ctypes.c_size_t, P(ctypes.c_size_t)]),
         "kvt_client_block_delete": (st, [c_client, ctypes.c_char_p, ctypes.c_char_p,
                                          ctypes.c_uint64]),
+        "kvt_client_transfer": (st, [c_client, P(_Transfer), P(_TransferOut)]),
+        "kvt_client_transfer_reason": (ctypes.c_char_p, [ctypes.c_uint8]),
         "kvt_client_free": (None, [ctypes.c_void_p]),
         "kvt_client_version": (ctypes.c_char_p, []),
     }
@@ -730,6 +758,26 @@ class Client:
         self._call(self._lib.kvt_client_pin, model_b, lora_b, _ptr(ks, ctypes.c_uint64),
                    len(ks), out)
         return [(None if p.slot == _SLOT_NONE else p.slot, p.len) for p in out]
+
+    def transfer(self, peer, model, keys, push=False, timeout_ms=0, lora=None):
+        """TRANSFER (POST /v1/transfer): the server pulls the blocks of keys from its peer
+        sidecar ("host:port", the peer's RPC address) over UCX, or with push=True sends them
+        there; returns once they landed or failed: {"transferred": [..], "missing": [..],
+        "failed": [(key, reason), ..], "bytes": n, "seconds": s}. timeout_ms 0: the
+        server's (30 s)."""
+        model_b, lora_b, ks = self._keys_args(model, keys, lora)
+        n = len(ks)
+        t = _Transfer(_name(peer, "peer"), model_b, lora_b, _ptr(ks, ctypes.c_uint64), n,
+                      bool(push), int(timeout_ms))
+        tr, mi, fa = (ctypes.c_uint64 * n)(), (ctypes.c_uint64 * n)(), (ctypes.c_uint64 * n)()
+        rs = (ctypes.c_uint8 * n)()
+        out = _TransferOut(tr, mi, fa, rs)
+        self._call(self._lib.kvt_client_transfer, ctypes.byref(t), ctypes.byref(out))
+        name = self._lib.kvt_client_transfer_reason
+        return {"transferred": list(tr[:out.ntransferred]),
+                "missing": list(mi[:out.nmissing]),
+                "failed": [(fa[i], name(rs[i]).decode()) for i in range(out.nfailed)],
+                "bytes": out.bytes, "seconds": out.ns / 1e9}
 
     def unpin(self, model, keys, lora=None):
         """UNPIN: releases one pin of this connection on each key (keys it has not pinned
