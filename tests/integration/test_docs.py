@@ -147,10 +147,10 @@ NOT_RUN = [
      "installs into /usr as root and starts a systemd service; test_install.sh installs into "
      "a temporary prefix and checks the unit, the config and the installed kvtierd"),
     ("docs/deployment.md", "                    proxy (router)",
-     "a diagram of the prefill/decode flow (issue 19: the daemon does not serve /v1/transfer "
-     "yet)"),
+     "a diagram of the prefill/decode flow, not a command"),
     ("docs/deployment.md", "curl -s -X POST vllm-decode-0.vllm:7421/v1/transfer",
-     "issue 19: the daemon does not serve /v1/transfer yet"),
+     "two sidecars on two hosts (a pull on the decode side, then a push, which issue 19 has "
+     "not landed yet); test_transfer_daemon.py runs the pull between two kvtierd on loopback"),
 ]
 
 
