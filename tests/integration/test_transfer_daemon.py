@@ -402,6 +402,9 @@ class TestPull(Base):
 
 
 if __name__ == "__main__":
+    # A sanitizer runtime preloaded for this interpreter (to load an ASan libkvtier) is not
+    # kvtierd's: the daemon links its own.
+    os.environ.pop("LD_PRELOAD", None)
     BIN, SANITIZED = fx.binary_from_argv("test_transfer_daemon.py")
     try:
         probe = fx.Daemon(BIN, "--ram-bytes", str(4 * BB), "--block-bytes", str(BB), env=ENV)
