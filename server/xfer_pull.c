@@ -145,10 +145,9 @@ static void pull(srv_xfer_t *xf, const srv_xfer_call_t *xc, srv_xres_t *r, char 
         if (nbad > 0)
             kvt_tier_commit(xf->tier, s, ns, ns_len, bad, nbad, NULL, false, NULL);
     }
+    srv_xpeer_release(&c, p, pa.lease); /* when the RPC is gone, the lease expires there */
     if (kvt_xfer_peer_failed(p->p, NULL))
-        srv_xpeer_drop(xf, p); /* its lease expires there */
-    else
-        srv_xpeer_release(&c, p, pa.lease);
+        srv_xpeer_drop(xf, p);
 out:
     if (s != NULL)
         kvt_tier_sess_close(xf->tier, s);

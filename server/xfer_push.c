@@ -225,10 +225,9 @@ void srv_xfer_push(srv_xfer_t *xf, const srv_xfer_call_t *xc, srv_xres_t *r, cha
     }
     if (ni > 0)
         put_commit(xf, &c, p, &b, ni, a.lease, timeout, r, err, errlen);
+    srv_xpeer_release(&c, p, a.lease); /* when the RPC is gone, the lease expires there */
     if (kvt_xfer_peer_failed(p->p, NULL))
-        srv_xpeer_drop(xf, p); /* its lease expires there */
-    else
-        srv_xpeer_release(&c, p, a.lease);
+        srv_xpeer_drop(xf, p);
 out:
     if (s != NULL)
         kvt_tier_sess_close(xf->tier, s); /* the pins here go */
