@@ -119,6 +119,7 @@ class Base(unittest.TestCase):
         d = fx.Daemon(BIN, "--ram-bytes", str(16 * BB), "--block-bytes", str(BB), "--pod", "sc",
                       *flags, env=env)
         self.addCleanup(d.cleanup)
+        self.addCleanup(d.stop)
         self.addCleanup(lambda: self.dump(d))
         return d
 
@@ -348,6 +349,7 @@ class TestPull(Base):
         d = fx.Daemon(BIN, "--ram-bytes", str(16 * BB), "--block-bytes", str(BB), "--pod", "sc2",
                       "--rpc-listen", "127.0.0.1:%d" % port, env=ENV)
         self.addCleanup(d.cleanup)
+        self.addCleanup(d.stop)
         self.addCleanup(lambda: self.dump(d))
         return d
 
@@ -357,6 +359,7 @@ if __name__ == "__main__":
     try:
         probe = fx.Daemon(BIN, "--ram-bytes", str(4 * BB), "--block-bytes", str(BB), env=ENV)
         ucx = probe.stats()["transfer"] is not None
+        probe.stop()
         probe.cleanup()
     except RuntimeError as e:
         print("SKIP: kvtierd did not start: %s" % e)
