@@ -129,7 +129,8 @@ typedef struct kvt_proto_xfer_slots_ans {
 typedef struct kvt_proto_xfer_pinned {
     uint32_t slot; /* RAM slot at the server; KVT_PROTO_SLOT_NONE: missing there */
     uint32_t len;  /* bytes of the block, >= 1; 0 when missing */
-    uint64_t sum;  /* XXH3-64 of those bytes; 0 when missing */
+    uint64_t sum;  /* XXH3-64 of those bytes, as the server recorded it when it stored the
+                      block; 0 when missing */
 } kvt_proto_xfer_pinned_t;
 
 /* Appends an XFER_PIN answer: @a and its a->n @pins. KVT_ERR_INVAL for what the decoder refuses. */

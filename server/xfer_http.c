@@ -56,10 +56,6 @@ void srv_h_transfer_http(srv_req_t *rq, srv_result_t *res)
             kvt_srv_xfer_decode((const char *)rq->body, rq->len, keys, cap, b, rq->err, rq->errlen);
     else
         kvt_errf(rq->err, rq->errlen, "out of memory");
-    if (st == KVT_OK && b->direction != KVT_PROTO_XFER_PULL) {
-        st = KVT_ERR_UNSUPPORTED;
-        kvt_errf(rq->err, rq->errlen, "transfer: push is not served yet");
-    }
     if (st != KVT_OK) {
         free(job);
         free(xc);

@@ -1,4 +1,4 @@
-/* server/xfer_pull.h: TRANSFER, pull, run by the xfer thread (xfer_pull.c). */
+/* server/xfer_pull.h: TRANSFER, run by the xfer thread (xfer_pull.c, xfer_push.c). */
 #ifndef KVT_SERVER_XFER_PULL_H
 #define KVT_SERVER_XFER_PULL_H
 
@@ -6,8 +6,5 @@
 
 /* Runs TRANSFER @job on the xfer thread and sets its answer (the caller posts it). */
 void srv_xfer_pull_run(srv_xfer_t *xf, srv_job_t *job);
-
-/* Closes the cached peers (xfer thread, before the UCX context goes). */
-void srv_xfer_pull_cleanup(srv_xfer_t *xf);
 
 #endif

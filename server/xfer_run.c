@@ -20,6 +20,7 @@
 #include "common/log.h"
 #include "server/mailbox.h"
 #include "server/xfer_int.h"
+#include "server/xfer_peer.h"
 #include "server/xfer_pull.h"
 
 static void inbox_wake(void *arg)
@@ -120,7 +121,7 @@ static void *xfer_main(void *arg)
         }
     }
     run_jobs(xf); /* the inbox is closed: what is left fails */
-    srv_xfer_pull_cleanup(xf);
+    srv_xpeers_cleanup(xf);
     kvt_xfer_destroy(xf->x);
     xf->x = NULL;
     return NULL;

@@ -332,10 +332,10 @@ static void xpin_done(void *arg, const kvt_tier_pinned_t *out, size_t n)
             pins[i] = (kvt_proto_xfer_pinned_t){.slot = KVT_PROTO_SLOT_NONE};
             continue;
         }
-        /* pinned: the bytes stay put while we hash them */
-        const uint8_t *p = kvt_tier_slot_ptr(xf->tier, out[i].slot);
-        pins[i] = (kvt_proto_xfer_pinned_t){
-            .slot = out[i].slot, .len = out[i].len, .sum = XXH3_64bits(p, out[i].len)};
+        /* the sum recorded when the block was stored, not one of the bytes now: a copy that
+         * went bad since fails the receiver's check */
+        pins[i] =
+            (kvt_proto_xfer_pinned_t){.slot = out[i].slot, .len = out[i].len, .sum = out[i].sum};
         npinned++;
     }
     atomic_fetch_add_explicit(&xf->pinned_keys, npinned, memory_order_relaxed);

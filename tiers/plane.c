@@ -114,6 +114,27 @@ kvt_status_t kvt_tier_reserve(kvt_tier_t *t, kvt_tier_sess_t *s, const char *ns,
     return st;
 }
 
+/*
+ * The sums of the reserved blocks among @keys, into @sums, their slots into
+ * @slots (TB_NONE for the others): hashed outside the lock, since a reserved
+ * slot's bytes are its writer's and the slot stays put until the commit.
+ */
+static void commit_sums(kvt_tier_t *t, const char *ns, size_t ns_len, const uint64_t *keys,
+                        size_t n, const uint32_t *lens, uint64_t *sums, uint32_t *slots)
+{
+    tier_lock(t);
+    uint32_t nsi = tier_ns_find(t, ns, ns_len);
+    for (size_t i = 0; i < n; i++) {
+        uint32_t bi = nsi != TB_NONE ? tmap_find(&t->map, nsi, keys[i]) : TB_NONE;
+        slots[i] = bi != TB_NONE && (t->map.b[bi].flags & B_RESERVED) ? t->map.b[bi].ram : TB_NONE;
+    }
+    tier_unlock(t);
+    for (size_t i = 0; i < n; i++)
+        if (slots[i] != TB_NONE)
+            sums[i] = tier_sum(kvt_arena_slot(&t->arena, slots[i]),
+                               lens != NULL ? lens[i] : t->cfg.block_bytes);
+}
+
 kvt_status_t kvt_tier_commit(kvt_tier_t *t, kvt_tier_sess_t *s, const char *ns, size_t ns_len,
                              const uint64_t *keys, size_t n, const uint32_t *lens, bool ok,
                              size_t *done_p)
@@ -122,6 +143,18 @@ kvt_status_t kvt_tier_commit(kvt_tier_t *t, kvt_tier_sess_t *s, const char *ns, 
         for (size_t i = 0; i < n; i++)
             if (lens[i] == 0 || lens[i] > t->cfg.block_bytes)
                 return KVT_ERR_INVAL;
+    uint64_t *sums = NULL;
+    uint32_t *slots = NULL;
+    if (ok && n > 0) {
+        sums = malloc(n * sizeof(*sums));
+        slots = malloc(n * sizeof(*slots));
+        if (sums == NULL || slots == NULL) {
+            free(sums);
+            free(slots);
+            return KVT_ERR_NO_MEM;
+        }
+        commit_sums(t, ns, ns_len, keys, n, lens, sums, slots);
+    }
     size_t done = 0;
     tier_lock(t);
     uint32_t nsi = tier_ns_find(t, ns, ns_len);
@@ -140,6 +173,8 @@ kvt_status_t kvt_tier_commit(kvt_tier_t *t, kvt_tier_sess_t *s, const char *ns, 
         }
         b->flags = B_RAM;
         b->len = lens != NULL ? lens[i] : t->cfg.block_bytes;
+        /* a slot not seen by commit_sums (reserved since) is hashed here, rarely */
+        b->sum = slots[i] == b->ram ? sums[i] : tier_sum(kvt_arena_slot(&t->arena, b->ram), b->len);
         tlist_push(&t->map, &t->map.ram, false, bi);
         tier_admit_touch(t, b);
         tier_change(t, b, KVT_TIER_LOC_RAM, true);
@@ -148,6 +183,8 @@ kvt_status_t kvt_tier_commit(kvt_tier_t *t, kvt_tier_sess_t *s, const char *ns, 
     if (t->ram_slots.nfree < t->low_water)
         tier_wake(t);
     tier_unlock(t);
+    free(sums);
+    free(slots);
     if (done_p != NULL)
         *done_p = done;
     return KVT_OK;
@@ -207,7 +244,7 @@ kvt_status_t kvt_tier_pin(kvt_tier_t *t, kvt_tier_sess_t *s, const char *ns, siz
         }
         tblk_t *b = &t->map.b[bis[i]];
         if ((b->flags & B_RAM) && pin_now(t, s, bis[i])) {
-            out[i] = (kvt_tier_pinned_t){.slot = b->ram, .len = b->len};
+            out[i] = (kvt_tier_pinned_t){.slot = b->ram, .len = b->len, .sum = b->sum};
             t->st.hits_ram++;
             continue;
         }
@@ -330,11 +367,13 @@ kvt_status_t kvt_tier_put(kvt_tier_t *t, const char *ns, size_t ns_len, uint64_t
             t->reserved++;
             pthread_mutex_unlock(&t->mu);
             memcpy(kvt_arena_slot(&t->arena, slot), data, len);
+            uint64_t sum = tier_sum(data, len);
             tier_lock(t);
             tblk_t *b = &t->map.b[bi];
             t->reserved--;
             b->flags = B_RAM;
             b->len = (uint32_t)len;
+            b->sum = sum;
             tlist_push(&t->map, &t->map.ram, false, bi);
             tier_admit_touch(t, b);
             tier_change(t, b, KVT_TIER_LOC_RAM, true);

@@ -40,7 +40,7 @@ struct tier_wait;
 
 typedef struct tblk {
     uint64_t key;
-    uint64_t sum;           /* XXH3 of the disk copy (B_DISK) */
+    uint64_t sum;           /* XXH3 of the bytes, recorded when stored (commit, put, restore) */
     uint64_t gen;           /* the disk copy's write generation */
     uint32_t ns;            /* index into the tier's namespace table */
     uint32_t ram;           /* RAM slot or TB_NONE */

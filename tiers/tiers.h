@@ -153,10 +153,11 @@ kvt_status_t kvt_tier_reserve(kvt_tier_t *t, kvt_tier_sess_t *s, const char *ns,
 
 /*
  * Ends reservations of @s: with @ok, the blocks (of @lens[i] bytes, or
- * block_bytes each when @lens is NULL) become visible in RAM; without, the
+ * block_bytes each when @lens is NULL) become visible in RAM, each with the
+ * XXH3 of its bytes recorded (hashed here, outside the lock); without, the
  * slots are freed. Keys @s has not reserved are skipped; the number of
  * reservations ended in *@done_p (may be NULL). KVT_ERR_INVAL for a length
- * of 0 or above block_bytes (nothing changes).
+ * of 0 or above block_bytes, KVT_ERR_NO_MEM (nothing changes).
  */
 kvt_status_t kvt_tier_commit(kvt_tier_t *t, kvt_tier_sess_t *s, const char *ns, size_t ns_len,
                              const uint64_t *keys, size_t n, const uint32_t *lens, bool ok,
@@ -166,6 +167,8 @@ kvt_status_t kvt_tier_commit(kvt_tier_t *t, kvt_tier_sess_t *s, const char *ns, 
 typedef struct kvt_tier_pinned {
     uint32_t slot; /* KVT_TIER_SLOT_NONE: not held (or lost to a failed read) */
     uint32_t len;
+    uint64_t sum; /* XXH3-64 of the block's bytes, recorded when it was stored (commit, put):
+                     a transfer's receiver checks the bytes it got against it */
 } kvt_tier_pinned_t;
 
 /* Called once when a pin completes: out[i] for each key, in order. */

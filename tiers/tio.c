@@ -91,7 +91,7 @@ void tier_wait_end(kvt_tier_t *t, uint32_t bi, bool ok, kvt_status_t st)
             if (ok && p->s != NULL && tier_lease_add(t, p->s, bi, true)) {
                 if (b->pins++ == 0)
                     t->pinned++;
-                p->out[w->i] = (kvt_tier_pinned_t){.slot = b->ram, .len = b->len};
+                p->out[w->i] = (kvt_tier_pinned_t){.slot = b->ram, .len = b->len, .sum = b->sum};
             }
             if (--p->waiting == 0) {
                 if (p->s != NULL) {
@@ -486,7 +486,7 @@ static void execute(io_state_t *s)
         uint8_t *buf = kvt_arena_slot(&t->arena, b->ram);
         *x = (tio_t){.bi = w->bi,
                      .len = b->len,
-                     .sum = tier_sum(buf, b->len),
+                     .sum = b->sum, /* recorded when stored: a RAM copy gone bad stays bad */
                      .gen = w->gen,
                      .ns_meta = t->ns[w->ns].meta};
         x->io = (kvt_disk_io_t){

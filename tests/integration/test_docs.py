@@ -149,8 +149,9 @@ NOT_RUN = [
     ("docs/deployment.md", "                    proxy (router)",
      "a diagram of the prefill/decode flow, not a command"),
     ("docs/deployment.md", "curl -s -X POST vllm-decode-0.vllm:7421/v1/transfer",
-     "two sidecars on two hosts (a pull on the decode side, then a push, which issue 19 has "
-     "not landed yet); test_transfer_daemon.py runs the pull between two kvtierd on loopback"),
+     "two sidecars on two hosts (a pull on the decode side, then a push); "
+     "test_transfer_daemon.py and test_transfer_faults.py run both between two kvtierd on "
+     "loopback"),
 ]
 
 

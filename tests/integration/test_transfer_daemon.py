@@ -121,6 +121,7 @@ class Base(unittest.TestCase):
         d = fx.Daemon(BIN, "--ram-bytes", str(16 * BB), "--block-bytes", str(BB), "--pod", "sc",
                       *flags, env=env)
         self.addCleanup(d.cleanup)
+        self.addCleanup(d.stop)
         self.addCleanup(lambda: self.dump(d))
         return d
 
@@ -367,6 +368,13 @@ class TestPull(Base):
             s, ans = b.http("POST", "/v1/transfer", body)
             self.assertEqual(s, 400, (body, ans))
             self.assertIn(why, ans["error"])
+        # a push over HTTP: B sends a block of its own to A
+        self.put(b, 210, blob(210))
+        s, t = b.http("POST", "/v1/transfer", {"peer": peer, "model": MODEL, "keys": [210],
+                                                "direction": "push", "timeout_ms": 10000})
+        self.assertEqual(s, 200, t)
+        self.assertEqual((t["transferred"], t["failed"], t["bytes"]), ([210], [], BB))
+        self.assertEqual(self.get(a, 210), blob(210))
         # a peer nobody listens on: every key failed, peer_down, as JSON
         s, t = b.http("POST", "/v1/transfer",
                       {"peer": "127.0.0.1:1", "model": MODEL, "keys": [7], "timeout_ms": 2000})
@@ -397,6 +405,7 @@ class TestPull(Base):
         d = fx.Daemon(BIN, "--ram-bytes", str(16 * BB), "--block-bytes", str(BB), "--pod", "sc2",
                       "--rpc-listen", "127.0.0.1:%d" % port, env=ENV)
         self.addCleanup(d.cleanup)
+        self.addCleanup(d.stop)
         self.addCleanup(lambda: self.dump(d))
         return d
 
@@ -409,6 +418,7 @@ if __name__ == "__main__":
     try:
         probe = fx.Daemon(BIN, "--ram-bytes", str(4 * BB), "--block-bytes", str(BB), env=ENV)
         ucx = probe.stats()["transfer"] is not None
+        probe.stop()
         probe.cleanup()
     except RuntimeError as e:
         print("SKIP: kvtierd did not start: %s" % e)

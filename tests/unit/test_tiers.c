@@ -23,6 +23,7 @@
 #include <unistd.h>
 
 #include <cmocka.h>
+#include <xxhash.h>
 
 #include "tests/support/rng.h"
 #include "tiers/tiers.h"
@@ -357,9 +358,27 @@ static void test_reserve_pin(void **state)
     assert_int_equal(w.n, 2);
     assert_int_equal(w.out[0].slot, slots[0]);
     assert_int_equal(w.out[1].len, lens[1]);
+    /* the sums recorded at the commit; they do not follow bytes changed since */
+    for (int i = 0; i < 2; i++)
+        assert_true(w.out[i].sum == XXH3_64bits(kvt_tier_slot_ptr(t, slots[i]), lens[i]));
+    uint8_t *b3 = kvt_tier_slot_ptr(t, slots[3]);
+    uint64_t sum3 = XXH3_64bits(b3, lens[3]);
+    b3[0] ^= 0xff;
+    assert_int_equal(kvt_tier_pin(t, s, NS, NSL, keys + 3, 1, pin_cb, &w), KVT_OK);
+    w_wait(&w);
+    assert_true(w.out[0].sum == sum3);
+    b3[0] ^= 0xff;
+    assert_int_equal(kvt_tier_unpin(t, s, NS, NSL, keys + 3, 1), 1);
     for (uint64_t k = 100; k < 130; k++)
         assert_int_equal(put(t, k, false), KVT_OK);
     assert_int_equal(kvt_tier_lookup(t, NS, NSL, keys, 4, NULL), 2);
+    uint64_t k129 = 129;
+    assert_int_equal(kvt_tier_pin(t, s, NS, NSL, &k129, 1, pin_cb, &w), KVT_OK);
+    w_wait(&w);
+    uint8_t want129[BLK];
+    pattern(k129, want129, blen(k129));
+    assert_true(w.out[0].sum == XXH3_64bits(want129, blen(k129))); /* recorded at the put */
+    assert_int_equal(kvt_tier_unpin(t, s, NS, NSL, &k129, 1), 1);
     for (int i = 0; i < 2; i++) {
         uint8_t want[BLK];
         pattern(keys[i], want, lens[i]);

@@ -1,0 +1,319 @@
+/*
+ * server/xfer_peer.c: a TRANSFER's side of the conversation with its peer
+ * (xfer_peer.h), on the xfer thread: blocking RPC calls with a timeout on
+ * each read and write, the UCX endpoints cached by address and incarnation,
+ * and one batch of UCX I/O driven to its end.
+ */
+#define KVT_LOG_COMPONENT "xfer"
+
+#include "server/xfer_peer.h"
+
+#include <errno.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/time.h>
+#include <unistd.h>
+
+#include "common/errtext.h"
+#include "common/hostport.h"
+
+/* ---- the RPC client ------------------------------------------------------------------- */
+
+/* Sends or reads all @n bytes: KVT_OK, KVT_ERR_TIMEOUT (the socket's timeout ran out) or
+ * KVT_ERR_PEER. */
+static kvt_status_t io_all(int fd, void *buf, size_t n, bool wr)
+{
+    uint8_t *p = buf;
+    while (n > 0) {
+        ssize_t r = wr ? send(fd, p, n, MSG_NOSIGNAL) : recv(fd, p, n, 0);
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+            return KVT_ERR_TIMEOUT;
+        if (r <= 0)
+            return KVT_ERR_PEER;
+        p += r;
+        n -= (size_t)r;
+    }
+    return KVT_OK;
+}
+
+static kvt_status_t cli_connect(srv_xcli_t *c, const char *peer, uint32_t timeout_ms, char *err,
+                                size_t errlen)
+{
+    char host[256], port[8];
+    uint16_t p;
+    if (kvt_hostport_split(peer, host, sizeof(host), &p, false, err, errlen) != KVT_OK)
+        return KVT_ERR_INVAL;
+    snprintf(port, sizeof(port), "%u", p);
+    struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM}, *ai = NULL;
+    int gai = getaddrinfo(host, port, &hints, &ai);
+    if (gai != 0) {
+        kvt_errf(err, errlen, "peer %s: %s", peer, gai_strerror(gai));
+        return KVT_ERR_PEER;
+    }
+    struct timeval tv = {.tv_sec = timeout_ms / 1000, .tv_usec = (timeout_ms % 1000) * 1000};
+    for (struct addrinfo *a = ai; a != NULL && c->fd < 0; a = a->ai_next) {
+        int fd = socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC, a->ai_protocol);
+        if (fd < 0)
+            continue;
+        int one = 1;
+        setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+        setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv)); /* connect() honours it */
+        setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+        if (connect(fd, a->ai_addr, a->ai_addrlen) == 0)
+            c->fd = fd;
+        else
+            close(fd);
+    }
+    freeaddrinfo(ai);
+    if (c->fd < 0) {
+        kvt_errf(err, errlen, "peer %s: cannot connect: %s", peer, strerror(errno));
+        return KVT_ERR_PEER;
+    }
+    return KVT_OK;
+}
+
+kvt_status_t srv_xcli_open(srv_xfer_t *xf, srv_xcli_t *c, const char *peer, uint32_t timeout_ms,
+                           char *err, size_t errlen)
+{
+    memset(c, 0, sizeof(*c));
+    c->fd = -1;
+    kvt_proto_wr_init(&c->wr);
+    kvt_status_t st = cli_connect(c, peer, timeout_ms, err, errlen);
+    if (st != KVT_OK)
+        return st;
+    const char *tok = xf->srv->auth_token != NULL ? xf->srv->auth_token : "";
+    kvt_proto_hello_req_t hr = {KVT_PROTO_VERSION, {tok, (uint16_t)strlen(tok)}};
+    uint64_t id = ++c->next_id;
+    kvt_proto_hello_req_encode(&c->wr, id, &hr);
+    return srv_xcli_call(c, KVT_PROTO_OP_HELLO, id, err, errlen);
+}
+
+void srv_xcli_close(srv_xcli_t *c)
+{
+    if (c->fd >= 0)
+        close(c->fd);
+    c->fd = -1;
+    free(c->body);
+    c->body = NULL;
+    kvt_proto_wr_cleanup(&c->wr);
+}
+
+/* After a failed call the stream is out of step: later calls fail at once. */
+static void cli_drop(srv_xcli_t *c)
+{
+    close(c->fd);
+    c->fd = -1;
+}
+
+kvt_status_t srv_xcli_call(srv_xcli_t *c, uint8_t op, uint64_t id, char *err, size_t errlen)
+{
+    free(c->body);
+    c->body = NULL;
+    c->len = 0;
+    if (c->fd < 0) {
+        kvt_proto_wr_reset(&c->wr);
+        kvt_errf(err, errlen, "peer: connection closed before %s", kvt_proto_op_name(op));
+        return KVT_ERR_PEER;
+    }
+    kvt_status_t st =
+        c->wr.oom || c->wr.bad ? KVT_ERR_NO_MEM : io_all(c->fd, c->wr.buf, c->wr.len, true);
+    kvt_proto_wr_reset(&c->wr);
+    uint8_t hb[KVT_PROTO_HDR_SIZE];
+    kvt_proto_hdr_t h;
+    if (st == KVT_OK)
+        st = io_all(c->fd, hb, sizeof(hb), false);
+    if (st == KVT_OK &&
+        (kvt_proto_hdr_decode(hb, 64u << 20, &h) != KVT_OK || h.op != op || h.req_id != id))
+        st = KVT_ERR_PEER;
+    if (st != KVT_OK) {
+        kvt_errf(err, errlen, "peer: %s to %s",
+                 st == KVT_ERR_TIMEOUT ? "no answer in time" : "no answer", kvt_proto_op_name(op));
+        cli_drop(c);
+        return st;
+    }
+    c->body = malloc(h.body_len > 0 ? h.body_len : 1);
+    if (c->body == NULL || (st = io_all(c->fd, c->body, h.body_len, false)) != KVT_OK) {
+        kvt_errf(err, errlen, "peer: %s answer cut", kvt_proto_op_name(op));
+        cli_drop(c);
+        return c->body == NULL ? KVT_ERR_NO_MEM : st;
+    }
+    c->len = h.body_len;
+    if (h.flags & KVT_PROTO_F_ERROR) {
+        if (kvt_proto_err_decode(c->body, c->len, &c->e, err, errlen) != KVT_OK)
+            return KVT_ERR_PEER;
+        kvt_errf(err, errlen, "peer: %s: %.*s", kvt_proto_op_name(op), (int)c->e.msg.len,
+                 c->e.msg.p);
+        return c->e.status < 0 ? (kvt_status_t)c->e.status : KVT_ERR_PEER;
+    }
+    return KVT_OK;
+}
+
+/* ---- peers: one UCX endpoint per peer address, from its XFER_HELLO ------------------- */
+
+#define MAX_PEERS 16
+
+typedef struct peers {
+    srv_xpeer_t v[MAX_PEERS];
+    uint32_t n;
+} peers_t;
+
+static peers_t *peers_of(srv_xfer_t *xf)
+{
+    if (xf->peers == NULL)
+        xf->peers = calloc(1, sizeof(peers_t));
+    return xf->peers;
+}
+
+void srv_xpeer_drop(srv_xfer_t *xf, srv_xpeer_t *p)
+{
+    peers_t *ps = xf->peers;
+    kvt_xfer_peer_close(p->p);
+    *p = ps->v[--ps->n];
+}
+
+void srv_xpeers_cleanup(srv_xfer_t *xf)
+{
+    peers_t *ps = xf->peers;
+    while (ps != NULL && ps->n > 0)
+        srv_xpeer_drop(xf, &ps->v[0]);
+    free(ps);
+    xf->peers = NULL;
+}
+
+kvt_status_t srv_xpeer_hello(srv_xfer_t *xf, srv_xcli_t *c, const char *addr, srv_xpeer_t **p_p,
+                             char *err, size_t errlen)
+{
+    peers_t *ps = peers_of(xf);
+    if (ps == NULL) {
+        kvt_errf(err, errlen, "out of memory");
+        return KVT_ERR_NO_MEM;
+    }
+    for (uint32_t i = 0; i < ps->n; i++)
+        if (strcmp(ps->v[i].addr, addr) == 0) {
+            srv_xpeer_drop(xf, &ps->v[i]);
+            break;
+        }
+    if (ps->n == MAX_PEERS)
+        srv_xpeer_drop(xf, &ps->v[0]);
+    uint64_t id = ++c->next_id;
+    kvt_proto_xfer_hello_req_encode(&c->wr, id, 0);
+    kvt_proto_xfer_hello_ans_t h;
+    kvt_status_t st = srv_xcli_call(c, KVT_PROTO_OP_XFER_HELLO, id, err, errlen);
+    if (st != KVT_OK)
+        return st;
+    if (kvt_proto_xfer_hello_ans_decode(c->body, c->len, &h, err, errlen) != KVT_OK)
+        return KVT_ERR_PEER;
+    atomic_fetch_add_explicit(&xf->handshakes, 1, memory_order_relaxed);
+    kvt_xfer_peer_info_t info = {.worker_addr = h.addr,
+                                 .worker_addr_len = h.addr_len,
+                                 .rkey = h.rkey,
+                                 .rkey_len = h.rkey_len,
+                                 .remote_base = h.base,
+                                 .remote_len = (uint64_t)h.nslots * h.slot_bytes,
+                                 .incarnation = h.incarnation};
+    srv_xpeer_t *p = &ps->v[ps->n];
+    *p = (srv_xpeer_t){.inc = h.incarnation, .slot_bytes = h.slot_bytes, .nslots = h.nslots};
+    if (kvt_xfer_peer_open(xf->x, &info, &p->p, err, errlen) != KVT_OK)
+        return KVT_ERR_PEER;
+    snprintf(p->addr, sizeof(p->addr), "%s", addr);
+    ps->n++;
+    *p_p = p;
+    return KVT_OK;
+}
+
+kvt_status_t srv_xpeer_get(srv_xfer_t *xf, srv_xcli_t *c, const char *addr, srv_xpeer_t **p_p,
+                           char *err, size_t errlen)
+{
+    peers_t *ps = peers_of(xf);
+    for (uint32_t i = 0; ps != NULL && i < ps->n; i++)
+        if (strcmp(ps->v[i].addr, addr) == 0 && !kvt_xfer_peer_failed(ps->v[i].p, NULL)) {
+            *p_p = &ps->v[i];
+            return KVT_OK;
+        }
+    return srv_xpeer_hello(xf, c, addr, p_p, err, errlen);
+}
+
+uint32_t srv_xpeer_lease_ms(uint32_t timeout_ms)
+{
+    uint64_t ms = (uint64_t)timeout_ms + 2000;
+    return ms < KVT_PROTO_XFER_MAX_LEASE_MS ? (uint32_t)ms : KVT_PROTO_XFER_MAX_LEASE_MS;
+}
+
+void srv_xpeer_release(srv_xcli_t *c, const srv_xpeer_t *p, uint64_t lease)
+{
+    if (lease == 0 || c->fd < 0)
+        return;
+    kvt_proto_xfer_lease_t lr = {.incarnation = p->inc, .lease = lease};
+    uint64_t id = ++c->next_id;
+    kvt_proto_xfer_lease_req_encode(&c->wr, KVT_PROTO_OP_XFER_RELEASE, id, &lr);
+    char e2[200];
+    srv_xcli_call(c, KVT_PROTO_OP_XFER_RELEASE, id, e2, sizeof(e2));
+}
+
+/* ---- one batch ------------------------------------------------------------------------ */
+
+typedef struct batch_wait {
+    bool done;
+    kvt_status_t st;
+} batch_wait_t;
+
+static void batch_done(void *arg, kvt_status_t st)
+{
+    batch_wait_t *bw = arg;
+    bw->done = true;
+    bw->st = st;
+}
+
+void srv_xpeer_batch(srv_xfer_t *xf, srv_xpeer_t *p, kvt_xfer_op_t op, const kvt_xfer_iov_t *iov,
+                     uint32_t n, kvt_status_t *est, uint32_t timeout_ms, char *err, size_t errlen)
+{
+    batch_wait_t bw = {0};
+    for (uint32_t j = 0; j < n; j++)
+        est[j] = KVT_ERR_INTERNAL;
+    kvt_status_t st =
+        kvt_xfer_submit(p->p, op, iov, n, est, timeout_ms, batch_done, &bw, err, errlen);
+    if (st != KVT_OK) {
+        for (uint32_t j = 0; j < n; j++)
+            est[j] = st;
+        return;
+    }
+    /* the batch's deadline bounds the wait */
+    int efd = kvt_xfer_efd(xf->x);
+    while (!bw.done) {
+        if (kvt_xfer_progress(xf->x) > 0 || bw.done || !kvt_xfer_arm(xf->x))
+            continue;
+        int timeout = kvt_xfer_next_deadline_ms(xf->x);
+        if (efd < 0 && (timeout < 0 || timeout > 10))
+            timeout = 10;
+        struct pollfd pfd = {.fd = efd, .events = POLLIN};
+        if (efd >= 0)
+            poll(&pfd, 1, timeout);
+        else
+            poll(NULL, 0, timeout);
+    }
+}
+
+uint8_t srv_xfer_reason(kvt_status_t st)
+{
+    switch (st) {
+    case KVT_ERR_PEER:
+    case KVT_ERR_CLOSED: return KVT_PROTO_XFER_FAIL_PEER_DOWN;
+    case KVT_ERR_STALE: return KVT_PROTO_XFER_FAIL_PEER_RESTARTED;
+    case KVT_ERR_TIMEOUT: return KVT_PROTO_XFER_FAIL_TIMEOUT;
+    default: return KVT_PROTO_XFER_FAIL_ERROR;
+    }
+}
+
+void srv_xres_fail(srv_xres_t *r, const uint64_t *keys, uint32_t n, uint8_t reason)
+{
+    for (uint32_t i = 0; i < n; i++)
+        r->failed[r->nf++] = (kvt_proto_xfer_failed_t){.key = keys[i], .reason = reason};
+}

@@ -1,0 +1,95 @@
+/*
+ * server/xfer_peer.h: what a TRANSFER (pull, xfer_pull.c; push, xfer_push.c)
+ * needs of its peer, on the xfer thread: a small blocking RPC client, the
+ * cached UCX endpoints keyed by the peer's address with its incarnation, one
+ * batch of UCX I/O driven to its end, and the answer being built.
+ */
+#ifndef KVT_SERVER_XFER_PEER_H
+#define KVT_SERVER_XFER_PEER_H
+
+#include "server/xfer_int.h"
+
+/* A blocking RPC connection to the peer. */
+typedef struct srv_xcli {
+    int fd;
+    uint64_t next_id;
+    kvt_proto_wr_t wr;
+    uint8_t *body; /* the last answer's body (malloc'd) */
+    uint32_t len;
+    kvt_proto_err_t e; /* the last error answer */
+} srv_xcli_t;
+
+/*
+ * Connects to @peer ("host:port") with @timeout_ms for the connection and each
+ * read or write, and says HELLO (with this kvtierd's --auth-token). KVT_ERR_PEER
+ * when it cannot connect or the answer is missing, KVT_ERR_TIMEOUT when the
+ * answer did not come in time, the peer's status for its error answer,
+ * KVT_ERR_INVAL for a bad address. srv_xcli_close() in every case.
+ */
+kvt_status_t srv_xcli_open(srv_xfer_t *xf, srv_xcli_t *c, const char *peer, uint32_t timeout_ms,
+                           char *err, size_t errlen);
+
+void srv_xcli_close(srv_xcli_t *c);
+
+/*
+ * Sends the frame in c->wr (request @id of @op) and reads its answer into
+ * c->body/len: KVT_OK; the peer's status for an error answer (c->e);
+ * KVT_ERR_TIMEOUT when no answer came within the timeout; KVT_ERR_PEER when
+ * the connection fails or the answer is malformed.
+ */
+kvt_status_t srv_xcli_call(srv_xcli_t *c, uint8_t op, uint64_t id, char *err, size_t errlen);
+
+/* A peer's UCX endpoint from its XFER_HELLO. */
+typedef struct srv_xpeer {
+    char addr[300];
+    kvt_xfer_peer_t *p;
+    uint64_t inc;
+    uint32_t slot_bytes, nslots;
+} srv_xpeer_t;
+
+/* XFER_HELLO on @c and an endpoint from it, cached (replacing @addr's old one): KVT_OK and
+ * *@p_p, valid until the next srv_xpeer_* call; else as srv_xcli_call(), with @err. */
+kvt_status_t srv_xpeer_hello(srv_xfer_t *xf, srv_xcli_t *c, const char *addr, srv_xpeer_t **p_p,
+                             char *err, size_t errlen);
+
+/* The cached endpoint of @addr when it has not failed, else srv_xpeer_hello(). */
+kvt_status_t srv_xpeer_get(srv_xfer_t *xf, srv_xcli_t *c, const char *addr, srv_xpeer_t **p_p,
+                           char *err, size_t errlen);
+
+/* Closes @p's endpoint and forgets it. */
+void srv_xpeer_drop(srv_xfer_t *xf, srv_xpeer_t *p);
+
+/* Closes every cached endpoint (xfer thread, before the UCX context goes). */
+void srv_xpeers_cleanup(srv_xfer_t *xf);
+
+/* The lease time asked of the peer for a transfer of @timeout_ms: a little longer. */
+uint32_t srv_xpeer_lease_ms(uint32_t timeout_ms);
+
+/* XFER_RELEASE of @lease at @p, best effort (else it expires there). */
+void srv_xpeer_release(srv_xcli_t *c, const srv_xpeer_t *p, uint64_t lease);
+
+/* Submits one batch of @op to @p and drives UCX until it ends: each entry's status in @est
+ * (all of them the submit's error when it is refused). */
+void srv_xpeer_batch(srv_xfer_t *xf, srv_xpeer_t *p, kvt_xfer_op_t op, const kvt_xfer_iov_t *iov,
+                     uint32_t n, kvt_status_t *est, uint32_t timeout_ms, char *err, size_t errlen);
+
+/* The TRANSFER failure reason (KVT_PROTO_XFER_FAIL_*) for status @st. */
+uint8_t srv_xfer_reason(kvt_status_t st);
+
+/* A TRANSFER's answer as it is built: arrays of xc->n entries each. */
+typedef struct srv_xres {
+    uint64_t *transferred, *missing;
+    kvt_proto_xfer_failed_t *failed;
+    uint32_t nt, nm, nf;
+    uint64_t bytes;
+} srv_xres_t;
+
+/* Adds @keys[0..n) to r->failed with @reason. */
+void srv_xres_fail(srv_xres_t *r, const uint64_t *keys, uint32_t n, uint8_t reason);
+
+/* TRANSFER, push (xfer_push.c): @xc's keys from here to its peer, into @r; the first
+ * failure's text in @err. */
+void srv_xfer_push(srv_xfer_t *xf, const srv_xfer_call_t *xc, srv_xres_t *r, char *err,
+                   size_t errlen);
+
+#endif

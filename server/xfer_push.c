@@ -1,0 +1,236 @@
+/*
+ * server/xfer_push.c: TRANSFER, push: the xfer thread pins the keys here
+ * (a tier session of its own), reserves slots at the peer (XFER_RESERVE),
+ * writes the blocks into them over UCX in one PUT batch and has the peer
+ * check each against the sum recorded here when the block was stored and
+ * make the good ones visible (XFER_COMMIT); then the pins go.
+ */
+#define KVT_LOG_COMPONENT "xfer"
+
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/errtext.h"
+#include "server/tier.h"
+#include "server/xfer_peer.h"
+
+/* A local pin, waited for: its callback may run on the tier's I/O thread. */
+typedef struct pin_wait {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    bool done;
+    kvt_tier_pinned_t *out; /* the caller's, n entries */
+} pin_wait_t;
+
+static void pin_done(void *arg, const kvt_tier_pinned_t *out, size_t n)
+{
+    pin_wait_t *pw = arg;
+    pthread_mutex_lock(&pw->mu);
+    memcpy(pw->out, out, n * sizeof(*out));
+    pw->done = true;
+    pthread_cond_signal(&pw->cv);
+    pthread_mutex_unlock(&pw->mu);
+}
+
+/* Pins @keys in @s, promoting from NVMe first; waits for it (the tier ends every read). */
+static kvt_status_t pin_local(srv_xfer_t *xf, kvt_tier_sess_t *s, const char *ns, size_t ns_len,
+                              const uint64_t *keys, uint32_t n, kvt_tier_pinned_t *out)
+{
+    pin_wait_t pw = {.out = out};
+    pthread_mutex_init(&pw.mu, NULL);
+    pthread_cond_init(&pw.cv, NULL);
+    kvt_status_t st = kvt_tier_pin(xf->tier, s, ns, ns_len, keys, n, pin_done, &pw);
+    pthread_mutex_lock(&pw.mu);
+    while (st == KVT_OK && !pw.done)
+        pthread_cond_wait(&pw.cv, &pw.mu);
+    pthread_mutex_unlock(&pw.mu);
+    pthread_cond_destroy(&pw.cv);
+    pthread_mutex_destroy(&pw.mu);
+    return st;
+}
+
+/* XFER_RESERVE of @keys at the peer, with one re-handshake on a stale incarnation or a
+ * failed endpoint. On KVT_OK *@p_p, @slots[0..n) and *@a_p. */
+static kvt_status_t reserve(srv_xfer_t *xf, const srv_xfer_call_t *xc, srv_xcli_t *c,
+                            uint32_t timeout, const uint64_t *keys, const uint32_t *lens,
+                            uint32_t n, srv_xpeer_t **p_p, uint32_t *slots,
+                            kvt_proto_xfer_slots_ans_t *a_p, char *err, size_t errlen)
+{
+    kvt_status_t st = KVT_ERR_PEER;
+    for (int attempt = 0; attempt < 2; attempt++) {
+        st = attempt == 0 ? srv_xpeer_get(xf, c, xc->peer, p_p, err, errlen)
+                          : srv_xpeer_hello(xf, c, xc->peer, p_p, err, errlen);
+        if (st != KVT_OK)
+            return st;
+        kvt_proto_xfer_keys_t k = {.incarnation = (*p_p)->inc,
+                                   .model = {xc->model, (uint16_t)strlen(xc->model)},
+                                   .lora = {xc->lora, (uint16_t)strlen(xc->lora)},
+                                   .lease_ms = srv_xpeer_lease_ms(timeout),
+                                   .n = n};
+        uint64_t id = ++c->next_id;
+        kvt_proto_xfer_reserve_req_encode(&c->wr, id, &k, keys, lens);
+        st = srv_xcli_call(c, KVT_PROTO_OP_XFER_RESERVE, id, err, errlen);
+        if (st == KVT_OK && kvt_proto_xfer_reserve_ans_decode(c->body, c->len, slots, n, a_p, err,
+                                                              errlen) != KVT_OK)
+            return KVT_ERR_PEER;
+        if (st == KVT_OK && a_p->n != n) {
+            kvt_errf(err, errlen, "peer: xfer_reserve answered %u of %u keys", a_p->n, n);
+            return KVT_ERR_PEER;
+        }
+        if (st != KVT_ERR_STALE)
+            return st;
+    }
+    return st;
+}
+
+/* Scratch of a push: n entries each. */
+typedef struct push_buf {
+    kvt_tier_pinned_t *pins;
+    uint64_t *keys;               /* pinned here, then written */
+    uint32_t *lens, *slots, *idx; /* idx: into pins */
+    kvt_xfer_iov_t *iov;
+    kvt_status_t *est;
+    kvt_proto_xfer_landed_t *landed;
+    uint8_t *visible;
+} push_buf_t;
+
+static bool push_buf_init(push_buf_t *b, uint32_t n)
+{
+    b->pins = malloc(n * sizeof(*b->pins));
+    b->keys = malloc(n * sizeof(*b->keys));
+    b->lens = malloc(n * sizeof(*b->lens));
+    b->slots = malloc(n * sizeof(*b->slots));
+    b->idx = malloc(n * sizeof(*b->idx));
+    b->iov = malloc(n * sizeof(*b->iov));
+    b->est = malloc(n * sizeof(*b->est));
+    b->landed = malloc(n * sizeof(*b->landed));
+    b->visible = malloc(n);
+    return b->pins && b->keys && b->lens && b->slots && b->idx && b->iov && b->est && b->landed &&
+           b->visible;
+}
+
+static void push_buf_cleanup(push_buf_t *b)
+{
+    free(b->pins);
+    free(b->keys);
+    free(b->lens);
+    free(b->slots);
+    free(b->idx);
+    free(b->iov);
+    free(b->est);
+    free(b->landed);
+    free(b->visible);
+}
+
+/* One PUT batch of the reserved blocks, then XFER_COMMIT; sorts them into @r. */
+static void put_commit(srv_xfer_t *xf, srv_xcli_t *c, srv_xpeer_t *p, push_buf_t *b, uint32_t ni,
+                       uint64_t lease, uint32_t timeout, srv_xres_t *r, char *err, size_t errlen)
+{
+    srv_xpeer_batch(xf, p, KVT_XFER_PUT, b->iov, ni, b->est, timeout, err, errlen);
+    for (uint32_t j = 0; j < ni; j++)
+        b->landed[j] = (kvt_proto_xfer_landed_t){
+            .key = b->keys[j], .sum = b->pins[b->idx[j]].sum, .ok = b->est[j] == KVT_OK};
+    kvt_proto_xfer_commit_t cm = {.incarnation = p->inc, .lease = lease, .n = ni};
+    uint64_t id = ++c->next_id;
+    kvt_proto_xfer_commit_req_encode(&c->wr, id, &cm, b->landed);
+    uint32_t nv = 0;
+    kvt_status_t st = srv_xcli_call(c, KVT_PROTO_OP_XFER_COMMIT, id, err, errlen);
+    if (st == KVT_OK && (kvt_proto_xfer_commit_ans_decode(c->body, c->len, b->visible, ni, &nv, err,
+                                                          errlen) != KVT_OK ||
+                         nv != ni))
+        st = KVT_ERR_PEER;
+    for (uint32_t j = 0; j < ni; j++) {
+        uint8_t why = 0;
+        if (b->est[j] != KVT_OK)
+            why = srv_xfer_reason(b->est[j]);
+        else if (st != KVT_OK)
+            why = srv_xfer_reason(st); /* what the peer made visible is unknown: not counted */
+        else if (!b->visible[j])
+            why = KVT_PROTO_XFER_FAIL_CHECKSUM;
+        if (why != 0) {
+            r->failed[r->nf++] = (kvt_proto_xfer_failed_t){b->keys[j], why};
+        } else {
+            r->transferred[r->nt++] = b->keys[j];
+            r->bytes += b->lens[j];
+        }
+    }
+}
+
+/*
+ * The steps: pin here (missing: not held here); a connection and RPC HELLO;
+ * XFER_RESERVE there (one re-handshake on a stale incarnation); one PUT
+ * batch; XFER_COMMIT with the recorded sums; XFER_RELEASE of the peer's
+ * lease; the pins here go with the session.
+ */
+void srv_xfer_push(srv_xfer_t *xf, const srv_xfer_call_t *xc, srv_xres_t *r, char *err,
+                   size_t errlen)
+{
+    uint32_t n = xc->n;
+    uint32_t timeout = xc->timeout_ms != 0 ? xc->timeout_ms : 30000;
+    push_buf_t b = {0};
+    srv_xcli_t c = {.fd = -1};
+    kvt_proto_wr_init(&c.wr);
+    kvt_tier_sess_t *s = kvt_tier_sess_open(xf->tier);
+    char ns[KVT_TIER_NS_MAX];
+    size_t ns_len = srv_tier_ns(xc->model, strlen(xc->model), xc->lora, strlen(xc->lora), ns);
+    if (s == NULL || !push_buf_init(&b, n) ||
+        pin_local(xf, s, ns, ns_len, xc->keys, n, b.pins) != KVT_OK) {
+        srv_xres_fail(r, xc->keys, n, KVT_PROTO_XFER_FAIL_ERROR);
+        kvt_errf(err, errlen, "out of memory");
+        goto out;
+    }
+    uint32_t np = 0;
+    for (uint32_t i = 0; i < n; i++) {
+        if (b.pins[i].slot == KVT_TIER_SLOT_NONE || b.pins[i].len == 0) {
+            r->missing[r->nm++] = xc->keys[i];
+            continue;
+        }
+        b.idx[np] = i;
+        b.lens[np] = b.pins[i].len;
+        b.keys[np++] = xc->keys[i];
+    }
+    if (np == 0)
+        goto out;
+    kvt_status_t st = srv_xcli_open(xf, &c, xc->peer, timeout, err, errlen);
+    srv_xpeer_t *p = NULL;
+    kvt_proto_xfer_slots_ans_t a = {0};
+    if (st == KVT_OK)
+        st = reserve(xf, xc, &c, timeout, b.keys, b.lens, np, &p, b.slots, &a, err, errlen);
+    if (st != KVT_OK) {
+        srv_xres_fail(r, b.keys, np,
+                      st == KVT_ERR_INVAL ? KVT_PROTO_XFER_FAIL_ERROR : srv_xfer_reason(st));
+        goto out;
+    }
+    uint32_t ni = 0;
+    for (uint32_t j = 0; j < np; j++) {
+        const kvt_tier_pinned_t *pin = &b.pins[b.idx[j]];
+        uint32_t slot = b.slots[j];
+        if (slot == KVT_PROTO_XFER_SLOT_HELD) {
+            r->transferred[r->nt++] = b.keys[j]; /* there already: nothing to move */
+            continue;
+        }
+        if (slot == KVT_PROTO_SLOT_NONE || slot >= p->nslots || pin->len > p->slot_bytes) {
+            r->failed[r->nf++] = (kvt_proto_xfer_failed_t){
+                b.keys[j], slot == KVT_PROTO_SLOT_NONE ? KVT_PROTO_XFER_FAIL_NO_ROOM
+                                                       : KVT_PROTO_XFER_FAIL_ERROR};
+            continue;
+        }
+        b.iov[ni] = (kvt_xfer_iov_t){.remote_off = (uint64_t)slot * p->slot_bytes,
+                                     .local = kvt_tier_slot_ptr(xf->tier, pin->slot),
+                                     .len = pin->len};
+        b.idx[ni] = b.idx[j];
+        b.lens[ni] = b.lens[j];
+        b.keys[ni++] = b.keys[j];
+    }
+    if (ni > 0)
+        put_commit(xf, &c, p, &b, ni, a.lease, timeout, r, err, errlen);
+    srv_xpeer_release(&c, p, a.lease); /* when the RPC is gone, the lease expires there */
+    if (kvt_xfer_peer_failed(p->p, NULL))
+        srv_xpeer_drop(xf, p);
+out:
+    if (s != NULL)
+        kvt_tier_sess_close(xf->tier, s); /* the pins here go */
+    srv_xcli_close(&c);
+    push_buf_cleanup(&b);
+}
