@@ -189,6 +189,75 @@ class TestFaults(Faults):
         self.assertEqual(self.get(b, 332), blob(332))
 
 
+class TestKilledMidTransfer(Faults):
+    BIG = 1 << 20  # 48 blocks of 1 MiB: 48 MB over loopback tcp
+    NKEYS = 48
+
+    def start_big(self, pod):
+        d = fx.Daemon(td.BIN, "--ram-bytes", str((self.NKEYS + 8) * self.BIG), "--block-bytes",
+                      str(self.BIG), "--pod", pod, "--lease", "2s", "--stats-period", "1ms",
+                      env=td.ENV)
+        self.addCleanup(d.cleanup)
+        self.addCleanup(self.stopped, d)
+        self.addCleanup(lambda: self.dump(d))
+        return d
+
+    def killed_while(self, call, victim, busy):
+        """Runs @call in a thread, SIGKILLs @victim once busy(stats) holds, and returns the
+        call's answer."""
+        import threading
+        out = {}
+        th = threading.Thread(target=lambda: out.setdefault("t", call()))
+        th.start()
+        td.wait_for(lambda: busy(victim.stats()["tiers"]["ram"]) or not th.is_alive(),
+                    "the transfer under way (or over)")
+        victim.proc.kill()
+        victim.proc.wait()
+        th.join(60)
+        self.assertFalse(th.is_alive(), "the transfer did not return")
+        return out["t"]
+
+    def test_receiver_killed_during_a_push(self):
+        """The receiver is killed once it has reserved the push's slots: every key comes
+        back transferred or failed, and the sender unpins all of them."""
+        big, keys = self.BIG, list(range(800, 800 + self.NKEYS))
+        a, b = self.start_big("src"), self.start_big("dst")
+        for k in keys:
+            self.put(a, k, blob(k, big))
+        t = self.killed_while(
+            lambda: self.transfer(a, self.peer(b), keys, direction=PUSH, timeout_ms=20000), b,
+            lambda ram: ram["reserved"] > 0)
+        self.assertEqual(sorted(t["transferred"] + list(t["failed"])), keys, t)
+        self.assertTrue(all(why in (PEER_DOWN, TIMEOUT) for why in t["failed"].values()), t)
+        td.wait_for(lambda: self.held(a) == (0, 0), "nothing pinned at the sender")
+        self.assertEqual(a.http("GET", "/healthz")[0], 200)
+        sys.stderr.write("killed mid-push: %d transferred, %d failed\n"
+                         % (len(t["transferred"]), len(t["failed"])))
+
+    def test_source_killed_during_a_pull(self):
+        """The source is killed (SIGKILL) the moment it has pinned the pull's blocks, while
+        their bytes cross or just after: whatever the moment, every key comes back as
+        transferred (and byte-exact at the receiver) or failed (and absent there), the
+        receiver holds nothing pinned or reserved, and it keeps serving."""
+        big, keys = self.BIG, list(range(700, 700 + self.NKEYS))
+        a, b = self.start_big("src"), self.start_big("dst")
+        for k in keys:
+            self.put(a, k, blob(k, big))
+        t = self.killed_while(lambda: self.transfer(b, self.peer(a), keys, timeout_ms=20000), a,
+                              lambda ram: ram["pinned"] > 0)
+        got = sorted(t["transferred"]) + sorted(t["failed"]) + sorted(t["missing"])
+        self.assertEqual(sorted(got), keys, t)
+        self.assertEqual(t["missing"], [], t)
+        for k in t["transferred"]:
+            self.assertEqual(self.get(b, k), blob(k, big), "key %d" % k)
+        self.absent(b, t["failed"])
+        self.assertTrue(all(why in (PEER_DOWN, TIMEOUT) for why in t["failed"].values()), t)
+        td.wait_for(lambda: self.held(b) == (0, 0), "nothing pinned or reserved at the receiver")
+        self.assertEqual(b.http("GET", "/healthz")[0], 200)
+        sys.stderr.write("killed mid-pull: %d transferred, %d failed\n"
+                         % (len(t["transferred"]), len(t["failed"])))
+
+
 class TestIndex(Faults):
     def test_pulled_blocks_indexed_and_published(self):
         a = self.start()
