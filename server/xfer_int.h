@@ -72,7 +72,7 @@ typedef struct srv_xfer {
     /* counters (relaxed atomics) */
     atomic_uint_fast64_t leases_opened, leases_expired, pinned_keys, reserved_keys, committed,
         commit_bad_sum;
-    atomic_uint_fast64_t transfers, transferred, missing, failed, bytes, handshakes;
+    atomic_uint_fast64_t transfers, transferred, missing, failed, bytes, handshakes, renewals;
 } srv_xfer_t;
 
 /* What a job of the transfer carries (XFER_PIN, TRANSFER). */

@@ -20,6 +20,7 @@
 #include <sys/time.h>
 #include <unistd.h>
 
+#include "common/clock.h"
 #include "common/errtext.h"
 #include "common/hostport.h"
 
@@ -241,10 +242,28 @@ kvt_status_t srv_xpeer_get(srv_xfer_t *xf, srv_xcli_t *c, const char *addr, srv_
     return srv_xpeer_hello(xf, c, addr, p_p, err, errlen);
 }
 
-uint32_t srv_xpeer_lease_ms(uint32_t timeout_ms)
+uint32_t srv_xpeer_lease_ms(const srv_xfer_t *xf, uint32_t timeout_ms)
 {
-    uint64_t ms = (uint64_t)timeout_ms + 2000;
+    /* this sidecar's own --lease (30 s by default), renewed while the batch runs; no longer
+     * than the transfer can last */
+    uint64_t ms = (uint64_t)timeout_ms + 2000, own = xf->srv->cfg.lease_ms;
+    if (own != 0 && own < ms)
+        ms = own;
     return ms < KVT_PROTO_XFER_MAX_LEASE_MS ? (uint32_t)ms : KVT_PROTO_XFER_MAX_LEASE_MS;
+}
+
+/* XFER_RENEW of @lease at @p for @lease_ms more, best effort: a lost renewal shows as the
+ * lease's expiry there, and so as the blocks' failure. */
+static void xpeer_renew(srv_xfer_t *xf, srv_xcli_t *c, const srv_xpeer_t *p, uint64_t lease,
+                        uint32_t lease_ms)
+{
+    kvt_proto_xfer_lease_t lr = {.incarnation = p->inc, .lease = lease, .lease_ms = lease_ms};
+    uint64_t id = ++c->next_id;
+    if (kvt_proto_xfer_lease_req_encode(&c->wr, KVT_PROTO_OP_XFER_RENEW, id, &lr) != KVT_OK)
+        return;
+    char e2[200];
+    if (srv_xcli_call(c, KVT_PROTO_OP_XFER_RENEW, id, e2, sizeof(e2)) == KVT_OK)
+        atomic_fetch_add_explicit(&xf->renewals, 1, memory_order_relaxed);
 }
 
 void srv_xpeer_release(srv_xcli_t *c, const srv_xpeer_t *p, uint64_t lease)
@@ -273,7 +292,8 @@ static void batch_done(void *arg, kvt_status_t st)
 }
 
 void srv_xpeer_batch(srv_xfer_t *xf, srv_xpeer_t *p, kvt_xfer_op_t op, const kvt_xfer_iov_t *iov,
-                     uint32_t n, kvt_status_t *est, uint32_t timeout_ms, char *err, size_t errlen)
+                     uint32_t n, kvt_status_t *est, uint32_t timeout_ms, srv_xcli_t *c,
+                     uint64_t lease, uint32_t lease_ms, char *err, size_t errlen)
 {
     batch_wait_t bw = {0};
     for (uint32_t j = 0; j < n; j++)
@@ -285,12 +305,24 @@ void srv_xpeer_batch(srv_xfer_t *xf, srv_xpeer_t *p, kvt_xfer_op_t op, const kvt
             est[j] = st;
         return;
     }
-    /* the batch's deadline bounds the wait */
+    /* the batch's deadline bounds the wait; the peer's lease is renewed every third of it */
     int efd = kvt_xfer_efd(xf->x);
+    uint64_t every = lease_ms / 3 > 0 ? lease_ms / 3 : 1;
+    uint64_t renew_at = kvt_clock_ms() + every;
     while (!bw.done) {
+        if (lease != 0 && c != NULL && c->fd >= 0 && kvt_clock_ms() >= renew_at) {
+            xpeer_renew(xf, c, p, lease, lease_ms);
+            renew_at = kvt_clock_ms() + every;
+        }
         if (kvt_xfer_progress(xf->x) > 0 || bw.done || !kvt_xfer_arm(xf->x))
             continue;
         int timeout = kvt_xfer_next_deadline_ms(xf->x);
+        if (lease != 0) {
+            uint64_t now = kvt_clock_ms();
+            int left = renew_at > now ? (int)(renew_at - now) : 0;
+            if (timeout < 0 || timeout > left)
+                timeout = left;
+        }
         if (efd < 0 && (timeout < 0 || timeout > 10))
             timeout = 10;
         struct pollfd pfd = {.fd = efd, .events = POLLIN};

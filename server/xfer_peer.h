@@ -62,16 +62,19 @@ void srv_xpeer_drop(srv_xfer_t *xf, srv_xpeer_t *p);
 /* Closes every cached endpoint (xfer thread, before the UCX context goes). */
 void srv_xpeers_cleanup(srv_xfer_t *xf);
 
-/* The lease time asked of the peer for a transfer of @timeout_ms: a little longer. */
-uint32_t srv_xpeer_lease_ms(uint32_t timeout_ms);
+/* The lease time asked of the peer for a transfer of @timeout_ms: this sidecar's --lease,
+ * or the transfer's time and a little more when that is shorter. */
+uint32_t srv_xpeer_lease_ms(const srv_xfer_t *xf, uint32_t timeout_ms);
 
 /* XFER_RELEASE of @lease at @p, best effort (else it expires there). */
 void srv_xpeer_release(srv_xcli_t *c, const srv_xpeer_t *p, uint64_t lease);
 
 /* Submits one batch of @op to @p and drives UCX until it ends: each entry's status in @est
- * (all of them the submit's error when it is refused). */
+ * (all of them the submit's error when it is refused). Meanwhile @lease (when not 0) at @p
+ * is renewed for @lease_ms over @c every third of @lease_ms. */
 void srv_xpeer_batch(srv_xfer_t *xf, srv_xpeer_t *p, kvt_xfer_op_t op, const kvt_xfer_iov_t *iov,
-                     uint32_t n, kvt_status_t *est, uint32_t timeout_ms, char *err, size_t errlen);
+                     uint32_t n, kvt_status_t *est, uint32_t timeout_ms, srv_xcli_t *c,
+                     uint64_t lease, uint32_t lease_ms, char *err, size_t errlen);
 
 /* The TRANSFER failure reason (KVT_PROTO_XFER_FAIL_*) for status @st. */
 uint8_t srv_xfer_reason(kvt_status_t st);

@@ -21,6 +21,20 @@
 #include "server/tier.h"
 #include "server/xfer_peer.h"
 
+/* Moves the keys of r->transferred that this sidecar does not hold to r->failed ("error"). */
+static void recheck(srv_xfer_t *xf, const char *ns, size_t ns_len, srv_xres_t *r)
+{
+    uint32_t kept = 0;
+    for (uint32_t i = 0; i < r->nt; i++) {
+        if (kvt_tier_lookup(xf->tier, ns, ns_len, &r->transferred[i], 1, NULL) == 1)
+            r->transferred[kept++] = r->transferred[i];
+        else
+            r->failed[r->nf++] =
+                (kvt_proto_xfer_failed_t){r->transferred[i], KVT_PROTO_XFER_FAIL_ERROR};
+    }
+    r->nt = kept;
+}
+
 /*
  * The pull of @xc's keys from its peer into @r. The steps: a connection and
  * RPC HELLO; XFER_PIN (one re-handshake on a stale incarnation or a failed
@@ -62,7 +76,7 @@ static void pull(srv_xfer_t *xf, const srv_xfer_call_t *xc, srv_xres_t *r, char 
         kvt_proto_xfer_keys_t k = {.incarnation = p->inc,
                                    .model = {xc->model, (uint16_t)strlen(xc->model)},
                                    .lora = {xc->lora, (uint16_t)strlen(xc->lora)},
-                                   .lease_ms = srv_xpeer_lease_ms(timeout),
+                                   .lease_ms = srv_xpeer_lease_ms(xf, timeout),
                                    .n = n};
         id = ++c.next_id;
         kvt_proto_xfer_pin_req_encode(&c.wr, id, &k, xc->keys);
@@ -100,6 +114,9 @@ static void pull(srv_xfer_t *xf, const srv_xfer_call_t *xc, srv_xres_t *r, char 
         srv_xres_fail(r, pkeys, np, KVT_PROTO_XFER_FAIL_ERROR);
         np = 0;
     }
+    /* the reservations are written by UCX until the batch ends: they must outlive it (a slot
+     * whose reservation expired could be given to another block meanwhile) */
+    kvt_tier_sess_renew(xf->tier, s, timeout + 2000u);
     uint32_t ni = 0;
     for (uint32_t j = 0; j < np; j++) {
         const kvt_proto_xfer_pinned_t *pin = &pins[pidx[j]];
@@ -119,7 +136,8 @@ static void pull(srv_xfer_t *xf, const srv_xfer_call_t *xc, srv_xres_t *r, char 
         pkeys[ni++] = pkeys[j];
     }
     if (ni > 0) {
-        srv_xpeer_batch(xf, p, KVT_XFER_GET, iov, ni, est, timeout, err, errlen);
+        srv_xpeer_batch(xf, p, KVT_XFER_GET, iov, ni, est, timeout, &c, pa.lease,
+                        srv_xpeer_lease_ms(xf, timeout), err, errlen);
         /* check each landed block against the source's sum; commit the good ones */
         uint64_t *bad = pkeys + n;
         uint32_t ngood = 0, nbad = 0;
@@ -140,8 +158,11 @@ static void pull(srv_xfer_t *xf, const srv_xfer_call_t *xc, srv_xres_t *r, char 
                 r->transferred[r->nt++] = pkeys[ngood++];
             }
         }
+        size_t done = 0;
         if (ngood > 0)
-            kvt_tier_commit(xf->tier, s, ns, ns_len, pkeys, ngood, lens, true, NULL);
+            kvt_tier_commit(xf->tier, s, ns, ns_len, pkeys, ngood, lens, true, &done);
+        if (done < ngood) /* a reservation was lost (expired): those blocks are not here */
+            recheck(xf, ns, ns_len, r);
         if (nbad > 0)
             kvt_tier_commit(xf->tier, s, ns, ns_len, bad, nbad, NULL, false, NULL);
     }

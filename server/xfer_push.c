@@ -66,7 +66,7 @@ static kvt_status_t reserve(srv_xfer_t *xf, const srv_xfer_call_t *xc, srv_xcli_
         kvt_proto_xfer_keys_t k = {.incarnation = (*p_p)->inc,
                                    .model = {xc->model, (uint16_t)strlen(xc->model)},
                                    .lora = {xc->lora, (uint16_t)strlen(xc->lora)},
-                                   .lease_ms = srv_xpeer_lease_ms(timeout),
+                                   .lease_ms = srv_xpeer_lease_ms(xf, timeout),
                                    .n = n};
         uint64_t id = ++c->next_id;
         kvt_proto_xfer_reserve_req_encode(&c->wr, id, &k, keys, lens);
@@ -127,7 +127,8 @@ static void push_buf_cleanup(push_buf_t *b)
 static void put_commit(srv_xfer_t *xf, srv_xcli_t *c, srv_xpeer_t *p, push_buf_t *b, uint32_t ni,
                        uint64_t lease, uint32_t timeout, srv_xres_t *r, char *err, size_t errlen)
 {
-    srv_xpeer_batch(xf, p, KVT_XFER_PUT, b->iov, ni, b->est, timeout, err, errlen);
+    srv_xpeer_batch(xf, p, KVT_XFER_PUT, b->iov, ni, b->est, timeout, c, lease,
+                    srv_xpeer_lease_ms(xf, timeout), err, errlen);
     for (uint32_t j = 0; j < ni; j++)
         b->landed[j] = (kvt_proto_xfer_landed_t){
             .key = b->keys[j], .sum = b->pins[b->idx[j]].sum, .ok = b->est[j] == KVT_OK};
@@ -180,6 +181,8 @@ void srv_xfer_push(srv_xfer_t *xf, const srv_xfer_call_t *xc, srv_xres_t *r, cha
         kvt_errf(err, errlen, "out of memory");
         goto out;
     }
+    /* the pins are read by UCX until the batch ends: they must outlive it */
+    kvt_tier_sess_renew(xf->tier, s, timeout + 2000u);
     uint32_t np = 0;
     for (uint32_t i = 0; i < n; i++) {
         if (b.pins[i].slot == KVT_TIER_SLOT_NONE || b.pins[i].len == 0) {

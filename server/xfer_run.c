@@ -234,15 +234,15 @@ void srv_xfer_stats_json(kvt_srv_t *srv, kvt_jbuf_t *o)
         kvt_jbuf_cstr(o, "\"transfer\":null");
         return;
     }
-    kvt_jbuf_printf(o,
-                    "\"transfer\":{\"ucx\":true,\"leases\":%u,\"leases_opened\":%" PRIu64
-                    ",\"leases_expired\":%" PRIu64 ",\"pinned_keys\":%" PRIu64
-                    ",\"reserved_keys\":%" PRIu64 ",\"committed\":%" PRIu64
-                    ",\"commit_bad_sum\":%" PRIu64 ",\"transfers\":%" PRIu64
-                    ",\"transferred\":%" PRIu64 ",\"missing\":%" PRIu64 ",\"failed\":%" PRIu64
-                    ",\"bytes\":%" PRIu64 ",\"handshakes\":%" PRIu64 "}",
-                    srv_xfer_nleases(xf), LOAD(xf->leases_opened), LOAD(xf->leases_expired),
-                    LOAD(xf->pinned_keys), LOAD(xf->reserved_keys), LOAD(xf->committed),
-                    LOAD(xf->commit_bad_sum), LOAD(xf->transfers), LOAD(xf->transferred),
-                    LOAD(xf->missing), LOAD(xf->failed), LOAD(xf->bytes), LOAD(xf->handshakes));
+    kvt_jbuf_printf(
+        o,
+        "\"transfer\":{\"ucx\":true,\"leases\":%u,\"leases_opened\":%" PRIu64
+        ",\"leases_expired\":%" PRIu64 ",\"pinned_keys\":%" PRIu64 ",\"reserved_keys\":%" PRIu64
+        ",\"committed\":%" PRIu64 ",\"commit_bad_sum\":%" PRIu64 ",\"transfers\":%" PRIu64
+        ",\"transferred\":%" PRIu64 ",\"missing\":%" PRIu64 ",\"failed\":%" PRIu64
+        ",\"bytes\":%" PRIu64 ",\"handshakes\":%" PRIu64 ",\"renewals\":%" PRIu64 "}",
+        srv_xfer_nleases(xf), LOAD(xf->leases_opened), LOAD(xf->leases_expired),
+        LOAD(xf->pinned_keys), LOAD(xf->reserved_keys), LOAD(xf->committed),
+        LOAD(xf->commit_bad_sum), LOAD(xf->transfers), LOAD(xf->transferred), LOAD(xf->missing),
+        LOAD(xf->failed), LOAD(xf->bytes), LOAD(xf->handshakes), LOAD(xf->renewals));
 }

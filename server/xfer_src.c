@@ -618,8 +618,16 @@ void srv_h_xfer_commit(srv_req_t *rq, srv_result_t *res)
         }
     }
     kvt_status_t st = KVT_OK;
+    size_t done = 0;
     if (ngood > 0)
-        st = kvt_tier_commit(xf->tier, l->sess, ns, ns_len, good, ngood, glens, true, NULL);
+        st = kvt_tier_commit(xf->tier, l->sess, ns, ns_len, good, ngood, glens, true, &done);
+    if (st == KVT_OK && done < ngood) {
+        /* a reservation expired before its commit: that block is not visible here */
+        for (uint32_t i = 0; i < c.n; i++)
+            if (visible[i] && kvt_tier_lookup(xf->tier, ns, ns_len, &landed[i].key, 1, NULL) != 1)
+                visible[i] = 0;
+        ngood = (uint32_t)done;
+    }
     if (nbad > 0)
         kvt_tier_commit(xf->tier, l->sess, ns, ns_len, bad, nbad, NULL, false, NULL);
     if (st != KVT_OK) {

@@ -234,6 +234,25 @@ class TestKilledMidTransfer(Faults):
         sys.stderr.write("killed mid-push: %d transferred, %d failed\n"
                          % (len(t["transferred"]), len(t["failed"])))
 
+    def test_lease_renewed_during_a_pull(self):
+        """A pull longer than the puller's --lease: the source's lease is asked for that
+        long and renewed (XFER_RENEW) every third of it while the bytes cross."""
+        big, keys = self.BIG, list(range(900, 900 + self.NKEYS))
+        a = self.start_big("src")
+        b = fx.Daemon(td.BIN, "--ram-bytes", str((self.NKEYS + 8) * big), "--block-bytes",
+                      str(big), "--pod", "dst", "--lease", "15ms", env=td.ENV)
+        self.addCleanup(b.cleanup)
+        self.addCleanup(self.stopped, b)
+        self.addCleanup(lambda: self.dump(b))
+        for k in keys:
+            self.put(a, k, blob(k, big))
+        t = self.transfer(b, self.peer(a), keys, timeout_ms=20000)
+        self.assertEqual(sorted(t["transferred"]), keys, t)
+        for k in keys[::7]:
+            self.assertEqual(self.get(b, k), blob(k, big), "key %d" % k)
+        self.assertGreater(b.stats()["transfer"]["renewals"], 0)
+        self.settled(a)
+
     def test_source_killed_during_a_pull(self):
         """The source is killed (SIGKILL) the moment it has pinned the pull's blocks, while
         their bytes cross or just after: whatever the moment, every key comes back as
