@@ -86,6 +86,8 @@ kvt_status_t srv_xcli_open(srv_xfer_t *xf, srv_xcli_t *c, const char *peer, uint
 {
     memset(c, 0, sizeof(*c));
     c->fd = -1;
+    c->xf = xf;
+    c->timeout_ms = timeout_ms;
     kvt_proto_wr_init(&c->wr);
     kvt_status_t st = cli_connect(c, peer, timeout_ms, err, errlen);
     if (st != KVT_OK)
@@ -105,6 +107,38 @@ void srv_xcli_close(srv_xcli_t *c)
     free(c->body);
     c->body = NULL;
     kvt_proto_wr_cleanup(&c->wr);
+}
+
+/*
+ * Waits until the peer's answer can be read, progressing this sidecar's UCX
+ * worker meanwhile: the xfer thread is the worker's only driver, and it is
+ * not left idle while a peer may be reading from this sidecar. KVT_OK when
+ * readable, KVT_ERR_TIMEOUT after c->timeout_ms.
+ */
+static kvt_status_t cli_wait(srv_xcli_t *c)
+{
+    kvt_xfer_t *x = c->xf != NULL ? c->xf->x : NULL;
+    uint64_t deadline = kvt_clock_ms() + (c->timeout_ms ? c->timeout_ms : 30000u);
+    for (;;) {
+        bool armed = false;
+        if (x != NULL) {
+            while (kvt_xfer_progress(x) > 0) {
+            }
+            armed = kvt_xfer_arm(x);
+        }
+        uint64_t now = kvt_clock_ms();
+        if (now >= deadline)
+            return KVT_ERR_TIMEOUT;
+        int efd = armed ? kvt_xfer_efd(x) : -1;
+        /* not armed (events pending): look again soon */
+        int ms = x != NULL && !armed ? 1 : (int)(deadline - now);
+        struct pollfd pf[2] = {{.fd = c->fd, .events = POLLIN}, {.fd = efd, .events = POLLIN}};
+        int k = poll(pf, efd >= 0 ? 2 : 1, ms);
+        if (k < 0 && errno != EINTR)
+            return KVT_ERR_PEER;
+        if (k > 0 && pf[0].revents != 0)
+            return KVT_OK;
+    }
 }
 
 /* After a failed call the stream is out of step: later calls fail at once. */
@@ -129,6 +163,8 @@ kvt_status_t srv_xcli_call(srv_xcli_t *c, uint8_t op, uint64_t id, char *err, si
     kvt_proto_wr_reset(&c->wr);
     uint8_t hb[KVT_PROTO_HDR_SIZE];
     kvt_proto_hdr_t h;
+    if (st == KVT_OK)
+        st = cli_wait(c);
     if (st == KVT_OK)
         st = io_all(c->fd, hb, sizeof(hb), false);
     if (st == KVT_OK &&

@@ -12,6 +12,8 @@
 /* A blocking RPC connection to the peer. */
 typedef struct srv_xcli {
     int fd;
+    srv_xfer_t *xf;      /* whose UCX worker is progressed while an answer is awaited */
+    uint32_t timeout_ms; /* for each answer */
     uint64_t next_id;
     kvt_proto_wr_t wr;
     uint8_t *body; /* the last answer's body (malloc'd) */

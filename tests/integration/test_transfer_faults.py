@@ -133,8 +133,10 @@ class TestFaults(Faults):
         for k in keys:
             self.put(a, k, blob(k))
         # deleted between a lookup (the router's query finds both) and the pull
-        s, ans = a.http("POST", "/v1/query", {"model": MODEL, "block_hashes": keys})
-        self.assertEqual((s, [p["cpu"] for p in ans["pods"] if p["pod"] == "sc"]), (200, [2]))
+        def found():  # the index learns the puts through the writer: a moment later
+            s, ans = a.http("POST", "/v1/query", {"model": MODEL, "block_hashes": keys})
+            return s == 200 and [p["cpu"] for p in ans["pods"] if p["pod"] == "sc"] == [2]
+        td.wait_for(found, "the query finds both blocks on the source")
         s, body = a.http("DELETE", "/v1/blocks/311?model=" + MODEL)
         self.assertEqual(s, 200, body)
         # evicted: 16 more blocks fill the 16 slots of the source's RAM
@@ -252,6 +254,31 @@ class TestKilledMidTransfer(Faults):
             self.assertEqual(self.get(b, k), blob(k, big), "key %d" % k)
         self.assertGreater(b.stats()["transfer"]["renewals"], 0)
         self.settled(a)
+
+    def test_two_sidecars_pull_from_each_other(self):
+        """A pulls from B while B pulls from A, 24 MiB each way at once: both end complete,
+        byte-exact, well inside their timeouts."""
+        big, n = self.BIG, self.NKEYS // 2
+        a, b = self.start_big("a"), self.start_big("b")
+        ka, kb = list(range(1000, 1000 + n)), list(range(2000, 2000 + n))
+        for k in ka:
+            self.put(a, k, blob(k, big))
+        for k in kb:
+            self.put(b, k, blob(k, big))
+        import threading
+        out = {}
+        ths = [threading.Thread(target=lambda: out.setdefault(
+                   "b", self.transfer(b, self.peer(a), ka, timeout_ms=15000))),
+               threading.Thread(target=lambda: out.setdefault(
+                   "a", self.transfer(a, self.peer(b), kb, timeout_ms=15000)))]
+        for th in ths:
+            th.start()
+        for th in ths:
+            th.join(60)
+        self.assertEqual(sorted(out["b"]["transferred"]), ka, out["b"])
+        self.assertEqual(sorted(out["a"]["transferred"]), kb, out["a"])
+        self.assertEqual(self.get(b, ka[-1]), blob(ka[-1], big))
+        self.assertEqual(self.get(a, kb[0]), blob(kb[0], big))
 
     def test_source_killed_during_a_pull(self):
         """The source is killed (SIGKILL) the moment it has pinned the pull's blocks, while
