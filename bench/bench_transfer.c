@@ -27,6 +27,7 @@
 #include <unistd.h>
 
 #include "bench/bench.h"
+#include "bench/bench_transfer.h"
 #include "common/clock.h"
 #include "transfer/transfer.h"
 
@@ -37,11 +38,7 @@ typedef struct xb_hello {
     uint64_t addr_len, rkey_len, base, len;
 } xb_hello_t;
 
-typedef struct xb_point {
-    uint64_t block, batch;
-    double gbps, perftest_gbps, p50_us, p99_us;
-    uint64_t batches;
-} xb_point_t;
+typedef kvt_bench_xpoint_t xb_point_t;
 
 static bool xb_write(int fd, const void *buf, size_t len)
 {
@@ -307,7 +304,8 @@ int kvt_bench_transfer_main(int argc, char **argv)
     if (argc == 5 && strcmp(argv[1], "--serve") == 0)
         return xb_serve(atoi(argv[2]), argv[3], strtoull(argv[4], NULL, 10));
     const char *tls = "tcp", *sizes = "64K,256K,1M,4M,16M", *batches = "1,8,32";
-    const char *perftest = "ucx_perftest";
+    const char *perftest = "ucx_perftest", *kvtierd = NULL;
+    bool daemons = false;
     double seconds = 1.0;
     uint64_t region_mib = 512;
     const kvt_bench_arg_t args[] = {
@@ -317,6 +315,8 @@ int kvt_bench_transfer_main(int argc, char **argv)
         KVT_BENCH_ARG_DOUBLE("--seconds", &seconds, 0.01, 600),
         KVT_BENCH_ARG_U64("--region-mib", &region_mib, 1, 65536),
         KVT_BENCH_ARG_STR("--perftest", &perftest),
+        KVT_BENCH_ARG_FLAG("--daemons", &daemons),
+        KVT_BENCH_ARG_STR("--kvtierd", &kvtierd),
     };
     int pr = kvt_bench_parse_args(argc, argv, args, sizeof(args) / sizeof(args[0]));
     if (pr == 1) {
@@ -416,14 +416,34 @@ int kvt_bench_transfer_main(int argc, char **argv)
     }
     printf("ratio: kvtier's GB/s over ucx_perftest's ucp_get at the same block size with the "
            "batch's blocks outstanding (-O)\n");
+    if (daemons) {
+        /* the same points through two kvtierd, after the core's (one at a time on 2 cores) */
+        kvt_xfer_peer_close(peer);
+        peer = NULL;
+        if (kvt_bench_transfer_daemons(kvtierd, tls, pts, npts, seconds) != 0)
+            goto out;
+        printf("\nthrough two kvtierd: one TRANSFER (pull) per batch\n");
+        printf("%10s %6s %9s %9s %10s %10s\n", "block", "batch", "GB/s", "of core", "p50 us",
+               "p99 us");
+        for (size_t k = 0; k < npts; k++)
+            printf("%10" PRIu64 " %6" PRIu64 " %9.2f %9.2f %10.1f %10.1f\n", pts[k].block,
+                   pts[k].batch, pts[k].daemon_gbps,
+                   pts[k].gbps > 0 ? pts[k].daemon_gbps / pts[k].gbps : 0.0, pts[k].daemon_p50_us,
+                   pts[k].daemon_p99_us);
+    }
     printf("{\"bench\":\"transfer\",\"transport\":\"%s\",\"results\":[", tls);
-    for (size_t k = 0; k < npts; k++)
+    for (size_t k = 0; k < npts; k++) {
         printf("%s{\"block_bytes\":%" PRIu64 ",\"batch\":%" PRIu64
                ",\"gbps\":%.4f,\"perftest_gbps\":%.4f,\"ratio\":%.4f,\"p50_us\":%.1f,"
-               "\"p99_us\":%.1f}",
+               "\"p99_us\":%.1f",
                k ? "," : "", pts[k].block, pts[k].batch, pts[k].gbps, pts[k].perftest_gbps,
                pts[k].perftest_gbps > 0 ? pts[k].gbps / pts[k].perftest_gbps : -1.0, pts[k].p50_us,
                pts[k].p99_us);
+        if (daemons)
+            printf(",\"daemon_gbps\":%.4f,\"daemon_p50_us\":%.1f,\"daemon_p99_us\":%.1f",
+                   pts[k].daemon_gbps, pts[k].daemon_p50_us, pts[k].daemon_p99_us);
+        printf("}");
+    }
     printf("]}\n");
     rc = 0;
 

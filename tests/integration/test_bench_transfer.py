@@ -1,7 +1,9 @@
 #!/usr/bin/python3
 """`kvtier-bench transfer` end to end on tcp: a second process, real UCX pulls, the JSON
 last line holding one result per (block size, batch) that fits, each with a positive
-rate and ordered latency percentiles; a bad --sizes list is refused with exit 2."""
+rate and ordered latency percentiles; with --daemons the same points through two real
+kvtierd (every call moved every block: the bench checks it); a bad --sizes list is refused
+with exit 2."""
 import json
 import subprocess
 import sys
@@ -24,6 +26,15 @@ def main():
     for p in j["results"]:
         assert p["gbps"] > 0 and 0 < p["p50_us"] <= p["p99_us"], p
         assert p["perftest_gbps"] == -1 and p["ratio"] == -1, p
+    # --daemons: the same points through two kvtierd (one TRANSFER per batch)
+    r = subprocess.run([bench, "transfer", "--tls", "tcp", "--sizes", "64K", "--batches", "1,3",
+                        "--seconds", "0.05", "--region-mib", "2", "--perftest", "none",
+                        "--daemons"], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, (r.returncode, r.stdout, r.stderr)
+    j = json.loads(r.stdout.strip().splitlines()[-1])
+    assert [(p["block_bytes"], p["batch"]) for p in j["results"]] == [(65536, 1), (65536, 3)], j
+    for p in j["results"]:
+        assert p["daemon_gbps"] > 0 and 0 < p["daemon_p50_us"] <= p["daemon_p99_us"], p
     r = subprocess.run([bench, "transfer", "--sizes", "64K,,1M"], capture_output=True, text=True)
     assert r.returncode == 2 and "--sizes" in r.stderr, (r.returncode, r.stderr)
     print("test_bench_transfer: ok")
