@@ -138,8 +138,9 @@ static void pull(srv_xfer_t *xf, const srv_xfer_call_t *xc, srv_xres_t *r, char 
     if (ni > 0) {
         srv_xpeer_batch(xf, p, KVT_XFER_GET, iov, ni, est, timeout, &c, pa.lease,
                         srv_xpeer_lease_ms(xf, timeout), err, errlen);
-        /* check each landed block against the source's sum; commit the good ones */
+        /* check each landed block against the source's sum; commit the good ones with it */
         uint64_t *bad = pkeys + n;
+        uint64_t *gsum = malloc(ni * sizeof(*gsum));
         uint32_t ngood = 0, nbad = 0;
         for (uint32_t j = 0; j < ni; j++) {
             const kvt_proto_xfer_pinned_t *pin = &pins[pidx[j]];
@@ -152,6 +153,8 @@ static void pull(srv_xfer_t *xf, const srv_xfer_call_t *xc, srv_xres_t *r, char 
                 bad[nbad++] = pkeys[j];
                 r->failed[r->nf++] = (kvt_proto_xfer_failed_t){pkeys[j], why};
             } else {
+                if (gsum != NULL)
+                    gsum[ngood] = pin->sum;
                 lens[ngood] = pin->len;
                 r->bytes += pin->len;
                 pkeys[ngood] = pkeys[j];
@@ -159,8 +162,11 @@ static void pull(srv_xfer_t *xf, const srv_xfer_call_t *xc, srv_xres_t *r, char 
             }
         }
         size_t done = 0;
-        if (ngood > 0)
+        if (ngood > 0 && gsum != NULL) /* the sums were just checked: no second hash */
+            kvt_tier_commit_sums(xf->tier, s, ns, ns_len, pkeys, ngood, lens, gsum, &done);
+        else if (ngood > 0)
             kvt_tier_commit(xf->tier, s, ns, ns_len, pkeys, ngood, lens, true, &done);
+        free(gsum);
         if (done < ngood) /* a reservation was lost (expired): those blocks are not here */
             recheck(xf, ns, ns_len, r);
         if (nbad > 0)

@@ -556,7 +556,8 @@ void srv_h_xfer_commit(srv_req_t *rq, srv_result_t *res)
     size_t cap = rq->len / 17 + 1; /* key, sum, ok */
     kvt_proto_xfer_landed_t *landed = malloc(cap * sizeof(*landed));
     srv_resv_t *mine = malloc(cap * sizeof(*mine));
-    uint64_t *good = malloc(2 * cap * sizeof(uint64_t));
+    uint64_t *good = malloc(3 * cap * sizeof(uint64_t)); /* good keys, bad keys, good sums */
+    uint64_t *gsum = good != NULL ? good + 2 * cap : NULL;
     uint32_t *glens = malloc(cap * sizeof(uint32_t));
     uint8_t *visible = malloc(cap);
     srv_lease_t *l = NULL;
@@ -611,6 +612,7 @@ void srv_h_xfer_commit(srv_req_t *rq, srv_result_t *res)
             atomic_fetch_add_explicit(&xf->commit_bad_sum, 1, memory_order_relaxed);
         if (ok) {
             glens[ngood] = mine[i].len;
+            gsum[ngood] = landed[i].sum;
             good[ngood++] = mine[i].key;
             visible[i] = 1;
         } else {
@@ -620,7 +622,7 @@ void srv_h_xfer_commit(srv_req_t *rq, srv_result_t *res)
     kvt_status_t st = KVT_OK;
     size_t done = 0;
     if (ngood > 0)
-        st = kvt_tier_commit(xf->tier, l->sess, ns, ns_len, good, ngood, glens, true, &done);
+        st = kvt_tier_commit_sums(xf->tier, l->sess, ns, ns_len, good, ngood, glens, gsum, &done);
     if (st == KVT_OK && done < ngood) {
         /* a reservation expired before its commit: that block is not visible here */
         for (uint32_t i = 0; i < c.n; i++)

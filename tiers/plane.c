@@ -135,9 +135,11 @@ static void commit_sums(kvt_tier_t *t, const char *ns, size_t ns_len, const uint
                                lens != NULL ? lens[i] : t->cfg.block_bytes);
 }
 
-kvt_status_t kvt_tier_commit(kvt_tier_t *t, kvt_tier_sess_t *s, const char *ns, size_t ns_len,
-                             const uint64_t *keys, size_t n, const uint32_t *lens, bool ok,
-                             size_t *done_p)
+/* kvt_tier_commit() and, with @given (the blocks' sums, vouched for by the caller),
+ * kvt_tier_commit_sums(). */
+static kvt_status_t tier_commit(kvt_tier_t *t, kvt_tier_sess_t *s, const char *ns, size_t ns_len,
+                                const uint64_t *keys, size_t n, const uint32_t *lens, bool ok,
+                                const uint64_t *given, size_t *done_p)
 {
     if (ok && lens != NULL)
         for (size_t i = 0; i < n; i++)
@@ -145,7 +147,7 @@ kvt_status_t kvt_tier_commit(kvt_tier_t *t, kvt_tier_sess_t *s, const char *ns, 
                 return KVT_ERR_INVAL;
     uint64_t *sums = NULL;
     uint32_t *slots = NULL;
-    if (ok && n > 0) {
+    if (ok && n > 0 && given == NULL) {
         sums = malloc(n * sizeof(*sums));
         slots = malloc(n * sizeof(*slots));
         if (sums == NULL || slots == NULL) {
@@ -174,7 +176,11 @@ kvt_status_t kvt_tier_commit(kvt_tier_t *t, kvt_tier_sess_t *s, const char *ns, 
         b->flags = B_RAM;
         b->len = lens != NULL ? lens[i] : t->cfg.block_bytes;
         /* a slot not seen by commit_sums (reserved since) is hashed here, rarely */
-        b->sum = slots[i] == b->ram ? sums[i] : tier_sum(kvt_arena_slot(&t->arena, b->ram), b->len);
+        if (given != NULL)
+            b->sum = given[i];
+        else
+            b->sum =
+                slots[i] == b->ram ? sums[i] : tier_sum(kvt_arena_slot(&t->arena, b->ram), b->len);
         tlist_push(&t->map, &t->map.ram, false, bi);
         tier_admit_touch(t, b);
         tier_change(t, b, KVT_TIER_LOC_RAM, true);
@@ -188,6 +194,22 @@ kvt_status_t kvt_tier_commit(kvt_tier_t *t, kvt_tier_sess_t *s, const char *ns, 
     if (done_p != NULL)
         *done_p = done;
     return KVT_OK;
+}
+
+kvt_status_t kvt_tier_commit(kvt_tier_t *t, kvt_tier_sess_t *s, const char *ns, size_t ns_len,
+                             const uint64_t *keys, size_t n, const uint32_t *lens, bool ok,
+                             size_t *done_p)
+{
+    return tier_commit(t, s, ns, ns_len, keys, n, lens, ok, NULL, done_p);
+}
+
+kvt_status_t kvt_tier_commit_sums(kvt_tier_t *t, kvt_tier_sess_t *s, const char *ns, size_t ns_len,
+                                  const uint64_t *keys, size_t n, const uint32_t *lens,
+                                  const uint64_t *sums, size_t *done_p)
+{
+    if (sums == NULL && n > 0)
+        return KVT_ERR_INVAL;
+    return tier_commit(t, s, ns, ns_len, keys, n, lens, true, sums, done_p);
 }
 
 /* Pins held RAM block @bi for @s; false when out of memory. */

@@ -163,6 +163,16 @@ kvt_status_t kvt_tier_commit(kvt_tier_t *t, kvt_tier_sess_t *s, const char *ns, 
                              const uint64_t *keys, size_t n, const uint32_t *lens, bool ok,
                              size_t *done_p);
 
+/*
+ * kvt_tier_commit() with @ok, for a caller that has just hashed each block's
+ * bytes itself (a transfer checks every landed block): @sums[i] is taken as
+ * the XXH3-64 of block i's bytes instead of hashing them again. The caller
+ * vouches for them: a wrong one makes the block read as corrupt later.
+ */
+kvt_status_t kvt_tier_commit_sums(kvt_tier_t *t, kvt_tier_sess_t *s, const char *ns, size_t ns_len,
+                                  const uint64_t *keys, size_t n, const uint32_t *lens,
+                                  const uint64_t *sums, size_t *done_p);
+
 /* A pin's answer for one key. */
 typedef struct kvt_tier_pinned {
     uint32_t slot; /* KVT_TIER_SLOT_NONE: not held (or lost to a failed read) */

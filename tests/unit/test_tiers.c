@@ -437,6 +437,37 @@ static void test_lease_expiry(void **state)
     kvt_tier_close(t);
 }
 
+/* kvt_tier_commit_sums() records the caller's sums as they are (no second hash of the bytes). */
+static void test_commit_sums(void **state)
+{
+    (void)state;
+    kvt_tier_cfg_t c = cfg_of(4, 0, KVT_TIER_ADMIT_ALWAYS);
+    kvt_tier_t *t = open_ok(&c);
+    kvt_tier_sess_t *s = kvt_tier_sess_open(t);
+    uint64_t keys[2] = {40, 41};
+    uint32_t slots[2], lens[2];
+    assert_int_equal(kvt_tier_reserve(t, s, NS, NSL, keys, 2, slots, NULL, 0, NULL), KVT_OK);
+    for (int i = 0; i < 2; i++) {
+        lens[i] = (uint32_t)blen(keys[i]);
+        pattern(keys[i], kvt_tier_slot_ptr(t, slots[i]), lens[i]);
+    }
+    uint64_t sums[2] = {XXH3_64bits(kvt_tier_slot_ptr(t, slots[0]), lens[0]), 0x1234};
+    assert_int_equal(kvt_tier_commit_sums(t, s, NS, NSL, keys, 2, lens, NULL, NULL), KVT_ERR_INVAL);
+    size_t done = 0;
+    assert_int_equal(kvt_tier_commit_sums(t, s, NS, NSL, keys, 2, lens, sums, &done), KVT_OK);
+    assert_int_equal(done, 2);
+    assert_int_equal(kvt_tier_lookup(t, NS, NSL, keys, 2, NULL), 2);
+    waiter_t w;
+    w_init(&w);
+    assert_int_equal(kvt_tier_pin(t, s, NS, NSL, keys, 2, pin_cb, &w), KVT_OK);
+    w_wait(&w);
+    assert_true(w.out[0].sum == sums[0]);
+    assert_true(w.out[1].sum == 0x1234); /* as given: the caller vouched for it */
+    kvt_tier_sess_close(t, s);
+    w_fini(&w);
+    kvt_tier_close(t);
+}
+
 /* A renewed lease outlives the tier's lease_ms; a renewal to a short time expires it soon. */
 static void test_lease_renew(void **state)
 {
@@ -793,6 +824,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_reserve_pin, setup, teardown),
         cmocka_unit_test_setup_teardown(test_lease_expiry, setup, teardown),
         cmocka_unit_test_setup_teardown(test_lease_renew, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_commit_sums, setup, teardown),
         cmocka_unit_test_setup_teardown(test_durable_restart, setup, teardown),
         cmocka_unit_test_setup_teardown(test_spill_background, setup, teardown),
         cmocka_unit_test_setup_teardown(test_seen_twice_rejects_one_offs, setup, teardown),
