@@ -31,7 +31,7 @@ static void replay_usage(void)
            "  --pods N                simulated pods (default 8)\n"
            "  --capacity-blocks C     blocks each pod caches, LRU beyond (default 0: unbounded)\n"
            "  --policy P[,P...]|all   random, round-robin, least-loaded, session, prefix, cost,\n"
-           "                          approx-prefix (default all)\n"
+           "                          approx-prefix, cost-tiers (default all)\n"
            "  --seed S                random's generator and the scorer's tie-breaks (default 1)\n"
            "  --load-weight W         cost, approx-prefix: the scorer's w_load (default 1.0)\n"
            "  --load-unit U           a pod's load, its blocks prefilled beyond the least loaded\n"
@@ -83,10 +83,10 @@ static int replay_policies(const char *list, kvt_sim_policy_t *pol, size_t *n_p)
     return 0;
 
 err_bad:
-    fprintf(stderr,
-            "kvtier-bench: --policy must be 'all' or a comma list of random, round-robin, "
-            "least-loaded, session, prefix, cost, approx-prefix; got '%s'\n",
-            list);
+    fprintf(stderr, "kvtier-bench: --policy must be 'all' or a comma list of");
+    for (unsigned i = 0; i < KVT_SIM_NPOLICIES; i++)
+        fprintf(stderr, "%s %s", i ? "," : "", kvt_sim_policy_name((kvt_sim_policy_t)i));
+    fprintf(stderr, "; got '%s'\n", list);
     return -1;
 }
 

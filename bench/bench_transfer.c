@@ -40,36 +40,6 @@ typedef struct xb_hello {
 
 typedef kvt_bench_xpoint_t xb_point_t;
 
-static bool xb_write(int fd, const void *buf, size_t len)
-{
-    const uint8_t *p = buf;
-    while (len > 0) {
-        ssize_t k = write(fd, p, len);
-        if (k < 0 && errno == EINTR)
-            continue;
-        if (k <= 0)
-            return false;
-        p += k;
-        len -= (size_t)k;
-    }
-    return true;
-}
-
-static bool xb_read(int fd, void *buf, size_t len)
-{
-    uint8_t *p = buf;
-    while (len > 0) {
-        ssize_t k = read(fd, p, len);
-        if (k < 0 && errno == EINTR)
-            continue;
-        if (k <= 0)
-            return false;
-        p += k;
-        len -= (size_t)k;
-    }
-    return true;
-}
-
 static void *xb_map(uint64_t len)
 {
     void *p = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
@@ -95,8 +65,8 @@ static int xb_serve(int sock, const char *tls, uint64_t len)
     const void *addr = kvt_xfer_worker_address(x, &alen);
     const void *rkey = kvt_xfer_rkey(x, &rlen);
     xb_hello_t h = {alen, rlen, (uint64_t)(uintptr_t)base, len};
-    if (!xb_write(sock, &h, sizeof(h)) || !xb_write(sock, addr, alen) ||
-        !xb_write(sock, rkey, rlen))
+    if (kvt_bench_write_all(sock, &h, sizeof(h)) != 0 ||
+        kvt_bench_write_all(sock, addr, alen) != 0 || kvt_bench_write_all(sock, rkey, rlen) != 0)
         return 1;
     for (;;) {
         while (kvt_xfer_progress(x) != 0) {
@@ -373,10 +343,10 @@ int kvt_bench_transfer_main(int argc, char **argv)
         fprintf(stderr, "kvtier-bench: transfer on %s: %s\n", tls, err[0] ? err : "out of memory");
         goto out;
     }
-    if (!xb_read(sv[0], &h, sizeof(h)) || h.addr_len == 0 || h.addr_len > 65536 ||
+    if (kvt_bench_read_all(sv[0], &h, sizeof(h)) != 0 || h.addr_len == 0 || h.addr_len > 65536 ||
         h.rkey_len == 0 || h.rkey_len > 65536 || (addr = malloc(h.addr_len)) == NULL ||
-        (rkey = malloc(h.rkey_len)) == NULL || !xb_read(sv[0], addr, h.addr_len) ||
-        !xb_read(sv[0], rkey, h.rkey_len)) {
+        (rkey = malloc(h.rkey_len)) == NULL || kvt_bench_read_all(sv[0], addr, h.addr_len) != 0 ||
+        kvt_bench_read_all(sv[0], rkey, h.rkey_len) != 0) {
         fprintf(stderr, "kvtier-bench: transfer: the server process did not start on %s\n", tls);
         goto out;
     }

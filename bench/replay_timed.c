@@ -50,40 +50,6 @@ static void timed_usage(void)
 }
 
 /* "all" or a comma list of policy names into @pol (room for KVT_SIM_NPOLICIES). */
-static int timed_policies(const char *list, kvt_sim_policy_t *pol, size_t *n_p)
-{
-    char buf[256], *save = NULL;
-    size_t n = 0;
-    if (strcmp(list, "all") == 0) {
-        for (n = 0; n < KVT_SIM_NPOLICIES; n++)
-            pol[n] = (kvt_sim_policy_t)n;
-        *n_p = n;
-        return 0;
-    }
-    if (strlen(list) >= sizeof(buf) || list[strlen(list) - 1] == ',' || list[0] == ',' ||
-        strstr(list, ",,") != NULL)
-        goto err_bad;
-    strcpy(buf, list);
-    for (char *w = strtok_r(buf, ",", &save); w != NULL; w = strtok_r(NULL, ",", &save)) {
-        kvt_sim_policy_t k;
-        if (n == KVT_SIM_NPOLICIES || kvt_sim_policy_parse(w, &k) != KVT_OK)
-            goto err_bad;
-        for (size_t j = 0; j < n; j++)
-            if (pol[j] == k)
-                goto err_bad;
-        pol[n++] = k;
-    }
-    *n_p = n;
-    return 0;
-
-err_bad:
-    fprintf(stderr,
-            "kvtier-bench: --policy: 'all' or distinct policy names, comma separated; "
-            "got '%s'\n",
-            list);
-    return -1;
-}
-
 static void timed_json(kvt_sim_policy_t pol, const kvt_sim_timed_result_t *r, double ideal)
 {
     double tb = r->total_blocks ? (double)r->total_blocks : 1.0, busy = 0;
@@ -200,7 +166,7 @@ int kvt_bench_replay_timed_main(int argc, char **argv)
         gpu = capacity;
     kvt_sim_policy_t pol[KVT_SIM_NPOLICIES];
     size_t npol = 0;
-    if (timed_policies(policy, pol, &npol) != 0)
+    if (kvt_bench_replay_policies(policy, pol, &npol) != 0)
         return 2;
 
     char err[256] = "";

@@ -54,6 +54,12 @@ def main():
                             "--capacity-blocks", "40", "--policy", "cost", "--out", bad],
                            capture_output=True, text=True)
         assert r.returncode == 1 and "--out" in r.stderr, (r.returncode, r.stderr)
+        # a bad --policy: exit 2 and the list of every policy, in each mode that parses it
+        for mode in ("cache", "timed"):
+            r = subprocess.run([bench, "replay", "--mode", mode, "--trace", trace,
+                                "--policy", "cost,nope"], capture_output=True, text=True)
+            assert r.returncode == 2 and "cost-tiers" in r.stderr and "'cost,nope'" in r.stderr, \
+                (mode, r.returncode, r.stderr)
     print("test_replay_plots: ok")
     return 0
 
