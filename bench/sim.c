@@ -96,20 +96,9 @@ static kvt_status_t sim_init(sim_t *s, const kvt_trace_t *t, const kvt_sim_confi
     for (size_t i = 0; i < t->nids; i++)
         s->keys[i] = kvt_sim_key(t->ids[i]);
 
-    if ((st = kvt_idx_create(NULL, &s->idx)) != KVT_OK ||
-        (st = kvt_idx_reader_create(s->idx, &s->reader)) != KVT_OK ||
-        (st = kvt_idx_ns_get(s->idx, "replay", NULL, 512, &s->ns)) != KVT_OK) {
-        kvt_errf(why, whylen, "index: %s", kvt_status_str(st));
+    if ((st = kvt_sim_index_open(np, &s->idx, &s->reader, &s->ns, s->pod_ids, why, whylen)) !=
+        KVT_OK)
         return st;
-    }
-    for (uint32_t p = 0; p < np; p++) {
-        char name[32];
-        snprintf(name, sizeof(name), "pod-%" PRIu32, p);
-        if ((st = kvt_idx_pod_get(s->idx, name, 0, &s->pod_ids[p])) != KVT_OK) {
-            kvt_errf(why, whylen, "index: pod %" PRIu32 ": %s", p, kvt_status_str(st));
-            return st;
-        }
-    }
     kvt_sim_router_config_t rc = {
         .policy = cfg->policy,
         .pods = np,

@@ -2,6 +2,7 @@
 #include "bench/sim_route.h"
 
 #include <inttypes.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -29,6 +30,27 @@ struct kvt_sim_router {
     uint64_t *akeys;         /* max_blocks: a request's keys, last first */
     uint64_t *aevicted;      /* max_blocks */
 };
+
+kvt_status_t kvt_sim_index_open(uint32_t n, kvt_idx_t **idx_p, kvt_idx_reader_t **reader_p,
+                                uint32_t *ns_p, uint32_t *pod_ids, char *why, size_t whylen)
+{
+    kvt_status_t st;
+    if ((st = kvt_idx_create(NULL, idx_p)) != KVT_OK ||
+        (st = kvt_idx_reader_create(*idx_p, reader_p)) != KVT_OK ||
+        (st = kvt_idx_ns_get(*idx_p, "replay", NULL, 512, ns_p)) != KVT_OK) {
+        kvt_errf(why, whylen, "index: %s", kvt_status_str(st));
+        return st;
+    }
+    for (uint32_t p = 0; p < n; p++) {
+        char name[32];
+        snprintf(name, sizeof(name), "pod-%" PRIu32, p);
+        if ((st = kvt_idx_pod_get(*idx_p, name, 0, &pod_ids[p])) != KVT_OK) {
+            kvt_errf(why, whylen, "index: pod %" PRIu32 ": %s", p, kvt_status_str(st));
+            return st;
+        }
+    }
+    return KVT_OK;
+}
 
 void kvt_sim_router_destroy(kvt_sim_router_t *r)
 {

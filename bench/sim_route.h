@@ -14,6 +14,15 @@
 
 typedef struct kvt_sim_router kvt_sim_router_t;
 
+/*
+ * The simulators' index: a new kvtier index with a reader, the namespace
+ * "replay" (block size 512) in *@ns_p, and pods "pod-0".."pod-<n-1>" whose
+ * index ids go to @pod_ids[0..n). KVT_OK, or an index error with @why (what
+ * was made is left in *@idx_p and *@reader_p for the caller to clean up).
+ */
+kvt_status_t kvt_sim_index_open(uint32_t n, kvt_idx_t **idx_p, kvt_idx_reader_t **reader_p,
+                                uint32_t *ns_p, uint32_t *pod_ids, char *why, size_t whylen);
+
 typedef struct kvt_sim_router_config {
     kvt_sim_policy_t policy;
     uint32_t pods;      /* >= 1 */
