@@ -157,6 +157,33 @@ def pstr(s):
     return struct.pack("<H", len(b)) + b
 
 
+class Rpc:
+    """One RPC connection (TCP or the Unix socket): requests answered in order here."""
+
+    def __init__(self, sock):
+        self.s = sock
+        self.next_id = 1
+
+    def call(self, op, body=b""):
+        rid = self.next_id
+        self.next_id += 1
+        self.s.sendall(frame(op, rid, body))
+        h, b = read_frame(self.s)
+        assert (h["op"], h["req_id"]) == (op, rid), (h, op, rid)
+        return h, b
+
+    def ok(self, op, body=b""):
+        h, b = self.call(op, body)
+        assert h["flags"] == F_RESPONSE, (op, parse_error(b) if h["flags"] & 2 else b)
+        return b
+
+    def err(self, op, body=b""):
+        """The error answer of a request that must fail: (status, http, message)."""
+        h, b = self.call(op, body)
+        assert h["flags"] == F_RESPONSE | F_ERROR, (op, h, b[:64])
+        return parse_error(b)
+
+
 def query_body(model, tokens=None, keys=None, lora="", pods=()):
     if keys is not None:
         b = pstr(model) + pstr(lora) + bytes([1, 0, 0, 0]) + struct.pack("<I", len(keys))

@@ -124,31 +124,8 @@ def parse_attach(body):
             "arena_path": path}
 
 
-class Rpc:
-    """One RPC connection (TCP or the Unix socket): requests answered in order here."""
-
-    def __init__(self, sock):
-        self.s = sock
-        self.next_id = 1
-
-    def call(self, op, body=b""):
-        rid = self.next_id
-        self.next_id += 1
-        self.s.sendall(fx.frame(op, rid, body))
-        h, b = fx.read_frame(self.s)
-        assert (h["op"], h["req_id"]) == (op, rid), (h, op, rid)
-        return h, b
-
-    def ok(self, op, body=b""):
-        h, b = self.call(op, body)
-        assert h["flags"] == fx.F_RESPONSE, (op, fx.parse_error(b) if h["flags"] & 2 else b)
-        return b
-
-    def err(self, op, body=b""):
-        """The error answer of a request that must fail: (status, http, message)."""
-        h, b = self.call(op, body)
-        assert h["flags"] == fx.F_RESPONSE | fx.F_ERROR, (op, h, b[:64])
-        return fx.parse_error(b)
+class Rpc(fx.Rpc):
+    """fx.Rpc and the ATTACH call, whose answer carries a descriptor."""
 
     def attach(self):
         """ATTACH; returns (geometry, fd) with the fd received by SCM_RIGHTS."""

@@ -42,28 +42,7 @@ def wait_for(fn, what):
     return fx.wait_for(fn, 60.0 if SANITIZED else 20.0, what)
 
 
-class Rpc:
-    def __init__(self, sock):
-        self.s = sock
-        self.next_id = 1
-
-    def call(self, op, body=b""):
-        rid = self.next_id
-        self.next_id += 1
-        self.s.sendall(fx.frame(op, rid, body))
-        h, b = fx.read_frame(self.s)
-        assert (h["op"], h["req_id"]) == (op, rid), (h, op, rid)
-        return h, b
-
-    def ok(self, op, body=b""):
-        h, b = self.call(op, body)
-        assert h["flags"] == fx.F_RESPONSE, (op, fx.parse_error(b) if h["flags"] & 2 else b)
-        return b
-
-    def err(self, op, body=b""):
-        h, b = self.call(op, body)
-        assert h["flags"] == fx.F_RESPONSE | fx.F_ERROR, (op, h, b[:64])
-        return fx.parse_error(b)
+Rpc = fx.Rpc
 
 
 # ---- bodies (docs/protocol.md, "Transfer") ----
