@@ -90,6 +90,7 @@ typedef struct kvt_bench_daemon {
     pid_t pid;
     uint16_t http, rpc; /* its ephemeral ports */
     char dir[64];       /* its temp dir, removed by kvt_bench_daemon_stop() */
+    bool unix_sock;     /* set before start: --rpc-unix DIR/rpc.sock too */
 } kvt_bench_daemon_t;
 
 /*

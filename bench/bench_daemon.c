@@ -127,6 +127,12 @@ int kvt_bench_daemon_start(const char *kvtierd, const char *const *args, kvt_ben
                             "--rpc-listen", "127.0.0.1:0",   "--data-dir",
                             data,           "--log-level",   "warn"};
     size_t n = 9;
+    char sock[128];
+    if (d->unix_sock) {
+        snprintf(sock, sizeof(sock), "%s/rpc.sock", d->dir);
+        argv[n++] = "--rpc-unix";
+        argv[n++] = sock;
+    }
     for (size_t i = 0; args != NULL && args[i] != NULL && n < 63; i++)
         argv[n++] = args[i];
     argv[n] = NULL;

@@ -10,9 +10,12 @@
  * offsets, one batch in flight, the way a transfer of B keys runs) for
  * --seconds per point and reports GB/s and the batch latency percentiles.
  * It measures transfer/ alone: the daemons' handshake and pin frames are
- * not in it.
+ * not in it. With --tls shm the far side's region is a sealed memfd passed
+ * over the socketpair and this side opens a mapped peer on it (kvtierd's
+ * same-host path); the yardstick is then ucx_perftest on UCX_TLS=sm.
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <inttypes.h>
 #include <netinet/in.h>
 #include <poll.h>
@@ -29,6 +32,7 @@
 #include "bench/bench.h"
 #include "bench/bench_transfer.h"
 #include "common/clock.h"
+#include "common/fdpass.h"
 #include "transfer/transfer.h"
 
 #define XB_MAX_POINTS 16
@@ -49,13 +53,51 @@ static void *xb_map(uint64_t len)
     return p;
 }
 
+/* --tls shm: kvtierd's same-host path, the far side's region (a sealed memfd, as kvtierd's
+ * arena) mapped here and copied; no UCX transport moves the bytes (contexts on tcp). */
+#define XB_SHM "shm"
+#define XB_SHM_PERFTEST "sm" /* the yardstick's UCX_TLS for it: UCX's shared-memory transports */
+
+/* A region in a memfd sealed against shrinking, faulted in; its fd in *@fd_p. */
+static void *xb_map_memfd(uint64_t len, int *fd_p)
+{
+    int fd = memfd_create("kvtier-bench", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+    if (fd < 0 || ftruncate(fd, (off_t)len) != 0 ||
+        fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW) != 0) {
+        if (fd >= 0)
+            close(fd);
+        return NULL;
+    }
+    void *p = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    if (p == MAP_FAILED) {
+        close(fd);
+        return NULL;
+    }
+    memset(p, 0xa5, len);
+    *fd_p = fd;
+    return p;
+}
+
+/* One byte with @fd beside it (SCM_RIGHTS), or, with @fd_p, one received: 0 or -1. */
+static int xb_pass_fd(int sock, int fd, int *fd_p)
+{
+    char one = 'F';
+    if (fd_p != NULL) {
+        *fd_p = -1;
+        return kvt_fd_recv(sock, &one, 1, 0, fd_p) == 1 && *fd_p >= 0 ? 0 : -1;
+    }
+    return kvt_fd_send(sock, &one, 1, 0, fd) == 1 ? 0 : -1;
+}
+
 /* The far side: "transfer --serve FD TLS BYTES". Runs until its socket closes. */
 static int xb_serve(int sock, const char *tls, uint64_t len)
 {
     char err[256] = "";
-    kvt_xfer_opts_t o = {.tls = tls};
+    bool shm = strcmp(tls, XB_SHM) == 0;
+    kvt_xfer_opts_t o = {.tls = shm ? "tcp" : tls};
     kvt_xfer_t *x = NULL;
-    uint8_t *base = xb_map(len);
+    int mfd = -1;
+    uint8_t *base = shm ? xb_map_memfd(len, &mfd) : xb_map(len);
     if (base == NULL || kvt_xfer_create(&o, &x, err, sizeof(err)) != KVT_OK ||
         kvt_xfer_register(x, base, len, err, sizeof(err)) != KVT_OK) {
         fprintf(stderr, "kvtier-bench transfer (server): %s\n", err[0] ? err : "out of memory");
@@ -66,7 +108,8 @@ static int xb_serve(int sock, const char *tls, uint64_t len)
     const void *rkey = kvt_xfer_rkey(x, &rlen);
     xb_hello_t h = {alen, rlen, (uint64_t)(uintptr_t)base, len};
     if (kvt_bench_write_all(sock, &h, sizeof(h)) != 0 ||
-        kvt_bench_write_all(sock, addr, alen) != 0 || kvt_bench_write_all(sock, rkey, rlen) != 0)
+        kvt_bench_write_all(sock, addr, alen) != 0 || kvt_bench_write_all(sock, rkey, rlen) != 0 ||
+        (shm && xb_pass_fd(sock, mfd, NULL) != 0))
         return 1;
     for (;;) {
         while (kvt_xfer_progress(x) != 0) {
@@ -81,6 +124,8 @@ static int xb_serve(int sock, const char *tls, uint64_t len)
     }
     kvt_xfer_destroy(x);
     munmap(base, len);
+    if (mfd >= 0)
+        close(mfd);
     return 0;
 }
 
@@ -219,6 +264,20 @@ static int xb_point(kvt_xfer_t *x, kvt_xfer_peer_t *peer, uint8_t *local, xb_poi
     return rc;
 }
 
+/* The in-process bound of --tls shm: memcpy() of the point's blocks from @far to @local, batch
+ * after batch, for @seconds: GB/s. */
+static double xb_memcpy(const uint8_t *far, uint8_t *local, const xb_point_t *pt, double seconds)
+{
+    uint64_t n = 0, t0 = kvt_clock_ns(), until = t0 + (uint64_t)(seconds * 1e9);
+    while (n < 7 || kvt_clock_ns() < until) {
+        for (uint64_t i = 0; i < pt->batch; i++)
+            memcpy(local + i * pt->block, far + i * pt->block, pt->block);
+        if (++n == 2)
+            t0 = kvt_clock_ns(); /* two warm-up batches, as for the measured path */
+    }
+    return (double)((n - 2) * pt->batch * pt->block) / ((double)(kvt_clock_ns() - t0) / 1e9) / 1e9;
+}
+
 /* "64K,1M,16M" or "1,8,32" into @v (at most XB_MAX_POINTS values, each >= 1). */
 static int xb_list(const char *name, const char *s, uint64_t *v, size_t *n_p)
 {
@@ -257,8 +316,9 @@ static void xb_usage(void)
 {
     printf(
         "usage: kvtier-bench transfer [options]\n"
-        "  --tls T                 UCX transports, as UCX_TLS (default tcp; shared memory:\n"
-        "                          posix,cma,self or sm where UCX allows it)\n"
+        "  --tls T                 UCX transports, as UCX_TLS (default tcp), or shm: kvtierd's\n"
+        "                          same-host path (the peer's arena mapped and copied), against\n"
+        "                          ucx_perftest on UCX_TLS=sm\n"
         "  --sizes LIST            block sizes (default 64K,256K,1M,4M,16M)\n"
         "  --batches LIST          blocks per batch (default 1,8,32)\n"
         "  --seconds S             per point (default 1)\n"
@@ -335,7 +395,9 @@ int kvt_bench_transfer_main(int argc, char **argv)
     size_t latcap = 0, npts = 0;
     xb_point_t pts[XB_MAX_POINTS * XB_MAX_POINTS];
     uint8_t *local = xb_map(region);
-    kvt_xfer_opts_t o = {.tls = tls};
+    bool shm = strcmp(tls, XB_SHM) == 0;
+    void *far = NULL; /* --tls shm: the far side's region, mapped here */
+    kvt_xfer_opts_t o = {.tls = shm ? "tcp" : tls};
     xb_hello_t h;
     void *addr = NULL, *rkey = NULL;
     if (local == NULL || kvt_xfer_create(&o, &x, err, sizeof(err)) != KVT_OK ||
@@ -350,16 +412,35 @@ int kvt_bench_transfer_main(int argc, char **argv)
         fprintf(stderr, "kvtier-bench: transfer: the server process did not start on %s\n", tls);
         goto out;
     }
-    kvt_xfer_peer_info_t info = {addr, h.addr_len, rkey, h.rkey_len, h.base, h.len, 1};
+    kvt_xfer_peer_info_t info = {addr, h.addr_len, rkey, h.rkey_len, h.base, h.len, 1, NULL};
+    int mfd = -1;
+    if (shm) {
+        if (xb_pass_fd(sv[0], -1, &mfd) != 0 ||
+            (far = mmap(NULL, h.len, PROT_READ | PROT_WRITE, MAP_SHARED, mfd, 0)) == MAP_FAILED) {
+            far = NULL;
+            fprintf(stderr, "kvtier-bench: transfer: the server's region could not be mapped\n");
+            if (mfd >= 0)
+                close(mfd);
+            goto out;
+        }
+        close(mfd);
+        info.map = far;
+    }
     if (kvt_xfer_peer_open(x, &info, &peer, err, sizeof(err)) != KVT_OK) {
         fprintf(stderr, "kvtier-bench: transfer on %s: %s\n", tls, err);
         goto out;
     }
-    printf("transfer: UCX_TLS=%s, pulls (ucp_get) from a second process, %.2f s a point; "
-           "yardstick: %s ucp_get\n\n",
-           tls, seconds, strcmp(perftest, "none") == 0 ? "no" : perftest);
-    printf("%10s %6s %9s %13s %7s %10s %10s %8s\n", "block", "batch", "GB/s", "perftest GB/s",
-           "ratio", "p50 us", "p99 us", "batches");
+    const char *ptls = shm ? XB_SHM_PERFTEST : tls;
+    if (shm)
+        printf("transfer: the same-host path (a second process's sealed memfd mapped here, "
+               "copied), %.2f s a point; yardstick: %s ucp_get on UCX_TLS=%s\n\n",
+               seconds, strcmp(perftest, "none") == 0 ? "no" : perftest, ptls);
+    else
+        printf("transfer: UCX_TLS=%s, pulls (ucp_get) from a second process, %.2f s a point; "
+               "yardstick: %s ucp_get\n\n",
+               tls, seconds, strcmp(perftest, "none") == 0 ? "no" : perftest);
+    printf("%10s %6s %9s %13s %7s %10s %10s %8s%s\n", "block", "batch", "GB/s", "perftest GB/s",
+           "ratio", "p50 us", "p99 us", "batches", shm ? " memcpy GB/s  of memcpy" : "");
     for (size_t i = 0; i < nsz; i++) {
         for (size_t j = 0; j < nbt; j++) {
             if (sz[i] * bt[j] > region || sz[i] * bt[j] > h.len)
@@ -369,23 +450,32 @@ int kvt_bench_transfer_main(int argc, char **argv)
             uint64_t iters = (uint64_t)(seconds * 2e9 / (double)sz[i]) + 100;
             double perf = strcmp(perftest, "none") == 0
                               ? -1
-                              : xb_perftest(perftest, tls, sz[i], bt[j], iters);
+                              : xb_perftest(perftest, ptls, sz[i], bt[j], iters);
             xb_point_t *pt = &pts[npts];
-            *pt = (xb_point_t){.block = sz[i], .batch = bt[j], .perftest_gbps = perf};
+            *pt = (xb_point_t){
+                .block = sz[i], .batch = bt[j], .perftest_gbps = perf, .memcpy_gbps = -1};
             if (xb_point(x, peer, local, pt, seconds, &lat, &latcap) != 0)
                 goto out;
+            if (shm)
+                pt->memcpy_gbps = xb_memcpy(far, local, pt, seconds);
             npts++;
             char ratio[16] = "-";
             if (pt->perftest_gbps > 0)
                 snprintf(ratio, sizeof(ratio), "%.2f", pt->gbps / pt->perftest_gbps);
-            printf("%10" PRIu64 " %6" PRIu64 " %9.2f %13.2f %7s %10.1f %10.1f %8" PRIu64 "\n",
-                   pt->block, pt->batch, pt->gbps, pt->perftest_gbps, ratio, pt->p50_us, pt->p99_us,
+            printf("%10" PRIu64 " %6" PRIu64 " %9.2f %13.2f %7s %10.1f %10.1f %8" PRIu64, pt->block,
+                   pt->batch, pt->gbps, pt->perftest_gbps, ratio, pt->p50_us, pt->p99_us,
                    pt->batches);
+            if (shm)
+                printf(" %11.2f %10.2f", pt->memcpy_gbps, pt->gbps / pt->memcpy_gbps);
+            printf("\n");
             fflush(stdout);
         }
     }
     printf("ratio: kvtier's GB/s over ucx_perftest's ucp_get at the same block size with the "
            "batch's blocks outstanding (-O)\n");
+    if (shm)
+        printf("memcpy: one thread copying the same batch of distinct blocks in this process; "
+               "perftest's outstanding gets reuse one buffer, which stays in cache\n");
     if (daemons) {
         /* the same points through two kvtierd, after the core's (one at a time on 2 cores) */
         kvt_xfer_peer_close(peer);
@@ -409,6 +499,8 @@ int kvt_bench_transfer_main(int argc, char **argv)
                k ? "," : "", pts[k].block, pts[k].batch, pts[k].gbps, pts[k].perftest_gbps,
                pts[k].perftest_gbps > 0 ? pts[k].gbps / pts[k].perftest_gbps : -1.0, pts[k].p50_us,
                pts[k].p99_us);
+        if (shm)
+            printf(",\"memcpy_gbps\":%.4f", pts[k].memcpy_gbps);
         if (daemons)
             printf(",\"daemon_gbps\":%.4f,\"daemon_p50_us\":%.1f,\"daemon_p99_us\":%.1f",
                    pts[k].daemon_gbps, pts[k].daemon_p50_us, pts[k].daemon_p99_us);
@@ -429,5 +521,7 @@ out:
     free(lat);
     if (local != NULL)
         munmap(local, region);
+    if (far != NULL)
+        munmap(far, h.len);
     return rc;
 }

@@ -14,6 +14,7 @@ typedef struct kvt_bench_xpoint {
     uint64_t block, batch;
     double gbps, perftest_gbps, p50_us, p99_us; /* the core, ucx_perftest */
     uint64_t batches;
+    double memcpy_gbps; /* --tls shm: memcpy() of the same blocks, the same way (-1: none) */
     double daemon_gbps, daemon_p50_us, daemon_p99_us; /* --daemons: one TRANSFER per batch */
 } kvt_bench_xpoint_t;
 

@@ -7,6 +7,7 @@
  * the bytes again.
  */
 #include <inttypes.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -117,7 +118,9 @@ int kvt_bench_transfer_daemons(const char *kvtierd, const char *tls, kvt_bench_x
         fprintf(stderr, "kvtier-bench: --daemons: no kvtierd next to kvtier-bench (--kvtierd)\n");
         return -1;
     }
-    setenv("UCX_TLS", tls, 1); /* the daemons inherit it */
+    /* the daemons inherit it; shm: each daemon has a Unix socket and maps the other's arena */
+    bool shm = strcmp(tls, "shm") == 0;
+    setenv("UCX_TLS", shm ? "tcp" : tls, 1);
     uint64_t *lat = NULL;
     size_t latcap = 0;
     int rc = 0;
@@ -133,7 +136,7 @@ int kvt_bench_transfer_daemons(const char *kvtierd, const char *tls, kvt_bench_x
         snprintf(frame, sizeof(frame), "%" PRIu64, block + 65536); /* a whole block's PUT */
         const char *args[] = {"--ram-bytes", ram, "--block-bytes", bb, "--rpc-max-frame",
                               frame,         NULL};
-        kvt_bench_daemon_t a = {0}, b = {0};
+        kvt_bench_daemon_t a = {.unix_sock = shm}, b = {.unix_sock = shm};
         kvt_client_t *ca = NULL, *cb = NULL;
         if (kvt_bench_daemon_start(kvtierd, args, &a) != 0 ||
             kvt_bench_daemon_start(kvtierd, args, &b) != 0 || (ca = xd_client(a.rpc)) == NULL ||

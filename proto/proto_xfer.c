@@ -157,11 +157,18 @@ static bool blob_ok(uint32_t len, const uint8_t *p)
     return len >= 1 && len <= KVT_PROTO_XFER_MAX_BLOB && p != NULL;
 }
 
+/* A str the decoder takes: 0..255 bytes, no NUL. */
+static bool str_ok(kvt_proto_str_t s)
+{
+    return s.len <= KVT_PROTO_MAX_STR &&
+           (s.len == 0 || (s.p != NULL && memchr(s.p, '\0', s.len) == NULL));
+}
+
 kvt_status_t kvt_proto_xfer_hello_ans_encode(kvt_proto_wr_t *w, uint64_t req_id,
                                              const kvt_proto_xfer_hello_ans_t *h)
 {
     if (hello_geom(h, NULL, 0) != KVT_OK || !blob_ok(h->addr_len, h->addr) ||
-        !blob_ok(h->rkey_len, h->rkey))
+        !blob_ok(h->rkey_len, h->rkey) || !str_ok(h->host) || !str_ok(h->unix_path))
         return KVT_ERR_INVAL;
     size_t off = kvt_proto_wr_frame_begin(w, KVT_PROTO_OP_XFER_HELLO, KVT_PROTO_F_RESPONSE, req_id);
     kvt_proto_wr_u64(w, h->incarnation);
@@ -172,6 +179,8 @@ kvt_status_t kvt_proto_xfer_hello_ans_encode(kvt_proto_wr_t *w, uint64_t req_id,
     kvt_proto_wr_raw(w, h->addr, h->addr_len);
     kvt_proto_wr_u32(w, h->rkey_len);
     kvt_proto_wr_raw(w, h->rkey, h->rkey_len);
+    kvt_proto_wr_str(w, h->host.p, h->host.len);
+    kvt_proto_wr_str(w, h->unix_path.p, h->unix_path.len);
     return kvt_proto_wr_frame_end(w, off);
 }
 
@@ -196,7 +205,9 @@ kvt_status_t kvt_proto_xfer_hello_ans_decode(const uint8_t *body, size_t len,
                       errlen)) != KVT_OK ||
         (st = rd_blob(&r, what, "rkey_len", "the rkey", &h.rkey_len, &h.rkey, err, errlen)) !=
             KVT_OK ||
-        (st = proto_rd_end(&r, what, "the rkey", err, errlen)) != KVT_OK)
+        (st = proto_rd_name(&r, what, "host", false, &h.host, err, errlen)) != KVT_OK ||
+        (st = proto_rd_name(&r, what, "unix_path", false, &h.unix_path, err, errlen)) != KVT_OK ||
+        (st = proto_rd_end(&r, what, "unix_path", err, errlen)) != KVT_OK)
         return st;
     *h_p = h;
     return KVT_OK;

@@ -65,6 +65,10 @@ typedef struct kvt_proto_xfer_hello_ans {
     const uint8_t *addr;  /* decoded: points into the body (borrowed) */
     uint32_t rkey_len;    /* bytes of the packed rkey, 1..KVT_PROTO_XFER_MAX_BLOB */
     const uint8_t *rkey;  /* decoded: points into the body (borrowed) */
+    kvt_proto_str_t host; /* 0..255 bytes: the server's boot id, so a peer can tell it shares
+                             the kernel; empty: unknown */
+    kvt_proto_str_t unix_path; /* 0..255 bytes: the server's --rpc-unix socket, where a peer on
+                                  the same host may ATTACH its arena; empty: none */
 } kvt_proto_xfer_hello_ans_t;
 
 /* Appends an XFER_HELLO answer (addr and rkey copied). KVT_ERR_INVAL for what the decoder
@@ -75,7 +79,8 @@ kvt_status_t kvt_proto_xfer_hello_ans_encode(kvt_proto_wr_t *w, uint64_t req_id,
 /*
  * Decodes an XFER_HELLO answer: incarnation not 0, slot_bytes and nslots at
  * least 1, base + nslots * slot_bytes at most 2^64, addr and rkey of
- * 1..KVT_PROTO_XFER_MAX_BLOB bytes each, nothing after. KVT_OK and *@h_p, or
+ * 1..KVT_PROTO_XFER_MAX_BLOB bytes each, then the strs host and unix_path,
+ * nothing after. KVT_OK and *@h_p, or
  * KVT_ERR_INVAL.
  */
 kvt_status_t kvt_proto_xfer_hello_ans_decode(const uint8_t *body, size_t len,

@@ -27,6 +27,7 @@
 
 #include "common/clock.h"
 #include "common/errtext.h"
+#include "common/fdpass.h"
 #include "common/hostport.h"
 #include "kvindex/hash.h"
 #include "router-plugin/client_int.h"
@@ -365,37 +366,11 @@ kvt_status_t kvt_cl_flush(kvt_client_t *c, uint64_t deadline, bool block)
     return st;
 }
 
-/*
- * recv() for an ATTACH in flight: the arena's descriptor comes beside the
- * answer's first bytes (SCM_RIGHTS), and a plain recv() would drop it. The
- * first one is kept in c->pass_fd; any other is closed at once.
- */
+/* recv() for an ATTACH in flight: the arena's descriptor comes beside the answer's first bytes
+ * (SCM_RIGHTS), and a plain recv() would drop it; it is kept in c->pass_fd. */
 static ssize_t cl_recv_fd(kvt_client_t *c, uint8_t *buf, size_t len)
 {
-    union {
-        char buf[CMSG_SPACE(4 * sizeof(int))];
-        struct cmsghdr align;
-    } u;
-    struct iovec iov = {buf, len};
-    struct msghdr msg = {
-        .msg_iov = &iov, .msg_iovlen = 1, .msg_control = u.buf, .msg_controllen = sizeof(u.buf)};
-    ssize_t n = recvmsg(c->fd, &msg, MSG_DONTWAIT | MSG_CMSG_CLOEXEC);
-    if (n < 0)
-        return n;
-    for (struct cmsghdr *cm = CMSG_FIRSTHDR(&msg); cm != NULL; cm = CMSG_NXTHDR(&msg, cm)) {
-        if (cm->cmsg_level != SOL_SOCKET || cm->cmsg_type != SCM_RIGHTS)
-            continue;
-        size_t nfd = (cm->cmsg_len - CMSG_LEN(0)) / sizeof(int);
-        for (size_t i = 0; i < nfd; i++) {
-            int fd;
-            memcpy(&fd, CMSG_DATA(cm) + i * sizeof(int), sizeof(fd));
-            if (c->pass_fd < 0)
-                c->pass_fd = fd;
-            else
-                close(fd);
-        }
-    }
-    return n;
+    return kvt_fd_recv(c->fd, buf, len, MSG_DONTWAIT, &c->pass_fd);
 }
 
 /*

@@ -14,6 +14,7 @@
 #include <event2/bufferevent.h>
 
 #include "common/clock.h"
+#include "common/fdpass.h"
 #include "common/log.h"
 #include "proto/proto.h"
 #include "server/conn_int.h"
@@ -95,22 +96,9 @@ static int rpc_pass_fd(kvt_srv_conn_t *c, const kvt_proto_hdr_t *h, size_t mark,
                   "earlier answers are still being sent: retry ATTACH");
         return 503;
     }
-    struct iovec iov = {frame, flen};
-    union {
-        char buf[CMSG_SPACE(sizeof(int))];
-        struct cmsghdr align;
-    } u;
-    memset(&u, 0, sizeof(u));
-    struct msghdr msg = {
-        .msg_iov = &iov, .msg_iovlen = 1, .msg_control = u.buf, .msg_controllen = sizeof(u.buf)};
-    struct cmsghdr *cm = CMSG_FIRSTHDR(&msg);
-    cm->cmsg_level = SOL_SOCKET;
-    cm->cmsg_type = SCM_RIGHTS;
-    cm->cmsg_len = CMSG_LEN(sizeof(int));
-    memcpy(CMSG_DATA(cm), &fd, sizeof(int));
     ssize_t n;
     do
-        n = sendmsg(bufferevent_getfd(c->bev), &msg, MSG_NOSIGNAL);
+        n = kvt_fd_send(bufferevent_getfd(c->bev), frame, flen, MSG_NOSIGNAL, fd);
     while (n < 0 && errno == EINTR);
     if (n == (ssize_t)flen)
         return 200;

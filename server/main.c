@@ -144,6 +144,10 @@ static const kvt_cfg_opt_t opts[] = {
     {"ucx", "true",
      "take part in block transfers between sidecars over UCX (on|off; needs --ram-bytes)",
      &kvt_cfg_bool, O(ucx), 0},
+    {"shm", "true",
+     "a transfer with a peer on this host maps the peer's arena (through its --rpc-unix socket) "
+     "and copies, instead of UCX (on|off)",
+     &kvt_cfg_bool, O(shm), 0},
     {"log-level", "info", "error, warn, info or debug", &kvt_cfg_log_level, O(log_level), 0},
     {"log-format", "text", "text or logfmt", &kvt_cfg_string, offsetof(daemon_cfg_t, log_format),
      0},

@@ -70,6 +70,7 @@ typedef struct kvt_srv_config {
     char *disk_admit;     /* always, seen-twice, tinylfu */
     uint64_t lease_ms;    /* pins and reservations expire after this */
     bool ucx;             /* take part in transfers between sidecars (UCX) */
+    bool shm;             /* transfers with a same-host peer map its arena instead of UCX */
 } kvt_srv_config_t;
 
 typedef struct kvt_srv kvt_srv_t;

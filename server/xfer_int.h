@@ -50,6 +50,8 @@ typedef struct srv_xfer {
     size_t addr_len, rkey_len;
     uint64_t base; /* address of slot 0 */
     uint32_t slot_bytes, nslots, block_bytes;
+    char host[64];       /* the kernel's boot id: peers with the same one share this host */
+    char unix_path[256]; /* --rpc-unix, absolute; "" when off */
 
     /* leases */
     pthread_mutex_t mu;
@@ -72,7 +74,8 @@ typedef struct srv_xfer {
     /* counters (relaxed atomics) */
     atomic_uint_fast64_t leases_opened, leases_expired, pinned_keys, reserved_keys, committed,
         commit_bad_sum;
-    atomic_uint_fast64_t transfers, transferred, missing, failed, bytes, handshakes, renewals;
+    atomic_uint_fast64_t transfers, transferred, missing, failed, bytes, handshakes, renewals,
+        mapped_peers;
 } srv_xfer_t;
 
 /* What a job of the transfer carries (XFER_PIN, TRANSFER). */

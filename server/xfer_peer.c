@@ -9,6 +9,7 @@
 #include "server/xfer_peer.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -16,23 +17,28 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/time.h>
+#include <sys/un.h>
 #include <unistd.h>
 
 #include "common/clock.h"
 #include "common/errtext.h"
+#include "common/fdpass.h"
 #include "common/hostport.h"
+#include "common/log.h"
 
 /* ---- the RPC client ------------------------------------------------------------------- */
 
-/* Sends or reads all @n bytes: KVT_OK, KVT_ERR_TIMEOUT (the socket's timeout ran out) or
- * KVT_ERR_PEER. */
-static kvt_status_t io_all(int fd, void *buf, size_t n, bool wr)
+/* Sends (@wr) or reads all @n bytes: KVT_OK, KVT_ERR_TIMEOUT (the socket's timeout ran out)
+ * or KVT_ERR_PEER. */
+static kvt_status_t io_all(srv_xcli_t *c, void *buf, size_t n, bool wr)
 {
     uint8_t *p = buf;
     while (n > 0) {
-        ssize_t r = wr ? send(fd, p, n, MSG_NOSIGNAL) : recv(fd, p, n, 0);
+        ssize_t r = wr ? send(c->fd, p, n, MSG_NOSIGNAL) : kvt_fd_recv(c->fd, p, n, 0, &c->pass_fd);
         if (r < 0 && errno == EINTR)
             continue;
         if (r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
@@ -81,17 +87,46 @@ static kvt_status_t cli_connect(srv_xcli_t *c, const char *peer, uint32_t timeou
     return KVT_OK;
 }
 
-kvt_status_t srv_xcli_open(srv_xfer_t *xf, srv_xcli_t *c, const char *peer, uint32_t timeout_ms,
-                           char *err, size_t errlen)
+static kvt_status_t cli_connect_unix(srv_xcli_t *c, const char *path, uint32_t timeout_ms,
+                                     char *err, size_t errlen)
+{
+    struct sockaddr_un sa = {.sun_family = AF_UNIX};
+    if (path[0] == '\0' || strlen(path) >= sizeof(sa.sun_path)) {
+        kvt_errf(err, errlen, "peer socket %s: empty or too long", path);
+        return KVT_ERR_INVAL;
+    }
+    memcpy(sa.sun_path, path, strlen(path) + 1);
+    int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0) {
+        kvt_errf(err, errlen, "socket: %s", strerror(errno));
+        return KVT_ERR_PEER;
+    }
+    struct timeval tv = {.tv_sec = timeout_ms / 1000, .tv_usec = (timeout_ms % 1000) * 1000};
+    setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
+    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+    if (connect(fd, (struct sockaddr *)&sa, sizeof(sa)) != 0) {
+        kvt_errf(err, errlen, "peer socket %s: cannot connect: %s", path, strerror(errno));
+        close(fd);
+        return KVT_ERR_PEER;
+    }
+    c->fd = fd;
+    return KVT_OK;
+}
+
+static void cli_init(srv_xfer_t *xf, srv_xcli_t *c, uint32_t timeout_ms)
 {
     memset(c, 0, sizeof(*c));
     c->fd = -1;
+    c->pass_fd = -1;
     c->xf = xf;
     c->timeout_ms = timeout_ms;
     kvt_proto_wr_init(&c->wr);
-    kvt_status_t st = cli_connect(c, peer, timeout_ms, err, errlen);
-    if (st != KVT_OK)
-        return st;
+}
+
+/* HELLO with this kvtierd's --auth-token on a connected @c. */
+static kvt_status_t cli_hello(srv_xcli_t *c, char *err, size_t errlen)
+{
+    srv_xfer_t *xf = c->xf;
     const char *tok = xf->srv->auth_token != NULL ? xf->srv->auth_token : "";
     kvt_proto_hello_req_t hr = {KVT_PROTO_VERSION, {tok, (uint16_t)strlen(tok)}};
     uint64_t id = ++c->next_id;
@@ -99,11 +134,30 @@ kvt_status_t srv_xcli_open(srv_xfer_t *xf, srv_xcli_t *c, const char *peer, uint
     return srv_xcli_call(c, KVT_PROTO_OP_HELLO, id, err, errlen);
 }
 
+kvt_status_t srv_xcli_open(srv_xfer_t *xf, srv_xcli_t *c, const char *peer, uint32_t timeout_ms,
+                           char *err, size_t errlen)
+{
+    cli_init(xf, c, timeout_ms);
+    kvt_status_t st = cli_connect(c, peer, timeout_ms, err, errlen);
+    return st != KVT_OK ? st : cli_hello(c, err, errlen);
+}
+
+kvt_status_t srv_xcli_open_unix(srv_xfer_t *xf, srv_xcli_t *c, const char *path,
+                                uint32_t timeout_ms, char *err, size_t errlen)
+{
+    cli_init(xf, c, timeout_ms);
+    kvt_status_t st = cli_connect_unix(c, path, timeout_ms, err, errlen);
+    return st != KVT_OK ? st : cli_hello(c, err, errlen);
+}
+
 void srv_xcli_close(srv_xcli_t *c)
 {
     if (c->fd >= 0)
         close(c->fd);
     c->fd = -1;
+    if (c->pass_fd >= 0)
+        close(c->pass_fd);
+    c->pass_fd = -1;
     free(c->body);
     c->body = NULL;
     kvt_proto_wr_cleanup(&c->wr);
@@ -159,14 +213,14 @@ kvt_status_t srv_xcli_call(srv_xcli_t *c, uint8_t op, uint64_t id, char *err, si
         return KVT_ERR_PEER;
     }
     kvt_status_t st =
-        c->wr.oom || c->wr.bad ? KVT_ERR_NO_MEM : io_all(c->fd, c->wr.buf, c->wr.len, true);
+        c->wr.oom || c->wr.bad ? KVT_ERR_NO_MEM : io_all(c, c->wr.buf, c->wr.len, true);
     kvt_proto_wr_reset(&c->wr);
     uint8_t hb[KVT_PROTO_HDR_SIZE];
     kvt_proto_hdr_t h;
     if (st == KVT_OK)
         st = cli_wait(c);
     if (st == KVT_OK)
-        st = io_all(c->fd, hb, sizeof(hb), false);
+        st = io_all(c, hb, sizeof(hb), false);
     if (st == KVT_OK &&
         (kvt_proto_hdr_decode(hb, 64u << 20, &h) != KVT_OK || h.op != op || h.req_id != id))
         st = KVT_ERR_PEER;
@@ -177,7 +231,7 @@ kvt_status_t srv_xcli_call(srv_xcli_t *c, uint8_t op, uint64_t id, char *err, si
         return st;
     }
     c->body = malloc(h.body_len > 0 ? h.body_len : 1);
-    if (c->body == NULL || (st = io_all(c->fd, c->body, h.body_len, false)) != KVT_OK) {
+    if (c->body == NULL || (st = io_all(c, c->body, h.body_len, false)) != KVT_OK) {
         kvt_errf(err, errlen, "peer: %s answer cut", kvt_proto_op_name(op));
         cli_drop(c);
         return c->body == NULL ? KVT_ERR_NO_MEM : st;
@@ -213,7 +267,113 @@ void srv_xpeer_drop(srv_xfer_t *xf, srv_xpeer_t *p)
 {
     peers_t *ps = xf->peers;
     kvt_xfer_peer_close(p->p);
+    if (p->map != NULL)
+        munmap(p->map, p->map_len);
+    if (p->watch_fd >= 0)
+        close(p->watch_fd);
     *p = ps->v[--ps->n];
+}
+
+uint32_t srv_xpeers_watch(srv_xfer_t *xf, struct pollfd *pf, uint32_t max)
+{
+    peers_t *ps = xf->peers;
+    uint32_t k = 0;
+    for (uint32_t i = 0; ps != NULL && i < ps->n && k < max; i++)
+        if (ps->v[i].watch_fd >= 0)
+            pf[k++] = (struct pollfd){.fd = ps->v[i].watch_fd, .events = POLLIN};
+    return k;
+}
+
+void srv_xpeers_reap(srv_xfer_t *xf)
+{
+    peers_t *ps = xf->peers;
+    for (uint32_t i = 0; ps != NULL && i < ps->n;) {
+        struct pollfd pf = {.fd = ps->v[i].watch_fd, .events = POLLIN};
+        if (pf.fd >= 0 && poll(&pf, 1, 0) > 0) {
+            /* nothing is asked on it: any input or hang-up means the peer closed it */
+            kvt_log_info("peer %s (incarnation %016llx): its socket closed, its arena unmapped",
+                         ps->v[i].addr, (unsigned long long)ps->v[i].inc);
+            srv_xpeer_drop(xf, &ps->v[i]); /* moves the last one to i */
+            continue;
+        }
+        i++;
+    }
+}
+
+/*
+ * Maps the arena of the peer that answered @h on @c, when it runs on this
+ * host: it gave this host's boot id and a Unix socket; over that socket
+ * ATTACH hands its arena's descriptor, and an XFER_HELLO naming @h's
+ * incarnation proves the socket leads to the same kvtierd (a socket path may
+ * name another one in another mount namespace). Only a memfd sealed against
+ * shrinking is mapped, so no copy from it can fault (SIGBUS) whatever its
+ * owner does. On success p->map, p->map_len, p->watch_fd and the peer's
+ * region at *@region_p; otherwise false and nothing held (the caller uses
+ * UCX), with the reason logged at debug.
+ */
+static bool map_arena(srv_xfer_t *xf, uint32_t timeout_ms, const kvt_proto_xfer_hello_ans_t *h,
+                      srv_xpeer_t *p, void **region_p)
+{
+    size_t hl = strlen(xf->host);
+    if (!xf->srv->cfg.shm || hl == 0 || h->host.len != hl || memcmp(h->host.p, xf->host, hl) != 0 ||
+        h->unix_path.len == 0)
+        return false;
+    char path[256], why[320] = "";
+    memcpy(path, h->unix_path.p, h->unix_path.len);
+    path[h->unix_path.len] = '\0';
+    srv_xcli_t u;
+    kvt_proto_attach_ans_t a;
+    kvt_proto_xfer_hello_ans_t h2;
+    struct stat sb;
+    void *m = MAP_FAILED;
+    int fd = -1;
+    uint64_t id;
+    if (srv_xcli_open_unix(xf, &u, path, timeout_ms, why, sizeof(why)) != KVT_OK)
+        goto out;
+    id = ++u.next_id;
+    if (kvt_proto_raw_encode(&u.wr, KVT_PROTO_OP_ATTACH, 0, id, NULL, 0) != KVT_OK ||
+        srv_xcli_call(&u, KVT_PROTO_OP_ATTACH, id, why, sizeof(why)) != KVT_OK ||
+        kvt_proto_attach_ans_decode(u.body, u.len, &a, why, sizeof(why)) != KVT_OK)
+        goto out;
+    fd = u.pass_fd;
+    u.pass_fd = -1;
+    if (fd < 0 || a.slot_bytes != h->slot_bytes || a.nslots != h->nslots) {
+        kvt_errf(why, sizeof(why), "ATTACH: %s", fd < 0 ? "no descriptor" : "another geometry");
+        goto out;
+    }
+    id = ++u.next_id;
+    kvt_proto_xfer_hello_req_encode(&u.wr, id, h->incarnation);
+    if (srv_xcli_call(&u, KVT_PROTO_OP_XFER_HELLO, id, why, sizeof(why)) != KVT_OK ||
+        kvt_proto_xfer_hello_ans_decode(u.body, u.len, &h2, why, sizeof(why)) != KVT_OK ||
+        h2.incarnation != h->incarnation) {
+        if (why[0] == '\0')
+            kvt_errf(why, sizeof(why), "another kvtierd answers at %s", path);
+        goto out;
+    }
+    int seals = fcntl(fd, F_GET_SEALS);
+    if (seals < 0 || !(seals & F_SEAL_SHRINK) || fstat(fd, &sb) != 0 ||
+        (uint64_t)sb.st_size < a.map_bytes) {
+        kvt_errf(why, sizeof(why), "its arena is not a memfd sealed against shrinking");
+        goto out;
+    }
+    m = mmap(NULL, a.map_bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    if (m == MAP_FAILED) {
+        kvt_errf(why, sizeof(why), "mmap of %llu bytes: %s", (unsigned long long)a.map_bytes,
+                 strerror(errno));
+        goto out;
+    }
+    p->map = m;
+    p->map_len = a.map_bytes;
+    p->watch_fd = u.fd; /* kept open, asked nothing more: it closes when the peer goes */
+    u.fd = -1;
+    *region_p = (uint8_t *)m + a.slot_off;
+out:
+    if (fd >= 0)
+        close(fd);
+    srv_xcli_close(&u);
+    if (m == MAP_FAILED)
+        kvt_log_debug("peer on this host, arena not mapped (UCX instead): %s", why);
+    return m != MAP_FAILED;
 }
 
 void srv_xpeers_cleanup(srv_xfer_t *xf)
@@ -257,9 +417,17 @@ kvt_status_t srv_xpeer_hello(srv_xfer_t *xf, srv_xcli_t *c, const char *addr, sr
                                  .remote_len = (uint64_t)h.nslots * h.slot_bytes,
                                  .incarnation = h.incarnation};
     srv_xpeer_t *p = &ps->v[ps->n];
-    *p = (srv_xpeer_t){.inc = h.incarnation, .slot_bytes = h.slot_bytes, .nslots = h.nslots};
-    if (kvt_xfer_peer_open(xf->x, &info, &p->p, err, errlen) != KVT_OK)
+    *p = (srv_xpeer_t){
+        .inc = h.incarnation, .slot_bytes = h.slot_bytes, .nslots = h.nslots, .watch_fd = -1};
+    if (map_arena(xf, c->timeout_ms, &h, p, &info.map))
+        atomic_fetch_add_explicit(&xf->mapped_peers, 1, memory_order_relaxed);
+    if (kvt_xfer_peer_open(xf->x, &info, &p->p, err, errlen) != KVT_OK) {
+        if (p->map != NULL)
+            munmap(p->map, p->map_len);
+        if (p->watch_fd >= 0)
+            close(p->watch_fd);
         return KVT_ERR_PEER;
+    }
     snprintf(p->addr, sizeof(p->addr), "%s", addr);
     ps->n++;
     *p_p = p;
@@ -269,6 +437,7 @@ kvt_status_t srv_xpeer_hello(srv_xfer_t *xf, srv_xcli_t *c, const char *addr, sr
 kvt_status_t srv_xpeer_get(srv_xfer_t *xf, srv_xcli_t *c, const char *addr, srv_xpeer_t **p_p,
                            char *err, size_t errlen)
 {
+    srv_xpeers_reap(xf); /* a mapped peer that went is not used */
     peers_t *ps = peers_of(xf);
     for (uint32_t i = 0; ps != NULL && i < ps->n; i++)
         if (strcmp(ps->v[i].addr, addr) == 0 && !kvt_xfer_peer_failed(ps->v[i].p, NULL)) {

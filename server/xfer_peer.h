@@ -7,11 +7,14 @@
 #ifndef KVT_SERVER_XFER_PEER_H
 #define KVT_SERVER_XFER_PEER_H
 
+#include <poll.h>
+
 #include "server/xfer_int.h"
 
 /* A blocking RPC connection to the peer. */
 typedef struct srv_xcli {
     int fd;
+    int pass_fd;         /* a descriptor that came with an answer (ATTACH, Unix socket), or -1 */
     srv_xfer_t *xf;      /* whose UCX worker is progressed while an answer is awaited */
     uint32_t timeout_ms; /* for each answer */
     uint64_t next_id;
@@ -31,6 +34,10 @@ typedef struct srv_xcli {
 kvt_status_t srv_xcli_open(srv_xfer_t *xf, srv_xcli_t *c, const char *peer, uint32_t timeout_ms,
                            char *err, size_t errlen);
 
+/* The same over the Unix socket at @path (srv_xcli_close() in every case). */
+kvt_status_t srv_xcli_open_unix(srv_xfer_t *xf, srv_xcli_t *c, const char *path,
+                                uint32_t timeout_ms, char *err, size_t errlen);
+
 void srv_xcli_close(srv_xcli_t *c);
 
 /*
@@ -47,6 +54,11 @@ typedef struct srv_xpeer {
     kvt_xfer_peer_t *p;
     uint64_t inc;
     uint32_t slot_bytes, nslots;
+    /* a peer on this host: its arena mapped here, and the Unix connection that watches it
+     * (closed by the peer when it exits or finds the connection idle) */
+    void *map;
+    size_t map_len;
+    int watch_fd;
 } srv_xpeer_t;
 
 /* XFER_HELLO on @c and an endpoint from it, cached (replacing @addr's old one): KVT_OK and
@@ -60,6 +72,14 @@ kvt_status_t srv_xpeer_get(srv_xfer_t *xf, srv_xcli_t *c, const char *addr, srv_
 
 /* Closes @p's endpoint and forgets it. */
 void srv_xpeer_drop(srv_xfer_t *xf, srv_xpeer_t *p);
+
+/* Puts the watched connections of mapped peers in @pf (at most @max): the xfer thread wakes
+ * when one closes. Returns how many. */
+uint32_t srv_xpeers_watch(srv_xfer_t *xf, struct pollfd *pf, uint32_t max);
+
+/* Forgets (and unmaps) the mapped peers whose connection closed: a peer that exited, or
+ * restarted, leaves no arena of its mapped here. */
+void srv_xpeers_reap(srv_xfer_t *xf);
 
 /* Closes every cached endpoint (xfer thread, before the UCX context goes). */
 void srv_xpeers_cleanup(srv_xfer_t *xf);

@@ -170,7 +170,7 @@ void srv_xfer_push(srv_xfer_t *xf, const srv_xfer_call_t *xc, srv_xres_t *r, cha
     uint32_t n = xc->n;
     uint32_t timeout = xc->timeout_ms != 0 ? xc->timeout_ms : 30000;
     push_buf_t b = {0};
-    srv_xcli_t c = {.fd = -1};
+    srv_xcli_t c = {.fd = -1, .pass_fd = -1};
     kvt_proto_wr_init(&c.wr);
     kvt_tier_sess_t *s = kvt_tier_sess_open(xf->tier);
     char ns[KVT_TIER_NS_MAX];

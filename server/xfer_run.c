@@ -9,8 +9,11 @@
 #define KVT_LOG_COMPONENT "xfer"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <inttypes.h>
+#include <limits.h>
 #include <poll.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/eventfd.h>
@@ -22,6 +25,9 @@
 #include "server/xfer_int.h"
 #include "server/xfer_peer.h"
 #include "server/xfer_pull.h"
+
+/* Mapped peers whose socket the thread watches, at most (xfer_peer.c caches 16 peers). */
+#define XFER_WATCH_MAX 16
 
 static void inbox_wake(void *arg)
 {
@@ -99,18 +105,21 @@ static void *xfer_main(void *arg)
         return NULL;
     }
     started(xf, 1);
-    struct pollfd pfd[2] = {{.fd = xf->job_efd, .events = POLLIN},
-                            {.fd = kvt_xfer_efd(xf->x), .events = POLLIN}};
+    /* the jobs, UCX's event fd (or -1: ignored by poll), the mapped peers' sockets */
+    struct pollfd pfd[2 + XFER_WATCH_MAX] = {{.fd = xf->job_efd, .events = POLLIN},
+                                             {.fd = kvt_xfer_efd(xf->x), .events = POLLIN}};
     while (!atomic_load(&xf->stop)) {
         while (kvt_xfer_progress(xf->x) > 0)
             ;
         run_jobs(xf);
+        srv_xpeers_reap(xf);
         if (!kvt_xfer_arm(xf->x))
             continue;
         int timeout = kvt_xfer_next_deadline_ms(xf->x);
         if (pfd[1].fd < 0 && (timeout < 0 || timeout > 100))
             timeout = 100; /* no event fd: poll UCX now and then */
-        if (poll(pfd, pfd[1].fd >= 0 ? 2 : 1, timeout) < 0 && errno != EINTR) {
+        uint32_t nw = srv_xpeers_watch(xf, pfd + 2, XFER_WATCH_MAX);
+        if (poll(pfd, 2 + nw, timeout) < 0 && errno != EINTR) {
             kvt_log_error("poll: %s", strerror(errno));
             break;
         }
@@ -168,6 +177,32 @@ void srv_xfer_thread_stop(srv_xfer_t *xf)
 
 /* ---- open, close, stats -------------------------------------------------------------------- */
 
+/* xf->host and xf->unix_path: what a peer needs to tell that it shares this host and to reach
+ * the arena (XFER_HELLO). The boot id changes at every boot and is the same in every container
+ * of one kernel; the socket path, made absolute, may still not be reachable from the peer's
+ * mount namespace (the peer then falls back to UCX). */
+static void host_of(srv_xfer_t *xf)
+{
+    int fd = open("/proc/sys/kernel/random/boot_id", O_RDONLY | O_CLOEXEC);
+    if (fd >= 0) {
+        ssize_t n = read(fd, xf->host, sizeof(xf->host) - 1);
+        close(fd);
+        while (n > 0 && (xf->host[n - 1] == '\n' || xf->host[n - 1] == ' '))
+            n--;
+        xf->host[n > 0 ? n : 0] = '\0';
+    }
+    const char *u = xf->srv->cfg.rpc_unix;
+    if (u == NULL || u[0] == '\0' || !xf->srv->cfg.shm)
+        return;
+    char cwd[PATH_MAX];
+    if (u[0] == '/')
+        snprintf(xf->unix_path, sizeof(xf->unix_path), "%s", u);
+    else if (getcwd(cwd, sizeof(cwd)) != NULL &&
+             (size_t)snprintf(xf->unix_path, sizeof(xf->unix_path), "%s/%s", cwd, u) >=
+                 sizeof(xf->unix_path))
+        xf->unix_path[0] = '\0'; /* too long to pass */
+}
+
 kvt_status_t srv_xfer_open(kvt_srv_t *srv)
 {
     if (srv->tier == NULL)
@@ -188,6 +223,7 @@ kvt_status_t srv_xfer_open(kvt_srv_t *srv)
     xf->nslots = g.nslots;
     xf->block_bytes = g.block_bytes;
     xf->base = (uint64_t)(uintptr_t)kvt_tier_slot_ptr(srv->tier, 0);
+    host_of(xf);
     pthread_mutex_init(&xf->mu, NULL);
     char err[320];
     kvt_status_t st = srv_xfer_thread_start(xf, err, sizeof(err));
@@ -234,15 +270,17 @@ void srv_xfer_stats_json(kvt_srv_t *srv, kvt_jbuf_t *o)
         kvt_jbuf_cstr(o, "\"transfer\":null");
         return;
     }
-    kvt_jbuf_printf(
-        o,
-        "\"transfer\":{\"ucx\":true,\"leases\":%u,\"leases_opened\":%" PRIu64
-        ",\"leases_expired\":%" PRIu64 ",\"pinned_keys\":%" PRIu64 ",\"reserved_keys\":%" PRIu64
-        ",\"committed\":%" PRIu64 ",\"commit_bad_sum\":%" PRIu64 ",\"transfers\":%" PRIu64
-        ",\"transferred\":%" PRIu64 ",\"missing\":%" PRIu64 ",\"failed\":%" PRIu64
-        ",\"bytes\":%" PRIu64 ",\"handshakes\":%" PRIu64 ",\"renewals\":%" PRIu64 "}",
-        srv_xfer_nleases(xf), LOAD(xf->leases_opened), LOAD(xf->leases_expired),
-        LOAD(xf->pinned_keys), LOAD(xf->reserved_keys), LOAD(xf->committed),
-        LOAD(xf->commit_bad_sum), LOAD(xf->transfers), LOAD(xf->transferred), LOAD(xf->missing),
-        LOAD(xf->failed), LOAD(xf->bytes), LOAD(xf->handshakes), LOAD(xf->renewals));
+    kvt_jbuf_printf(o,
+                    "\"transfer\":{\"ucx\":true,\"leases\":%u,\"leases_opened\":%" PRIu64
+                    ",\"leases_expired\":%" PRIu64 ",\"pinned_keys\":%" PRIu64
+                    ",\"reserved_keys\":%" PRIu64 ",\"committed\":%" PRIu64
+                    ",\"commit_bad_sum\":%" PRIu64 ",\"transfers\":%" PRIu64
+                    ",\"transferred\":%" PRIu64 ",\"missing\":%" PRIu64 ",\"failed\":%" PRIu64
+                    ",\"bytes\":%" PRIu64 ",\"handshakes\":%" PRIu64 ",\"renewals\":%" PRIu64
+                    ",\"mapped_peers\":%" PRIu64 "}",
+                    srv_xfer_nleases(xf), LOAD(xf->leases_opened), LOAD(xf->leases_expired),
+                    LOAD(xf->pinned_keys), LOAD(xf->reserved_keys), LOAD(xf->committed),
+                    LOAD(xf->commit_bad_sum), LOAD(xf->transfers), LOAD(xf->transferred),
+                    LOAD(xf->missing), LOAD(xf->failed), LOAD(xf->bytes), LOAD(xf->handshakes),
+                    LOAD(xf->renewals), LOAD(xf->mapped_peers));
 }

@@ -304,7 +304,9 @@ void srv_h_xfer_hello(srv_req_t *rq, srv_result_t *res)
                                     .addr_len = (uint32_t)xf->addr_len,
                                     .addr = xf->addr,
                                     .rkey_len = (uint32_t)xf->rkey_len,
-                                    .rkey = xf->rkey};
+                                    .rkey = xf->rkey,
+                                    .host = {xf->host, (uint16_t)strlen(xf->host)},
+                                    .unix_path = {xf->unix_path, (uint16_t)strlen(xf->unix_path)}};
     kvt_status_t st = kvt_proto_xfer_hello_ans_encode(rq->wr, rq->req_id, &h);
     if (st != KVT_OK)
         error(res, kvt_proto_http_status(st), st, "xfer_hello: the answer cannot be encoded");

@@ -27,6 +27,13 @@
  * Memory: every batch, entry context and peer comes from pools sized at
  * create (kvt_xfer_opts_t); submit and progress do not allocate.
  *
+ * Mapped peers: a peer on the same host whose region is mapped here (its
+ * arena's sealed memfd, passed over its Unix socket) is opened with
+ * info.map; its batches are copies (memcpy), no UCX is involved, and their
+ * callbacks fire from the next kvt_xfer_progress() as for any batch. A mapped
+ * peer never fails by itself: the memory stays mapped after its owner dies,
+ * and the caller learns of a restart from the RPC, as with UCX peers.
+ *
  * Status of UCX itself: UCX reads its environment (UCX_TLS, UCX_NET_DEVICES,
  * ...) when the context is created; opts.tls overrides UCX_TLS.
  */
@@ -74,6 +81,9 @@ typedef struct kvt_xfer_peer_info {
     uint64_t remote_base; /* the peer's region address, as it registered it */
     uint64_t remote_len;  /* the peer's region length in bytes */
     uint64_t incarnation; /* the peer's start id: kept, reported, not interpreted */
+    void *map; /* not NULL: the peer's region is mapped here at @map (remote_base is then only
+                  reported); worker_addr and rkey are not used. The caller keeps it mapped
+                  until kvt_xfer_peer_close(). */
 } kvt_xfer_peer_info_t;
 
 /*
@@ -148,7 +158,8 @@ uint32_t kvt_xfer_batches_inflight(const kvt_xfer_t *x);
 
 /*
  * Opens a peer from its handshake @info (borrowed: copied or unpacked here):
- * an endpoint to its worker with peer error handling and its unpacked rkey.
+ * an endpoint to its worker with peer error handling and its unpacked rkey,
+ * or, with info.map, a mapped peer (see the file comment).
  * On KVT_OK *peer_p is set, valid until kvt_xfer_peer_close(). KVT_ERR_INVAL
  * for a malformed @info, KVT_ERR_LIMIT when max_peers are open, KVT_ERR_PEER
  * when UCX refuses the address or rkey.
@@ -162,6 +173,9 @@ kvt_status_t kvt_xfer_peer_open(kvt_xfer_t *x, const kvt_xfer_peer_info_t *info,
  * and their callbacks fire before this returns. NULL is a no-op.
  */
 void kvt_xfer_peer_close(kvt_xfer_peer_t *peer);
+
+/* True when @peer was opened with info.map. */
+bool kvt_xfer_peer_mapped(const kvt_xfer_peer_t *peer);
 
 /* True once the peer failed (UCX reported it, or a batch to it timed out);
  * *@why_p (when not NULL) is set to a static lowercase reason. */

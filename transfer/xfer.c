@@ -277,8 +277,8 @@ static void peer_err_cb(void *arg, ucp_ep_h ep, ucs_status_t s)
 kvt_status_t kvt_xfer_peer_open(kvt_xfer_t *x, const kvt_xfer_peer_info_t *info,
                                 kvt_xfer_peer_t **peer_p, char *err, size_t errlen)
 {
-    if (info->worker_addr == NULL || info->worker_addr_len == 0 || info->rkey == NULL ||
-        info->rkey_len == 0) {
+    if (info->map == NULL && (info->worker_addr == NULL || info->worker_addr_len == 0 ||
+                              info->rkey == NULL || info->rkey_len == 0)) {
         kvt_errf(err, errlen, "transfer: a peer needs its worker address and rkey");
         return KVT_ERR_INVAL;
     }
@@ -300,6 +300,13 @@ kvt_status_t kvt_xfer_peer_open(kvt_xfer_t *x, const kvt_xfer_peer_info_t *info,
     peer->remote_len = info->remote_len;
     peer->incarnation = info->incarnation;
     xfer_list_init(&peer->batches);
+    if (info->map != NULL) {
+        peer->map = info->map;
+        x->free_peers = next_free;
+        peer->in_use = true;
+        *peer_p = peer;
+        return KVT_OK;
+    }
 
     ucp_ep_params_t ep = {
         .field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE |
@@ -404,6 +411,11 @@ void kvt_xfer_peer_close(kvt_xfer_peer_t *peer)
     peer->next_free = x->free_peers;
     x->free_peers = peer;
     xfer_deliver(x);
+}
+
+bool kvt_xfer_peer_mapped(const kvt_xfer_peer_t *peer)
+{
+    return peer->map != NULL;
 }
 
 bool kvt_xfer_peer_failed(const kvt_xfer_peer_t *peer, const char **why_p)

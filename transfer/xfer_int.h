@@ -80,6 +80,7 @@ struct kvt_xfer_peer {
     kvt_xfer_t *x;
     ucp_ep_h ep;     /* NULL once force-closed */
     ucp_rkey_h rkey; /* NULL once released */
+    uint8_t *map;    /* a mapped peer's region (no ep, no rkey), or NULL */
     uint64_t remote_base, remote_len, incarnation;
     xfer_link_t batches;  /* open batches to this peer */
     uint32_t outstanding; /* UCX requests in flight on ep */

@@ -303,6 +303,25 @@ static kvt_status_t check_iov(const kvt_xfer_t *x, const kvt_xfer_peer_t *peer,
     return KVT_OK;
 }
 
+/* A mapped peer's batch: every entry copied now; the callback fires from the next progress. */
+static void copy_batch(xfer_batch_t *b)
+{
+    uint8_t *map = b->peer->map;
+    for (uint32_t i = 0; i < b->n; i++) {
+        const kvt_xfer_iov_t *v = &b->iov[i];
+        if (b->op == KVT_XFER_GET)
+            memcpy(v->local, map + v->remote_off, v->len);
+        else
+            memcpy(map + v->remote_off, v->local, v->len);
+        if (b->status != NULL)
+            b->status[i] = KVT_OK;
+    }
+    b->next = b->n;
+    b->flush_posted = b->flush_ok = true;
+    xfer_list_init(&b->wait_link);
+    maybe_finish(b);
+}
+
 kvt_status_t kvt_xfer_submit(kvt_xfer_peer_t *peer, kvt_xfer_op_t op, const kvt_xfer_iov_t *iov,
                              uint32_t n, kvt_status_t *status, uint32_t timeout_ms,
                              kvt_xfer_cb_t cb, void *arg, char *err, size_t errlen)
@@ -316,7 +335,7 @@ kvt_status_t kvt_xfer_submit(kvt_xfer_peer_t *peer, kvt_xfer_op_t op, const kvt_
         kvt_errf(err, errlen, "transfer: no region registered");
         return KVT_ERR_INVAL;
     }
-    if (peer->failed || peer->ep == NULL) {
+    if (peer->failed || (peer->ep == NULL && peer->map == NULL)) {
         kvt_errf(err, errlen, "transfer: peer failed: %s", peer->why ? peer->why : "closed");
         return KVT_ERR_PEER;
     }
@@ -345,6 +364,10 @@ kvt_status_t kvt_xfer_submit(kvt_xfer_peer_t *peer, kvt_xfer_op_t op, const kvt_
         kvt_clock_ns() + (uint64_t)(timeout_ms != 0 ? timeout_ms : x->opts.timeout_ms) * 1000000u;
     xfer_list_push(&x->active, &b->link);
     xfer_list_push(&peer->batches, &b->peer_link);
+    if (peer->map != NULL) {
+        copy_batch(b);
+        return KVT_OK;
+    }
     xfer_list_push(&x->waiting, &b->wait_link);
     xfer_pump(x); /* posts now what fits behind earlier batches that wait for room */
     return KVT_OK;

@@ -153,7 +153,9 @@ static void fuzz_hello_ans(const uint8_t *body, size_t len, arrays_t *a)
     CHECK(h.base - 1 <= UINT64_MAX - (uint64_t)h.nslots * h.slot_bytes || h.base == 0);
     CHECK(h.addr_len >= 1 && h.addr_len <= KVT_PROTO_XFER_MAX_BLOB && h.addr >= body);
     CHECK(h.rkey_len >= 1 && h.rkey_len <= KVT_PROTO_XFER_MAX_BLOB);
-    CHECK(h.rkey + h.rkey_len == body + len); /* the rkey ends it */
+    CHECK(h.host.len <= KVT_PROTO_MAX_STR && h.unix_path.len <= KVT_PROTO_MAX_STR);
+    CHECK(h.unix_path.len == 0 || memchr(h.unix_path.p, '\0', h.unix_path.len) == NULL);
+    CHECK(h.unix_path.p + h.unix_path.len == (const char *)body + len); /* unix_path ends it */
     check_frame(kvt_proto_xfer_hello_ans_encode(&wr, 7, &h), KVT_PROTO_OP_XFER_HELLO,
                 KVT_PROTO_F_RESPONSE, body, len);
 }

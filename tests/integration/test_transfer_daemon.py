@@ -51,8 +51,15 @@ def hello_ans(b):
     inc, slot_bytes, nslots, base, alen = struct.unpack_from("<QIIQI", b)
     off = 28 + alen
     (rlen,) = struct.unpack_from("<I", b, off)
-    assert alen >= 1 and rlen >= 1 and len(b) == off + 4 + rlen
-    return {"inc": inc, "slot_bytes": slot_bytes, "nslots": nslots, "base": base}
+    off += 4 + rlen
+    strs = []
+    for _ in range(2):  # host (the boot id), unix_path
+        (n,) = struct.unpack_from("<H", b, off)
+        strs.append(b[off + 2:off + 2 + n].decode())
+        off += 2 + n
+    assert alen >= 1 and rlen >= 1 and len(b) == off
+    return {"inc": inc, "slot_bytes": slot_bytes, "nslots": nslots, "base": base,
+            "host": strs[0], "unix_path": strs[1]}
 
 
 def keys_req(inc, lease, keys, lease_ms=0, model=MODEL, lora="", lens=None):
@@ -389,11 +396,11 @@ class TestPull(Base):
         return d
 
 
-if __name__ == "__main__":
-    # A sanitizer runtime preloaded for this interpreter (to load an ASan libkvtier) is not
-    # kvtierd's: the daemon links its own.
-    os.environ.pop("LD_PRELOAD", None)
-    BIN, SANITIZED = fx.binary_from_argv("test_transfer_daemon.py")
+def setup(script):
+    """Sets BIN and SANITIZED from the command line; exits 77 when kvtierd does not start or
+    runs without transfers (UCX does not start here)."""
+    global BIN, SANITIZED
+    BIN, SANITIZED = fx.binary_from_argv(script)
     try:
         probe = fx.Daemon(BIN, "--ram-bytes", str(4 * BB), "--block-bytes", str(BB), env=ENV)
         ucx = probe.stats()["transfer"] is not None
@@ -405,4 +412,11 @@ if __name__ == "__main__":
     if not ucx:
         print("SKIP: UCX does not start here (kvtierd runs without transfers)")
         sys.exit(77)
+
+
+if __name__ == "__main__":
+    # A sanitizer runtime preloaded for this interpreter (to load an ASan libkvtier) is not
+    # kvtierd's: the daemon links its own.
+    os.environ.pop("LD_PRELOAD", None)
+    setup("test_transfer_daemon.py")
     unittest.main(verbosity=2)

@@ -323,6 +323,11 @@ static void test_hello_roundtrip(void **state)
                                         .addr = addr,
                                         .rkey_len = 1 + below(sizeof(rkey)),
                                         .rkey = rkey};
+        name_t host, upath;
+        rand_name(&host, 0);
+        rand_name(&upath, 0);
+        h.host = host.s;
+        h.unix_path = upath.s;
         uint64_t span = (uint64_t)h.nslots * h.slot_bytes;
         h.base = below(2) ? UINT64_MAX - span + 1 : rnd() % (UINT64_MAX - span);
         for (uint32_t i = 0; i < h.addr_len; i++)
@@ -340,6 +345,8 @@ static void test_hello_roundtrip(void **state)
         kvt_wire_raw(&ref, addr, h.addr_len);
         kvt_wire_put(&ref, h.rkey_len, 4);
         kvt_wire_raw(&ref, rkey, h.rkey_len);
+        kvt_wire_str(&ref, host.b, host.s.len);
+        kvt_wire_str(&ref, upath.b, upath.s.len);
         body = frame_is(&w, KVT_PROTO_OP_XFER_HELLO, KVT_PROTO_F_RESPONSE, req_id, &ref);
         out_reset();
         kvt_proto_xfer_hello_ans_t *d = &g_out.hello;
@@ -348,8 +355,12 @@ static void test_hello_roundtrip(void **state)
         assert_true(d->slot_bytes == h.slot_bytes && d->nslots == h.nslots);
         assert_true(d->addr_len == h.addr_len && d->addr == body + 28);
         assert_memory_equal(d->addr, addr, h.addr_len);
-        assert_true(d->rkey_len == h.rkey_len && d->rkey + d->rkey_len == body + ref.n);
+        assert_true(d->rkey_len == h.rkey_len && d->rkey == body + 32 + h.addr_len);
         assert_memory_equal(d->rkey, rkey, h.rkey_len);
+        assert_true(d->host.len == host.s.len && d->unix_path.len == upath.s.len);
+        assert_memory_equal(d->host.p, host.b, host.s.len);
+        assert_true(d->unix_path.p + d->unix_path.len == (const char *)body + ref.n);
+        assert_memory_equal(d->unix_path.p, upath.b, upath.s.len);
         kvt_proto_wr_reset(&w);
         assert_int_equal(kvt_proto_xfer_hello_ans_encode(&w, req_id, d), KVT_OK);
         same_again(&w, body, ref.n);
@@ -749,18 +760,21 @@ static void test_hello_rules(void **state)
     kvt_proto_wr_t w;
     kvt_proto_wr_init(&w);
     const uint8_t blob[3] = {1, 2, 3};
-    kvt_proto_xfer_hello_ans_t good = {7, 4096, 10, 0x7f0000000000ull, 3, blob, 3, blob};
+    kvt_proto_xfer_hello_ans_t good = {7,    4096, 10,   0x7f0000000000ull, 3,
+                                       blob, 3,    blob, cstr("b"),         cstr("/s")};
     struct {
         kvt_proto_xfer_hello_ans_t h;
         const char *part;
     } bad[] = {
-        {{0, 4096, 10, 0, 3, blob, 3, blob}, "incarnation is 0"},
-        {{7, 0, 10, 0, 3, blob, 3, blob}, "slot_bytes is 0"},
-        {{7, 4096, 0, 0, 3, blob, 3, blob}, "nslots is 0"},
-        {{7, 4096, 10, UINT64_MAX - 40958, 3, blob, 3, blob}, "past the address space"},
-        {{7, 4096, 10, 0, 0, blob, 3, blob}, "addr_len is 0"},
-        {{7, 4096, 10, 0, KVT_PROTO_XFER_MAX_BLOB + 1, blob, 3, blob}, "addr_len is 65537"},
-        {{7, 4096, 10, 0, 3, blob, 0, blob}, "rkey_len is 0"},
+        {{0, 4096, 10, 0, 3, blob, 3, blob, {NULL, 0}, {NULL, 0}}, "incarnation is 0"},
+        {{7, 0, 10, 0, 3, blob, 3, blob, {NULL, 0}, {NULL, 0}}, "slot_bytes is 0"},
+        {{7, 4096, 0, 0, 3, blob, 3, blob, {NULL, 0}, {NULL, 0}}, "nslots is 0"},
+        {{7, 4096, 10, UINT64_MAX - 40958, 3, blob, 3, blob, {NULL, 0}, {NULL, 0}},
+         "past the address space"},
+        {{7, 4096, 10, 0, 0, blob, 3, blob, {NULL, 0}, {NULL, 0}}, "addr_len is 0"},
+        {{7, 4096, 10, 0, KVT_PROTO_XFER_MAX_BLOB + 1, blob, 3, blob, {NULL, 0}, {NULL, 0}},
+         "addr_len is 65537"},
+        {{7, 4096, 10, 0, 3, blob, 0, blob, {NULL, 0}, {NULL, 0}}, "rkey_len is 0"},
     };
     /* the reference layout, then each rule broken in it */
     for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
@@ -774,12 +788,45 @@ static void test_hello_rules(void **state)
         kvt_wire_raw(&ref, blob, h->addr_len <= 3 ? h->addr_len : 3);
         kvt_wire_put(&ref, h->rkey_len, 4);
         kvt_wire_raw(&ref, blob, h->rkey_len);
+        kvt_wire_str(&ref, "", 0);
+        kvt_wire_str(&ref, "", 0);
         refused(d_hello_ans, ref.b, ref.n, MAXN, KVT_ERR_INVAL, "xfer_hello answer", bad[i].part);
         enc_refused(kvt_proto_xfer_hello_ans_encode(&w, 1, h), KVT_ERR_INVAL, &w);
     }
     kvt_proto_xfer_hello_ans_t nul = good;
     nul.rkey = NULL;
     enc_refused(kvt_proto_xfer_hello_ans_encode(&w, 1, &nul), KVT_ERR_INVAL, &w);
+    /* host and unix_path: strs (a NUL byte, over 255 bytes, cut) */
+    static char big[KVT_PROTO_MAX_STR + 1];
+    memset(big, 'a', sizeof(big));
+    nul = good;
+    nul.unix_path = (kvt_proto_str_t){"/a\0b", 4};
+    enc_refused(kvt_proto_xfer_hello_ans_encode(&w, 1, &nul), KVT_ERR_INVAL, &w);
+    nul = good;
+    nul.host = (kvt_proto_str_t){big, sizeof(big)};
+    enc_refused(kvt_proto_xfer_hello_ans_encode(&w, 1, &nul), KVT_ERR_INVAL, &w);
+    for (int which = 0; which < 2; which++) {
+        kvt_wire_t ref = {.n = 0};
+        kvt_wire_put(&ref, 7, 8);
+        kvt_wire_put(&ref, 4096, 4);
+        kvt_wire_put(&ref, 10, 4);
+        kvt_wire_put(&ref, 0, 8);
+        kvt_wire_put(&ref, 3, 4);
+        kvt_wire_raw(&ref, blob, 3);
+        kvt_wire_put(&ref, 3, 4);
+        kvt_wire_raw(&ref, blob, 3);
+        if (which == 0) {
+            kvt_wire_str(&ref, "a\0c", 3);
+            kvt_wire_str(&ref, "", 0);
+            refused(d_hello_ans, ref.b, ref.n, MAXN, KVT_ERR_INVAL, "xfer_hello answer", "host");
+        } else {
+            kvt_wire_str(&ref, "b", 1);
+            kvt_wire_put(&ref, 9, 2); /* unix_path says 9 bytes, has 2 */
+            kvt_wire_raw(&ref, (const uint8_t *)"/s", 2);
+            refused(d_hello_ans, ref.b, ref.n, MAXN, KVT_ERR_INVAL, "xfer_hello answer",
+                    "unix_path");
+        }
+    }
     /* the last slot may end at 2^64 exactly */
     good.base = UINT64_MAX - 40960 + 1;
     assert_int_equal(kvt_proto_xfer_hello_ans_encode(&w, 1, &good), KVT_OK);

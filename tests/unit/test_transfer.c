@@ -7,10 +7,14 @@
  * pushed bytes on request. The test side pulls and pushes a few hundred blocks
  * of 4 KiB .. 4 MiB under tcp (and shared memory where UCX allows it with
  * peer failure handling) and checks every byte;
+ * and through a mapped peer (the server's sealed memfd passed over the
+ * socketpair, as kvtierd maps a same-host peer's arena), also after the
+ * server was killed;
  * kills the server mid-batch (SIGKILL) and opens a new one; stops it (SIGSTOP)
  * so a batch times out; and feeds submit bad entries.
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <inttypes.h>
 #include <poll.h>
 #include <setjmp.h>
@@ -30,6 +34,7 @@
 #include <cmocka.h>
 
 #include "common/clock.h"
+#include "common/fdpass.h"
 #include "tests/support/rng.h"
 #include "transfer/transfer.h"
 
@@ -138,16 +143,47 @@ static int serve_cmd(int sock, const uint8_t *base)
     return write_all(sock, &a, 1) ? 0 : 1;
 }
 
+/* A region in a memfd sealed against shrinking, as kvtierd's arena: *@fd_p is its fd. */
+static uint8_t *map_memfd(uint64_t len, int *fd_p)
+{
+    int fd = memfd_create("test-region", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+    if (fd < 0 || ftruncate(fd, (off_t)len) != 0 ||
+        fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW) != 0)
+        return NULL;
+    void *p = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    *fd_p = fd;
+    return p == MAP_FAILED ? NULL : p;
+}
+
+/* One byte with @fd beside it (SCM_RIGHTS). */
+static bool send_fd(int sock, int fd)
+{
+    return kvt_fd_send(sock, "F", 1, 0, fd) == 1;
+}
+
+static int recv_fd(int sock)
+{
+    char one;
+    int fd = -1;
+    return kvt_fd_recv(sock, &one, 1, 0, &fd) == 1 ? fd : -1;
+}
+
+/* "mapped": the server's region is a sealed memfd it passes to the test side, which opens a
+ * mapped peer on it (no UCX between the two; the server's context is on tcp). */
+#define TLS_MAPPED "mapped"
+
 static int serve(int sock, const char *tls, uint64_t len, uint64_t seed)
 {
     char err[256];
-    kvt_xfer_opts_t o = {.tls = tls[0] != '\0' ? tls : NULL};
+    bool mapped = strcmp(tls, TLS_MAPPED) == 0;
+    kvt_xfer_opts_t o = {.tls = mapped ? "tcp" : tls[0] != '\0' ? tls : NULL};
     kvt_xfer_t *x;
     if (kvt_xfer_create(&o, &x, err, sizeof(err)) != KVT_OK) {
         fprintf(stderr, "serve: %s\n", err);
         return 3;
     }
-    uint8_t *base = map_region(len);
+    int mfd = -1;
+    uint8_t *base = mapped ? map_memfd(len, &mfd) : map_region(len);
     if (base == NULL)
         return 3;
     pat_fill(base, 0, len, seed);
@@ -160,7 +196,7 @@ static int serve(int sock, const char *tls, uint64_t len, uint64_t seed)
     const void *rkey = kvt_xfer_rkey(x, &rlen);
     hello_t h = {alen, rlen, (uint64_t)(uintptr_t)base, len, seed ^ 0x1234};
     if (!write_all(sock, &h, sizeof(h)) || !write_all(sock, addr, alen) ||
-        !write_all(sock, rkey, rlen))
+        !write_all(sock, rkey, rlen) || (mapped && !send_fd(sock, mfd)))
         return 3;
     for (;;) {
         while (kvt_xfer_progress(x) != 0) {
@@ -188,6 +224,8 @@ typedef struct server {
     int sock;
     kvt_xfer_peer_t *peer;
     uint64_t seed;
+    void *map; /* TLS_MAPPED: the server's region, mapped here */
+    uint64_t map_len;
 } server_t;
 
 /* Starts a server on @tls with a region of @len bytes filled with @seed and opens a peer to
@@ -217,13 +255,26 @@ static kvt_status_t server_try(kvt_xfer_t *x, const char *tls, uint64_t len, uin
     assert_true(h.addr_len > 0 && h.addr_len < 65536 && h.rkey_len > 0 && h.rkey_len < 65536);
     void *addr = malloc(h.addr_len), *rkey = malloc(h.rkey_len);
     assert_true(read_all(s->sock, addr, h.addr_len) && read_all(s->sock, rkey, h.rkey_len));
-    kvt_xfer_peer_info_t info = {addr, h.addr_len, rkey, h.rkey_len, h.base, h.len, h.incarnation};
+    kvt_xfer_peer_info_t info = {addr,   h.addr_len, rkey,          h.rkey_len,
+                                 h.base, h.len,      h.incarnation, NULL};
+    s->map = NULL;
+    if (strcmp(tls, TLS_MAPPED) == 0) {
+        int fd = recv_fd(s->sock);
+        assert_true(fd >= 0);
+        s->map = mmap(NULL, h.len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+        assert_true(s->map != MAP_FAILED);
+        close(fd);
+        s->map_len = h.len;
+        info.map = s->map;
+    }
     s->peer = NULL;
     kvt_status_t st = kvt_xfer_peer_open(x, &info, &s->peer, err, errlen);
     free(addr);
     free(rkey);
-    if (st == KVT_OK)
+    if (st == KVT_OK) {
         assert_int_equal(kvt_xfer_peer_incarnation(s->peer), seed ^ 0x1234);
+        assert_true(kvt_xfer_peer_mapped(s->peer) == (s->map != NULL));
+    }
     return st;
 }
 
@@ -251,6 +302,8 @@ static void server_stop(server_t *s, int sig)
         assert_true(WIFEXITED(wst) && WEXITSTATUS(wst) == 0);
     close(s->sock);
     kvt_xfer_peer_close(s->peer);
+    if (s->map != NULL)
+        munmap(s->map, s->map_len);
 }
 
 /* Asks the server whether ranges (remote offsets and lengths of @iov) hold @seed's pattern. */
@@ -365,7 +418,7 @@ static kvt_xfer_t *create_or_skip(const char *tls, uint32_t max_inflight)
  * a peer_open refused for want of peer failure handling ends the case early: false. */
 static bool pull_push(const char *tls, uint32_t max_inflight, uint32_t per, bool may_refuse)
 {
-    kvt_xfer_t *x = create_or_skip(tls, max_inflight);
+    kvt_xfer_t *x = create_or_skip(strcmp(tls, TLS_MAPPED) == 0 ? "tcp" : tls, max_inflight);
     if (x == NULL)
         return true;
     layout_t *l = calloc(1, sizeof(*l));
@@ -462,6 +515,57 @@ static void test_pull_push_shm(void **state)
     if (!ran)
         fprintf(stderr, "UCX_TLS=%s: refused as documented\n", TLS_SHM);
     pull_push("tcp," TLS_SHM, 0, 64, false);
+}
+
+/* A mapped peer (kvtierd's same-host path): the server's sealed memfd mapped here; batches
+ * are copies, called back from progress like UCX's. */
+static void test_pull_push_mapped(void **state)
+{
+    (void)state;
+    pull_push(TLS_MAPPED, 0, 64, false);
+}
+
+/* A mapped peer's process killed: the mapping stays valid, so a pull after the kill still
+ * lands its bytes (the caller learns of the death from its RPC, not from the copy), and
+ * nothing faults. */
+static void test_mapped_peer_killed(void **state)
+{
+    (void)state;
+    kvt_xfer_t *x = create_or_skip("tcp", 0);
+    if (x == NULL)
+        return;
+    uint64_t len = 4 * MIB;
+    uint8_t *local = map_region(len);
+    assert_non_null(local);
+    char err[256];
+    assert_int_equal(kvt_xfer_register(x, local, len, err, sizeof(err)), KVT_OK);
+    server_t s;
+    server_start(x, TLS_MAPPED, len, 5, &s);
+    kill(s.pid, SIGKILL);
+    int wst;
+    assert_int_equal(waitpid(s.pid, &wst, 0), s.pid);
+    kvt_xfer_iov_t iov = {.remote_off = 4096, .local = local, .len = MIB};
+    kvt_status_t est = (kvt_status_t)1;
+    done_t d = {0};
+    assert_int_equal(
+        kvt_xfer_submit(s.peer, KVT_XFER_GET, &iov, 1, &est, 0, on_done, &d, err, sizeof(err)),
+        KVT_OK);
+    assert_int_equal(d.calls, 0); /* never from submit */
+    wait_done(x, &d, 1);
+    assert_int_equal(d.st, KVT_OK);
+    assert_int_equal(est, KVT_OK);
+    assert_true(pat_check(local, 4096, MIB, 5));
+    /* a range past the region is refused as for any peer */
+    iov.remote_off = len - 4096;
+    iov.len = 8192;
+    assert_int_equal(
+        kvt_xfer_submit(s.peer, KVT_XFER_GET, &iov, 1, &est, 0, on_done, &d, err, sizeof(err)),
+        KVT_ERR_RANGE);
+    close(s.sock);
+    kvt_xfer_peer_close(s.peer);
+    munmap(s.map, s.map_len);
+    kvt_xfer_destroy(x);
+    munmap(local, len);
 }
 
 /* Few request contexts: most entries wait for room, in order, across batches. */
@@ -674,7 +778,7 @@ static void test_bad_args(void **state)
     size_t al;
     const void *addr = kvt_xfer_worker_address(a, &al);
     const void *rkey = kvt_xfer_rkey(a, &rl);
-    kvt_xfer_peer_info_t info = {addr, al, rkey, rl, (uint64_t)(uintptr_t)ra, len, 42};
+    kvt_xfer_peer_info_t info = {addr, al, rkey, rl, (uint64_t)(uintptr_t)ra, len, 42, NULL};
     kvt_xfer_peer_t *p, *q;
     kvt_xfer_peer_info_t empty = info;
     empty.rkey_len = 0;
@@ -768,10 +872,11 @@ int main(int argc, char **argv)
     g_self = "/proc/self/exe";
     signal(SIGPIPE, SIG_IGN);
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_bad_args),        cmocka_unit_test(test_pull_push_tcp),
-        cmocka_unit_test(test_pull_push_shm),   cmocka_unit_test(test_pull_push_narrow),
-        cmocka_unit_test(test_peer_killed),     cmocka_unit_test(test_timeout),
-        cmocka_unit_test(test_timeout_waiting),
+        cmocka_unit_test(test_bad_args),           cmocka_unit_test(test_pull_push_tcp),
+        cmocka_unit_test(test_pull_push_shm),      cmocka_unit_test(test_pull_push_narrow),
+        cmocka_unit_test(test_peer_killed),        cmocka_unit_test(test_timeout),
+        cmocka_unit_test(test_timeout_waiting),    cmocka_unit_test(test_pull_push_mapped),
+        cmocka_unit_test(test_mapped_peer_killed),
     };
     if (cmocka_run_group_tests(tests, NULL, NULL) != 0)
         return 1;
