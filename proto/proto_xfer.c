@@ -634,17 +634,44 @@ kvt_status_t kvt_proto_transfer_req_encode(kvt_proto_wr_t *w, uint64_t req_id,
         (t->peer.len > 0 && memchr(t->peer.p, '\0', t->peer.len) != NULL))
         return KVT_ERR_TOO_BIG;
     if (t->model.len == 0 || t->direction > KVT_PROTO_XFER_PUSH ||
+        (t->flags != 0 &&
+         (t->flags != KVT_PROTO_XFER_STREAM || t->direction != KVT_PROTO_XFER_PUSH)) ||
         t->timeout_ms > KVT_PROTO_XFER_MAX_TIMEOUT_MS || peer_ok(t->peer, "", NULL, 0) != KVT_OK)
         return KVT_ERR_INVAL;
     size_t off = kvt_proto_wr_frame_begin(w, KVT_PROTO_OP_TRANSFER, 0, req_id);
     kvt_proto_wr_str(w, t->peer.p, t->peer.len);
     proto_put_names(w, t->model, t->lora);
     kvt_proto_wr_u8(w, t->direction);
-    kvt_proto_wr_raw(w, "\0\0\0", 3);
+    kvt_proto_wr_u8(w, t->flags);
+    kvt_proto_wr_raw(w, "\0\0", 2);
     kvt_proto_wr_u32(w, t->timeout_ms);
     kvt_proto_wr_u32(w, t->n);
     proto_put_uints(w, keys, t->n, 8);
     return kvt_proto_wr_frame_end(w, off);
+}
+
+/* TRANSFER's u8 direction (0 | 1), u8 flags (KVT_PROTO_XFER_STREAM, with a push), u16 pad 0. */
+static kvt_status_t rd_direction_flags(kvt_proto_rd_t *r, kvt_proto_transfer_req_t *t, char *err,
+                                       size_t errlen)
+{
+    const char *what = "transfer";
+    kvt_status_t st = proto_need(r, 4, what, "direction, flags and pad", err, errlen);
+    if (st != KVT_OK)
+        return st;
+    t->direction = kvt_proto_rd_u8(r);
+    t->flags = kvt_proto_rd_u8(r);
+    uint16_t pad = kvt_proto_rd_u16(r);
+    if (t->direction > KVT_PROTO_XFER_PUSH)
+        return proto_fail(err, errlen, KVT_ERR_INVAL, "%s: direction must be 0 or 1, not %u", what,
+                          t->direction);
+    if (t->flags & ~KVT_PROTO_XFER_STREAM)
+        return proto_fail(err, errlen, KVT_ERR_INVAL, "%s: flags 0x%02x has unknown bits", what,
+                          t->flags);
+    if (t->flags != 0 && t->direction != KVT_PROTO_XFER_PUSH)
+        return proto_fail(err, errlen, KVT_ERR_INVAL, "%s: stream is for a push", what);
+    if (pad != 0)
+        return proto_fail(err, errlen, KVT_ERR_INVAL, "%s: pad is %u, not 0", what, pad);
+    return KVT_OK;
 }
 
 kvt_status_t kvt_proto_transfer_req_decode(const uint8_t *body, size_t len, uint64_t *keys,
@@ -655,20 +682,18 @@ kvt_status_t kvt_proto_transfer_req_decode(const uint8_t *body, size_t len, uint
     kvt_proto_rd_t r;
     kvt_proto_transfer_req_t t = {0};
     const uint8_t *at = NULL;
-    bool push = false;
     kvt_status_t st;
 
     kvt_proto_rd_init(&r, body, len);
     if ((st = proto_rd_name(&r, what, "peer", true, &t.peer, err, errlen)) != KVT_OK ||
         (st = peer_ok(t.peer, what, err, errlen)) != KVT_OK ||
         (st = proto_rd_names(&r, what, &t.model, &t.lora, err, errlen)) != KVT_OK ||
-        (st = proto_rd_flag_pad(&r, what, "direction", &push, err, errlen)) != KVT_OK ||
+        (st = rd_direction_flags(&r, &t, err, errlen)) != KVT_OK ||
         (st = rd_u32_max(&r, what, "timeout_ms", KVT_PROTO_XFER_MAX_TIMEOUT_MS, &t.timeout_ms, err,
                          errlen)) != KVT_OK ||
         (st = rd_entries(&r, what, max_keys, 8, "the keys", &t.n, &at, err, errlen)) != KVT_OK ||
         (st = proto_rd_end(&r, what, "the keys", err, errlen)) != KVT_OK)
         return st;
-    t.direction = push ? KVT_PROTO_XFER_PUSH : KVT_PROTO_XFER_PULL;
     proto_get_uints(keys, at, t.n, 8);
     *t_p = t;
     return KVT_OK;

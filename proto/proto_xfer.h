@@ -234,6 +234,7 @@ typedef struct kvt_proto_transfer_req {
     kvt_proto_str_t model; /* 1..255 bytes */
     kvt_proto_str_t lora;  /* 0..255 bytes */
     uint8_t direction;     /* KVT_PROTO_XFER_PULL or KVT_PROTO_XFER_PUSH */
+    uint8_t flags;         /* KVT_PROTO_XFER_STREAM (with a push) or 0 */
     uint32_t timeout_ms;   /* 0: the server's; else <= KVT_PROTO_XFER_MAX_TIMEOUT_MS */
     uint32_t n;            /* keys, 1..KVT_PROTO_XFER_MAX_KEYS */
 } kvt_proto_transfer_req_t;
@@ -243,7 +244,7 @@ kvt_status_t kvt_proto_transfer_req_encode(kvt_proto_wr_t *w, uint64_t req_id,
                                            const kvt_proto_transfer_req_t *t, const uint64_t *keys);
 
 /* Decodes a TRANSFER request (a peer kvt_hostport_split() takes, port 1..65535; direction 0
- * or 1, pad 0): KVT_OK with *@t_p and @keys[0..n); KVT_ERR_TOO_BIG when n > @max_keys;
+ * or 1; flags 0, or KVT_PROTO_XFER_STREAM with a push; pad 0): KVT_OK with *@t_p and @keys[0..n); KVT_ERR_TOO_BIG when n > @max_keys;
  * KVT_ERR_INVAL else. */
 kvt_status_t kvt_proto_transfer_req_decode(const uint8_t *body, size_t len, uint64_t *keys,
                                            uint32_t max_keys, kvt_proto_transfer_req_t *t_p,

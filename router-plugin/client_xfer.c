@@ -33,12 +33,15 @@ kvt_status_t kvt_client_transfer(kvt_client_t *c, const kvt_client_transfer_t *t
     if (t->n == 0 || t->keys == NULL || t->n > KVT_PROTO_XFER_MAX_KEYS)
         return kvt_cl_fail(c, KVT_ERR_INVAL, "transfer: 1..%u keys, not NULL (got %zu)",
                            KVT_PROTO_XFER_MAX_KEYS, t->n);
+    if (t->stream && !t->push)
+        return kvt_cl_fail(c, KVT_ERR_INVAL, "transfer: stream is for a push");
     if (out->transferred == NULL || out->missing == NULL || out->failed == NULL)
         return kvt_cl_fail(c, KVT_ERR_INVAL, "transfer: the answer's arrays are NULL");
     kvt_proto_transfer_req_t r = {.peer = {t->peer, (uint16_t)plen},
                                   .model = {t->model, (uint16_t)mlen},
                                   .lora = {t->lora, (uint16_t)llen},
                                   .direction = t->push ? KVT_PROTO_XFER_PUSH : KVT_PROTO_XFER_PULL,
+                                  .flags = t->stream ? KVT_PROTO_XFER_STREAM : 0,
                                   .timeout_ms = t->timeout_ms,
                                   .n = (uint32_t)t->n};
     kvt_proto_wr_t req;

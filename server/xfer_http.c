@@ -69,6 +69,7 @@ void srv_h_transfer_http(srv_req_t *rq, srv_result_t *res)
     memcpy(xc->model, b->model, b->model_len + 1);
     memcpy(xc->lora, b->lora, b->lora_len + 1);
     xc->direction = b->direction;
+    xc->stream = b->stream;
     xc->timeout_ms = b->timeout_ms;
     xc->keys = keys;
     xc->n = (uint32_t)b->n;

@@ -90,6 +90,7 @@ typedef struct srv_xfer_call {
     char peer[300];
     char model[256], lora[256];
     uint8_t direction;
+    bool stream; /* a push that waits for keys not held yet (KVT_PROTO_XFER_STREAM) */
     uint32_t timeout_ms;
     bool http; /* POST /v1/transfer: answer in JSON (srv_xfer_answer) */
 } srv_xfer_call_t;

@@ -161,6 +161,7 @@ kvt_status_t kvt_srv_xfer_decode(const char *body, size_t len, uint64_t *keys, s
     x->peer[0] = x->model[0] = x->lora[0] = '\0';
     x->peer_len = x->model_len = x->lora_len = x->n = 0;
     x->direction = KVT_PROTO_XFER_PULL;
+    x->stream = false;
     x->timeout_ms = 0;
     if (cap > KVT_PROTO_XFER_MAX_KEYS)
         cap = KVT_PROTO_XFER_MAX_KEYS;
@@ -190,6 +191,12 @@ kvt_status_t kvt_srv_xfer_decode(const char *body, size_t len, uint64_t *keys, s
             f = direction_field(&j, &x->direction, err, errlen);
         } else if (key_is(key, klen, "timeout_ms")) {
             f = timeout_field(&j, &x->timeout_ms, err, errlen);
+        } else if (key_is(key, klen, "stream")) {
+            f = kvt_json_peek(&j) != KVT_JSON_TRUE && kvt_json_peek(&j) != KVT_JSON_FALSE ? F_TOLD
+                : kvt_json_bool(&j, &x->stream) != KVT_OK                                 ? F_JSON
+                                                                                          : F_OK;
+            if (f == F_TOLD)
+                kvt_errf(err, errlen, "\"stream\" must be true or false");
         } else {
             unknown_field(key, klen, err, errlen);
             return KVT_ERR_INVAL;
@@ -206,6 +213,10 @@ kvt_status_t kvt_srv_xfer_decode(const char *body, size_t len, uint64_t *keys, s
         kvt_errf(err, errlen, "%s",
                  kvt_json_error(&j)[0] ? kvt_json_error(&j) : kvt_status_str(st));
         return st;
+    }
+    if (x->stream && x->direction != KVT_PROTO_XFER_PUSH) {
+        kvt_errf(err, errlen, "\"stream\" is for a push");
+        return KVT_ERR_INVAL;
     }
     if (!have_peer || !have_model || !have_keys) {
         kvt_errf(err, errlen, "a transfer needs \"%s\"",
@@ -241,6 +252,8 @@ void kvt_srv_xfer_body_json(kvt_jbuf_t *b, const kvt_srv_xfer_body_t *x, const u
     }
     kvt_jbuf_cstr(b, x->direction == KVT_PROTO_XFER_PUSH ? "],\"direction\":\"push\""
                                                          : "],\"direction\":\"pull\"");
+    if (x->stream)
+        kvt_jbuf_cstr(b, ",\"stream\":true");
     if (x->timeout_ms > 0) {
         kvt_jbuf_cstr(b, ",\"timeout_ms\":");
         kvt_jbuf_u64(b, x->timeout_ms);

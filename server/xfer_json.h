@@ -20,6 +20,7 @@ typedef struct kvt_srv_xfer_body {
     char lora[KVT_PROTO_MAX_STR + 1];  /* "lora_name"; "" when absent or null */
     size_t peer_len, model_len, lora_len;
     uint8_t direction;   /* KVT_PROTO_XFER_PULL (default) or KVT_PROTO_XFER_PUSH */
+    bool stream;         /* "stream": true (a push only) */
     uint32_t timeout_ms; /* 1..KVT_PROTO_XFER_MAX_TIMEOUT_MS; 0 when absent (the server's) */
     size_t n;            /* keys written to the caller's array, >= 1 */
 } kvt_srv_xfer_body_t;
@@ -27,7 +28,8 @@ typedef struct kvt_srv_xfer_body {
 /*
  * Decodes a POST /v1/transfer body
  *   {"peer": "host:port", "model": str, "lora_name"?: str|null, "keys": [u64..],
- *    "direction"?: "pull"|"push", "timeout_ms"?: uint}
+ *    "direction"?: "pull"|"push", "stream"?: bool (true only with "push"),
+ *    "timeout_ms"?: uint}
  * into *@x and the keys into @keys[0..cap) (@cap at most
  * KVT_PROTO_XFER_MAX_KEYS counts). Keys are JSON integers 0..2^64-1 (no sign,
  * fraction, exponent or string). An unknown or repeated field, a missing

@@ -538,6 +538,31 @@ void srv_xpeer_batch(srv_xfer_t *xf, srv_xpeer_t *p, kvt_xfer_op_t op, const kvt
     }
 }
 
+void srv_xpeer_idle(srv_xfer_t *xf, srv_xcli_t *c, const srv_xpeer_t *p, uint64_t lease,
+                    uint32_t lease_ms, uint64_t *renew_at, uint32_t ms)
+{
+    uint64_t end = kvt_clock_ms() + ms;
+    for (;;) {
+        uint64_t now = kvt_clock_ms();
+        if (lease != 0 && p != NULL && c->fd >= 0 && now >= *renew_at) {
+            xpeer_renew(xf, c, p, lease, lease_ms);
+            *renew_at = kvt_clock_ms() + (lease_ms / 3 > 0 ? lease_ms / 3 : 1);
+        }
+        while (kvt_xfer_progress(xf->x) > 0) {
+        }
+        now = kvt_clock_ms();
+        if (now >= end)
+            return;
+        int efd = kvt_xfer_efd(xf->x);
+        struct pollfd pf = {.fd = efd, .events = POLLIN};
+        int left = (int)(end - now);
+        if (efd >= 0 && kvt_xfer_arm(xf->x))
+            poll(&pf, 1, left);
+        else
+            poll(NULL, 0, left < 1 ? left : 1);
+    }
+}
+
 uint8_t srv_xfer_reason(kvt_status_t st)
 {
     switch (st) {

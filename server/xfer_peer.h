@@ -98,6 +98,12 @@ void srv_xpeer_batch(srv_xfer_t *xf, srv_xpeer_t *p, kvt_xfer_op_t op, const kvt
                      uint32_t n, kvt_status_t *est, uint32_t timeout_ms, srv_xcli_t *c,
                      uint64_t lease, uint32_t lease_ms, char *err, size_t errlen);
 
+/* Waits @ms, driving UCX meanwhile (this thread is its only driver); renews @lease at @p
+ * (when there is one) over @c for @lease_ms once *@renew_at has passed, then sets it a third
+ * of @lease_ms later. */
+void srv_xpeer_idle(srv_xfer_t *xf, srv_xcli_t *c, const srv_xpeer_t *p, uint64_t lease,
+                    uint32_t lease_ms, uint64_t *renew_at, uint32_t ms);
+
 /* The TRANSFER failure reason (KVT_PROTO_XFER_FAIL_*) for status @st. */
 uint8_t srv_xfer_reason(kvt_status_t st);
 

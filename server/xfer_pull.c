@@ -272,6 +272,7 @@ void srv_h_transfer(srv_req_t *rq, srv_result_t *res)
     memcpy(xc->model, t.model.p, t.model.len);
     memcpy(xc->lora, t.lora.p, t.lora.len);
     xc->direction = t.direction;
+    xc->stream = (t.flags & KVT_PROTO_XFER_STREAM) != 0;
     xc->timeout_ms = t.timeout_ms;
     xc->keys = keys;
     xc->n = t.n;

@@ -3,7 +3,10 @@
  * (a tier session of its own), reserves slots at the peer (XFER_RESERVE),
  * writes the blocks into them over UCX in one PUT batch and has the peer
  * check each against the sum recorded here when the block was stored and
- * make the good ones visible (XFER_COMMIT); then the pins go.
+ * make the good ones visible (XFER_COMMIT); then the pins go. A streaming
+ * push (KVT_PROTO_XFER_STREAM) does that in rounds: what its engine commits
+ * here during the call goes in the next round, until every key went or the
+ * call's time is up.
  */
 #define KVT_LOG_COMPONENT "xfer"
 
@@ -11,9 +14,13 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/clock.h"
 #include "common/errtext.h"
 #include "server/tier.h"
 #include "server/xfer_peer.h"
+
+/* How often a streaming push looks for blocks committed here since its last round. */
+#define SRV_PUSH_POLL_MS 2u
 
 /* A local pin, waited for: its callback may run on the tier's I/O thread. */
 typedef struct pin_wait {
@@ -50,11 +57,12 @@ static kvt_status_t pin_local(srv_xfer_t *xf, kvt_tier_sess_t *s, const char *ns
     return st;
 }
 
-/* XFER_RESERVE of @keys at the peer, with one re-handshake on a stale incarnation or a
- * failed endpoint. On KVT_OK *@p_p, @slots[0..n) and *@a_p. */
+/* XFER_RESERVE of @keys at the peer under *@lease_p (0: a new lease, set here), with one
+ * re-handshake on a stale incarnation or a failed endpoint (a lease of the old incarnation is
+ * gone with it). On KVT_OK *@p_p, @slots[0..n) and *@a_p. */
 static kvt_status_t reserve(srv_xfer_t *xf, const srv_xfer_call_t *xc, srv_xcli_t *c,
                             uint32_t timeout, const uint64_t *keys, const uint32_t *lens,
-                            uint32_t n, srv_xpeer_t **p_p, uint32_t *slots,
+                            uint32_t n, srv_xpeer_t **p_p, uint64_t *lease_p, uint32_t *slots,
                             kvt_proto_xfer_slots_ans_t *a_p, char *err, size_t errlen)
 {
     kvt_status_t st = KVT_ERR_PEER;
@@ -63,7 +71,10 @@ static kvt_status_t reserve(srv_xfer_t *xf, const srv_xfer_call_t *xc, srv_xcli_
                           : srv_xpeer_hello(xf, c, xc->peer, p_p, err, errlen);
         if (st != KVT_OK)
             return st;
+        if (attempt == 1)
+            *lease_p = 0;
         kvt_proto_xfer_keys_t k = {.incarnation = (*p_p)->inc,
+                                   .lease = *lease_p,
                                    .model = {xc->model, (uint16_t)strlen(xc->model)},
                                    .lora = {xc->lora, (uint16_t)strlen(xc->lora)},
                                    .lease_ms = srv_xpeer_lease_ms(xf, timeout),
@@ -78,6 +89,8 @@ static kvt_status_t reserve(srv_xfer_t *xf, const srv_xfer_call_t *xc, srv_xcli_
             kvt_errf(err, errlen, "peer: xfer_reserve answered %u of %u keys", a_p->n, n);
             return KVT_ERR_PEER;
         }
+        if (st == KVT_OK && a_p->lease != 0)
+            *lease_p = a_p->lease;
         if (st != KVT_ERR_STALE)
             return st;
     }
@@ -158,82 +171,138 @@ static void put_commit(srv_xfer_t *xf, srv_xcli_t *c, srv_xpeer_t *p, push_buf_t
     }
 }
 
+/* A push's state across its rounds. */
+typedef struct push {
+    srv_xcli_t c;      /* the RPC connection to the peer, opened with the first round */
+    srv_xpeer_t *p;    /* the peer, from the last reserve */
+    uint64_t lease;    /* the peer's lease over every round's reservations; 0: none yet */
+    uint64_t renew_at; /* when the peer's lease is renewed next, while waiting */
+    bool down;         /* the peer failed: later rounds fail at once */
+    kvt_status_t down_st;
+} push_t;
+
 /*
- * The steps: pin here (missing: not held here); a connection and RPC HELLO;
- * XFER_RESERVE there (one re-handshake on a stale incarnation); one PUT
- * batch; XFER_COMMIT with the recorded sums; XFER_RELEASE of the peer's
- * lease; the pins here go with the session.
+ * One round: the @np blocks pinned here (b->keys, b->lens, b->idx into
+ * b->pins) go to the peer: XFER_RESERVE (the peer's lease, one re-handshake
+ * on a stale incarnation), one PUT batch, XFER_COMMIT with the recorded sums.
+ */
+static void push_round(srv_xfer_t *xf, const srv_xfer_call_t *xc, push_t *ps, push_buf_t *b,
+                       uint32_t np, uint32_t timeout, srv_xres_t *r, char *err, size_t errlen)
+{
+    kvt_status_t st = ps->down ? ps->down_st : KVT_OK;
+    if (st == KVT_OK && ps->c.fd < 0)
+        st = srv_xcli_open(xf, &ps->c, xc->peer, timeout, err, errlen);
+    kvt_proto_xfer_slots_ans_t a = {0};
+    if (st == KVT_OK)
+        st = reserve(xf, xc, &ps->c, timeout, b->keys, b->lens, np, &ps->p, &ps->lease, b->slots,
+                     &a, err, errlen);
+    if (st != KVT_OK) {
+        /* a refused request fails these keys; a peer that is gone fails the later rounds too */
+        if (st != KVT_ERR_INVAL) {
+            ps->down = true;
+            ps->down_st = st;
+        }
+        srv_xres_fail(r, b->keys, np,
+                      st == KVT_ERR_INVAL ? KVT_PROTO_XFER_FAIL_ERROR : srv_xfer_reason(st));
+        return;
+    }
+    srv_xpeer_t *p = ps->p;
+    uint32_t ni = 0;
+    for (uint32_t j = 0; j < np; j++) {
+        const kvt_tier_pinned_t *pin = &b->pins[b->idx[j]];
+        uint32_t slot = b->slots[j];
+        if (slot == KVT_PROTO_XFER_SLOT_HELD) {
+            r->transferred[r->nt++] = b->keys[j]; /* there already: nothing to move */
+            continue;
+        }
+        if (slot == KVT_PROTO_SLOT_NONE || slot >= p->nslots || pin->len > p->slot_bytes) {
+            r->failed[r->nf++] = (kvt_proto_xfer_failed_t){
+                b->keys[j], slot == KVT_PROTO_SLOT_NONE ? KVT_PROTO_XFER_FAIL_NO_ROOM
+                                                        : KVT_PROTO_XFER_FAIL_ERROR};
+            continue;
+        }
+        b->iov[ni] = (kvt_xfer_iov_t){.remote_off = (uint64_t)slot * p->slot_bytes,
+                                      .local = kvt_tier_slot_ptr(xf->tier, pin->slot),
+                                      .len = pin->len};
+        b->idx[ni] = b->idx[j];
+        b->lens[ni] = b->lens[j];
+        b->keys[ni++] = b->keys[j];
+    }
+    if (ni > 0)
+        put_commit(xf, &ps->c, p, b, ni, ps->lease, timeout, r, err, errlen);
+    if (kvt_xfer_peer_failed(p->p, NULL)) {
+        srv_xpeer_drop(xf, p);
+        ps->p = NULL;
+        ps->down = true;
+        ps->down_st = KVT_ERR_PEER;
+    }
+}
+
+/*
+ * The steps: pin here what is held (the rest is missing); push those in one
+ * round; with xc->stream, pin again every few milliseconds until the
+ * deadline and push what was committed here since, round after round, the
+ * peer's lease renewed meanwhile; then XFER_RELEASE of that lease, and the
+ * pins here go with the session.
  */
 void srv_xfer_push(srv_xfer_t *xf, const srv_xfer_call_t *xc, srv_xres_t *r, char *err,
                    size_t errlen)
 {
     uint32_t n = xc->n;
     uint32_t timeout = xc->timeout_ms != 0 ? xc->timeout_ms : 30000;
+    uint64_t deadline = kvt_clock_ms() + timeout;
     push_buf_t b = {0};
-    srv_xcli_t c = {.fd = -1, .pass_fd = -1};
-    kvt_proto_wr_init(&c.wr);
+    push_t ps = {.c = {.fd = -1, .pass_fd = -1}};
+    kvt_proto_wr_init(&ps.c.wr);
     kvt_tier_sess_t *s = kvt_tier_sess_open(xf->tier);
+    uint64_t *want = malloc(n * sizeof(*want)); /* keys not held here yet */
     char ns[KVT_TIER_NS_MAX];
     size_t ns_len = srv_tier_ns(xc->model, strlen(xc->model), xc->lora, strlen(xc->lora), ns);
-    if (s == NULL || !push_buf_init(&b, n) ||
-        pin_local(xf, s, ns, ns_len, xc->keys, n, b.pins) != KVT_OK) {
+    if (s == NULL || want == NULL || !push_buf_init(&b, n)) {
         srv_xres_fail(r, xc->keys, n, KVT_PROTO_XFER_FAIL_ERROR);
         kvt_errf(err, errlen, "out of memory");
         goto out;
     }
-    /* the pins are read by UCX until the batch ends: they must outlive it */
+    /* the pins are read by UCX until the last batch ends: they must outlive it */
     kvt_tier_sess_renew(xf->tier, s, timeout + 2000u);
-    uint32_t np = 0;
-    for (uint32_t i = 0; i < n; i++) {
-        if (b.pins[i].slot == KVT_TIER_SLOT_NONE || b.pins[i].len == 0) {
-            r->missing[r->nm++] = xc->keys[i];
-            continue;
+    memcpy(want, xc->keys, n * sizeof(*want));
+    uint32_t nwant = n, lease_ms = srv_xpeer_lease_ms(xf, timeout);
+    for (;;) {
+        if (pin_local(xf, s, ns, ns_len, want, nwant, b.pins) != KVT_OK) {
+            srv_xres_fail(r, want, nwant, KVT_PROTO_XFER_FAIL_ERROR);
+            nwant = 0;
+            break;
         }
-        b.idx[np] = i;
-        b.lens[np] = b.pins[i].len;
-        b.keys[np++] = xc->keys[i];
-    }
-    if (np == 0)
-        goto out;
-    kvt_status_t st = srv_xcli_open(xf, &c, xc->peer, timeout, err, errlen);
-    srv_xpeer_t *p = NULL;
-    kvt_proto_xfer_slots_ans_t a = {0};
-    if (st == KVT_OK)
-        st = reserve(xf, xc, &c, timeout, b.keys, b.lens, np, &p, b.slots, &a, err, errlen);
-    if (st != KVT_OK) {
-        srv_xres_fail(r, b.keys, np,
-                      st == KVT_ERR_INVAL ? KVT_PROTO_XFER_FAIL_ERROR : srv_xfer_reason(st));
-        goto out;
-    }
-    uint32_t ni = 0;
-    for (uint32_t j = 0; j < np; j++) {
-        const kvt_tier_pinned_t *pin = &b.pins[b.idx[j]];
-        uint32_t slot = b.slots[j];
-        if (slot == KVT_PROTO_XFER_SLOT_HELD) {
-            r->transferred[r->nt++] = b.keys[j]; /* there already: nothing to move */
-            continue;
+        uint32_t np = 0, left = 0;
+        for (uint32_t i = 0; i < nwant; i++) {
+            if (b.pins[i].slot == KVT_TIER_SLOT_NONE || b.pins[i].len == 0) {
+                want[left++] = want[i];
+                continue;
+            }
+            b.idx[np] = i;
+            b.lens[np] = b.pins[i].len;
+            b.keys[np++] = want[i];
         }
-        if (slot == KVT_PROTO_SLOT_NONE || slot >= p->nslots || pin->len > p->slot_bytes) {
-            r->failed[r->nf++] = (kvt_proto_xfer_failed_t){
-                b.keys[j], slot == KVT_PROTO_SLOT_NONE ? KVT_PROTO_XFER_FAIL_NO_ROOM
-                                                       : KVT_PROTO_XFER_FAIL_ERROR};
-            continue;
+        nwant = left;
+        if (np > 0) {
+            push_round(xf, xc, &ps, &b, np, timeout, r, err, errlen);
+            ps.renew_at = kvt_clock_ms() + lease_ms / 3;
         }
-        b.iov[ni] = (kvt_xfer_iov_t){.remote_off = (uint64_t)slot * p->slot_bytes,
-                                     .local = kvt_tier_slot_ptr(xf->tier, pin->slot),
-                                     .len = pin->len};
-        b.idx[ni] = b.idx[j];
-        b.lens[ni] = b.lens[j];
-        b.keys[ni++] = b.keys[j];
+        uint64_t now = kvt_clock_ms();
+        if (!xc->stream || nwant == 0 || now >= deadline)
+            break;
+        /* the engine is still committing: look again soon */
+        uint64_t wait = deadline - now < SRV_PUSH_POLL_MS ? deadline - now : SRV_PUSH_POLL_MS;
+        srv_xpeer_idle(xf, &ps.c, ps.p, ps.lease, lease_ms, &ps.renew_at, (uint32_t)wait);
     }
-    if (ni > 0)
-        put_commit(xf, &c, p, &b, ni, a.lease, timeout, r, err, errlen);
-    srv_xpeer_release(&c, p, a.lease); /* when the RPC is gone, the lease expires there */
-    if (kvt_xfer_peer_failed(p->p, NULL))
-        srv_xpeer_drop(xf, p);
+    for (uint32_t i = 0; i < nwant; i++)
+        r->missing[r->nm++] = want[i];
+    if (ps.p != NULL)
+        srv_xpeer_release(&ps.c, ps.p, ps.lease); /* when the RPC is gone, it expires there */
 out:
     if (s != NULL)
         kvt_tier_sess_close(xf->tier, s); /* the pins here go */
-    srv_xcli_close(&c);
+    srv_xcli_close(&ps.c);
     push_buf_cleanup(&b);
+    free(want);
 }

@@ -330,6 +330,8 @@ typedef struct kvt_client_transfer {
     size_t n;            /* 1..65536 keys */
     bool push;           /* false: the server pulls from the peer; true: pushes to it */
     uint32_t timeout_ms; /* 0: the server's (30 s); at most 600000 */
+    bool stream;         /* with push: keys the server does not hold yet are waited for, up
+                            to the timeout, and each sent as soon as it is committed there */
 } kvt_client_transfer_t;
 
 /* What a TRANSFER answered: every key is in exactly one of the three lists. The caller gives

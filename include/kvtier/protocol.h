@@ -131,7 +131,8 @@
  *              landed bytes' XXH3-64 is sum).
  * TRANSFER     req: str peer ("host:port", common/hostport.h), str model
  *              (1..255), str lora, u8 direction (KVT_PROTO_XFER_PULL |
- *              KVT_PROTO_XFER_PUSH), u8 pad[3] (0), u32 timeout_ms (0: the
+ *              KVT_PROTO_XFER_PUSH), u8 flags (KVT_PROTO_XFER_STREAM, push
+ *              only; other bits 0), u8 pad[2] (0), u32 timeout_ms (0: the
  *              server's; <= KVT_PROTO_XFER_MAX_TIMEOUT_MS), u32 n, n x u64 key.
  *              ans: u64 bytes, u64 ns, u32 ntransferred, u64 keys, u32
  *              nmissing, u64 keys, u32 nfailed, nfailed x (u64 key, u8 reason
@@ -195,6 +196,9 @@ enum kvt_proto_op {
 /* TRANSFER directions. */
 #define KVT_PROTO_XFER_PULL 0u /* this sidecar reads the blocks from the peer */
 #define KVT_PROTO_XFER_PUSH 1u /* this sidecar writes its blocks to the peer */
+/* TRANSFER flags: a push that waits, up to its timeout, for keys not held yet and sends each
+ * as soon as it is committed here (its engine's prefill still writing them) */
+#define KVT_PROTO_XFER_STREAM 1u
 /* Why a TRANSFER answer lists a key as failed. */
 #define KVT_PROTO_XFER_FAIL_PEER_DOWN 1u      /* the peer cannot be reached, or went away */
 #define KVT_PROTO_XFER_FAIL_PEER_RESTARTED 2u /* a new incarnation, twice in one call */

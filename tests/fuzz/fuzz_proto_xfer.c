@@ -273,6 +273,7 @@ static void fuzz_transfer(const uint8_t *body, size_t len, arrays_t *a)
     check_str(t.model, body, len, true);
     check_str(t.lora, body, len, false);
     CHECK(t.direction <= KVT_PROTO_XFER_PUSH && t.timeout_ms <= KVT_PROTO_XFER_MAX_TIMEOUT_MS);
+    CHECK(t.flags == 0 || (t.flags == KVT_PROTO_XFER_STREAM && t.direction == KVT_PROTO_XFER_PUSH));
     CHECK(t.n >= 1 && t.n <= cap);
     check_frame(kvt_proto_transfer_req_encode(&wr, 7, &t, a->k), KVT_PROTO_OP_TRANSFER, 0, body,
                 len);

@@ -33,25 +33,28 @@ static bool same_body(const kvt_srv_xfer_body_t *a, const kvt_srv_xfer_body_t *b
     return a->peer_len == b->peer_len && a->model_len == b->model_len &&
            a->lora_len == b->lora_len && strcmp(a->peer, b->peer) == 0 &&
            strcmp(a->model, b->model) == 0 && strcmp(a->lora, b->lora) == 0 &&
-           a->direction == b->direction && a->timeout_ms == b->timeout_ms && a->n == b->n &&
+           a->direction == b->direction && a->stream == b->stream &&
+           a->timeout_ms == b->timeout_ms && a->n == b->n &&
            memcmp(ka, kb, a->n * sizeof(*ka)) == 0;
 }
 
 /* The decoded request as a TRANSFER frame, and back. */
 static void through_frame(const kvt_srv_xfer_body_t *x, const uint64_t *keys, uint64_t *out)
 {
-    kvt_proto_transfer_req_t t = {{x->peer, (uint16_t)x->peer_len},
-                                  {x->model, (uint16_t)x->model_len},
-                                  {x->lora, (uint16_t)x->lora_len},
-                                  x->direction,
-                                  x->timeout_ms,
-                                  (uint32_t)x->n};
+    kvt_proto_transfer_req_t t = {.peer = {x->peer, (uint16_t)x->peer_len},
+                                  .model = {x->model, (uint16_t)x->model_len},
+                                  .lora = {x->lora, (uint16_t)x->lora_len},
+                                  .direction = x->direction,
+                                  .flags = x->stream ? KVT_PROTO_XFER_STREAM : 0,
+                                  .timeout_ms = x->timeout_ms,
+                                  .n = (uint32_t)x->n};
     kvt_proto_wr_reset(&wr);
     CHECK(kvt_proto_transfer_req_encode(&wr, 7, &t, keys) == KVT_OK);
     kvt_proto_transfer_req_t back;
     CHECK(kvt_proto_transfer_req_decode(wr.buf + KVT_PROTO_HDR_SIZE, wr.len - KVT_PROTO_HDR_SIZE,
                                         out, (uint32_t)x->n, &back, NULL, 0) == KVT_OK);
     CHECK(back.n == x->n && back.direction == x->direction && back.timeout_ms == x->timeout_ms);
+    CHECK(back.flags == t.flags);
     CHECK(back.peer.len == x->peer_len && memcmp(back.peer.p, x->peer, x->peer_len) == 0);
     CHECK(memcmp(out, keys, x->n * sizeof(*keys)) == 0);
 }

@@ -257,9 +257,9 @@ class TestSource(Base):
         self.assertEqual(count(r.ok(OP_XRELEASE, lease_req(inc, lease))), 0)
 
 
-def transfer_req(peer, keys, timeout_ms=10000, model=MODEL, lora="", direction=0):
-    return (fx.pstr(peer) + fx.pstr(model) + fx.pstr(lora) + struct.pack("<B3xII", direction,
-            timeout_ms, len(keys)) + b"".join(struct.pack("<Q", k) for k in keys))
+def transfer_req(peer, keys, timeout_ms=10000, model=MODEL, lora="", direction=0, flags=0):
+    return (fx.pstr(peer) + fx.pstr(model) + fx.pstr(lora) + struct.pack("<BB2xII", direction,
+            flags, timeout_ms, len(keys)) + b"".join(struct.pack("<Q", k) for k in keys))
 
 
 def transfer_ans(b):
@@ -382,6 +382,12 @@ class TestPull(Base):
         self.assertEqual(self.get(b, 301), blob(301))
         t = c.transfer("127.0.0.1:1", MODEL, [9], timeout_ms=2000)
         self.assertEqual(t["failed"], [(9, "peer_down")])
+        # a streaming push from B back to A: 301 is held, 304 never comes within 200 ms
+        t = c.transfer("127.0.0.1:%d" % a.rpc_port, MODEL, [301, 304], push=True, stream=True,
+                       timeout_ms=200)
+        self.assertEqual((t["transferred"], t["missing"], t["failed"]), ([301], [304], []))
+        with self.assertRaises(kvtier.Error):  # stream is for a push
+            c.transfer("127.0.0.1:%d" % a.rpc_port, MODEL, [301], stream=True)
         with self.assertRaises(ValueError):
             c.transfer("127.0.0.1:1", MODEL, [])
         with self.assertRaises(kvtier.Error):

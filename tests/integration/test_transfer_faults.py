@@ -35,6 +35,7 @@ except ImportError:
     zmq = msgpack = None
 
 PULL, PUSH = 0, 1
+STREAM = 1  # KVT_PROTO_XFER_STREAM
 PEER_DOWN, CHECKSUM, TIMEOUT = 1, 3, 4
 
 
@@ -56,9 +57,9 @@ class Faults(td.Base):
     def peer(self, d):
         return "127.0.0.1:%d" % d.rpc_port
 
-    def transfer(self, d, peer, keys, direction=PULL, timeout_ms=10000):
+    def transfer(self, d, peer, keys, direction=PULL, timeout_ms=10000, stream=False):
         return transfer_ans(self.rpc(d).ok(OP_TRANSFER, transfer_req(
-            peer, keys, timeout_ms=timeout_ms, direction=direction)))
+            peer, keys, timeout_ms=timeout_ms, direction=direction, flags=STREAM if stream else 0)))
 
     def settled(self, *ds):
         """Nothing pinned or reserved, no lease held, and both front ends answer."""
@@ -104,6 +105,43 @@ class TestPush(Faults):
             st = a.stats()["transfer"]
             return (st["transferred"], st["missing"], st["failed"]) == (5, 1, 0)
         td.wait_for(counted, "the pusher's counters")
+
+    def test_streaming_push(self):
+        """A push with stream set, made before the prefill has written every block: what is
+        held goes at once, the rest as each block is committed here, and the call answers
+        when the last one went; a key never written is missing when the time is up."""
+        import threading
+        a, b = self.start(), self.start()
+        keys = [221, 222, 223, 224, 225]
+        for k in keys[:2]:
+            self.put(a, k, blob(k, BB - k))
+        out = {}
+        th = threading.Thread(target=lambda: out.setdefault("t", self.transfer(
+            a, self.peer(b), keys, direction=PUSH, timeout_ms=20000, stream=True)))
+        th.start()
+        td.wait_for(lambda: self.get(b, 222) is not None, "the first round at the receiver")
+        self.assertTrue(th.is_alive(), "the push ended before the rest was written")
+        self.absent(b, keys[2:])
+        for k in keys[2:]:  # the engine commits the rest, one block at a time
+            self.put(a, k, blob(k, BB - k))
+        th.join(60)
+        self.assertFalse(th.is_alive())
+        t = out["t"]
+        self.assertEqual((sorted(t["transferred"]), t["missing"], t["failed"]), (keys, [], {}), t)
+        self.assertEqual(t["bytes"], sum(BB - k for k in keys))
+        for k in keys:
+            self.assertEqual(self.get(b, k), blob(k, BB - k))
+        # a key that never comes: missing once the call's time is up; the held one went
+        t = self.transfer(a, self.peer(b), [221, 229], direction=PUSH, timeout_ms=300,
+                          stream=True)
+        self.assertEqual((t["transferred"], t["missing"], t["failed"]), ([221], [229], {}), t)
+        self.absent(b, [229])
+        # stream is for a push: a pull that asks for it is refused
+        s, ans = a.http("POST", "/v1/transfer", {"peer": self.peer(b), "model": MODEL,
+                                                 "keys": [1], "stream": True})
+        self.assertEqual(s, 400, ans)
+        self.assertIn("stream", ans["error"])
+        self.settled(a, b)
 
     def test_receiver_killed(self):
         a, b = self.start(), self.start()

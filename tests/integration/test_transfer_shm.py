@@ -61,8 +61,9 @@ class Shm:
     def start_big(self, pod, *flags, lease="2s"):
         return super().start_big(pod, *flags, "--rpc-unix", unix_path(self), lease=lease)
 
-    def transfer(self, d, peer, keys, direction=tf.PULL, timeout_ms=10000):
-        t = super().transfer(d, peer, keys, direction=direction, timeout_ms=timeout_ms)
+    def transfer(self, d, peer, keys, direction=tf.PULL, timeout_ms=10000, stream=False):
+        t = super().transfer(d, peer, keys, direction=direction, timeout_ms=timeout_ms,
+                             stream=stream)
         if t["bytes"] > 0:  # /v1/stats is refreshed every --stats-period
             td.wait_for(lambda: d.stats()["transfer"]["mapped_peers"] >= 1,
                         "a mapping (bytes moved without one?)")

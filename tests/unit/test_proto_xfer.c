@@ -652,8 +652,11 @@ static void test_transfer_roundtrip(void **state)
                                       .model = model.s,
                                       .lora = lora.s,
                                       .direction = (uint8_t)below(2),
+                                      .flags = 0,
                                       .timeout_ms = below(KVT_PROTO_XFER_MAX_TIMEOUT_MS + 1),
                                       .n = n};
+        if (t.direction == KVT_PROTO_XFER_PUSH && below(2))
+            t.flags = KVT_PROTO_XFER_STREAM;
         for (uint32_t i = 0; i < n; i++)
             keys[i] = rnd();
         kvt_proto_wr_reset(&w);
@@ -663,7 +666,8 @@ static void test_transfer_roundtrip(void **state)
         put_str(&ref, t.model);
         put_str(&ref, t.lora);
         kvt_wire_put(&ref, t.direction, 1);
-        kvt_wire_put(&ref, 0, 3);
+        kvt_wire_put(&ref, t.flags, 1);
+        kvt_wire_put(&ref, 0, 2);
         kvt_wire_put(&ref, t.timeout_ms, 4);
         kvt_wire_put(&ref, n, 4);
         for (uint32_t i = 0; i < n; i++)
@@ -675,6 +679,7 @@ static void test_transfer_roundtrip(void **state)
                          KVT_OK);
         assert_true(d->peer.len == t.peer.len && memcmp(d->peer.p, t.peer.p, t.peer.len) == 0);
         assert_true(d->direction == t.direction && d->timeout_ms == t.timeout_ms && d->n == n);
+        assert_int_equal(d->flags, t.flags);
         assert_memory_equal(g_out.k, keys, n * 8);
         kvt_proto_wr_reset(&w);
         assert_int_equal(kvt_proto_transfer_req_encode(&w, req_id, d, g_out.k), KVT_OK);
@@ -1032,22 +1037,25 @@ static void test_request_rules(void **state)
     refused(d_commit_ans, b.b, b.n, MAXN, KVT_ERR_INVAL, "xfer_commit answer",
             "visible[0] must be 0 or 1, not 2");
 
-    /* TRANSFER: the peer, direction, pad, timeout */
+    /* TRANSFER: the peer, direction, flags, pad, timeout */
     struct {
         const char *peer;
-        uint8_t dir, pad;
+        uint8_t dir, flags;
+        uint16_t pad;
         uint32_t timeout;
         const char *part;
     } tr[] = {
-        {"", 0, 0, 0, "peer is empty"},
-        {"nohost", 0, 0, 0, "peer: "},
-        {"h:0", 0, 0, 0, "peer: "},
-        {"h:65536", 0, 0, 0, "peer: "},
-        {"::1:80", 0, 0, 0, "peer: "},
-        {":80", 0, 0, 0, "peer: "},
-        {"h:1", 2, 0, 0, "direction must be 0 or 1, not 2"},
-        {"h:1", 1, 1, 0, "pad bytes after direction"},
-        {"h:1", 0, 0, KVT_PROTO_XFER_MAX_TIMEOUT_MS + 1, "timeout_ms is 600001"},
+        {"", 0, 0, 0, 0, "peer is empty"},
+        {"nohost", 0, 0, 0, 0, "peer: "},
+        {"h:0", 0, 0, 0, 0, "peer: "},
+        {"h:65536", 0, 0, 0, 0, "peer: "},
+        {"::1:80", 0, 0, 0, 0, "peer: "},
+        {":80", 0, 0, 0, 0, "peer: "},
+        {"h:1", 2, 0, 0, 0, "direction must be 0 or 1, not 2"},
+        {"h:1", 1, 2, 0, 0, "flags 0x02 has unknown bits"},
+        {"h:1", 0, KVT_PROTO_XFER_STREAM, 0, 0, "stream is for a push"},
+        {"h:1", 1, 1, 1, 0, "pad is 1, not 0"},
+        {"h:1", 0, 0, 0, KVT_PROTO_XFER_MAX_TIMEOUT_MS + 1, "timeout_ms is 600001"},
     };
     for (size_t i = 0; i < sizeof(tr) / sizeof(tr[0]); i++) {
         b.n = 0;
@@ -1055,18 +1063,19 @@ static void test_request_rules(void **state)
         put_str(&b, cstr("m"));
         put_str(&b, cstr(""));
         kvt_wire_put(&b, tr[i].dir, 1);
-        kvt_wire_put(&b, tr[i].pad, 3);
+        kvt_wire_put(&b, tr[i].flags, 1);
+        kvt_wire_put(&b, tr[i].pad, 2);
         kvt_wire_put(&b, tr[i].timeout, 4);
         kvt_wire_put(&b, 1, 4);
         kvt_wire_put(&b, key, 8);
         refused(d_transfer_req, b.b, b.n, MAXN, KVT_ERR_INVAL, "transfer", tr[i].part);
         if (tr[i].pad != 0)
             continue;
-        kvt_proto_transfer_req_t t = {cstr(tr[i].peer), cstr("m"),     cstr(""),
-                                      tr[i].dir,        tr[i].timeout, 1};
+        kvt_proto_transfer_req_t t = {cstr(tr[i].peer), cstr("m"),     cstr(""), tr[i].dir,
+                                      tr[i].flags,      tr[i].timeout, 1};
         enc_refused(kvt_proto_transfer_req_encode(&w, 1, &t, &key), KVT_ERR_INVAL, &w);
     }
-    kvt_proto_transfer_req_t t = {{"h:1\0", 4}, cstr("m"), cstr(""), 0, 0, 1};
+    kvt_proto_transfer_req_t t = {{"h:1\0", 4}, cstr("m"), cstr(""), 0, 0, 0, 1};
     enc_refused(kvt_proto_transfer_req_encode(&w, 1, &t, &key), KVT_ERR_TOO_BIG, &w);
     t.peer = cstr("h:1");
     t.model = cstr("");

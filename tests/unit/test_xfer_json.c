@@ -44,7 +44,7 @@ static void canonical_same(const char *body)
     if (decode(b.buf, CAP, err, sizeof(err)) != KVT_OK)
         fail_msg("canonical text %s refused: %s", b.buf, err);
     assert_true(g_x.n == first.n && g_x.direction == first.direction &&
-                g_x.timeout_ms == first.timeout_ms);
+                g_x.timeout_ms == first.timeout_ms && g_x.stream == first.stream);
     assert_true(g_x.peer_len == first.peer_len && g_x.model_len == first.model_len &&
                 g_x.lora_len == first.lora_len);
     assert_string_equal(g_x.peer, first.peer);
@@ -85,6 +85,17 @@ static void test_good_bodies(void **state)
     assert_true(g_keys[0] == UINT64_MAX && g_keys[1] == 0 && g_keys[2] == 7);
     assert_int_equal(g_x.direction, KVT_PROTO_XFER_PUSH);
     assert_int_equal(g_x.timeout_ms, KVT_PROTO_XFER_MAX_TIMEOUT_MS);
+    assert_false(g_x.stream);
+    /* a streaming push; "stream": false is the default said out loud */
+    assert_int_equal(decode("{\"peer\":\"h:1\",\"model\":\"m\",\"keys\":[1],\"direction\":\"push\","
+                            "\"stream\":true}",
+                            CAP, err, sizeof(err)),
+                     KVT_OK);
+    assert_true(g_x.stream && g_x.direction == KVT_PROTO_XFER_PUSH);
+    assert_int_equal(decode("{\"peer\":\"h:1\",\"model\":\"m\",\"keys\":[1],\"stream\":false}", CAP,
+                            err, sizeof(err)),
+                     KVT_OK);
+    assert_false(g_x.stream);
 
     /* lora_name null is the base model; "pull" said out loud; exactly the cap */
     assert_int_equal(decode("{\"peer\":\"h:65535\",\"model\":\"m\",\"lora_name\":null,"
@@ -99,6 +110,8 @@ static void test_good_bodies(void **state)
     canonical_same("{\"timeout_ms\":9,\"direction\":\"push\",\"keys\":[18446744073709551615,0],"
                    "\"lora_name\":\"a\\\"b\\u00e9\",\"model\":\"m\\n\",\"peer\":\"[::1]:1\"}");
     canonical_same("{\"peer\":\"h:1\",\"model\":\"m\",\"lora_name\":\"\",\"keys\":[5,5,5]}");
+    canonical_same("{\"peer\":\"h:1\",\"model\":\"m\",\"keys\":[5],\"direction\":\"push\","
+                   "\"stream\":true,\"timeout_ms\":100}");
 
     kvt_jbuf_t b;
     kvt_jbuf_init(&b);
@@ -176,6 +189,12 @@ static void test_bad_bodies(void **state)
          "\"direction\" must be \"pull\" or \"push\""},
         {"{\"peer\":\"h:1\",\"model\":\"m\",\"keys\":[1],\"direction\":1}", KVT_ERR_INVAL,
          "\"direction\" must be \"pull\" or \"push\""},
+        {"{\"peer\":\"h:1\",\"model\":\"m\",\"keys\":[1],\"stream\":true}", KVT_ERR_INVAL,
+         "\"stream\" is for a push"},
+        {"{\"peer\":\"h:1\",\"model\":\"m\",\"keys\":[1],\"direction\":\"push\",\"stream\":1}",
+         KVT_ERR_INVAL, "\"stream\" must be true or false"},
+        {"{\"peer\":\"h:1\",\"model\":\"m\",\"keys\":[1],\"stream\":\"yes\"}", KVT_ERR_INVAL,
+         "\"stream\" must be true or false"},
         {"{\"peer\":\"h:1\",\"model\":\"m\",\"keys\":[1],\"timeout_ms\":0}", KVT_ERR_INVAL,
          "\"timeout_ms\" must be an integer in 1..600000"},
         {"{\"peer\":\"h:1\",\"model\":\"m\",\"keys\":[1],\"timeout_ms\":600001}", KVT_ERR_INVAL,

@@ -154,6 +154,7 @@ class _Transfer(ctypes.Structure):
         ("n", ctypes.c_size_t),
         ("push", ctypes.c_bool),
         ("timeout_ms", ctypes.c_uint32),
+        ("stream", ctypes.c_bool),
     ]
 
 
@@ -759,16 +760,17 @@ class Client:
                    len(ks), out)
         return [(None if p.slot == _SLOT_NONE else p.slot, p.len) for p in out]
 
-    def transfer(self, peer, model, keys, push=False, timeout_ms=0, lora=None):
+    def transfer(self, peer, model, keys, push=False, timeout_ms=0, lora=None, stream=False):
         """TRANSFER (POST /v1/transfer): the server pulls the blocks of keys from its peer
         sidecar ("host:port", the peer's RPC address) over UCX, or with push=True sends them
         there; returns once they landed or failed: {"transferred": [..], "missing": [..],
         "failed": [(key, reason), ..], "bytes": n, "seconds": s}. timeout_ms 0: the
-        server's (30 s)."""
+        server's (30 s). stream=True (with push): keys the server does not hold yet are
+        waited for, up to the timeout, and each sent as soon as it is committed there."""
         model_b, lora_b, ks = self._keys_args(model, keys, lora)
         n = len(ks)
         t = _Transfer(_name(peer, "peer"), model_b, lora_b, _ptr(ks, ctypes.c_uint64), n,
-                      bool(push), int(timeout_ms))
+                      bool(push), int(timeout_ms), bool(stream))
         tr, mi, fa = (ctypes.c_uint64 * n)(), (ctypes.c_uint64 * n)(), (ctypes.c_uint64 * n)()
         rs = (ctypes.c_uint8 * n)()
         out = _TransferOut(tr, mi, fa, rs)
