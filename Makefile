@@ -83,6 +83,7 @@ bench: build
 	build/bin/kvtier-bench tiers | tee build/bench/tiers.log
 	build/bin/kvtier-bench transfer --tls tcp | tee build/bench/transfer.log
 	build/bin/kvtier-bench transfer --tls shm | tee build/bench/transfer_shm.log
+	build/bin/kvtier-bench connector | tee build/bench/connector.log
 	build/bin/kvtier-bench replay --trace $(TRACE) --pods 8 --capacity-blocks 3655 \
 	    --out build/bench/replay | tee build/bench/replay.log
 

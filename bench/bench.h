@@ -65,6 +65,9 @@ int kvt_bench_gen_main(int argc, char **argv);
  * (bench_transfer.c). */
 int kvt_bench_transfer_main(int argc, char **argv);
 
+/* `kvtier-bench connector`: an engine connector's load cycle against PING (bench_connector.c). */
+int kvt_bench_connector_main(int argc, char **argv);
+
 /* ---- the daemon benches' helpers (bench_daemon.c) ---- */
 
 /* A blocking TCP connection to 127.0.0.1:@port (TCP_NODELAY), or -1. */

@@ -36,6 +36,8 @@ static const kvt_bench_cmd_t kvt_bench_cmds[] = {
      kvt_bench_gen_main},
     {"transfer", "UCX pulls between two processes (GB/s, batch latency) vs. ucx_perftest",
      kvt_bench_transfer_main},
+    {"connector", "an engine connector's LOOKUP + PIN + UNPIN of N blocks vs. a PING round trip",
+     kvt_bench_connector_main},
 };
 
 #define KVT_BENCH_NCMDS (sizeof(kvt_bench_cmds) / sizeof(kvt_bench_cmds[0]))

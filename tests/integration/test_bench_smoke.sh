@@ -402,4 +402,17 @@ expect_exit 2 tiers --quick --quick
 expect_exit 2 tiers --frobnicate
 expect_exit 2 tiers extra
 
+# ---- connector: an engine's LOOKUP + PIN + UNPIN against PING through a real kvtierd ----
+"$BENCH" connector --seconds 0.05 --blocks 8 --block-bytes 4096 >"$TMP/conn" 2>"$TMP/err" ||
+    fail "kvtier-bench connector: $(cat "$TMP/err")"
+/usr/bin/python3 - "$TMP/conn" <<'PY' || fail "kvtier-bench connector: bad JSON line: $(tail -n 1 "$TMP/conn")"
+import json, sys
+j = json.loads(open(sys.argv[1]).read().strip().splitlines()[-1])
+assert j["bench"] == "connector" and j["blocks"] == 8 and j["cycles"] >= 20, j
+assert 0 < j["ping_p50_us"] <= j["ping_p99_us"] and 0 < j["cycle_p50_us"] <= j["cycle_p99_us"], j
+assert abs(j["ratio_p50"] - j["cycle_p50_us"] / j["ping_p50_us"]) < 0.01, j
+PY
+expect_exit 2 connector --blocks 0
+expect_exit 2 connector --block-bytes 100
+
 finish bench_index_smoke
