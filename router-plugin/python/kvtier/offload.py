@@ -1,0 +1,173 @@
+"""kvtier.offload: an inference engine's KV offloading to the kvtierd beside it, with no engine
+imported (issue 20). vLLM's OffloadingSpec and SGLang's HiCache backend are thin layers over
+this core; its tests run against a real kvtierd in the order those engines call it.
+
+One Offload is one connection on the sidecar's Unix socket (--rpc-unix) and the sidecar's
+host-RAM arena mapped into this process (ATTACH). Keys are kvtier's 64-bit block keys; the
+engines' own block hashes map to them as kvtierd's event decoders map them (vllm_key(),
+sglang_key()), so the index, the tiers and the events agree on one key per block.
+
+The calls, in the order an engine makes them:
+  store   prepare_store(keys) -> slots to write (keys already held get none), then
+          complete_store(keys) (or complete_store(keys, ok=False) to give the slots back)
+  find    lookup(keys) -> how many leading keys the sidecar holds (RAM or NVMe)
+  load    prepare_load(keys) -> the pinned slots to read, then complete_load(keys)
+  events  take_events() -> what was stored and removed since the last call
+
+Pins and reservations belong to the connection: if it breaks, kvtierd releases them all and
+the next call raises kvtier.Error; a new Offload starts clean. Not thread-safe: one per
+scheduler or worker thread.
+"""
+
+import kvtier
+
+_MASK64 = (1 << 64) - 1
+
+
+def vllm_key(block_hash):
+    """kvtier's key of a vLLM block hash: an int as is (two's complement for a negative one),
+    bytes by their last 8, big-endian, as kvtierd decodes vLLM's BlockStored events."""
+    if isinstance(block_hash, int) and not isinstance(block_hash, bool):
+        return block_hash & _MASK64
+    b = bytes(block_hash)
+    if not 1 <= len(b) <= 64:
+        raise ValueError("a block hash has 1..64 bytes, not %d" % len(b))
+    return int.from_bytes(b[-8:], "big")
+
+
+def sglang_key(page_hash):
+    """kvtier's key of an SGLang page hash: an int as is (two's complement), bytes by their
+    first 8, big-endian, and a hex string (HiCache's keys) as those bytes, as kvtierd decodes
+    SGLang's events."""
+    if isinstance(page_hash, int) and not isinstance(page_hash, bool):
+        return page_hash & _MASK64
+    if isinstance(page_hash, str):
+        b = bytes.fromhex(page_hash)
+    else:
+        b = bytes(page_hash)
+    if not 1 <= len(b) <= 64:
+        raise ValueError("a page hash has 1..64 bytes, not %d" % len(b))
+    return int.from_bytes(b[:8], "big")
+
+
+class Offload:
+    """The engine's side of kvtier's tiers for one model (and LoRA adapter): see the module."""
+
+    def __init__(self, socket, model, lora=None, timeout=10.0, token=None):
+        """socket: kvtierd's --rpc-unix path ("unix:" prefix optional). timeout: seconds per
+        call. token: kvtierd's auth token, when it has one."""
+        addr = socket if socket.startswith("unix:") else "unix:" + socket
+        self.model, self.lora = model, lora
+        self._client = kvtier.Client(addr, timeout=timeout, token=token)
+        try:
+            self.arena = self._client.attach()
+        except Exception:
+            self._client.close()
+            raise
+        self.block_bytes = self.arena.block_bytes
+        self._reserved = {}  # key -> slot, between prepare_store and complete_store
+        self._pinned = {}    # key -> pins taken by prepare_load, not yet completed
+        self._events = []    # ("stored" | "removed", [keys]) in order
+
+    # ---- the scheduler's side ----
+
+    def lookup(self, keys):
+        """How many of keys, from the first, the sidecar holds (in RAM or on NVMe). Counts as
+        an access of each block (eviction order)."""
+        keys = list(keys)
+        if not keys:
+            return 0
+        return len(self._client.lookup(self.model, keys, self.lora))
+
+    def touch(self, keys):
+        """Marks keys as recently used (a LOOKUP, whose answer is not needed)."""
+        self.lookup(keys)
+
+    def prepare_store(self, keys):
+        """Reserves a slot for each key: a list of (key, slot) for the keys to write now (a
+        key already held or being written, or one no slot could be freed for, gets none and
+        is left out), and the keys of blocks evicted from the sidecar to make room (also in
+        take_events() as "removed")."""
+        keys = list(keys)
+        if not keys:
+            return [], []
+        slots, evicted = self._client.reserve(self.model, keys, self.lora)
+        todo = []
+        for k, s in zip(keys, slots):
+            if s is not None:
+                self._reserved[k] = s
+                todo.append((k, s))
+        if evicted:
+            self._events.append(("removed", list(evicted)))
+        return todo, list(evicted)
+
+    def complete_store(self, keys, ok=True, lens=None):
+        """Ends the reservations of keys (keys not reserved here are skipped): with ok their
+        blocks (lens[i] bytes each; None: block_bytes) become visible and are reported
+        "stored"; without, the slots go back. Returns the keys completed."""
+        keys = [k for k in keys if k in self._reserved]
+        if not keys:
+            return []
+        if lens is not None and len(lens) != len(keys):
+            raise ValueError("lens must have one length per reserved key")
+        self._client.commit(self.model, keys, lens=lens, ok=ok, lora=self.lora)
+        for k in keys:
+            del self._reserved[k]
+        if ok:
+            self._events.append(("stored", keys))
+        return keys
+
+    def prepare_load(self, keys):
+        """Pins keys in RAM (reading from NVMe first those only there) and returns a list of
+        (slot, length) to read, or None when one of them is not held any more (then nothing
+        stays pinned: the caller recomputes those blocks)."""
+        keys = list(keys)
+        if not keys:
+            return []
+        pins = self._client.pin(self.model, keys, self.lora)
+        if any(s is None for s, _ in pins):
+            held = [k for k, (s, _) in zip(keys, pins) if s is not None]
+            if held:
+                self._client.unpin(self.model, held, self.lora)
+            return None
+        for k in keys:
+            self._pinned[k] = self._pinned.get(k, 0) + 1
+        return pins
+
+    def complete_load(self, keys):
+        """Releases the pins prepare_load() took on keys (one each; others are skipped)."""
+        keys = [k for k in keys if self._pinned.get(k, 0) > 0]
+        if not keys:
+            return 0
+        n = self._client.unpin(self.model, keys, self.lora)
+        for k in keys:
+            self._pinned[k] -= 1
+            if self._pinned[k] == 0:
+                del self._pinned[k]
+        return n
+
+    def take_events(self):
+        """The ("stored" | "removed", keys) changes since the last call, oldest first."""
+        ev, self._events = self._events, []
+        return ev
+
+    # ---- the worker's side: the arena's bytes ----
+
+    def slot(self, i, length=None):
+        """Slot i of the arena as a writable memoryview (see kvtier.Arena.slot())."""
+        return self.arena.slot(i, length)
+
+    def close(self):
+        """Closes the connection (kvtierd releases its pins and reservations) and unmaps the
+        arena."""
+        self._reserved.clear()
+        self._pinned.clear()
+        self._client.close()
+        self.arena.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+        return False
