@@ -59,7 +59,7 @@ static int usage(void)
 static int parse(int argc, char **argv, opts_t *o)
 {
     *o = (opts_t){.model = "kvtier-cuda-check", .blocks = 64, .rounds = 5};
-    for (int i = 1; i < argc; i++) {
+    for (int i = 1; i < argc; i += 2) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         char *end = NULL;
         if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0)
@@ -81,7 +81,6 @@ static int parse(int argc, char **argv, opts_t *o)
             fprintf(stderr, "kvtier-cuda-check: unknown option '%s'\n", a);
             return usage();
         }
-        i++;
     }
     return o->socket != NULL ? 0 : usage();
 }
