@@ -106,6 +106,8 @@ typedef struct push_buf {
     kvt_status_t *est;
     kvt_proto_xfer_landed_t *landed;
     uint8_t *visible;
+    uint64_t *cand; /* a round's keys held here, to pin */
+    bool *held;
 } push_buf_t;
 
 static bool push_buf_init(push_buf_t *b, uint32_t n)
@@ -119,8 +121,10 @@ static bool push_buf_init(push_buf_t *b, uint32_t n)
     b->est = malloc(n * sizeof(*b->est));
     b->landed = malloc(n * sizeof(*b->landed));
     b->visible = malloc(n);
+    b->cand = malloc(n * sizeof(*b->cand));
+    b->held = malloc(n * sizeof(*b->held));
     return b->pins && b->keys && b->lens && b->slots && b->idx && b->iov && b->est && b->landed &&
-           b->visible;
+           b->visible && b->cand && b->held;
 }
 
 static void push_buf_cleanup(push_buf_t *b)
@@ -134,6 +138,8 @@ static void push_buf_cleanup(push_buf_t *b)
     free(b->est);
     free(b->landed);
     free(b->visible);
+    free(b->cand);
+    free(b->held);
 }
 
 /* One PUT batch of the reserved blocks, then XFER_COMMIT; sorts them into @r. */
@@ -268,22 +274,29 @@ void srv_xfer_push(srv_xfer_t *xf, const srv_xfer_call_t *xc, srv_xres_t *r, cha
     memcpy(want, xc->keys, n * sizeof(*want));
     uint32_t nwant = n, lease_ms = srv_xpeer_lease_ms(xf, timeout);
     for (;;) {
-        if (pin_local(xf, s, ns, ns_len, want, nwant, b.pins) != KVT_OK) {
-            srv_xres_fail(r, want, nwant, KVT_PROTO_XFER_FAIL_ERROR);
-            nwant = 0;
+        /* what is committed here now gets pinned; looking is not an access (a stream polls) */
+        uint32_t nc = 0, left = 0, np = 0;
+        kvt_tier_held(xf->tier, ns, ns_len, want, nwant, b.held);
+        for (uint32_t i = 0; i < nwant; i++) {
+            if (b.held[i])
+                b.cand[nc++] = want[i];
+            else
+                want[left++] = want[i];
+        }
+        nwant = left;
+        if (nc > 0 && pin_local(xf, s, ns, ns_len, b.cand, nc, b.pins) != KVT_OK) {
+            srv_xres_fail(r, b.cand, nc, KVT_PROTO_XFER_FAIL_ERROR);
             break;
         }
-        uint32_t np = 0, left = 0;
-        for (uint32_t i = 0; i < nwant; i++) {
+        for (uint32_t i = 0; i < nc; i++) {
             if (b.pins[i].slot == KVT_TIER_SLOT_NONE || b.pins[i].len == 0) {
-                want[left++] = want[i];
+                want[nwant++] = b.cand[i]; /* gone between the look and the pin */
                 continue;
             }
             b.idx[np] = i;
             b.lens[np] = b.pins[i].len;
-            b.keys[np++] = want[i];
+            b.keys[np++] = b.cand[i];
         }
-        nwant = left;
         if (np > 0) {
             push_round(xf, xc, &ps, &b, np, timeout, r, err, errlen);
             ps.renew_at = kvt_clock_ms() + lease_ms / 3;

@@ -33,6 +33,21 @@ static void touch_batch(kvt_tier_t *t, const uint32_t *bis, size_t n)
     }
 }
 
+size_t kvt_tier_held(kvt_tier_t *t, const char *ns, size_t ns_len, const uint64_t *keys, size_t n,
+                     bool *held_out)
+{
+    size_t count = 0;
+    tier_lock(t);
+    uint32_t nsi = tier_ns_find(t, ns, ns_len);
+    for (size_t i = 0; i < n; i++) {
+        uint32_t bi = nsi != TB_NONE ? tmap_find(&t->map, nsi, keys[i]) : TB_NONE;
+        held_out[i] = bi != TB_NONE && held(&t->map.b[bi]);
+        count += held_out[i];
+    }
+    tier_unlock(t);
+    return count;
+}
+
 size_t kvt_tier_lookup(kvt_tier_t *t, const char *ns, size_t ns_len, const uint64_t *keys, size_t n,
                        uint8_t *loc)
 {

@@ -127,6 +127,15 @@ uint8_t *kvt_tier_slot_ptr(const kvt_tier_t *t, uint32_t slot);
 
 /* Sessions hold leases; NULL when out of memory. Closing releases its pins
  * and drops its uncommitted reservations. */
+/*
+ * Which of @keys are held (committed, in RAM or on disk): held[i] for each;
+ * returns how many. Not an access: no LRU move, no admission count, no
+ * hit or miss in the stats (a caller polling for keys that are still being
+ * written, like a streaming push).
+ */
+size_t kvt_tier_held(kvt_tier_t *t, const char *ns, size_t ns_len, const uint64_t *keys, size_t n,
+                     bool *held);
+
 kvt_tier_sess_t *kvt_tier_sess_open(kvt_tier_t *t);
 void kvt_tier_sess_close(kvt_tier_t *t, kvt_tier_sess_t *s);
 

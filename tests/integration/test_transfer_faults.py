@@ -131,10 +131,18 @@ class TestPush(Faults):
         self.assertEqual(t["bytes"], sum(BB - k for k in keys))
         for k in keys:
             self.assertEqual(self.get(b, k), blob(k, BB - k))
-        # a key that never comes: missing once the call's time is up; the held one went
+        # a key that never comes: missing once the call's time is up; the held one went; the
+        # polling for it is not a lookup (no misses in the tier's stats)
+        def counts():
+            st = a.stats()
+            return st["transfer"]["transfers"], st["tiers"]["misses"]
+        _, misses = td.wait_for(lambda: (lambda c: c if c[0] == 1 else None)(counts()),
+                                 "the first push counted")
         t = self.transfer(a, self.peer(b), [221, 229], direction=PUSH, timeout_ms=300,
                           stream=True)
         self.assertEqual((t["transferred"], t["missing"], t["failed"]), ([221], [229], {}), t)
+        self.assertEqual(td.wait_for(lambda: (lambda c: c if c[0] == 2 else None)(counts()),
+                                     "the second push counted")[1], misses)
         self.absent(b, [229])
         # stream is for a push: a pull that asks for it is refused
         s, ans = a.http("POST", "/v1/transfer", {"peer": self.peer(b), "model": MODEL,

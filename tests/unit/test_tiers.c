@@ -278,6 +278,18 @@ static void test_ram_lru(void **state)
     assert_int_equal(kvt_tier_lookup(t, NS, NSL, keys, 3, loc), 2);
     assert_int_equal(loc[0], KVT_TIER_LOC_RAM);
     assert_int_equal(kvt_tier_lookup(t, "other", 5, keys, 3, loc), 0);
+    /* held: which keys, in any order, without counting an access or moving the LRU */
+    kvt_tier_stats_t before, after;
+    kvt_tier_stats(t, &before);
+    uint64_t some[4] = {99, 11, 0, 4};
+    bool h[4];
+    assert_int_equal(kvt_tier_held(t, NS, NSL, some, 4, h), 2);
+    assert_true(!h[0] && h[1] && !h[2] && h[3]);
+    assert_int_equal(kvt_tier_held(t, "other", 5, some, 4, h), 0);
+    assert_true(!h[1] && !h[3]);
+    kvt_tier_stats(t, &after);
+    assert_true(after.lookups == before.lookups && after.misses == before.misses &&
+                after.hits_ram == before.hits_ram);
     assert_int_equal(chg_get(true, KVT_TIER_LOC_RAM), 12);
     assert_int_equal(chg_get(false, KVT_TIER_LOC_RAM), 4);
     kvt_tier_stats_t s;
@@ -310,6 +322,8 @@ static void test_lookup_order(void **state)
     uint8_t loc[4];
     assert_int_equal(kvt_tier_lookup(t, NS, NSL, keys, 4, loc), 4);
     assert_int_equal(loc[3], KVT_TIER_LOC_RAM);
+    bool h;
+    assert_int_equal(kvt_tier_held(t, NS, NSL, &keys[3], 1, &h), 1); /* not an access */
     assert_int_equal(put(t, 9, false), KVT_OK); /* evicts the batch's tail, block 3 */
     assert_int_equal(kvt_tier_lookup(t, NS, NSL, keys, 4, NULL), 3);
     /* that lookup put 0, 1, 2 ahead of 9 again: 9 goes next */
