@@ -34,14 +34,8 @@ void srv_xfer_answer(srv_job_t *job, const kvt_proto_transfer_ans_t *a)
 
 void srv_h_transfer_http(srv_req_t *rq, srv_result_t *res)
 {
-    if (rq->w->srv->xfer == NULL) {
-        *res = (srv_result_t){.out = OUT_ERROR,
-                              .status = 501,
-                              .st = KVT_ERR_UNSUPPORTED,
-                              .msg = "this kvtierd takes no part in transfers: it needs "
-                                     "--ram-bytes and --ucx on, and UCX must start (see its log)"};
+    if (srv_xfer_or_error(rq, res) == NULL)
         return;
-    }
     /* n keys take at least 2n - 1 bytes of the body */
     size_t cap = rq->len / 2 + 1;
     if (cap > KVT_PROTO_XFER_MAX_KEYS)
@@ -75,8 +69,5 @@ void srv_h_transfer_http(srv_req_t *rq, srv_result_t *res)
     xc->n = (uint32_t)b->n;
     xc->http = true;
     free(b);
-    job->kind = JOB_TIER;
-    job->worker = rq->w;
-    job->xc = xc;
-    *res = (srv_result_t){.out = OUT_ASYNC, .status = 200, .job = job, .start = srv_xfer_start_job};
+    srv_xfer_accept(rq, res, job, xc);
 }

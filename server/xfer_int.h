@@ -118,6 +118,13 @@ void srv_xjob_frame(srv_job_t *job, const kvt_proto_wr_t *wr);
 /* Posts @job, answered, to its worker's box. */
 void srv_xjob_post(srv_job_t *job);
 
+/* The transfer, or NULL with a 501 answer in @res when this kvtierd takes no part in them. */
+srv_xfer_t *srv_xfer_or_error(srv_req_t *rq, srv_result_t *res);
+
+/* Answers @rq asynchronously with the TRANSFER @xc (its keys decoded) as @job: the xfer thread
+ * runs it (xfer_pull.c). */
+void srv_xfer_accept(srv_req_t *rq, srv_result_t *res, srv_job_t *job, srv_xfer_call_t *xc);
+
 /* Hands a TRANSFER job to the xfer thread (the OUT_ASYNC start of RPC TRANSFER and POST
  * /v1/transfer; xfer_pull.c). */
 void srv_xfer_start_job(srv_job_t *job);

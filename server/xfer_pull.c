@@ -240,15 +240,8 @@ void srv_xfer_start_job(srv_job_t *job)
 
 void srv_h_transfer(srv_req_t *rq, srv_result_t *res)
 {
-    srv_xfer_t *xf = rq->w->srv->xfer;
-    if (xf == NULL) {
-        *res = (srv_result_t){.out = OUT_ERROR,
-                              .status = 501,
-                              .st = KVT_ERR_UNSUPPORTED,
-                              .msg = "this kvtierd takes no part in transfers: it needs "
-                                     "--ram-bytes and --ucx on, and UCX must start (see its log)"};
+    if (srv_xfer_or_error(rq, res) == NULL)
         return;
-    }
     size_t cap = rq->len / 8 + 1;
     srv_job_t *job = calloc(1, sizeof(*job));
     srv_xfer_call_t *xc = calloc(1, sizeof(*xc));
@@ -276,6 +269,11 @@ void srv_h_transfer(srv_req_t *rq, srv_result_t *res)
     xc->timeout_ms = t.timeout_ms;
     xc->keys = keys;
     xc->n = t.n;
+    srv_xfer_accept(rq, res, job, xc);
+}
+
+void srv_xfer_accept(srv_req_t *rq, srv_result_t *res, srv_job_t *job, srv_xfer_call_t *xc)
+{
     job->kind = JOB_TIER;
     job->worker = rq->w;
     job->xc = xc;

@@ -224,8 +224,7 @@ uint32_t srv_xfer_nleases(srv_xfer_t *xf)
 
 /* ---- checks ---------------------------------------------------------------------------- */
 
-/* The transfer, or an error answer when this kvtierd takes no part. */
-static srv_xfer_t *xf_or_error(srv_req_t *rq, srv_result_t *res)
+srv_xfer_t *srv_xfer_or_error(srv_req_t *rq, srv_result_t *res)
 {
     srv_xfer_t *xf = rq->w->srv->xfer;
     if (xf == NULL)
@@ -288,7 +287,7 @@ static srv_lease_t *lease_of(srv_req_t *rq, srv_result_t *res, srv_xfer_t *xf,
 
 void srv_h_xfer_hello(srv_req_t *rq, srv_result_t *res)
 {
-    srv_xfer_t *xf = xf_or_error(rq, res);
+    srv_xfer_t *xf = srv_xfer_or_error(rq, res);
     if (xf == NULL)
         return;
     uint64_t expect;
@@ -371,7 +370,7 @@ static void xpin_start(srv_job_t *job)
 
 void srv_h_xfer_pin(srv_req_t *rq, srv_result_t *res)
 {
-    srv_xfer_t *xf = xf_or_error(rq, res);
+    srv_xfer_t *xf = srv_xfer_or_error(rq, res);
     if (xf == NULL)
         return;
     size_t cap = rq->len / 8 + 1;
@@ -413,16 +412,25 @@ void srv_h_xfer_pin(srv_req_t *rq, srv_result_t *res)
 
 /* ---- XFER_RENEW, XFER_RELEASE ---------------------------------------------------------- */
 
+/* The transfer and *@lr of an XFER_RENEW or XFER_RELEASE that decodes and names this
+ * incarnation; else NULL with the error answer set. */
+static srv_xfer_t *lease_frame(srv_req_t *rq, srv_result_t *res, kvt_proto_xfer_lease_t *lr)
+{
+    srv_xfer_t *xf = srv_xfer_or_error(rq, res);
+    if (xf == NULL ||
+        !decoded(
+            rq, res,
+            kvt_proto_xfer_lease_req_decode(rq->op, rq->body, rq->len, lr, rq->err, rq->errlen)) ||
+        !inc_ok(rq, res, lr->incarnation))
+        return NULL;
+    return xf;
+}
+
 void srv_h_xfer_renew(srv_req_t *rq, srv_result_t *res)
 {
-    srv_xfer_t *xf = xf_or_error(rq, res);
-    if (xf == NULL)
-        return;
     kvt_proto_xfer_lease_t lr;
-    if (!decoded(
-            rq, res,
-            kvt_proto_xfer_lease_req_decode(rq->op, rq->body, rq->len, &lr, rq->err, rq->errlen)) ||
-        !inc_ok(rq, res, lr.incarnation))
+    srv_xfer_t *xf = lease_frame(rq, res, &lr);
+    if (xf == NULL)
         return;
     size_t held = 0;
     srv_lease_t *l = lease_get(xf, lr.lease);
@@ -436,14 +444,9 @@ void srv_h_xfer_renew(srv_req_t *rq, srv_result_t *res)
 
 void srv_h_xfer_release(srv_req_t *rq, srv_result_t *res)
 {
-    srv_xfer_t *xf = xf_or_error(rq, res);
-    if (xf == NULL)
-        return;
     kvt_proto_xfer_lease_t lr;
-    if (!decoded(
-            rq, res,
-            kvt_proto_xfer_lease_req_decode(rq->op, rq->body, rq->len, &lr, rq->err, rq->errlen)) ||
-        !inc_ok(rq, res, lr.incarnation))
+    srv_xfer_t *xf = lease_frame(rq, res, &lr);
+    if (xf == NULL)
         return;
     size_t held = 0;
     srv_lease_t *l = lease_get(xf, lr.lease);
@@ -475,7 +478,7 @@ static int resv_cmp(const void *a, const void *b)
 
 void srv_h_xfer_reserve(srv_req_t *rq, srv_result_t *res)
 {
-    srv_xfer_t *xf = xf_or_error(rq, res);
+    srv_xfer_t *xf = srv_xfer_or_error(rq, res);
     if (xf == NULL)
         return;
     size_t cap = rq->len / 12 + 1; /* a key and its length take 12 bytes */
@@ -552,7 +555,7 @@ void srv_h_xfer_reserve(srv_req_t *rq, srv_result_t *res)
 
 void srv_h_xfer_commit(srv_req_t *rq, srv_result_t *res)
 {
-    srv_xfer_t *xf = xf_or_error(rq, res);
+    srv_xfer_t *xf = srv_xfer_or_error(rq, res);
     if (xf == NULL)
         return;
     size_t cap = rq->len / 17 + 1; /* key, sum, ok */

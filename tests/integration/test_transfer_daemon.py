@@ -149,6 +149,13 @@ class TestSource(Base):
         self.assertIsNone(st2["transfer"])
         self.assertNotEqual(st2["incarnation"], st["incarnation"])
         self.assertEqual(self.rpc(d2).err(OP_XHELLO, struct.pack("<Q", 0))[0], ERR_UNSUPPORTED)
+        # the user's call too, over RPC and HTTP: 501, with the reason
+        peer = "127.0.0.1:%d" % d.rpc_port
+        self.assertEqual(self.rpc(d2).err(OP_TRANSFER, transfer_req(peer, [1]))[0],
+                         ERR_UNSUPPORTED)
+        s, ans = d2.http("POST", "/v1/transfer", {"peer": peer, "model": MODEL, "keys": [1]})
+        self.assertEqual(s, 501, ans)
+        self.assertIn("--ucx", ans["error"])
 
     def test_pin_renew_release(self):
         d = self.start()
