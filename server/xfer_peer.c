@@ -113,7 +113,7 @@ static kvt_status_t cli_connect_unix(srv_xcli_t *c, const char *path, uint32_t t
     return KVT_OK;
 }
 
-static void cli_init(srv_xfer_t *xf, srv_xcli_t *c, uint32_t timeout_ms)
+void srv_xcli_init(srv_xfer_t *xf, srv_xcli_t *c, uint32_t timeout_ms)
 {
     memset(c, 0, sizeof(*c));
     c->fd = -1;
@@ -137,7 +137,7 @@ static kvt_status_t cli_hello(srv_xcli_t *c, char *err, size_t errlen)
 kvt_status_t srv_xcli_open(srv_xfer_t *xf, srv_xcli_t *c, const char *peer, uint32_t timeout_ms,
                            char *err, size_t errlen)
 {
-    cli_init(xf, c, timeout_ms);
+    srv_xcli_init(xf, c, timeout_ms);
     kvt_status_t st = cli_connect(c, peer, timeout_ms, err, errlen);
     return st != KVT_OK ? st : cli_hello(c, err, errlen);
 }
@@ -145,7 +145,7 @@ kvt_status_t srv_xcli_open(srv_xfer_t *xf, srv_xcli_t *c, const char *peer, uint
 kvt_status_t srv_xcli_open_unix(srv_xfer_t *xf, srv_xcli_t *c, const char *path,
                                 uint32_t timeout_ms, char *err, size_t errlen)
 {
-    cli_init(xf, c, timeout_ms);
+    srv_xcli_init(xf, c, timeout_ms);
     kvt_status_t st = cli_connect_unix(c, path, timeout_ms, err, errlen);
     return st != KVT_OK ? st : cli_hello(c, err, errlen);
 }

@@ -24,6 +24,9 @@ typedef struct srv_xcli {
     kvt_proto_err_t e; /* the last error answer */
 } srv_xcli_t;
 
+/* A client not connected yet: srv_xcli_close() is safe on it, srv_xcli_open() connects it. */
+void srv_xcli_init(srv_xfer_t *xf, srv_xcli_t *c, uint32_t timeout_ms);
+
 /*
  * Connects to @peer ("host:port") with @timeout_ms for the connection and each
  * read or write, and says HELLO (with this kvtierd's --auth-token). KVT_ERR_PEER

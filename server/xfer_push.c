@@ -258,8 +258,8 @@ void srv_xfer_push(srv_xfer_t *xf, const srv_xfer_call_t *xc, srv_xres_t *r, cha
     uint32_t timeout = xc->timeout_ms != 0 ? xc->timeout_ms : 30000;
     uint64_t deadline = kvt_clock_ms() + timeout;
     push_buf_t b = {0};
-    push_t ps = {.c = {.fd = -1, .pass_fd = -1}};
-    kvt_proto_wr_init(&ps.c.wr);
+    push_t ps = {0};
+    srv_xcli_init(xf, &ps.c, timeout);
     kvt_tier_sess_t *s = kvt_tier_sess_open(xf->tier);
     uint64_t *want = malloc(n * sizeof(*want)); /* keys not held here yet */
     char ns[KVT_TIER_NS_MAX];

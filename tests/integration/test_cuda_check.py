@@ -27,6 +27,14 @@ def main():
     d = fx.Daemon(kvtierd, "--ram-bytes", str(128 * BB), "--block-bytes", str(BB),
                   "--rpc-unix", sock)
     try:
+        # bad arguments are refused (exit 2, one line) before any GPU is looked for
+        for args, why in ((["--blocks", "0"], "--blocks"), (["--rounds", "x"], "--rounds"),
+                          (["--frobnicate", "1"], "unknown option"), (["--socket"], "usage"),
+                          ([], "usage")):
+            r = subprocess.run([check] + args + (["--socket", sock] if args and
+                               args[0] != "--socket" else []), capture_output=True, text=True,
+                               timeout=60)
+            assert r.returncode == 2 and why in r.stderr, (args, r.returncode, r.stderr)
         r = subprocess.run([check, "--socket", sock, "--blocks", "64", "--rounds", "3"],
                            capture_output=True, text=True, timeout=300)
         if r.returncode == 77:

@@ -176,8 +176,13 @@ class TestCore(Base):
         with self.assertRaises(kvtier.Error):
             Offload(os.path.join(self.tmp.name, "nobody.sock"), MODEL, timeout=1.0)
         o = self.offload()
-        with self.assertRaises(ValueError):
-            o.complete_store([1], lens=[1, 2]) if o.prepare_store([1])[0] else None
+        self.assertEqual([k for k, _ in o.prepare_store([1])[0]], [1])
+        with self.assertRaises(ValueError):  # one length per reserved key
+            o.complete_store([1], lens=[1, 2])
+        with self.assertRaises(kvtier.Error):  # a length past block_bytes: the server's refusal
+            o.complete_store([1], lens=[BB + 1])
+        self.assertEqual(o.complete_store([1], ok=False), [1])  # still reserved: given back
+        self.assertEqual(o.lookup([1]), 0)
         self.assertEqual(o.complete_load([77]), 0)  # never pinned: skipped
         with self.assertRaises(ValueError):
             vllm_key(b"")

@@ -413,6 +413,9 @@ def setup(script):
     """Sets BIN and SANITIZED from the command line; exits 77 when kvtierd does not start or
     runs without transfers (UCX does not start here)."""
     global BIN, SANITIZED
+    # A sanitizer runtime preloaded for this interpreter (to load an ASan libkvtier) is not
+    # kvtierd's: the daemon links its own.
+    os.environ.pop("LD_PRELOAD", None)
     BIN, SANITIZED = fx.binary_from_argv(script)
     try:
         probe = fx.Daemon(BIN, "--ram-bytes", str(4 * BB), "--block-bytes", str(BB), env=ENV)
@@ -428,8 +431,5 @@ def setup(script):
 
 
 if __name__ == "__main__":
-    # A sanitizer runtime preloaded for this interpreter (to load an ASan libkvtier) is not
-    # kvtierd's: the daemon links its own.
-    os.environ.pop("LD_PRELOAD", None)
     setup("test_transfer_daemon.py")
     unittest.main(verbosity=2)

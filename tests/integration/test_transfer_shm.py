@@ -17,11 +17,9 @@ Usage: test_transfer_shm.py path/to/kvtierd   (exit 77 = skipped: UCX does not s
 Waits are bounded polls, never timings.
 """
 
-import mmap
 import os
 import shutil
 import signal
-import socket
 import struct
 import sys
 import tempfile
@@ -34,7 +32,6 @@ import test_transfer_daemon as td  # noqa: E402
 import test_transfer_faults as tf  # noqa: E402
 from test_transfer_daemon import BB, MODEL, OP_XHELLO, blob, hello_ans  # noqa: E402
 
-OP_ATTACH = 0x40
 CHECKSUM = 3
 
 
@@ -76,7 +73,7 @@ class TestPushShm(Shm, tf.TestPush):
 
 class TestFaultsShm(Shm, tf.TestFaults):
     def test_corrupted_at_the_source(self):
-        """The source's memfd written through this test's own ATTACH mapping: the sum
+        """The source's memfd written through an engine's mapping of it: the sum
         recorded at the put no longer matches, the receiver refuses the block."""
         a, b = self.start(), self.start()
         self.put(a, 331, blob(331))
@@ -85,10 +82,13 @@ class TestFaultsShm(Shm, tf.TestFaults):
         h = hello_ans(r.ok(OP_XHELLO, struct.pack("<Q", 0)))
         lease, pins = td.pin_ans(r.ok(td.OP_XPIN, td.keys_req(h["inc"], 0, [331])))
         self.assertEqual(td.count(r.ok(td.OP_XRELEASE, td.lease_req(h["inc"], lease))), 1)
-        m, slot_off = self.attach(h["unix_path"])
-        off = slot_off + pins[0][0] * h["slot_bytes"] + 100
-        m[off:off + 64] = b"\xee" * 64
-        m.close()
+        # the arena as an engine maps it (ATTACH on the socket XFER_HELLO named)
+        c = td.kvtier.Client("unix:" + h["unix_path"], timeout=10.0)
+        with c.attach() as arena:
+            slot = arena.slot(pins[0][0])
+            slot[100:164] = b"\xee" * 64
+            slot.release()
+        c.close()
         for direction in (tf.PULL, tf.PUSH):
             if direction == tf.PULL:
                 t = self.transfer(b, self.peer(a), [331, 332])
@@ -98,24 +98,6 @@ class TestFaultsShm(Shm, tf.TestFaults):
             self.absent(b, [331])
             self.settled(a, b)
         self.assertEqual(self.get(b, 332), blob(332))
-
-    def attach(self, path):
-        """ATTACH over the source's Unix socket: its arena mapped here, and slot 0's offset."""
-        s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        self.addCleanup(s.close)
-        s.settimeout(10)
-        s.connect(path)
-        s.sendall(fx.frame(OP_ATTACH, 1))
-        data, fds, _, _ = socket.recv_fds(s, 65536, 1)
-        self.assertEqual(len(fds), 1)
-        while len(data) < 24 + 16:  # the header, map_bytes, slot_off
-            data += s.recv(65536)
-        body = data[24:]
-        map_bytes, slot_off = struct.unpack_from("<QQ", body)
-        m = mmap.mmap(fds[0], map_bytes)
-        os.close(fds[0])
-        return m, slot_off
-
 
 class TestKilledMidTransferShm(Shm, tf.TestKilledMidTransfer):
     # the puller's --lease of 15 ms: over a mapping the 48 MiB are copied in one go, before a
