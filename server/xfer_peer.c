@@ -496,6 +496,36 @@ static void batch_done(void *arg, kvt_status_t st)
     bw->st = st;
 }
 
+/*
+ * Drives UCX (this thread is its only driver) until *@done (when not NULL) or
+ * @end_ms (kvt_clock_ms(); 0: none); renews @lease at @p (when there is one)
+ * over @c for @lease_ms each time *@renew_at passes, then sets it a third of
+ * @lease_ms later.
+ */
+static void drive(srv_xfer_t *xf, srv_xcli_t *c, const srv_xpeer_t *p, uint64_t lease,
+                  uint32_t lease_ms, uint64_t *renew_at, const bool *done, uint64_t end_ms)
+{
+    bool renews = lease != 0 && p != NULL && c != NULL;
+    for (;;) {
+        uint64_t now = kvt_clock_ms();
+        if (renews && c->fd >= 0 && now >= *renew_at) {
+            xpeer_renew(xf, c, p, lease, lease_ms);
+            *renew_at = kvt_clock_ms() + (lease_ms / 3 > 0 ? lease_ms / 3 : 1);
+        }
+        while (kvt_xfer_progress(xf->x) > 0 && (done == NULL || !*done)) {
+        }
+        now = kvt_clock_ms();
+        if ((done != NULL && *done) || (end_ms != 0 && now >= end_ms))
+            return;
+        int64_t wait = -1;
+        if (end_ms != 0)
+            wait = (int64_t)(end_ms - now);
+        if (renews && (wait < 0 || (int64_t)(*renew_at - now) < wait))
+            wait = *renew_at > now ? (int64_t)(*renew_at - now) : 0;
+        kvt_xfer_wait(xf->x, (int)wait);
+    }
+}
+
 void srv_xpeer_batch(srv_xfer_t *xf, srv_xpeer_t *p, kvt_xfer_op_t op, const kvt_xfer_iov_t *iov,
                      uint32_t n, kvt_status_t *est, uint32_t timeout_ms, srv_xcli_t *c,
                      uint64_t lease, uint32_t lease_ms, char *err, size_t errlen)
@@ -511,56 +541,14 @@ void srv_xpeer_batch(srv_xfer_t *xf, srv_xpeer_t *p, kvt_xfer_op_t op, const kvt
         return;
     }
     /* the batch's deadline bounds the wait; the peer's lease is renewed every third of it */
-    int efd = kvt_xfer_efd(xf->x);
-    uint64_t every = lease_ms / 3 > 0 ? lease_ms / 3 : 1;
-    uint64_t renew_at = kvt_clock_ms() + every;
-    while (!bw.done) {
-        if (lease != 0 && c != NULL && c->fd >= 0 && kvt_clock_ms() >= renew_at) {
-            xpeer_renew(xf, c, p, lease, lease_ms);
-            renew_at = kvt_clock_ms() + every;
-        }
-        if (kvt_xfer_progress(xf->x) > 0 || bw.done || !kvt_xfer_arm(xf->x))
-            continue;
-        int timeout = kvt_xfer_next_deadline_ms(xf->x);
-        if (lease != 0) {
-            uint64_t now = kvt_clock_ms();
-            int left = renew_at > now ? (int)(renew_at - now) : 0;
-            if (timeout < 0 || timeout > left)
-                timeout = left;
-        }
-        if (efd < 0 && (timeout < 0 || timeout > 10))
-            timeout = 10;
-        struct pollfd pfd = {.fd = efd, .events = POLLIN};
-        if (efd >= 0)
-            poll(&pfd, 1, timeout);
-        else
-            poll(NULL, 0, timeout);
-    }
+    uint64_t renew_at = kvt_clock_ms() + (lease_ms / 3 > 0 ? lease_ms / 3 : 1);
+    drive(xf, c, p, lease, lease_ms, &renew_at, &bw.done, 0);
 }
 
 void srv_xpeer_idle(srv_xfer_t *xf, srv_xcli_t *c, const srv_xpeer_t *p, uint64_t lease,
                     uint32_t lease_ms, uint64_t *renew_at, uint32_t ms)
 {
-    uint64_t end = kvt_clock_ms() + ms;
-    for (;;) {
-        uint64_t now = kvt_clock_ms();
-        if (lease != 0 && p != NULL && c->fd >= 0 && now >= *renew_at) {
-            xpeer_renew(xf, c, p, lease, lease_ms);
-            *renew_at = kvt_clock_ms() + (lease_ms / 3 > 0 ? lease_ms / 3 : 1);
-        }
-        while (kvt_xfer_progress(xf->x) > 0) {
-        }
-        now = kvt_clock_ms();
-        if (now >= end)
-            return;
-        int efd = kvt_xfer_efd(xf->x);
-        struct pollfd pf = {.fd = efd, .events = POLLIN};
-        int left = (int)(end - now);
-        if (efd >= 0 && kvt_xfer_arm(xf->x))
-            poll(&pf, 1, left);
-        else
-            poll(NULL, 0, left < 1 ? left : 1);
-    }
+    drive(xf, c, p, lease, lease_ms, renew_at, NULL, kvt_clock_ms() + ms);
 }
 
 uint8_t srv_xfer_reason(kvt_status_t st)

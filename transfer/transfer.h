@@ -149,6 +149,14 @@ bool kvt_xfer_arm(kvt_xfer_t *x);
  */
 unsigned kvt_xfer_progress(kvt_xfer_t *x);
 
+/*
+ * Sleeps until the worker may have work, at most @timeout_ms (negative: no
+ * bound) and never past the earliest batch deadline: arms the event fd and
+ * waits on it; returns at once when events are already pending. Without an
+ * event fd, sleeps up to 10 ms. Call kvt_xfer_progress() after it.
+ */
+void kvt_xfer_wait(kvt_xfer_t *x, int timeout_ms);
+
 /* Milliseconds until the earliest deadline of a batch in flight (0 if one is
  * past it), or -1 when none is in flight: a poll() timeout for the owner. */
 int kvt_xfer_next_deadline_ms(const kvt_xfer_t *x);

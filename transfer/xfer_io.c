@@ -7,6 +7,7 @@
  */
 #define KVT_LOG_COMPONENT "transfer"
 
+#include <poll.h>
 #include <string.h>
 
 #include "common/clock.h"
@@ -250,6 +251,21 @@ unsigned kvt_xfer_progress(kvt_xfer_t *x)
     if (!xfer_list_empty(&x->waiting))
         xfer_pump(x);
     return n + xfer_deliver(x);
+}
+
+void kvt_xfer_wait(kvt_xfer_t *x, int timeout_ms)
+{
+    int dl = kvt_xfer_next_deadline_ms(x);
+    if (dl >= 0 && (timeout_ms < 0 || dl < timeout_ms))
+        timeout_ms = dl;
+    if (x->efd < 0) {
+        poll(NULL, 0, timeout_ms < 0 || timeout_ms > 10 ? 10 : timeout_ms);
+        return;
+    }
+    if (!kvt_xfer_arm(x))
+        return; /* events pending */
+    struct pollfd pf = {.fd = x->efd, .events = POLLIN};
+    poll(&pf, 1, timeout_ms);
 }
 
 int kvt_xfer_next_deadline_ms(const kvt_xfer_t *x)

@@ -345,14 +345,8 @@ static void wait_done(kvt_xfer_t *x, done_t *d, uint32_t n)
         if (called == n)
             return;
         assert_true(kvt_clock_ns() < limit);
-        if (kvt_xfer_progress(x) != 0)
-            continue;
-        int efd = kvt_xfer_efd(x);
-        if (efd >= 0 && kvt_xfer_arm(x)) {
-            int ms = kvt_xfer_next_deadline_ms(x);
-            struct pollfd pf = {.fd = efd, .events = POLLIN};
-            poll(&pf, 1, ms < 0 || ms > 100 ? 100 : ms);
-        }
+        if (kvt_xfer_progress(x) == 0)
+            kvt_xfer_wait(x, 100);
     }
 }
 
