@@ -88,6 +88,11 @@ int kvt_bench_http(uint16_t port, const char *method, const char *path, const ch
 /* build/bin/kvtierd next to this kvtier-bench, or NULL; a static buffer. */
 const char *kvt_bench_default_kvtierd(void);
 
+/* A libkvtier client of @addr ("host:port" or "unix:/path") with @io_timeout_ms for each call,
+ * or NULL after a line on stderr. */
+struct kvt_client;
+struct kvt_client *kvt_bench_client(const char *addr, uint32_t io_timeout_ms);
+
 /* A kvtierd started by kvt_bench_daemon_start(). */
 typedef struct kvt_bench_daemon {
     pid_t pid;

@@ -31,21 +31,6 @@ static void bc_usage(void)
            "\"cycle_p50_us\", \"ratio_p50\", ...}.\n");
 }
 
-static kvt_client_t *bc_client(const char *sock)
-{
-    char addr[256], err[256] = "";
-    snprintf(addr, sizeof(addr), "unix:%s", sock);
-    kvt_client_opts_t o;
-    kvt_client_opts_default(&o);
-    o.address = addr;
-    kvt_client_t *c = NULL;
-    if (kvt_client_create_msg(&o, &c, err, sizeof(err)) != KVT_OK) {
-        fprintf(stderr, "kvtier-bench: kvtierd at %s: %s\n", sock, err);
-        return NULL;
-    }
-    return c;
-}
-
 static int bc_fail(kvt_client_t *c, const char *what)
 {
     fprintf(stderr, "kvtier-bench: connector: %s: %s\n", what, kvt_client_last_error(c));
@@ -117,7 +102,9 @@ int kvt_bench_connector_main(int argc, char **argv)
     if (kvt_bench_daemon_start(kvtierd, dargs, &d) != 0)
         goto out;
     snprintf(sock, sizeof(sock), "%s/rpc.sock", d.dir);
-    if ((c = bc_client(sock)) == NULL)
+    char addr[160];
+    snprintf(addr, sizeof(addr), "unix:%s", sock);
+    if ((c = kvt_bench_client(addr, 10000)) == NULL)
         goto out;
     if (kvt_client_attach(c, &a) != KVT_OK) {
         bc_fail(c, "attach");

@@ -18,6 +18,7 @@
 #include <unistd.h>
 
 #include "bench/bench.h"
+#include "kvtier/client.h"
 #include "proto/proto.h"
 
 int kvt_bench_connect(uint16_t port)
@@ -292,4 +293,19 @@ bool kvt_bench_steal(uint64_t *steal_p, uint64_t *total_p)
     *steal_p = v[7];
     *total_p = v[0] + v[1] + v[2] + v[3] + v[4] + v[5] + v[6] + v[7];
     return true;
+}
+
+kvt_client_t *kvt_bench_client(const char *addr, uint32_t io_timeout_ms)
+{
+    char err[256] = "";
+    kvt_client_opts_t o;
+    kvt_client_opts_default(&o);
+    o.address = addr;
+    o.io_timeout_ms = io_timeout_ms;
+    kvt_client_t *c = NULL;
+    if (kvt_client_create_msg(&o, &c, err, sizeof(err)) != KVT_OK) {
+        fprintf(stderr, "kvtier-bench: kvtierd at %s: %s\n", addr, err);
+        return NULL;
+    }
+    return c;
 }

@@ -251,7 +251,6 @@ int kvt_bench_live_main(int argc, char **argv)
     npol = kept; /* "all": the ones it drives */
 
     uint64_t wall0 = kvt_clock_ns();
-    char err[256] = "";
     kvt_replay_input_t in;
     kvt_trace_t t;
     if (kvt_replay_input_load(&in, o.trace, o.seed) != 0)
@@ -292,14 +291,8 @@ int kvt_bench_live_main(int argc, char **argv)
     } else {
         snprintf(addr, sizeof(addr), "%s", o.connect);
     }
-    kvt_client_opts_t co;
-    kvt_client_opts_default(&co);
-    co.address = addr;
-    co.io_timeout_ms = 10000;
-    if (kvt_client_create_msg(&co, &c, err, sizeof(err)) != KVT_OK) {
-        fprintf(stderr, "kvtier-bench: kvtierd at %s: %s\n", addr, err);
+    if ((c = kvt_bench_client(addr, 10000)) == NULL)
         goto out;
-    }
     printf("replay --mode live: %s, %zu requests, %" PRIu64 " blocks, %" PRIu32
            " engines, capacity %" PRIu64 " blocks per engine, speedup %g, kvtierd %s%s\n",
            o.trace, t.nreqs, itotal, o.pods, o.capacity ? o.capacity : (uint64_t)keys.n, o.speedup,

@@ -21,18 +21,9 @@
 
 static kvt_client_t *xd_client(uint16_t port)
 {
-    char addr[64], err[256] = "";
+    char addr[64];
     snprintf(addr, sizeof(addr), "127.0.0.1:%u", (unsigned)port);
-    kvt_client_opts_t o;
-    kvt_client_opts_default(&o);
-    o.address = addr;
-    o.io_timeout_ms = 60000;
-    kvt_client_t *c = NULL;
-    if (kvt_client_create_msg(&o, &c, err, sizeof(err)) != KVT_OK) {
-        fprintf(stderr, "kvtier-bench: kvtierd at %s: %s\n", addr, err);
-        return NULL;
-    }
-    return c;
+    return kvt_bench_client(addr, 60000);
 }
 
 /* One point through the daemons: @pt's block size and batch; fills daemon_gbps and the

@@ -249,10 +249,8 @@ kvt_status_t srv_xcli_call(srv_xcli_t *c, uint8_t op, uint64_t id, char *err, si
 
 /* ---- peers: one UCX endpoint per peer address, from its XFER_HELLO ------------------- */
 
-#define MAX_PEERS 16
-
 typedef struct peers {
-    srv_xpeer_t v[MAX_PEERS];
+    srv_xpeer_t v[SRV_XPEER_MAX];
     uint32_t n;
 } peers_t;
 
@@ -398,7 +396,7 @@ kvt_status_t srv_xpeer_hello(srv_xfer_t *xf, srv_xcli_t *c, const char *addr, sr
             srv_xpeer_drop(xf, &ps->v[i]);
             break;
         }
-    if (ps->n == MAX_PEERS)
+    if (ps->n == SRV_XPEER_MAX)
         srv_xpeer_drop(xf, &ps->v[0]);
     uint64_t id = ++c->next_id;
     kvt_proto_xfer_hello_req_encode(&c->wr, id, 0);

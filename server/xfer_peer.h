@@ -51,6 +51,9 @@ void srv_xcli_close(srv_xcli_t *c);
  */
 kvt_status_t srv_xcli_call(srv_xcli_t *c, uint8_t op, uint64_t id, char *err, size_t errlen);
 
+/* Peers cached at once (the oldest goes to make room). */
+#define SRV_XPEER_MAX 16
+
 /* A peer's UCX endpoint from its XFER_HELLO. */
 typedef struct srv_xpeer {
     char addr[300];

@@ -26,9 +26,6 @@
 #include "server/xfer_peer.h"
 #include "server/xfer_pull.h"
 
-/* Mapped peers whose socket the thread watches, at most (xfer_peer.c caches 16 peers). */
-#define XFER_WATCH_MAX 16
-
 static void inbox_wake(void *arg)
 {
     srv_xfer_t *xf = arg;
@@ -106,8 +103,8 @@ static void *xfer_main(void *arg)
     }
     started(xf, 1);
     /* the jobs, UCX's event fd (or -1: ignored by poll), the mapped peers' sockets */
-    struct pollfd pfd[2 + XFER_WATCH_MAX] = {{.fd = xf->job_efd, .events = POLLIN},
-                                             {.fd = kvt_xfer_efd(xf->x), .events = POLLIN}};
+    struct pollfd pfd[2 + SRV_XPEER_MAX] = {{.fd = xf->job_efd, .events = POLLIN},
+                                            {.fd = kvt_xfer_efd(xf->x), .events = POLLIN}};
     while (!atomic_load(&xf->stop)) {
         while (kvt_xfer_progress(xf->x) > 0)
             ;
@@ -118,7 +115,7 @@ static void *xfer_main(void *arg)
         int timeout = kvt_xfer_next_deadline_ms(xf->x);
         if (pfd[1].fd < 0 && (timeout < 0 || timeout > 100))
             timeout = 100; /* no event fd: poll UCX now and then */
-        uint32_t nw = srv_xpeers_watch(xf, pfd + 2, XFER_WATCH_MAX);
+        uint32_t nw = srv_xpeers_watch(xf, pfd + 2, SRV_XPEER_MAX);
         if (poll(pfd, 2 + nw, timeout) < 0 && errno != EINTR) {
             kvt_log_error("poll: %s", strerror(errno));
             break;
