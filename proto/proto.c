@@ -54,7 +54,7 @@ static void st64(uint8_t *p, uint64_t v)
 
 /* ---- header --------------------------------------------------------------------------------- */
 
-#define KVT_PROTO_F_KNOWN (KVT_PROTO_F_RESPONSE | KVT_PROTO_F_ERROR)
+#define KVT_PROTO_F_KNOWN (KVT_PROTO_F_RESPONSE | KVT_PROTO_F_ERROR | KVT_PROTO_F_ENGINE_KEYS)
 
 bool kvt_proto_op_known(uint8_t op)
 {

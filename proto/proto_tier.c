@@ -44,6 +44,12 @@ bool kvt_proto_op_keys(uint8_t op)
     return false;
 }
 
+bool kvt_proto_op_engine_keys(uint8_t op)
+{
+    return kvt_proto_op_keys(op) || op == KVT_PROTO_OP_COMMIT || op == KVT_PROTO_OP_BLOCK_PUT ||
+           op == KVT_PROTO_OP_BLOCK_GET || op == KVT_PROTO_OP_BLOCK_DELETE;
+}
+
 kvt_status_t kvt_proto_empty_decode(uint8_t op, size_t len, char *err, size_t errlen)
 {
     if (len == 0)

@@ -42,6 +42,10 @@
 /* True for the opcodes whose request is a KEYS body: LOOKUP, RESERVE, PIN, UNPIN, PREFETCH. */
 bool kvt_proto_op_keys(uint8_t op);
 
+/* True for the opcodes that may carry KVT_PROTO_F_ENGINE_KEYS: the KEYS ones, COMMIT and
+ * BLOCK_PUT, BLOCK_GET, BLOCK_DELETE. */
+bool kvt_proto_op_engine_keys(uint8_t op);
+
 /*
  * Checks a body that must be empty (ATTACH request, BLOCK_PUT and
  * BLOCK_DELETE answers): KVT_OK when @len is 0, else KVT_ERR_INVAL and a

@@ -70,6 +70,8 @@ struct kvt_client {
     bool want_fd;
     int pass_fd;
 
+    bool engine_keys; /* tier calls carry KVT_PROTO_F_ENGINE_KEYS */
+
     cl_flight_t *fl; /* submitted queries */
     size_t nfl, fl_cap;
 

@@ -65,6 +65,20 @@ static kvt_status_t tier_encode_failed(kvt_client_t *c, const char *what, kvt_st
     return kvt_cl_fail(c, st, "%s: cannot encode the request: %s", what, kvt_status_str(st));
 }
 
+void kvt_client_set_engine_keys(kvt_client_t *c, bool on)
+{
+    c->engine_keys = on;
+}
+
+/* Sets KVT_PROTO_F_ENGINE_KEYS in the encoded request @req when the client asks for it. */
+static void tier_flags(const kvt_client_t *c, kvt_proto_wr_t *req)
+{
+    if (c->engine_keys && !req->oom && req->len >= KVT_PROTO_HDR_SIZE) {
+        req->buf[6] = (uint8_t)KVT_PROTO_F_ENGINE_KEYS;
+        req->buf[7] = (uint8_t)(KVT_PROTO_F_ENGINE_KEYS >> 8);
+    }
+}
+
 /* An answer the codec refused: the stream cannot be trusted, so the connection goes. */
 static kvt_status_t tier_bad_answer(kvt_client_t *c, const char *why)
 {
@@ -93,6 +107,7 @@ static kvt_status_t tier_keys_call(kvt_client_t *c, uint8_t op, const char *what
     k.n = (uint32_t)n;
     kvt_proto_wr_init(&req);
     st = kvt_proto_keys_req_encode(&req, op, 0, &k, keys);
+    tier_flags(c, &req);
     if (st != KVT_OK)
         st = tier_encode_failed(c, what, st);
     else
@@ -287,6 +302,7 @@ kvt_status_t kvt_client_commit(kvt_client_t *c, const char *model, const char *l
     cm.n = (uint32_t)n;
     kvt_proto_wr_init(&req);
     st = kvt_proto_commit_req_encode(&req, 0, &cm, keys, lens);
+    tier_flags(c, &req);
     if (st != KVT_OK)
         st = tier_encode_failed(c, "commit", st);
     else if ((st = kvt_cl_call(c, &req, false, &ans)) == KVT_OK)
@@ -382,6 +398,7 @@ kvt_status_t kvt_client_block_put(kvt_client_t *c, const char *model, const char
     p.len = (uint32_t)len;
     kvt_proto_wr_init(&req);
     st = kvt_proto_block_put_req_encode(&req, 0, &p);
+    tier_flags(c, &req);
     if (st != KVT_OK)
         st = tier_encode_failed(c, "block put", st);
     else if ((st = kvt_cl_call(c, &req, true, &ans)) == KVT_OK &&
@@ -406,6 +423,7 @@ static kvt_status_t tier_key_call(kvt_client_t *c, uint8_t op, const char *what,
         return st;
     kvt_proto_wr_init(&req);
     st = kvt_proto_block_key_req_encode(&req, op, 0, &k);
+    tier_flags(c, &req);
     if (st != KVT_OK)
         st = tier_encode_failed(c, what, st);
     else

@@ -41,7 +41,7 @@ kvt_status_t srv_block_query_parse(const char *query, size_t len, srv_block_quer
 {
     srv_block_query_t q;
     memset(&q, 0, sizeof(q));
-    bool seen[3] = {false, false, false};
+    bool seen[4] = {false, false, false, false};
     char name[41];
     const char *p = query, *end = query != NULL ? query + len : NULL;
     while (p != NULL && p < end) {
@@ -57,9 +57,10 @@ kvt_status_t srv_block_query_parse(const char *query, size_t len, srv_block_quer
         int which = nlen == 5 && memcmp(p, "model", 5) == 0     ? 0
                     : nlen == 4 && memcmp(p, "lora", 4) == 0    ? 1
                     : nlen == 7 && memcmp(p, "durable", 7) == 0 ? 2
+                    : nlen == 4 && memcmp(p, "keys", 4) == 0    ? 3
                                                                 : -1;
         if (which < 0) {
-            kvt_errf(err, errlen, "unknown query parameter %s (model, lora and durable are known)",
+            kvt_errf(err, errlen, "unknown query parameter %s (model, lora, durable and keys are known)",
                      shown(p, nlen, name));
             return KVT_ERR_INVAL;
         }
@@ -79,6 +80,12 @@ kvt_status_t srv_block_query_parse(const char *query, size_t len, srv_block_quer
             memcpy(q.model, val, (size_t)vlen + 1);
         } else if (which == 1) {
             memcpy(q.lora, val, (size_t)vlen + 1);
+        } else if (which == 3) {
+            if (strcmp(val, "engine") != 0 && strcmp(val, "sequence") != 0) {
+                kvt_errf(err, errlen, "keys must be sequence or engine");
+                return KVT_ERR_INVAL;
+            }
+            q.engine_keys = val[0] == 'e';
         } else if (strcmp(val, "1") == 0 || strcmp(val, "true") == 0) {
             q.durable = true;
         } else if (strcmp(val, "0") != 0 && strcmp(val, "false") != 0) {

@@ -21,11 +21,13 @@ typedef struct srv_block_query {
     char model[KVT_IDX_MAX_NAME + 1]; /* percent-decoded, NUL-terminated, non-empty */
     char lora[KVT_IDX_MAX_NAME + 1];  /* "" when absent */
     bool durable;
+    bool engine_keys; /* keys=engine: the key is an engine-hash id (ENGINE_KEYS) */
 } srv_block_query_t;
 
 /*
  * Parses the query string @query[0..len) (after '?', not decoded; NULL when
- * none): model (required), lora, durable (0, 1, false, true), each value
+ * none): model (required), lora, durable (0, 1, false, true), keys
+ * (sequence, engine), each value
  * percent-decoded and at most KVT_IDX_MAX_NAME bytes. KVT_OK and *@q_p set,
  * or KVT_ERR_INVAL with one line in @err (an unknown or repeated parameter, a
  * parameter without '=', a bad %-escape or %00, a missing model) and *@q_p

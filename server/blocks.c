@@ -24,7 +24,7 @@
 #include "server/tier.h"
 #include "tiers/tiers.h"
 
-#define NS_MAX (2 * KVT_IDX_MAX_NAME + 1)
+#define NS_MAX SRV_TIER_NS_MAX
 
 typedef struct srv_tier_call {
     uint8_t op; /* KVT_PROTO_OP_BLOCK_PUT, _GET, _DELETE, _PIN */
@@ -281,7 +281,8 @@ void srv_h_block_http(srv_req_t *rq, srv_result_t *res)
     if (job == NULL)
         return;
     srv_tier_call_t *tc = job->tc;
-    tc->ns_len = srv_tier_ns(q.model, strlen(q.model), q.lora, strlen(q.lora), tc->ns);
+    tc->ns_len =
+        srv_tier_ns(q.model, strlen(q.model), q.lora, strlen(q.lora), q.engine_keys, tc->ns);
     tc->key = key;
     tc->durable = q.durable;
     tc->data = rq->body;
@@ -299,8 +300,8 @@ static bool rpc_ns(srv_req_t *rq, srv_result_t *res, kvt_proto_str_t m, kvt_prot
         error(res, 400, KVT_ERR_INVAL, "model must not be empty");
         return false;
     }
-    (void)rq;
-    *ns_len_p = srv_tier_ns(m.p, m.len, l.p, l.len, ns);
+    bool engine = (rq->flags & KVT_PROTO_F_ENGINE_KEYS) != 0;
+    *ns_len_p = srv_tier_ns(m.p, m.len, l.p, l.len, engine, ns);
     return true;
 }
 
@@ -656,7 +657,7 @@ void srv_h_prefetch_http(srv_req_t *rq, srv_result_t *res)
         kvt_hash_seq_salted(w->tokens, n, bs, KVT_HASH_SEED, NULL, NULL, w->keys);
     }
     char ns[NS_MAX];
-    size_t ns_len = srv_tier_ns(model, mlen, lora, llen, ns);
+    size_t ns_len = srv_tier_ns(model, mlen, lora, llen, false, ns);
     size_t started = kvt_tier_prefetch(t, ns, ns_len, w->keys, nb);
     kvt_jbuf_t *o = &w->out;
     kvt_jbuf_reset(o);

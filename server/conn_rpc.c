@@ -129,6 +129,7 @@ static int rpc_dispatch(kvt_srv_conn_t *c, const kvt_proto_hdr_t *h, const uint8
                     .len = h->body_len,
                     .req_id = h->req_id,
                     .op = h->op,
+                    .flags = h->flags,
                     .authed = &c->authed,
                     .sess = &c->sess,
                     .fd = bufferevent_getfd(c->bev),
@@ -140,6 +141,11 @@ static int rpc_dispatch(kvt_srv_conn_t *c, const kvt_proto_hdr_t *h, const uint8
                              .status = 400,
                              .st = KVT_ERR_PROTO,
                              .msg = "a request must not carry RESPONSE"};
+    else if ((h->flags & KVT_PROTO_F_ENGINE_KEYS) && !kvt_proto_op_engine_keys(h->op))
+        res = (srv_result_t){.out = OUT_ERROR,
+                             .status = 400,
+                             .st = KVT_ERR_INVAL,
+                             .msg = "ENGINE_KEYS goes with keyed tier calls only"};
     else if (rt == NULL || rt->rpc == NULL)
         res = (srv_result_t){
             .out = OUT_ERROR, .status = 501, .st = KVT_ERR_UNSUPPORTED, .msg = "unknown opcode"};

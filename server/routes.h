@@ -59,6 +59,7 @@ typedef struct srv_req {
     struct kvt_tier_sess **sess; /* RPC: the connection's tier session, opened on first use */
     uint64_t req_id;             /* RPC */
     uint8_t op;                  /* RPC */
+    uint16_t flags;              /* RPC: the header's (KVT_PROTO_F_ENGINE_KEYS or 0) */
     bool *authed;                /* RPC: the connection's HELLO state (HELLO sets it) */
     kvt_proto_wr_t *wr;          /* RPC: answers are appended here */
     char *err;                   /* the front end's buffer for error text, not zeroed per request */

@@ -138,7 +138,8 @@ typedef struct srv_job {
     uint64_t t0_ns;                  /* for the latency histogram */
     enum srv_call call;              /* the route\'s, for metrics */
     uint8_t op;                      /* the route\'s RPC opcode (for the answer frame) */
-    kvt_evbatch_t batch;             /* JOB_EVENTS; owned */
+    kvt_evbatch_t batch;             /* JOB_EVENTS, JOB_TIER_CHANGES; owned */
+    bool engine_keys;                /* JOB_TIER_CHANGES: the keys are engine-hash ids */
     char name[KVT_IDX_MAX_NAME + 1]; /* JOB_DROP, JOB_ROUTED: the pod; JOB_MODEL_DROP: the model */
     kvt_zsub_engine_t *engine;       /* JOB_ENGINE_ADD; owned */
     struct srv_tier_call *tc;        /* JOB_TIER; owned */
@@ -235,6 +236,7 @@ struct kvt_srv {
     struct kvt_tier *tier;
     char *pod;                      /* this sidecar's pod (--pod): tier changes are its */
     atomic_uint_fast64_t tier_lost; /* tier changes the writer's queue could not take */
+    atomic_uint_fast64_t tier_unresolved; /* engine-key stores --pod did not know (index) */
     uint64_t incarnation;           /* drawn at start (getrandom), never 0: names this run */
     struct srv_xfer *xfer; /* the transfer (server/xfer.h); NULL: --ucx off, no tiers, no UCX */
 

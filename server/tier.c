@@ -21,24 +21,32 @@
 
 #define CHANGES_PER_JOB 4096u /* events in one writer job at most */
 
-size_t srv_tier_ns(const char *model, size_t mlen, const char *lora, size_t llen, char *out)
+size_t srv_tier_ns(const char *model, size_t mlen, const char *lora, size_t llen, bool engine,
+                   char *out)
 {
-    /* a NUL never appears in a name, so (model, lora) pairs cannot collide */
+    /* a NUL never appears in a name, so (model, lora, kind) triples cannot collide */
     memcpy(out, model, mlen);
-    if (llen == 0)
+    if (llen == 0 && !engine)
         return mlen;
     out[mlen] = '\0';
     memcpy(out + mlen + 1, lora, llen);
-    return mlen + 1 + llen;
+    if (!engine)
+        return mlen + 1 + llen;
+    out[mlen + 1 + llen] = '\0';
+    return mlen + 2 + llen;
 }
 
 /* One writer job for changes @ch[0..n), all of one namespace. */
 static srv_job_t *changes_job(const kvt_srv_t *srv, const kvt_tier_change_t *ch, size_t n)
 {
+    /* srv_tier_ns() read back: model [NUL lora [NUL]] */
     const char *model = ch[0].ns;
     size_t mlen = strnlen(ch[0].ns, ch[0].ns_len);
     const char *lora = mlen < ch[0].ns_len ? ch[0].ns + mlen + 1 : NULL;
     size_t llen = lora != NULL ? ch[0].ns_len - mlen - 1 : 0;
+    bool engine = llen > 0 && lora[llen - 1] == '\0';
+    if (engine && --llen == 0)
+        lora = NULL;
     size_t plen = strlen(srv->pod);
     size_t bytes = n * (sizeof(kvt_event_t) + sizeof(uint64_t)) + plen + mlen + llen + 3;
     srv_job_t *job = calloc(1, sizeof(*job));
@@ -75,6 +83,7 @@ static srv_job_t *changes_job(const kvt_srv_t *srv, const kvt_tier_change_t *ch,
                               .group = -1};
     }
     job->kind = JOB_TIER_CHANGES;
+    job->engine_keys = engine;
     return job;
 }
 
@@ -174,13 +183,22 @@ void srv_tier_apply(kvt_srv_t *srv, srv_job_t *job)
         kvt_log_warn("tier changes of %s: %s", b->model, kvt_status_str(st));
         return;
     }
-    /* the keys are the standard's sequence keys (docs/tiers.md): stored as the pod's own */
+    /*
+     * Sequence keys (docs/tiers.md) are stored as the pod's own blocks; engine-hash keys
+     * (ENGINE_KEYS) add the tier to the block the pod's engine reported under that hash, as
+     * an engine's own CPU store without tokens would (unknown hashes are counted).
+     */
     for (size_t i = 0; i < b->nev; i++) {
         const kvt_event_t *e = &b->ev[i];
-        if (e->type == KVT_EV_STORED)
-            kvt_idx_store(srv->idx, ns, pod, e->tier, NULL, e->hashes, NULL, 1);
-        else
+        size_t unresolved = 0;
+        if (e->type != KVT_EV_STORED)
             kvt_idx_remove(srv->idx, pod, e->tier, e->hashes, 1, NULL);
+        else if (job->engine_keys)
+            kvt_idx_store_by_ehash(srv->idx, pod, e->tier, e->hashes, 1, &unresolved);
+        else
+            kvt_idx_store(srv->idx, ns, pod, e->tier, NULL, e->hashes, NULL, 1);
+        if (unresolved > 0)
+            atomic_fetch_add(&srv->tier_unresolved, unresolved);
     }
     kvt_zsub_publish(srv->zsub, b); /* a failure is counted there */
 }
@@ -220,13 +238,13 @@ void srv_tier_stats_json(kvt_srv_t *srv, kvt_jbuf_t *o)
         ",\"promotions\":%" PRIu64 ",\"prefetches\":%" PRIu64 ",\"checksum_failures\":%" PRIu64
         ",\"io_errors\":%" PRIu64 ",\"lease_expired\":%" PRIu64 ",\"restored\":%" PRIu64
         ",\"restore_bad\":%" PRIu64 ",\"read_bytes\":%" PRIu64 ",\"write_bytes\":%" PRIu64
-        ",\"changes_lost\":%" PRIu64,
+        ",\"changes_lost\":%" PRIu64 ",\"unresolved\":%" PRIu64,
         g.block_bytes, g.slot_bytes, s.ram_slots, s.ram_used, s.ram_pinned, s.ram_reserved,
         s.disk_slots, s.disk_used, s.blocks, s.lookups, s.hits_ram, s.hits_disk, s.misses, s.puts,
         s.gets, s.deletes, s.ram_evictions, s.drops, s.disk_evictions, s.admitted, s.rejected,
         s.demotions, s.promotions, s.prefetches, s.checksum_failures, s.io_errors, s.lease_expired,
         s.restored, s.restore_bad, s.read_bytes, s.write_bytes,
-        (uint64_t)atomic_load(&srv->tier_lost));
+        (uint64_t)atomic_load(&srv->tier_lost), (uint64_t)atomic_load(&srv->tier_unresolved));
     kvt_jbuf_cstr(o, ",\"read_us_log2\":");
     hist_json(o, s.read_hist);
     kvt_jbuf_cstr(o, ",\"write_us_log2\":");

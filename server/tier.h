@@ -16,9 +16,17 @@
 kvt_status_t srv_tier_open(kvt_srv_t *srv);
 void srv_tier_close(kvt_srv_t *srv);
 
-/* A tier namespace from a model and LoRA: the model, or model NUL lora. @out has room for
- * 2 * KVT_IDX_MAX_NAME + 1 bytes. Returns its length. */
-size_t srv_tier_ns(const char *model, size_t mlen, const char *lora, size_t llen, char *out);
+/* Bytes of the longest tier namespace srv_tier_ns() makes. */
+#define SRV_TIER_NS_MAX (2 * KVT_IDX_MAX_NAME + 2)
+
+/*
+ * A tier namespace from a model and LoRA: the model, or model NUL lora, for
+ * the standard's sequence keys; model NUL lora NUL (lora may be empty) for
+ * engine-hash keys (@engine): the two never meet, as no name holds a NUL.
+ * @out has room for SRV_TIER_NS_MAX bytes. Returns its length.
+ */
+size_t srv_tier_ns(const char *model, size_t mlen, const char *lora, size_t llen, bool engine,
+                   char *out);
 
 /* Writer: applies a JOB_TIER_CHANGES batch to the sidecar's pod and publishes it. */
 void srv_tier_apply(kvt_srv_t *srv, srv_job_t *job);

@@ -107,7 +107,7 @@ static void pull(srv_xfer_t *xf, const srv_xfer_call_t *xc, srv_xres_t *r, char 
         }
     }
     char ns[KVT_TIER_NS_MAX];
-    size_t ns_len = srv_tier_ns(xc->model, strlen(xc->model), xc->lora, strlen(xc->lora), ns);
+    size_t ns_len = srv_tier_ns(xc->model, strlen(xc->model), xc->lora, strlen(xc->lora), false, ns);
     size_t nev = 0;
     if (np > 0 &&
         kvt_tier_reserve(xf->tier, s, ns, ns_len, pkeys, np, slots, NULL, 0, &nev) != KVT_OK) {

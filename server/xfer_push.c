@@ -263,7 +263,7 @@ void srv_xfer_push(srv_xfer_t *xf, const srv_xfer_call_t *xc, srv_xres_t *r, cha
     kvt_tier_sess_t *s = kvt_tier_sess_open(xf->tier);
     uint64_t *want = malloc(n * sizeof(*want)); /* keys not held here yet */
     char ns[KVT_TIER_NS_MAX];
-    size_t ns_len = srv_tier_ns(xc->model, strlen(xc->model), xc->lora, strlen(xc->lora), ns);
+    size_t ns_len = srv_tier_ns(xc->model, strlen(xc->model), xc->lora, strlen(xc->lora), false, ns);
     if (s == NULL || want == NULL || !push_buf_init(&b, n)) {
         srv_xres_fail(r, xc->keys, n, KVT_PROTO_XFER_FAIL_ERROR);
         kvt_errf(err, errlen, "out of memory");

@@ -403,7 +403,7 @@ void srv_h_xfer_pin(srv_req_t *rq, srv_result_t *res)
     xc->keys = keys;
     xc->n = k.n;
     xc->lease_ms = k.lease_ms;
-    xc->ns_len = srv_tier_ns(k.model.p, k.model.len, k.lora.p, k.lora.len, xc->ns);
+    xc->ns_len = srv_tier_ns(k.model.p, k.model.len, k.lora.p, k.lora.len, false, xc->ns);
     job->kind = JOB_TIER;
     job->worker = rq->w;
     job->xc = xc;
@@ -501,7 +501,7 @@ void srv_h_xfer_reserve(srv_req_t *rq, srv_result_t *res)
             return;
         }
     char ns[KVT_TIER_NS_MAX];
-    size_t ns_len = srv_tier_ns(k.model.p, k.model.len, k.lora.p, k.lora.len, ns);
+    size_t ns_len = srv_tier_ns(k.model.p, k.model.len, k.lora.p, k.lora.len, false, ns);
     srv_lease_t *l = lease_of(rq, res, xf, &k);
     if (l == NULL)
         return;

@@ -212,6 +212,17 @@ kvt_status_t kvt_client_drop_model(kvt_client_t *c, const char *model, char **an
  * content; a held key is not rewritten) and BLOCK_GET are, as query is.
  */
 
+/*
+ * Engine keys: with @on, this client's tier calls (lookup, reserve, commit,
+ * pin, unpin, prefetch, block_*) say that their keys are an engine's
+ * block-hash ids (vLLM's hash by its last 8 bytes, SGLang's by its first 8,
+ * big-endian: as kvtierd's event decoders read them), and name the
+ * engine-keys namespace of (model, lora), apart from its sequence keys.
+ * kvtierd then reports those blocks to the index as the engine's own blocks
+ * under those hashes (docs/tiers.md, "Engine keys"). Off by default.
+ */
+void kvt_client_set_engine_keys(kvt_client_t *c, bool on);
+
 /* Where kvt_client_lookup() says a block is: the fastest tier holding it. */
 #define KVT_CLIENT_LOC_RAM 1u  /* in the arena */
 #define KVT_CLIENT_LOC_DISK 2u /* on NVMe only: PIN reads it into the arena first */

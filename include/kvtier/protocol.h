@@ -39,6 +39,11 @@
 /* Header flags. */
 #define KVT_PROTO_F_RESPONSE 0x0001u /* set on every answer */
 #define KVT_PROTO_F_ERROR 0x0002u    /* answer body is an error body (below) */
+/* Request of a keyed tier call (LOOKUP, RESERVE, COMMIT, PIN, UNPIN, PREFETCH,
+ * BLOCK_*): its keys are an engine's block-hash ids (docs/protocol.md,
+ * "Engine keys"), in a namespace apart from the same model's sequence keys.
+ * Refused (400) on any other request. */
+#define KVT_PROTO_F_ENGINE_KEYS 0x0004u
 
 /*
  * Opcodes. Bodies are built from: u8/u16/u32/u64 (LE), f64 (IEEE-754 LE),
@@ -94,7 +99,8 @@
  * BLOCK_GET    req: KEY. ans: the block's bytes (the whole body, >= 1 byte).
  * BLOCK_DELETE req: KEY. ans: empty.
  * Reservations and pins belong to the connection (a session): it releases
- * them when it closes. Mutating (refused before HELLO on a server with an
+ * them when it closes. With KVT_PROTO_F_ENGINE_KEYS these calls name the
+ * engine-keys namespace of (model, lora). Mutating (refused before HELLO on a server with an
  * auth token): ATTACH, RESERVE, COMMIT, BLOCK_PUT, BLOCK_DELETE.
  *
  * The transfer between sidecars (docs/protocol.md, "Transfer"). INC is a

@@ -154,6 +154,25 @@ class TestCore(Base):
         self.assertEqual(o2.lookup(keys), 3)
         self.assertEqual(self.load(o2, keys), [data(k) for k in keys])
 
+    def test_engine_keys_namespace(self):
+        """An Offload's keys are engine ids (ENGINE_KEYS): kvtier's sequence keys of the same
+        model do not see them, a client in engine-keys mode does."""
+        o = self.offload()
+        self.store(o, [41, 42])
+        seq = kvtier.Client("unix:" + self.sock, timeout=5.0)
+        eng = kvtier.Client("unix:" + self.sock, timeout=5.0, engine_keys=True)
+        self.addCleanup(seq.close)
+        self.addCleanup(eng.close)
+        self.assertEqual(seq.lookup(MODEL, [41, 42]), [])
+        self.assertEqual(len(eng.lookup(MODEL, [41, 42])), 2)
+        self.assertEqual(eng.block_get(MODEL, 42), data(42))
+        seq.block_put(MODEL, 41, b"other")  # a sequence key 41 is another block
+        self.assertEqual(seq.block_get(MODEL, 41), b"other")
+        self.assertEqual(self.load(o, [41]), [data(41)])
+        o2 = Offload(self.sock, MODEL, timeout=10.0, engine_keys=False)
+        self.addCleanup(o2.close)
+        self.assertEqual(o2.lookup([41, 42]), 1)
+
     def test_kvtierd_restart(self):
         if self.nodisk is not None:
             self.skipTest("no NVMe store here: " + self.nodisk)

@@ -76,6 +76,11 @@ static void test_queries(void **state)
     assert_false(q.durable);
     assert_int_equal(parse("model=m&durable=0", &q, err, sizeof(err)), KVT_OK);
     assert_false(q.durable);
+    assert_false(q.engine_keys);
+    assert_int_equal(parse("keys=engine&model=m", &q, err, sizeof(err)), KVT_OK);
+    assert_true(q.engine_keys);
+    assert_int_equal(parse("model=m&keys=sequence", &q, err, sizeof(err)), KVT_OK);
+    assert_false(q.engine_keys);
     char long_model[400];
     memset(long_model, 'x', sizeof(long_model));
     strcpy(long_model, "model=");
@@ -99,6 +104,8 @@ static void test_queries(void **state)
         {"model=m&model=n", "given twice"},
         {"model=m&durable=2", "durable must be"},
         {"model=m&durable=", "durable must be"},
+        {"model=m&keys=vllm", "keys must be sequence or engine"},
+        {"model=m&keys=engine&keys=engine", "given twice"},
         {"model=a%00b", "bad %-escape"},
         {"model=a%zz", "bad %-escape"},
         {long_model, "over 255 bytes"},

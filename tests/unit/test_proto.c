@@ -170,11 +170,12 @@ static void test_hdr_roundtrip(void **state)
         KVT_PROTO_OP_HELLO,       KVT_PROTO_OP_PING,       KVT_PROTO_OP_QUERY, KVT_PROTO_OP_EVENTS,
         KVT_PROTO_OP_ENGINE_DROP, KVT_PROTO_OP_ENGINE_ADD, KVT_PROTO_OP_STATS};
     static const uint16_t flags[] = {0, KVT_PROTO_F_RESPONSE,
-                                     KVT_PROTO_F_RESPONSE | KVT_PROTO_F_ERROR};
+                                     KVT_PROTO_F_RESPONSE | KVT_PROTO_F_ERROR,
+                                     KVT_PROTO_F_ENGINE_KEYS};
     for (size_t i = 0; i < sizeof(ops); i++) {
         assert_true(kvt_proto_op_known(ops[i]));
         assert_string_not_equal(kvt_proto_op_name(ops[i]), "UNKNOWN");
-        for (size_t f = 0; f < 3; f++) {
+        for (size_t f = 0; f < sizeof(flags) / sizeof(flags[0]); f++) {
             make_hdr(buf, ops[i], flags[f], UINT64_MAX - i, 0);
             assert_int_equal(kvt_proto_hdr_decode(buf, 0, &out), KVT_OK);
             assert_int_equal(out.op, ops[i]);
@@ -213,7 +214,7 @@ static void test_hdr_rejects(void **state)
         buf[4] = (uint8_t)v;
         expect_hdr_err(buf, 100, KVT_ERR_PROTO, "version");
     }
-    for (int bit = 2; bit < 16; bit++) {
+    for (int bit = 3; bit < 16; bit++) { /* bit 2 is KVT_PROTO_F_ENGINE_KEYS */
         make_hdr(buf, KVT_PROTO_OP_PING, (uint16_t)(1u << bit), 1, 0);
         expect_hdr_err(buf, 100, KVT_ERR_PROTO, "flag");
     }

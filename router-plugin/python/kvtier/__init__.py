@@ -261,6 +261,7 @@ def _declare(lib):
                                                           P(ctypes.c_uint64)]),
         "kvt_client_attach": (st, [c_client, P(_Arena)]),
         "kvt_client_detach": (None, [P(_Arena)]),
+        "kvt_client_set_engine_keys": (None, [c_client, ctypes.c_bool]),
         "kvt_client_lookup": (st, [c_client, ctypes.c_char_p, ctypes.c_char_p, u64s,
                                    ctypes.c_size_t, P(ctypes.c_uint8), P(ctypes.c_uint32)]),
         "kvt_client_reserve": (st, [c_client, ctypes.c_char_p, ctypes.c_char_p, u64s,
@@ -467,10 +468,14 @@ class Client:
     one). lazy: do not connect before the first call. The connection is
     re-established on the next call after it breaks. The tier calls (attach, lookup,
     reserve, commit, pin, unpin, prefetch, block_put, block_get, block_delete) need a
-    kvtierd started with --ram-bytes; attach needs a "unix:/path" address.
+    kvtierd started with --ram-bytes; attach needs a "unix:/path" address. engine_keys:
+    the tier calls' keys are an engine's block-hash ids (kvtier.offload.vllm_key(),
+    sglang_key()), in a namespace apart from the sequence keys (docs/tiers.md, "Engine
+    keys").
     """
 
-    def __init__(self, addr=DEFAULT_ADDR, timeout=1.0, token=None, lazy=False):
+    def __init__(self, addr=DEFAULT_ADDR, timeout=1.0, token=None, lazy=False,
+                 engine_keys=False):
         lib = _load()
         self._lib = lib
         self._c = ctypes.c_void_p()
@@ -491,6 +496,8 @@ class Client:
             self._c = ctypes.c_void_p()
             raise Error(st, msg.value.decode("utf-8", "replace"))
         self.addr = addr
+        self.engine_keys = bool(engine_keys)
+        lib.kvt_client_set_engine_keys(self._c, self.engine_keys)
 
     # -- plumbing --------------------------------------------------------------------------
     def _handle(self):

@@ -53,12 +53,13 @@ def sglang_key(page_hash):
 class Offload:
     """The engine's side of kvtier's tiers for one model (and LoRA adapter): see the module."""
 
-    def __init__(self, socket, model, lora=None, timeout=10.0, token=None):
+    def __init__(self, socket, model, lora=None, timeout=10.0, token=None, engine_keys=True):
         """socket: kvtierd's --rpc-unix path ("unix:" prefix optional). timeout: seconds per
-        call. token: kvtierd's auth token, when it has one."""
+        call. token: kvtierd's auth token, when it has one. engine_keys: the keys are engine
+        block-hash ids (vllm_key(), sglang_key()); False: kvtier's sequence keys."""
         addr = socket if socket.startswith("unix:") else "unix:" + socket
         self.model, self.lora = model, lora
-        self._client = kvtier.Client(addr, timeout=timeout, token=token)
+        self._client = kvtier.Client(addr, timeout=timeout, token=token, engine_keys=engine_keys)
         try:
             self.arena = self._client.attach()
         except Exception:
