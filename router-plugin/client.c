@@ -315,6 +315,8 @@ kvt_status_t kvt_cl_connect(kvt_client_t *c, uint64_t limit)
     st = cl_hello(c, deadline);
     if (st != KVT_OK)
         kvt_cl_close(c);
+    else
+        c->nconnects++;
     return st;
 }
 
@@ -550,6 +552,16 @@ void kvt_client_destroy(kvt_client_t *c)
 int kvt_client_fd(const kvt_client_t *c)
 {
     return c->fd;
+}
+
+uint64_t kvt_client_connects(const kvt_client_t *c)
+{
+    return c->nconnects;
+}
+
+bool kvt_client_connected(kvt_client_t *c)
+{
+    return c->fd >= 0 && c->nfl == 0 && kvt_cl_alive(c);
 }
 
 bool kvt_client_want_write(const kvt_client_t *c)

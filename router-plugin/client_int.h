@@ -57,7 +57,8 @@ struct kvt_client {
     char token[KVT_PROTO_MAX_STR + 1];
     uint16_t token_len;
 
-    int fd;            /* -1: not connected */
+    int fd;             /* -1: not connected */
+    uint64_t nconnects; /* connections made (HELLO answered) */
     uint32_t max_body; /* the server's request limit, from HELLO */
     uint64_t next_id;
 

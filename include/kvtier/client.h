@@ -417,6 +417,19 @@ typedef void (*kvt_client_cb)(void *arg, uint64_t req_id, kvt_status_t st,
  * call: read it again after each one. */
 int kvt_client_fd(const kvt_client_t *c);
 
+/* Connections this client has made so far (each counted once its HELLO is
+ * answered). Calls reconnect by themselves after a connection broke or the
+ * server closed an idle one: a count that changed between two calls says the
+ * second ran on a new connection, so in a new tier session (the old one's
+ * pins and reservations are gone, and a restarted kvtierd may have a new
+ * arena). */
+uint64_t kvt_client_connects(const kvt_client_t *c);
+
+/* False when the client is not connected, or its idle connection is known to
+ * be closed or broken (the next call reconnects): a check without a round
+ * trip. Call it only with no submitted query in flight. */
+bool kvt_client_connected(kvt_client_t *c);
+
 /* True while submitted bytes wait to be written (the socket was full). */
 bool kvt_client_want_write(const kvt_client_t *c);
 

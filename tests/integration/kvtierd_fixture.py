@@ -14,6 +14,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import unittest
 
 MAGIC = 0x3154564B
 HDR = struct.Struct("<IBBHQII")  # magic, version, op, flags, req_id, body_len, reserved
@@ -274,3 +275,36 @@ def stored(hashes, tokens, bs=4, parent=None, medium=None, lora=None):
     if lora is not None:
         e["lora_name"] = lora
     return e
+
+
+class SidecarCase(unittest.TestCase):
+    """A test case with a kvtierd that has tiers, beside an engine: a Unix socket (self.sock),
+    a data dir and, where this machine runs one (self.nodisk is None) and DISK asks for it, an
+    NVMe store that admits every block. The engine-connector tests set BIN from argv."""
+
+    BIN = None
+    PREFIX = "kvt_sidecar_"
+    SLOTS = 16          # arena slots
+    BLOCK = 64 * 1024   # --block-bytes
+    DISK = True
+
+    def setUp(self):
+        from test_python_client import disk_unsupported
+        self.tmp = tempfile.TemporaryDirectory(prefix=self.PREFIX, dir="/tmp")
+        self.addCleanup(self.tmp.cleanup)
+        self.sock = os.path.join(self.tmp.name, "k.sock")
+        self.data_dir = os.path.join(self.tmp.name, "data")
+        self.nodisk = disk_unsupported(self.tmp.name) if self.DISK else "no store asked"
+        self.flags = ["--ram-bytes", str(self.SLOTS * self.BLOCK), "--block-bytes",
+                      str(self.BLOCK), "--rpc-unix", self.sock, "--pod", "engine"]
+        if self.nodisk is None:
+            self.flags += ["--disk-path", os.path.join(self.tmp.name, "disk"), "--disk-bytes",
+                           "8MiB", "--disk-admit", "always"]
+        self.d = self.daemon()
+
+    def daemon(self):
+        """Starts kvtierd with self.flags on the same data dir (a restart after the first)."""
+        d = Daemon(SidecarCase.BIN, *self.flags, data_dir=self.data_dir)
+        self.addCleanup(d.cleanup)
+        self.addCleanup(d.stop)
+        return d

@@ -64,6 +64,14 @@ C_FRAGMENT = ("a fragment of a router (its tokens, clients and callbacks are the
               "tests/integration/test_client.c makes these calls against a real kvtierd")
 # Unmarked blocks: (file, start of the block's first line, why it is not run).
 NOT_RUN = [
+    ("docs/connectors.md", "PYTHONHASHSEED=0 PYTHONPATH=/opt/kvtier",
+     "vLLM itself is not on this machine; test_vllm_core.py runs the spec's logic against "
+     "kvtierd, and test_vllm_spec.py the spec in vLLM where it imports"),
+    ("docs/connectors.md", "PYTHONPATH=/opt/kvtier/lib/kvtier/python python -m sglang",
+     "SGLang itself is not on this machine; test_sglang_core.py runs the backend's logic "
+     "against kvtierd, and test_sglang_hicache.py the backend in SGLang where it imports"),
+    ("docs/connectors.md", "build/bin/kvtier-cuda-check --socket",
+     "needs a GPU; test_cuda_check.py runs it (exit 77 without one) and checks its refusals"),
     ("docs/architecture.md", "   kvtierd (server/main.c)",
      "a diagram; tests/integration/test_layout.py checks the include directions it draws"),
     ("docs/api.md", "lora_seed = 1337 + XXH3_64bits_withSeed",
@@ -890,6 +898,31 @@ def tiers_docs(ctx, blocks):
         Shell(ctx, work).session(parse_session(blocks["tiers-session"]),
                                  [("localhost:7421", "localhost:%d" % http_port)],
                                  poll=lambda c: "/v1/query" in c)
+    finally:
+        stop_process(proc, log)
+
+
+@runs("connectors-kvtierd", "connectors-vllm-geometry", "sglang-page-check")
+def connectors_docs(ctx, blocks):
+    """docs/connectors.md: the sidecar it starts (its /var/lib/kvtier a temp dir), vLLM's
+    chunk check, and SGLang's page check against that sidecar, with the kvtier package of
+    this tree on Debian's python3."""
+    (cmd,) = parse_script(blocks["connectors-kvtierd"])
+    work = ctx.dir("connectors")
+    subs = ctx.build_bin_subs() + [("/var/lib/kvtier", work)]
+    proc, log, _ = start_process(ctx, substitute(cmd, subs), loopback_env(ctx, "connectors"),
+                                 work)
+    env = {"PYTHONPATH": os.path.join(REPO, "router-plugin", "python"),
+           "KVTIER_LIB": os.path.join(os.path.abspath(ctx.build), "lib", "libkvtier.so.0")}
+    try:
+        Shell(ctx, work, env).session(parse_session(blocks["connectors-vllm-geometry"]),
+                                      [("python3 -c", "/usr/bin/python3 -c")])
+        code = substitute("\n".join(blocks["sglang-page-check"].lines), subs)
+        p = subprocess.run(["/usr/bin/python3", "-c", code], stdout=subprocess.PIPE,
+                           stderr=subprocess.STDOUT, cwd=work, env=dict(ctx.env, **env),
+                           timeout=60, text=True)
+        # the page of the doc's example fills one of the sidecar's 8 MiB slots exactly
+        assert (p.returncode, p.stdout) == (0, "8388608\n"), (p.returncode, p.stdout)
     finally:
         stop_process(proc, log)
 

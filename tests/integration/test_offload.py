@@ -18,7 +18,7 @@ Usage: test_offload.py path/to/kvtierd
 import os
 import random
 import sys
-import tempfile
+import time
 import unittest
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -26,10 +26,9 @@ sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.join(HERE, "..", "..", "router-plugin", "python"))
 import kvtierd_fixture as fx  # noqa: E402
 import kvtier  # noqa: E402
+from kvtier import offload  # noqa: E402
 from kvtier.offload import Offload, sglang_key, vllm_key  # noqa: E402
-from test_python_client import disk_unsupported  # noqa: E402
 
-BIN = None
 BB = 64 * 1024
 MODEL = "m"
 
@@ -38,24 +37,8 @@ def data(key, n=BB):
     return random.Random(key).randbytes(n)
 
 
-class Base(unittest.TestCase):
-    def setUp(self):
-        self.tmp = tempfile.TemporaryDirectory(prefix="kvt_offload_", dir="/tmp")
-        self.addCleanup(self.tmp.cleanup)
-        self.sock = os.path.join(self.tmp.name, "k.sock")
-        self.data_dir = os.path.join(self.tmp.name, "data")
-        self.nodisk = disk_unsupported(self.tmp.name)
-        self.flags = ["--ram-bytes", str(16 * BB), "--block-bytes", str(BB), "--rpc-unix",
-                      self.sock, "--pod", "engine"]
-        if self.nodisk is None:
-            self.flags += ["--disk-path", os.path.join(self.tmp.name, "disk"), "--disk-bytes",
-                           "8MiB", "--disk-admit", "always"]
-        self.d = self.daemon()
-
-    def daemon(self):
-        d = fx.Daemon(BIN, *self.flags, data_dir=self.data_dir)
-        self.addCleanup(d.stop)
-        return d
+class Base(fx.SidecarCase):
+    PREFIX = "kvt_offload_"
 
     def offload(self):
         o = Offload(self.sock, MODEL, timeout=10.0)
@@ -173,6 +156,31 @@ class TestCore(Base):
         self.addCleanup(o2.close)
         self.assertEqual(o2.lookup([41, 42]), 1)
 
+    def test_session_lost(self):
+        """A call that libkvtier ran on a new connection (kvtierd restarted, or closed the
+        idle one) raises SessionLost and closes the Offload: its slots may name another
+        arena's. A new Offload works."""
+        o = self.offload()
+        self.store(o, [61])
+        self.d.stop()
+        self.d = self.daemon()
+        with self.assertRaises(offload.SessionLost):
+            o.lookup([61])
+        self.assertTrue(o.closed)
+        with self.assertRaises(kvtier.Error):
+            o.prepare_store([62])
+        o2 = self.offload()
+        self.assertEqual(self.store(o2, [62])[0][0][0], 62)
+        self.d.stop()
+        self.flags += ["--idle-timeout", "1s"]
+        self.d = self.daemon()
+        o3 = self.offload()
+        self.store(o3, [63])
+        time.sleep(2.0)  # past --idle-timeout: kvtierd closes the connection
+        with self.assertRaises(offload.SessionLost):
+            o3.prepare_load([63])
+        self.assertEqual(self.held(), (0, 0))
+
     def test_kvtierd_restart(self):
         if self.nodisk is not None:
             self.skipTest("no NVMe store here: " + self.nodisk)
@@ -224,5 +232,5 @@ class TestKeys(unittest.TestCase):
 if __name__ == "__main__":
     # a sanitizer runtime preloaded for this interpreter (an ASan libkvtier) is not kvtierd's
     os.environ.pop("LD_PRELOAD", None)
-    BIN, _ = fx.binary_from_argv("test_offload.py")
+    fx.SidecarCase.BIN, _ = fx.binary_from_argv("test_offload.py")
     unittest.main(verbosity=2)

@@ -262,6 +262,8 @@ def _declare(lib):
         "kvt_client_attach": (st, [c_client, P(_Arena)]),
         "kvt_client_detach": (None, [P(_Arena)]),
         "kvt_client_set_engine_keys": (None, [c_client, ctypes.c_bool]),
+        "kvt_client_connects": (ctypes.c_uint64, [c_client]),
+        "kvt_client_connected": (ctypes.c_bool, [c_client]),
         "kvt_client_lookup": (st, [c_client, ctypes.c_char_p, ctypes.c_char_p, u64s,
                                    ctypes.c_size_t, P(ctypes.c_uint8), P(ctypes.c_uint32)]),
         "kvt_client_reserve": (st, [c_client, ctypes.c_char_p, ctypes.c_char_p, u64s,
@@ -694,6 +696,22 @@ class Client:
             st = fn(c, *args)
             if st != 0:
                 self._raise(st)
+
+    @property
+    def connects(self):
+        """Connections made so far. The calls reconnect by themselves after a connection
+        broke or kvtierd closed an idle one: a count that changed across a call says the call
+        ran on a new connection, in a new tier session (pins and reservations of the old one
+        are gone; a restarted kvtierd may have a new arena)."""
+        with self._lock:
+            return self._lib.kvt_client_connects(self._handle())
+
+    @property
+    def connected(self):
+        """False when not connected, or the idle connection is known to be closed (the next
+        call reconnects); no round trip."""
+        with self._lock:
+            return bool(self._lib.kvt_client_connected(self._handle()))
 
     def attach(self):
         """ATTACH: maps the sidecar's host-RAM arena into this process and returns an Arena

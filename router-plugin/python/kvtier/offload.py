@@ -14,14 +14,39 @@ The calls, in the order an engine makes them:
   load    prepare_load(keys) -> the pinned slots to read, then complete_load(keys)
   events  take_events() -> what was stored and removed since the last call
 
-Pins and reservations belong to the connection: if it breaks, kvtierd releases them all and
-the next call raises kvtier.Error; a new Offload starts clean. Not thread-safe: one per
+Pins and reservations belong to the connection, and the slots to the arena mapped here:
+if the connection breaks, kvtierd releases them all. The call that finds it broken raises
+kvtier.Error; a call that ran on a new connection (libkvtier reconnects by itself, after a
+kvtierd restart or an idle close) raises SessionLost and closes this Offload, since its
+slots may name another arena's. A new Offload starts clean. Not thread-safe: one per
 scheduler or worker thread.
 """
 
 import kvtier
 
 _MASK64 = (1 << 64) - 1
+
+
+class SessionLost(kvtier.Error):
+    """The call ran on a new connection to kvtierd: this Offload's pins, reservations and
+    arena mapping are stale, and it is closed. Open a new Offload."""
+
+    def __init__(self):
+        super().__init__(-504, "the connection to kvtierd was made anew (a restart or an "
+                         "idle close): pins, reservations and the arena mapping are gone")
+
+
+def read_token_file(path):
+    """kvtierd's auth token from the file at path (its --auth-token-file), stripped;
+    ValueError saying why when it cannot be read or is empty."""
+    try:
+        with open(path) as f:
+            token = f.read().strip()
+    except OSError as e:
+        raise ValueError(str(e)) from None
+    if not token:
+        raise ValueError("%s is empty" % path)
+    return token
 
 
 def vllm_key(block_hash):
@@ -66,9 +91,32 @@ class Offload:
             self._client.close()
             raise
         self.block_bytes = self.arena.block_bytes
+        self._connects = self._client.connects
+        self.closed = False
         self._reserved = {}  # key -> slot, between prepare_store and complete_store
         self._pinned = {}    # key -> pins taken by prepare_load, not yet completed
         self._events = []    # ("stored" | "removed", [keys]) in order
+
+    def alive(self):
+        """False when this Offload is closed, or its connection is known to be gone (so the
+        next call would raise SessionLost): no round trip."""
+        return not self.closed and self._client.connected
+
+    def _call(self, fn, *args, **kw):
+        """fn(*args, **kw) on this Offload's session; SessionLost (and closed) when it ran on
+        a new connection."""
+        if self.closed:
+            raise kvtier.Error(-502, "this Offload is closed")
+        try:
+            out = fn(*args, **kw)
+        except kvtier.Error:
+            if self._client.connects == self._connects:
+                raise
+            out = None
+        if self._client.connects != self._connects:
+            self.close()
+            raise SessionLost()
+        return out
 
     # ---- the scheduler's side ----
 
@@ -78,7 +126,15 @@ class Offload:
         keys = list(keys)
         if not keys:
             return 0
-        return len(self._client.lookup(self.model, keys, self.lora))
+        return len(self._call(self._client.lookup, self.model, keys, self.lora))
+
+    def prefetch(self, keys):
+        """Starts reading into RAM the blocks of keys held only on NVMe (no pins); returns
+        the reads started."""
+        keys = list(keys)
+        if not keys:
+            return 0
+        return self._call(self._client.prefetch, self.model, keys, self.lora)
 
     def touch(self, keys):
         """Marks keys as recently used (a LOOKUP, whose answer is not needed)."""
@@ -92,7 +148,7 @@ class Offload:
         keys = list(keys)
         if not keys:
             return [], []
-        slots, evicted = self._client.reserve(self.model, keys, self.lora)
+        slots, evicted = self._call(self._client.reserve, self.model, keys, self.lora)
         todo = []
         for k, s in zip(keys, slots):
             if s is not None:
@@ -111,7 +167,7 @@ class Offload:
             return []
         if lens is not None and len(lens) != len(keys):
             raise ValueError("lens must have one length per reserved key")
-        self._client.commit(self.model, keys, lens=lens, ok=ok, lora=self.lora)
+        self._call(self._client.commit, self.model, keys, lens=lens, ok=ok, lora=self.lora)
         for k in keys:
             del self._reserved[k]
         if ok:
@@ -125,11 +181,11 @@ class Offload:
         keys = list(keys)
         if not keys:
             return []
-        pins = self._client.pin(self.model, keys, self.lora)
+        pins = self._call(self._client.pin, self.model, keys, self.lora)
         if any(s is None for s, _ in pins):
             held = [k for k, (s, _) in zip(keys, pins) if s is not None]
             if held:
-                self._client.unpin(self.model, held, self.lora)
+                self._call(self._client.unpin, self.model, held, self.lora)
             return None
         for k in keys:
             self._pinned[k] = self._pinned.get(k, 0) + 1
@@ -140,7 +196,7 @@ class Offload:
         keys = [k for k in keys if self._pinned.get(k, 0) > 0]
         if not keys:
             return 0
-        n = self._client.unpin(self.model, keys, self.lora)
+        n = self._call(self._client.unpin, self.model, keys, self.lora)
         for k in keys:
             self._pinned[k] -= 1
             if self._pinned[k] == 0:
@@ -161,6 +217,9 @@ class Offload:
     def close(self):
         """Closes the connection (kvtierd releases its pins and reservations) and unmaps the
         arena."""
+        if self.closed:
+            return
+        self.closed = True
         self._reserved.clear()
         self._pinned.clear()
         self._client.close()
