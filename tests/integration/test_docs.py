@@ -962,6 +962,48 @@ def deploy_bind(ctx, blocks):
     Shell(ctx, ctx.dir("deploy")).session(parse_session(blocks["deploy-bind"]), subs)
 
 
+def k8s_container(lines, name):
+    """The lines of container @name of a pod template written as in docs/deployment.md."""
+    start = lines.index("      - name: %s" % name)
+    end = start + 1
+    while end < len(lines) and not lines[end].startswith("      - name:") and \
+            not lines[end].startswith("      volumes:"):
+        end += 1
+    return lines[start:end]
+
+
+def k8s_args(c, subs):
+    """A container's args, trailing comments dropped, @subs applied."""
+    i = c.index("        args:") + 1
+    out = []
+    while i < len(c) and c[i].startswith("        - "):
+        out.append(substitute(re.sub(r"\s+#.*$", "", c[i][10:]), subs))
+        i += 1
+    return out
+
+
+def k8s_env(c, subs):
+    """A container's env entries written {name: N, value: V} (V unquoted or '...' or "...")."""
+    env = {}
+    for ln in c:
+        m = re.match(r"^\s*- \{name: ([A-Z_]+), value: ('(.*)'|\"(.*)\"|[^}]*)\}$", ln)
+        if m:
+            v = m.group(3) if m.group(3) is not None else \
+                m.group(4) if m.group(4) is not None else m.group(2)
+            env[m.group(1)] = substitute(v, subs)
+    return env
+
+
+def kvtierd_dump(ctx, c, subs):
+    """kvtierd's configuration (--dump-config) from container @c's args and KVTIER_* env."""
+    env = {k: v for k, v in k8s_env(c, subs).items() if k.startswith("KVTIER_")}
+    p = subprocess.run([ctx.kvtierd] + k8s_args(c, subs) + ["--dump-config"],
+                       env=dict(ctx.env, **env), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                       text=True)
+    assert p.returncode == 0 and p.stderr == "", (p.returncode, p.stderr)
+    return parse_conf(p.stdout)
+
+
 @runs("deploy-k8s")
 def deploy_k8s(ctx, blocks):
     """The kvtierd container's args and KVTIER_ENGINE load (--dump-config); its engine is the
@@ -970,20 +1012,10 @@ def deploy_k8s(ctx, blocks):
     pod = {"$(POD_NAME)": "vllm-0"}
 
     def container(name):
-        start = lines.index("      - name: %s" % name)
-        end = start + 1
-        while end < len(lines) and not lines[end].startswith("      - name:") and \
-                not lines[end].startswith("      volumes:"):
-            end += 1
-        return lines[start:end]
+        return k8s_container(lines, name)
 
     def args(c):
-        i = c.index("        args:") + 1
-        out = []
-        while i < len(c) and c[i].startswith("        - "):
-            out.append(substitute(re.sub(r"\s+#.*$", "", c[i][10:]), pod.items()))
-            i += 1
-        return out
+        return k8s_args(c, pod.items())
 
     kv = container("kvtierd")
     env = {}
@@ -1004,6 +1036,45 @@ def deploy_k8s(ctx, blocks):
     assert pub["endpoint"].rsplit(":", 1)[1] == engine["endpoint"].rsplit(":", 1)[1], (pub, engine)
     assert pub["replay_endpoint"].rsplit(":", 1)[1] == \
         engine["replay_endpoint"].rsplit(":", 1)[1], (pub, engine)
+
+
+@runs("deploy-vllm-offload", "deploy-sglang-hicache")
+def deploy_offload(ctx, blocks):
+    """Section 8's pods: kvtierd's args and engine load (--dump-config) with its tiers and
+    socket, the engine's plug-in config names a module and class of the installed kvtier
+    package and kvtierd's socket, both containers mount the socket's directory, and the
+    engine's PYTHONPATH is where `cmake --install` puts the package. (No Kubernetes, vLLM or
+    SGLang here.)"""
+    import ast
+    subs = [("$(POD_NAME)", "p-0")]
+    install = dict(ctx.install())
+    cases = (("deploy-vllm-offload", "vllm", "--kv-transfer-config=",
+              lambda c: (c["kv_connector_extra_config"]["spec_module_path"],
+                         c["kv_connector_extra_config"]["spec_name"],
+                         c["kv_connector_extra_config"])),
+             ("deploy-sglang-hicache", "sglang", "--hicache-storage-backend-extra-config=",
+              lambda c: (c["module_path"], c["class_name"], c)))
+    for marker, engine, flag, plug in cases:
+        lines = blocks[marker].lines
+        kv, eng = k8s_container(lines, "kvtierd"), k8s_container(lines, engine)
+        dump = kvtierd_dump(ctx, kv, subs)
+        sock = dump["rpc-unix"][0]
+        assert dump["pod"] == ["p-0"] and dump["ram-bytes"] != ["0"], dump
+        assert json.loads(dump["engine"][0])["pod"] == "p-0", dump["engine"]
+        (cfg,) = [json.loads(a[len(flag):]) for a in k8s_args(eng, subs) if a.startswith(flag)]
+        module, cls, extra = plug(cfg)
+        assert extra["kvtier_socket"] == sock, (extra, sock)
+        pypath = k8s_env(eng, subs)["PYTHONPATH"]
+        path = os.path.join(substitute(pypath, [("/opt/kvtier", install["/opt/kvtier"])]),
+                            *module.split(".")) + ".py"
+        with open(path) as f:
+            tree = ast.parse(f.read())
+        assert cls in [n.name for n in tree.body if isinstance(n, ast.ClassDef)], (path, cls)
+        mount = "{name: kvtier-run, mountPath: %s}" % os.path.dirname(sock)
+        for c in (kv, eng):
+            assert any(mount in ln for ln in c), (c[0], mount)
+        # the engine's calls need kvtierd's token where it has one (ATTACH, RESERVE, COMMIT)
+        assert extra.get("kvtier_token_file", "") == dump["auth-token-file"][0], (extra, dump)
 
 
 @runs("deploy-index-role")
