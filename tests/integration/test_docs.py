@@ -914,6 +914,8 @@ def connectors_docs(ctx, blocks):
                                  work)
     env = {"PYTHONPATH": os.path.join(REPO, "router-plugin", "python"),
            "KVTIER_LIB": os.path.join(os.path.abspath(ctx.build), "lib", "libkvtier.so.0")}
+    if os.environ.get("KVT_DOCS_PY_PRELOAD"):  # an ASan libkvtier in the interpreter
+        env.update(LD_PRELOAD=os.environ["KVT_DOCS_PY_PRELOAD"], ASAN_OPTIONS="detect_leaks=0")
     try:
         Shell(ctx, work, env).session(parse_session(blocks["connectors-vllm-geometry"]),
                                       [("python3 -c", "/usr/bin/python3 -c")])
