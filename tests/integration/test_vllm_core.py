@@ -265,7 +265,7 @@ class TestFlow(Base):
         self.assertEqual(self.step(), {"lookup": 1})
         self.assertTrue(m.has_pending_work())
         m.on_schedule_end()
-        self.assertEqual(self.step(), {"lookup": 1, "prefetch": 1, "pin": 1})
+        self.assertEqual(self.step(), {"lookup": 1, "pin": 1})
         self.assertFalse(m.has_pending_work())
         self.assertEqual(prefix_lookup(m, keys + [okey(99)], "r2"), 4)
         self.assertEqual(self.step(), {})
@@ -294,9 +294,9 @@ class TestFlow(Base):
         fx.wait_for(lambda: self.held() == (0, 0), what="nothing pinned")
 
     def test_rpcs_per_step(self):
-        """Three warm requests found, loaded and released, and three stores committed: four
-        calls per request (the first key's LOOKUP, then LOOKUP, PREFETCH and PIN), one
-        RESERVE per store, one COMMIT and one UNPIN for the step."""
+        """Three warm requests found, loaded and released, and three stores committed: three
+        calls per request (the first key's LOOKUP, then LOOKUP and PIN; no PREFETCH, as all
+        are in RAM), one RESERVE per store, one COMMIT and one UNPIN for the step."""
         ws = self.workers()
         m = self.manager()
         reqs = {r: [okey(i, salt=r.encode()) for i in range(3)] for r in ("a", "b", "c")}
@@ -315,7 +315,7 @@ class TestFlow(Base):
             self.assertIsNone(prefix_lookup(m, keys, r + "2"))
         self.assertEqual(self.step(), {"lookup": 3})
         m.on_schedule_end()
-        self.assertEqual(self.step(), {"lookup": 3, "prefetch": 3, "pin": 3})
+        self.assertEqual(self.step(), {"lookup": 3, "pin": 3})  # all in RAM: no PREFETCH
         for r, keys in reqs.items():
             self.assertEqual(prefix_lookup(m, keys, r + "2"), 3)
             out, blocks = self.load(m, ws, keys, r + "2")

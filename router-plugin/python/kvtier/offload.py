@@ -128,6 +128,13 @@ class Offload:
             return 0
         return len(self._call(self._client.lookup, self.model, keys, self.lora))
 
+    def locate(self, keys):
+        """lookup() with where each leading key held is: "ram" or "disk" (only on NVMe)."""
+        keys = list(keys)
+        if not keys:
+            return []
+        return self._call(self._client.lookup, self.model, keys, self.lora)
+
     def prefetch(self, keys):
         """Starts reading into RAM the blocks of keys held only on NVMe (no pins); returns
         the reads started."""

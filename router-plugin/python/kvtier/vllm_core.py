@@ -11,7 +11,8 @@ Scheduler side, ManagerCore (one per engine, over kvtier.offload.Offload):
     key of a request is asked at once (one LOOKUP): a miss answers MISS, so a cold request
     is not delayed. After a hit, every key asked answers RETRY (or HIT_PENDING) and is
     queued; vLLM then retries the request at its next step, and on_schedule_end() resolves
-    each request's queue in one LOOKUP, one PREFETCH and one PIN. The answers are kept per
+    each request's queue in one LOOKUP and one PIN (a PREFETCH instead of the PIN while some
+    are only on NVMe). The answers are kept per
     request until it loads, is scheduled, finishes, or they are older than lookup_ttl.
   - Hits are pinned when found, not when loaded: vLLM's prepare_load() cannot fail, so a
     block it is told is there must stay there until the copy. Blocks only on NVMe are
@@ -362,8 +363,8 @@ class ManagerCore:
         return HIT_PENDING if held else MISS
 
     def _round(self, st):
-        """Finds a request's queued keys: one LOOKUP, a PREFETCH of those held and, when all
-        are in RAM, one PIN. Keys not ready stay queued (at most max_rounds steps)."""
+        """Finds a request's queued keys: one LOOKUP, a PREFETCH when some held are only on
+        NVMe, else one PIN. Keys not ready stay queued (at most max_rounds steps)."""
         if st.tag is not None and st.tag != self.tag:  # pins of a dead session
             for u in st.slot:
                 st.state[u] = _NEW
@@ -373,14 +374,14 @@ class ManagerCore:
         if not todo:
             return
         last = st.rounds >= self.max_rounds
-        n = self._call("lookup", todo)
-        held, rest = todo[:n], todo[n:]
+        locs = self._call("locate", todo)
+        held, rest = todo[:len(locs)], todo[len(locs):]
         wait = bool(rest) and rest[0] in self._reserved and not last  # being stored here
         for u in rest:
             st.state[u] = _WAIT if wait else _MISS
         waiting = wait
         if held:
-            if not last and self._call("prefetch", held) > 0:
+            if not last and "disk" in locs and self._call("prefetch", held) > 0:
                 for u in held:  # reads from NVMe started: pin them next step
                     st.state[u] = _WAIT
                 waiting = True
