@@ -205,6 +205,10 @@ kvt_status_t kvt_proto_hdr_check(const uint8_t *buf, uint32_t max_body, kvt_prot
         kvt_errf(err, errlen, "header: error flag on a request");
         return KVT_ERR_PROTO;
     }
+    if ((h.flags & KVT_PROTO_F_ENGINE_KEYS) != 0 && (h.flags & KVT_PROTO_F_RESPONSE) != 0) {
+        kvt_errf(err, errlen, "header: engine-keys flag on an answer");
+        return KVT_ERR_PROTO;
+    }
     if (ld32(buf + 20) != 0) {
         kvt_errf(err, errlen, "header: reserved field is not zero");
         return KVT_ERR_PROTO;

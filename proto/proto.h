@@ -44,7 +44,8 @@ typedef struct kvt_proto_hdr {
  * largest body accepted (clamped to KVT_PROTO_MAX_BODY_LIMIT).
  * Returns KVT_OK and sets *@h_p, or leaves *@h_p untouched and returns:
  *  KVT_ERR_PROTO       bad magic, unknown version, unknown flag bits (or
- *                      F_ERROR without F_RESPONSE), reserved not 0 — the
+ *                      F_ERROR without F_RESPONSE, or F_ENGINE_KEYS with
+ *                      it), reserved not 0 — the
  *                      stream cannot be trusted: answer one error frame
  *                      (req_id 0) and close;
  *  KVT_ERR_TOO_BIG     body_len > @max_body — also fatal to the connection;

@@ -43,10 +43,14 @@ static void check_str(kvt_proto_str_t s, const uint8_t *body, size_t len)
     CHECK(s.len == 0 || memchr(s.p, '\0', s.len) == NULL);
 }
 
-/* The frame just encoded into wr must equal the input frame. */
+/* The frame just encoded into wr must equal the input frame. The request encoders write
+ * flags 0: a request's ENGINE_KEYS (the caller's, set after encoding) is copied over first. */
 static void check_same(const uint8_t *frame, size_t frame_len)
 {
     CHECK(wr.len == frame_len);
+    if (frame_len >= KVT_PROTO_HDR_SIZE && frame[6] == KVT_PROTO_F_ENGINE_KEYS && frame[7] == 0 &&
+        wr.buf[6] == 0 && wr.buf[7] == 0)
+        wr.buf[6] = frame[6];
     CHECK(memcmp(wr.buf, frame, frame_len) == 0);
 }
 

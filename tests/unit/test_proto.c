@@ -220,6 +220,8 @@ static void test_hdr_rejects(void **state)
     }
     make_hdr(buf, KVT_PROTO_OP_PING, KVT_PROTO_F_ERROR, 1, 0);
     expect_hdr_err(buf, 100, KVT_ERR_PROTO, "flag");
+    make_hdr(buf, KVT_PROTO_OP_LOOKUP, KVT_PROTO_F_RESPONSE | KVT_PROTO_F_ENGINE_KEYS, 1, 0);
+    expect_hdr_err(buf, 100, KVT_ERR_PROTO, "engine-keys flag on an answer");
     for (int i = 20; i < 24; i++) {
         make_hdr(buf, KVT_PROTO_OP_PING, 0, 1, 0);
         buf[i] = 1;
