@@ -29,6 +29,7 @@
 
 #include "common/ipcdir.h"
 #include "common/json.h"
+#include "common/u64map.h"
 #include "kvindex/event.h"
 #include "kvindex/index.h"
 #include "kvindex/score.h"
@@ -236,7 +237,10 @@ struct kvt_srv {
     struct kvt_tier *tier;
     char *pod;                      /* this sidecar's pod (--pod): tier changes are its */
     atomic_uint_fast64_t tier_lost; /* tier changes the writer's queue could not take */
-    atomic_uint_fast64_t tier_unresolved; /* engine-key stores --pod did not know (index) */
+    atomic_uint_fast64_t tier_unresolved; /* tier_pending's entries, for the stats */
+    kvt_u64map_t tier_pending; /* writer: engine key -> tiers --pod has not reported it in */
+    size_t tier_pending_cursor;
+    uint64_t tier_pending_ns;  /* writer: the last retry (kvt_clock_ns()) */
     uint64_t incarnation;           /* drawn at start (getrandom), never 0: names this run */
     struct srv_xfer *xfer; /* the transfer (server/xfer.h); NULL: --ucx off, no tiers, no UCX */
 

@@ -168,6 +168,27 @@ void srv_tier_close(kvt_srv_t *srv)
 {
     kvt_tier_close(srv->tier);
     srv->tier = NULL;
+    kvt_u64map_free(&srv->tier_pending);
+}
+
+/*
+ * Adds tier @tier to the block @pod holds under engine hash @ehash, or held until its
+ * engine removed it lately (the removed mappings, as kvt_ev_apply() uses them for an
+ * engine's token-less stores). False when the pod does not know the hash.
+ */
+static bool ehash_store(kvt_srv_t *srv, uint32_t pod, unsigned tier, uint64_t ehash)
+{
+    size_t unresolved = 0;
+    if (kvt_idx_store_by_ehash(srv->idx, pod, tier, &ehash, 1, &unresolved) == KVT_OK &&
+        unresolved == 0)
+        return true;
+    uint32_t ns;
+    uint64_t key, parent;
+    bool has_parent;
+    if (!kvt_ev_ctx_removed_get(srv->ev_ctx, pod, ehash, &ns, &key, &has_parent, &parent))
+        return false;
+    return kvt_idx_store(srv->idx, ns, pod, tier, has_parent ? &parent : NULL, &key, &ehash, 1) ==
+           KVT_OK;
 }
 
 void srv_tier_apply(kvt_srv_t *srv, srv_job_t *job)
@@ -186,21 +207,56 @@ void srv_tier_apply(kvt_srv_t *srv, srv_job_t *job)
     /*
      * Sequence keys (docs/tiers.md) are stored as the pod's own blocks; engine-hash keys
      * (ENGINE_KEYS) add the tier to the block the pod's engine reported under that hash, as
-     * an engine's own CPU store without tokens would (unknown hashes are counted).
+     * an engine's own CPU store without tokens would. A hash the pod does not know yet waits
+     * in tier_pending until it does (srv_tier_retry()).
      */
     for (size_t i = 0; i < b->nev; i++) {
         const kvt_event_t *e = &b->ev[i];
-        size_t unresolved = 0;
-        if (e->type != KVT_EV_STORED)
+        uint64_t h = e->hashes[0];
+        if (e->type != KVT_EV_STORED) {
             kvt_idx_remove(srv->idx, pod, e->tier, e->hashes, 1, NULL);
-        else if (job->engine_keys)
-            kvt_idx_store_by_ehash(srv->idx, pod, e->tier, e->hashes, 1, &unresolved);
-        else
+            uint8_t was = kvt_u64map_get(&srv->tier_pending, h);
+            if (job->engine_keys && (was & e->tier) != 0)
+                kvt_u64map_put(&srv->tier_pending, h, (uint8_t)(was & ~e->tier));
+        } else if (job->engine_keys) {
+            uint8_t was = kvt_u64map_get(&srv->tier_pending, h);
+            if (!ehash_store(srv, pod, e->tier, h) &&
+                !kvt_u64map_put(&srv->tier_pending, h, (uint8_t)(was | e->tier)))
+                kvt_log_warn("engine key %#" PRIx64 ": out of memory; not in the index", h);
+        } else {
             kvt_idx_store(srv->idx, ns, pod, e->tier, NULL, e->hashes, NULL, 1);
-        if (unresolved > 0)
-            atomic_fetch_add(&srv->tier_unresolved, unresolved);
+        }
     }
+    atomic_store(&srv->tier_unresolved, srv->tier_pending.n);
     kvt_zsub_publish(srv->zsub, b); /* a failure is counted there */
+}
+
+typedef struct retry_arg {
+    kvt_srv_t *srv;
+    uint32_t pod;
+} retry_arg_t;
+
+/* One pending engine key: the tiers the pod now knows it under are added and dropped. */
+static uint8_t retry_one(void *arg, uint64_t ehash, uint8_t tiers)
+{
+    retry_arg_t *a = arg;
+    for (unsigned bit = 1; bit <= KVT_TIER_ALL; bit <<= 1)
+        if ((tiers & bit) != 0 && ehash_store(a->srv, a->pod, bit, ehash))
+            tiers &= (uint8_t)~bit;
+    return tiers;
+}
+
+void srv_tier_retry(kvt_srv_t *srv, uint64_t now_ns)
+{
+    if (srv->tier_pending.n == 0 || now_ns - srv->tier_pending_ns < SRV_TIER_RETRY_NS)
+        return;
+    srv->tier_pending_ns = now_ns;
+    retry_arg_t a = {.srv = srv};
+    if (kvt_idx_pod_get(srv->idx, srv->pod, 0, &a.pod) != KVT_OK)
+        return;
+    kvt_u64map_sweep(&srv->tier_pending, &srv->tier_pending_cursor, SRV_TIER_RETRY_SLOTS,
+                     retry_one, &a);
+    atomic_store(&srv->tier_unresolved, srv->tier_pending.n);
 }
 
 static void hist_json(kvt_jbuf_t *o, const uint64_t *h)

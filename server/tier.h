@@ -31,6 +31,17 @@ size_t srv_tier_ns(const char *model, size_t mlen, const char *lora, size_t llen
 /* Writer: applies a JOB_TIER_CHANGES batch to the sidecar's pod and publishes it. */
 void srv_tier_apply(kvt_srv_t *srv, srv_job_t *job);
 
+#define SRV_TIER_RETRY_NS 200000000ull /* engine keys not in the index: looked at again this often */
+#define SRV_TIER_RETRY_SLOTS 65536u     /* ... this many slots of their table at a time */
+
+/*
+ * Writer, every loop: the engine-key blocks whose hash --pod had not reported
+ * (no event stream yet, its event not applied yet, or blocks reloaded from
+ * NVMe after a restart) join the pod's entries once it has; at most every
+ * SRV_TIER_RETRY_NS, a slice of them at a time.
+ */
+void srv_tier_retry(kvt_srv_t *srv, uint64_t now_ns);
+
 /* The "tiers" member of /v1/stats ("tiers":null without tiers). */
 void srv_tier_stats_json(kvt_srv_t *srv, kvt_jbuf_t *o);
 /* The tiers' lines of /metrics (nothing without tiers). */

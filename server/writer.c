@@ -444,6 +444,7 @@ static void *writer_main(void *arg)
             if (srv_forget(srv, now / 1000000) > 0)
                 last_stats = 0; /* publish at once */
         }
+        srv_tier_retry(srv, now);
         if (stop || now - last_stats >= srv->cfg.stats_period_ms * 1000000ull) {
             srv_stats_publish(srv);
             last_stats = now;

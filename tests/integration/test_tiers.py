@@ -1099,6 +1099,47 @@ class TestIndex(Base):
             batches = self.replay("tcp://127.0.0.1:%d" % rep)
             self.assertEqual(sorted(self.stored_on(batches, "CPU")), [77] + ehash)
 
+    @unittest.skipIf(hv.xxhash is None, "python3-xxhash is needed for the standard's keys")
+    def test_engine_keys_the_pod_reports_later(self):
+        """An engine-key block whose hash the pod has not reported waits, held and counted in
+        unresolved, and joins the pod's entries once the engine reports the hash: a store
+        that beat the engine's event, and blocks reloaded from NVMe after a restart (the
+        index starts empty)."""
+        d = self.start()
+        toks = list(range(2000, 2032))
+        _, keys = hv.hash_seq(toks, 16)
+        ehash = [0xE100000000000001, 0xE100000000000002]
+        for e in ehash:
+            self.put_ok(d, e, blob(e), durable=True, query="model=%s&keys=engine&durable=1"
+                        % MODEL)
+        self.wait_tiers(d, lambda t: t["unresolved"] == 2, "two unresolved engine keys")
+        self.wait_pod(d, keys, (0, 0, 0, 0))
+        stored = {"pod": POD, "model": MODEL, "events": [
+            {"type": "BlockStored", "block_hashes": ehash, "parent_block_hash": None,
+             "token_ids": toks, "block_size": 16, "medium": "GPU"}]}
+        removed = {"pod": POD, "model": MODEL, "events": [
+            {"type": "BlockRemoved", "block_hashes": ehash, "medium": "GPU"}]}
+        for ev in (stored, removed):
+            s, a = d.http("POST", "/v1/events", ev)
+            self.assertEqual(s, 200, a)
+        self.wait_pod(d, keys, (2, 0, 2, 0))  # in RAM and on NVMe: RAM counts
+        self.wait_tiers(d, lambda t: t["unresolved"] == 0, "the keys resolved")
+        d = self.restart(d)
+        self.wait_tiers(d, lambda t: t["unresolved"] == 2 and t["restored"] == 2,
+                        "two blocks reloaded, not in the index yet")
+        self.wait_pod(d, keys, (0, 0, 0, 0))
+        for ev in (stored, removed):
+            s, a = d.http("POST", "/v1/events", ev)
+            self.assertEqual(s, 200, a)
+        self.wait_pod(d, keys, (2, 0, 0, 2))
+        self.wait_tiers(d, lambda t: t["unresolved"] == 0, "the keys resolved")
+        # a pending key that leaves the tiers leaves the table too
+        self.put_ok(d, 99, blob(99), query="model=%s&keys=engine" % MODEL)
+        self.wait_tiers(d, lambda t: t["unresolved"] == 1, "one pending")
+        s, a = d.http("DELETE", "/v1/blocks/99?model=%s&keys=engine" % MODEL)
+        self.assertEqual(s, 200, a)
+        self.wait_tiers(d, lambda t: t["unresolved"] == 0, "none pending")
+
 
 def probe():
     """None when this machine runs the store (O_DIRECT in /tmp, io_uring), else why not."""
