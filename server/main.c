@@ -141,6 +141,10 @@ static const kvt_cfg_opt_t opts[] = {
      &kvt_cfg_string, O(disk_admit), 0},
     {"lease", "30s", "pins and reservations an engine does not release expire after this",
      &kvt_cfg_duration, O(lease_ms), 0},
+    {"release-grace", "1s",
+     "pins and reservations a connection left behind (closed, or expired) hold their slots "
+     "this much longer, for copies still in flight",
+     &kvt_cfg_duration, O(release_grace_ms), 0},
     {"ucx", "true",
      "take part in block transfers between sidecars over UCX (on|off; needs --ram-bytes)",
      &kvt_cfg_bool, O(ucx), 0},

@@ -69,6 +69,7 @@ typedef struct kvt_srv_config {
     bool sqpoll;          /* io_uring SQPOLL */
     char *disk_admit;     /* always, seen-twice, tinylfu */
     uint64_t lease_ms;    /* pins and reservations expire after this */
+    uint64_t release_grace_ms; /* ... and, left behind, hold their slots this much longer */
     bool ucx;             /* take part in transfers between sidecars (UCX) */
     bool shm;             /* transfers with a same-host peer map its arena instead of UCX */
 } kvt_srv_config_t;

@@ -130,6 +130,10 @@ kvt_status_t srv_tier_open(kvt_srv_t *srv)
         kvt_log_error("--lease must be between 1 ms and 49 days");
         return KVT_ERR_INVAL;
     }
+    if (c->release_grace_ms > 600000) {
+        kvt_log_error("--release-grace must be at most 10 minutes");
+        return KVT_ERR_INVAL;
+    }
     char meta[4096];
     int ml = snprintf(meta, sizeof(meta), "%s/tiers", c->data_dir[0] ? c->data_dir : ".");
     if (ml < 0 || (size_t)ml >= sizeof(meta)) {
@@ -148,6 +152,7 @@ kvt_status_t srv_tier_open(kvt_srv_t *srv)
                          .sqpoll = c->sqpoll,
                          .admit = admit,
                          .lease_ms = (uint32_t)c->lease_ms,
+                         .grace_ms = (uint32_t)c->release_grace_ms,
                          .on_change = on_change,
                          .on_change_arg = srv};
     char err[512];

@@ -157,6 +157,7 @@ struct kvt_tier {
     kvt_disk_t *disk; /* NULL without NVMe */
     kvt_meta_t *meta;
     uint32_t lease_ms;
+    uint32_t grace_ms;
 
     pthread_mutex_t mu;
     tmap_t map;
@@ -189,7 +190,8 @@ struct kvt_tier {
     kvt_tier_change_t *dout;
     size_t dout_cap;
 
-    kvt_tier_sess_t *get_sess; /* the block API's gets pin through it */
+    kvt_tier_sess_t *get_sess;  /* the block API's gets pin through it */
+    kvt_tier_sess_t *cool_sess; /* leases of closed or expired sessions, for grace_ms */
 
     pthread_t io_thread;
     bool io_started;

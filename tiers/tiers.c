@@ -282,6 +282,25 @@ static void lease_end(kvt_tier_t *t, kvt_tier_sess_t *s, size_t i)
     tier_blk_free(t, l.bi);
 }
 
+/*
+ * Ends lease @i of @s that its holder did not end (the session closed, or the lease
+ * expired): with a grace, it moves to the cooling session for grace_ms first, so that a
+ * copy the holder still runs into or out of the slot does not meet another block there.
+ */
+static void lease_drop(kvt_tier_t *t, kvt_tier_sess_t *s, size_t i)
+{
+    kvt_tier_sess_t *c = t->cool_sess;
+    if (t->grace_ms == 0 || c == NULL || s == c ||
+        (c->nlease == c->cap && !kvt_grow(&c->lease, &c->cap, c->nlease + 1, sizeof(*c->lease), 16))) {
+        lease_end(t, s, i);
+        return;
+    }
+    tlease_t l = s->lease[i];
+    s->lease[i] = s->lease[--s->nlease];
+    l.deadline_ms = kvt_clock_ms() + t->grace_ms;
+    c->lease[c->nlease++] = l;
+}
+
 /* Finds @s's lease of kind @pin on block @bi, from the newest. */
 static size_t lease_find(const kvt_tier_sess_t *s, uint32_t bi, bool pin)
 {
@@ -311,7 +330,7 @@ void kvt_tier_sess_close(kvt_tier_t *t, kvt_tier_sess_t *s)
         return;
     tier_lock(t);
     while (s->nlease > 0)
-        lease_end(t, s, s->nlease - 1);
+        lease_drop(t, s, s->nlease - 1);
     for (pin_req_t *p = s->pending; p != NULL; p = p->snext)
         p->s = NULL; /* its reads finish without pinning */
     if (s->prev != NULL)
@@ -342,13 +361,19 @@ size_t kvt_tier_expire(kvt_tier_t *t)
     size_t n = 0;
     tier_lock(t);
     for (kvt_tier_sess_t *s = t->sess; s != NULL; s = s->next) {
+        if (s == t->cool_sess)
+            continue;
         for (size_t i = s->nlease; i-- > 0;) {
             if (s->lease[i].deadline_ms <= now) {
-                lease_end(t, s, i);
+                lease_drop(t, s, i);
                 n++;
             }
         }
     }
+    kvt_tier_sess_t *c = t->cool_sess; /* after the others: what just moved waits its grace */
+    for (size_t i = c != NULL ? c->nlease : 0; i-- > 0;)
+        if (c->lease[i].deadline_ms <= now)
+            lease_end(t, c, i);
     t->st.lease_expired += n;
     tier_unlock(t);
     if (n > 0)
@@ -469,6 +494,10 @@ static void tier_free(kvt_tier_t *t)
         free(t->get_sess->lease);
         free(t->get_sess);
     }
+    if (t->cool_sess != NULL) {
+        free(t->cool_sess->lease);
+        free(t->cool_sess);
+    }
     if (t->wake_fd >= 0)
         close(t->wake_fd);
     free(t->arena_name);
@@ -514,6 +543,7 @@ kvt_status_t kvt_tier_open(const kvt_tier_cfg_t *cfg, kvt_tier_t **tier_p, char 
     t->cfg.disk_path = t->disk_path;
     t->cfg.data_dir = t->data_dir;
     t->lease_ms = cfg->lease_ms != 0 ? cfg->lease_ms : LEASE_DEFAULT_MS;
+    t->grace_ms = cfg->grace_ms;
     if (t->cfg.io_depth == 0)
         t->cfg.io_depth = IO_DEPTH_DEFAULT;
 
@@ -578,7 +608,8 @@ kvt_status_t kvt_tier_open(const kvt_tier_cfg_t *cfg, kvt_tier_t **tier_p, char 
         goto err_free;
     }
     t->get_sess = kvt_tier_sess_open(t);
-    if (t->get_sess == NULL) {
+    t->cool_sess = kvt_tier_sess_open(t);
+    if (t->get_sess == NULL || t->cool_sess == NULL) {
         kvt_errf(err, errlen, "out of memory");
         st = KVT_ERR_NO_MEM;
         goto err_free;
@@ -622,6 +653,8 @@ void kvt_tier_close(kvt_tier_t *t)
     }
     kvt_tier_sess_close(t, t->get_sess);
     t->get_sess = NULL;
+    kvt_tier_sess_close(t, t->cool_sess); /* its leases end at once (s == cool_sess) */
+    t->cool_sess = NULL;
     /* pins still waiting (sessions closed) get their answers */
     tier_lock(t);
     tier_unlock(t);

@@ -88,6 +88,9 @@ typedef struct kvt_tier_cfg {
     bool sqpoll;
     kvt_tier_admit_t admit;
     uint32_t lease_ms; /* pins and reservations expire after this; 0: 30 s */
+    uint32_t grace_ms; /* pins and reservations a session did not end (closed, expired) are
+                          held this much longer before their slots can be reused: an engine's
+                          copy still in flight does not meet another block; 0: at once */
     kvt_tier_change_cb on_change;
     void *on_change_arg;
 } kvt_tier_cfg_t;

@@ -179,7 +179,7 @@ class TestCore(Base):
         time.sleep(2.0)  # past --idle-timeout: kvtierd closes the connection
         with self.assertRaises(offload.SessionLost):
             o3.prepare_load([63])
-        self.assertEqual(self.held(), (0, 0))
+        fx.wait_for(lambda: self.held() == (0, 0), what="the lost session's pin released")
 
     def test_kvtierd_restart(self):
         if self.nodisk is not None:

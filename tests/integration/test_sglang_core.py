@@ -312,6 +312,8 @@ class TestCore(Base):
             self.assertEqual(dst.read(0), page_data(keys[0]))  # not the old mapping's slot
             self.assertEqual(self.store(c, pool, keys[1:], tag="new"), [False, False])
             self.assertEqual(cl.lookup(MODEL, [sglang_key(k) for k in keys[1:]], lora=NS0), [])
+        # the lost session's reservations hold their slots for kvtierd's --release-grace
+        fx.wait_for(lambda: self.held() == (0, 0), what="the lost session's slots released")
         self.assertEqual(self.store(c, pool, keys[1:], first=1, tag="new"), [True, True])
         self.assertEqual(c.get(keys, dst.meta(range(3))), [True] * 3)
         self.assertEqual([dst.read(i) for i in range(3)],

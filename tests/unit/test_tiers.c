@@ -425,21 +425,70 @@ static void test_reserve_pin(void **state)
     kvt_tier_close(t);
 }
 
+/* A session that pins block 1 (stored first) and reserves key 2 (t has room for both). */
+static kvt_tier_sess_t *pin_1_reserve_2(kvt_tier_t *t, waiter_t *w)
+{
+    uint64_t keys[2] = {1, 2};
+    uint32_t slot;
+    kvt_tier_sess_t *s = kvt_tier_sess_open(t);
+    assert_non_null(s);
+    assert_int_equal(put(t, 1, false), KVT_OK);
+    assert_int_equal(kvt_tier_pin(t, s, NS, NSL, keys, 1, pin_cb, w), KVT_OK);
+    w_wait(w);
+    assert_int_equal(kvt_tier_reserve(t, s, NS, NSL, keys + 1, 1, &slot, NULL, 0, NULL), KVT_OK);
+    assert_true(slot != KVT_TIER_SLOT_NONE);
+    return s;
+}
+
+/* Pins and reservations a session leaves behind hold their slots for grace_ms: its block is
+ * not evicted, its reserved key not given to another session; then both go. */
+static void test_release_grace(void **state)
+{
+    (void)state;
+    kvt_tier_cfg_t c = cfg_of(4, 0, KVT_TIER_ADMIT_ALWAYS);
+    c.grace_ms = 300;
+    kvt_tier_t *t = open_ok(&c);
+    uint64_t keys[2] = {1, 2};
+    uint32_t slots[2];
+    waiter_t w;
+    w_init(&w);
+    kvt_tier_sess_t *s = pin_1_reserve_2(t, &w);
+    kvt_tier_sess_close(t, s); /* an engine gone with a copy perhaps in flight */
+    kvt_tier_stats_t st;
+    kvt_tier_stats(t, &st);
+    assert_int_equal(st.ram_pinned, 1);
+    assert_int_equal(st.ram_reserved, 1);
+    kvt_tier_sess_t *s2 = kvt_tier_sess_open(t);
+    assert_int_equal(kvt_tier_reserve(t, s2, NS, NSL, keys + 1, 1, slots, NULL, 0, NULL), KVT_OK);
+    assert_int_equal(slots[0], KVT_TIER_SLOT_NONE); /* still reserved */
+    for (uint64_t k = 10; k < 16; k++)              /* fill the other slots, and more */
+        put(t, k, false);
+    assert_int_equal(kvt_tier_lookup(t, NS, NSL, keys, 1, NULL), 1); /* pinned: not evicted */
+    for (int i = 0; i < 400; i++) { /* the expiry tick ends them after grace_ms */
+        kvt_tier_stats(t, &st);
+        if (st.ram_pinned == 0 && st.ram_reserved == 0)
+            break;
+        usleep(5000);
+    }
+    assert_int_equal(st.ram_pinned, 0);
+    assert_int_equal(st.ram_reserved, 0);
+    assert_int_equal(kvt_tier_reserve(t, s2, NS, NSL, keys + 1, 1, slots, NULL, 0, NULL), KVT_OK);
+    assert_true(slots[0] != KVT_TIER_SLOT_NONE); /* the key's slot is free for a new writer */
+    kvt_tier_sess_close(t, s2);
+    w_fini(&w);
+    kvt_tier_close(t);
+}
+
 static void test_lease_expiry(void **state)
 {
     (void)state;
     kvt_tier_cfg_t c = cfg_of(4, 0, KVT_TIER_ADMIT_ALWAYS);
     c.lease_ms = 50;
     kvt_tier_t *t = open_ok(&c);
-    kvt_tier_sess_t *s = kvt_tier_sess_open(t);
-    assert_int_equal(put(t, 1, false), KVT_OK);
     uint64_t keys[2] = {1, 2};
-    uint32_t slots[2];
     waiter_t w;
     w_init(&w);
-    assert_int_equal(kvt_tier_pin(t, s, NS, NSL, keys, 1, pin_cb, &w), KVT_OK);
-    w_wait(&w);
-    assert_int_equal(kvt_tier_reserve(t, s, NS, NSL, keys + 1, 1, slots, NULL, 0, NULL), KVT_OK);
+    kvt_tier_sess_t *s = pin_1_reserve_2(t, &w);
     wait_stat(t, offsetof(kvt_tier_stats_t, lease_expired), 2);
     kvt_tier_stats_t st;
     kvt_tier_stats(t, &st);
@@ -837,6 +886,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_lookup_order, setup, teardown),
         cmocka_unit_test_setup_teardown(test_reserve_pin, setup, teardown),
         cmocka_unit_test_setup_teardown(test_lease_expiry, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_release_grace, setup, teardown),
         cmocka_unit_test_setup_teardown(test_lease_renew, setup, teardown),
         cmocka_unit_test_setup_teardown(test_commit_sums, setup, teardown),
         cmocka_unit_test_setup_teardown(test_durable_restart, setup, teardown),
