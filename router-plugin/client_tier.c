@@ -74,8 +74,10 @@ void kvt_client_set_engine_keys(kvt_client_t *c, bool on)
 static void tier_flags(const kvt_client_t *c, kvt_proto_wr_t *req)
 {
     if (c->engine_keys && !req->oom && req->len >= KVT_PROTO_HDR_SIZE) {
-        req->buf[6] = (uint8_t)KVT_PROTO_F_ENGINE_KEYS;
-        req->buf[7] = (uint8_t)(KVT_PROTO_F_ENGINE_KEYS >> 8);
+        kvt_proto_hdr_t h;
+        kvt_proto_hdr_peek(req->buf, &h);
+        h.flags |= KVT_PROTO_F_ENGINE_KEYS;
+        kvt_proto_hdr_encode(&h, req->buf);
     }
 }
 

@@ -199,10 +199,13 @@ static bool ehash_store(kvt_srv_t *srv, uint32_t pod, unsigned tier, uint64_t eh
 void srv_tier_apply(kvt_srv_t *srv, srv_job_t *job)
 {
     kvt_evbatch_t *b = &job->batch;
-    uint32_t ns, pod;
-    kvt_status_t st = kvt_idx_ns_get(srv->idx, b->model, b->lora, 0, &ns);
-    if (st == KVT_ERR_NOT_FOUND)
-        st = kvt_idx_ns_get(srv->idx, b->model, b->lora, srv->cfg.block_size, &ns);
+    uint32_t ns = 0, pod;
+    kvt_status_t st = KVT_OK;
+    if (!job->engine_keys) { /* engine hashes name their blocks' namespace through the pod */
+        st = kvt_idx_ns_get(srv->idx, b->model, b->lora, 0, &ns);
+        if (st == KVT_ERR_NOT_FOUND)
+            st = kvt_idx_ns_get(srv->idx, b->model, b->lora, srv->cfg.block_size, &ns);
+    }
     if (st == KVT_OK)
         st = kvt_idx_pod_get(srv->idx, b->pod, 0, &pod);
     if (st != KVT_OK) {
@@ -220,8 +223,8 @@ void srv_tier_apply(kvt_srv_t *srv, srv_job_t *job)
         uint64_t h = e->hashes[0];
         if (e->type != KVT_EV_STORED) {
             kvt_idx_remove(srv->idx, pod, e->tier, e->hashes, 1, NULL);
-            uint8_t was = kvt_u64map_get(&srv->tier_pending, h);
-            if (job->engine_keys && (was & e->tier) != 0)
+            uint8_t was = job->engine_keys ? kvt_u64map_get(&srv->tier_pending, h) : 0;
+            if ((was & e->tier) != 0)
                 kvt_u64map_put(&srv->tier_pending, h, (uint8_t)(was & ~e->tier));
         } else if (job->engine_keys) {
             uint8_t was = kvt_u64map_get(&srv->tier_pending, h);

@@ -48,9 +48,15 @@ static void check_str(kvt_proto_str_t s, const uint8_t *body, size_t len)
 static void check_same(const uint8_t *frame, size_t frame_len)
 {
     CHECK(wr.len == frame_len);
-    if (frame_len >= KVT_PROTO_HDR_SIZE && frame[6] == KVT_PROTO_F_ENGINE_KEYS && frame[7] == 0 &&
-        wr.buf[6] == 0 && wr.buf[7] == 0)
-        wr.buf[6] = frame[6];
+    kvt_proto_hdr_t in, out;
+    if (frame_len >= KVT_PROTO_HDR_SIZE) {
+        kvt_proto_hdr_peek(frame, &in);
+        kvt_proto_hdr_peek(wr.buf, &out);
+        if (in.flags == KVT_PROTO_F_ENGINE_KEYS && out.flags == 0) {
+            out.flags = in.flags;
+            kvt_proto_hdr_encode(&out, wr.buf);
+        }
+    }
     CHECK(memcmp(wr.buf, frame, frame_len) == 0);
 }
 

@@ -519,6 +519,10 @@ class TestStartErrors(Base):
         self.assertFalse(os.path.exists(self.store))
         self.refused(self.tier(disk_admit=""), "--disk-admit")
 
+    def test_bad_release_grace(self):
+        self.refused(self.tier(release_grace="11m"), "--release-grace", "10 minutes")
+        self.assertFalse(os.path.exists(self.store))
+
     def test_a_data_dir_that_cannot_be(self):
         """A data dir under a regular file: refused, the file untouched."""
         plain = os.path.join(self.tmp, "plain")

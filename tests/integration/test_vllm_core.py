@@ -35,7 +35,7 @@ sys.path.insert(0, os.path.join(HERE, "..", "..", "router-plugin", "python"))
 import kvtierd_fixture as fx  # noqa: E402
 import kvtier  # noqa: E402
 from kvtier import vllm_core as core  # noqa: E402
-from kvtier.offload import Offload, vllm_key  # noqa: E402
+from kvtier.offload import Config, Offload, vllm_key  # noqa: E402
 
 BB = 64 * 1024
 MODEL = "meta-llama/Llama-3.1-8B-Instruct"
@@ -615,16 +615,17 @@ class TestRestarts(Base):
 class TestRefusals(unittest.TestCase):
     def test_extra_config(self):
         cfg = core.parse_extra_config({"kvtier_socket": "/run/kvtier/k.sock"}, "m")
-        self.assertEqual(cfg, core.Config("/run/kvtier/k.sock", "m", None, 10.0, None))
+        self.assertEqual(cfg, Config("/run/kvtier/k.sock", "m", None, 10.0, None))
         cfg = core.parse_extra_config({"kvtier_socket": "/s", "kvtier_model": "x",
-                                       "kvtier_lora": "prod", "kvtier_timeout": "2.5"}, "m")
-        self.assertEqual(cfg, core.Config("/s", "x", "prod", 2.5, None))
+                                       "kvtier_namespace": "prod", "kvtier_timeout": 2.5}, "m")
+        self.assertEqual(cfg, Config("/s", "x", "prod", 2.5, None))
         bad = [({}, "kvtier_socket"), ({"kvtier_socket": ""}, "kvtier_socket"),
                ({"kvtier_socket": 5}, "kvtier_socket"),
                ({"kvtier_socket": "/s", "kvtier_timeout": 0}, "kvtier_timeout"),
                ({"kvtier_socket": "/s", "kvtier_timeout": "soon"}, "kvtier_timeout"),
                ({"kvtier_socket": "/s", "kvtier_model": ""}, "kvtier_model"),
-               ({"kvtier_socket": "/s", "kvtier_lora": 3}, "kvtier_lora"),
+               ({"kvtier_socket": "/s", "kvtier_namespace": 3}, "kvtier_namespace"),
+               ({"kvtier_socket": "/s", "kvtier_lora": "x"}, "kvtier_lora"),  # unknown key
                ({"kvtier_socket": "/s", "kvtier_token_file": "/nonexistent/t"},
                 "kvtier_token_file")]
         for extra, name in bad:

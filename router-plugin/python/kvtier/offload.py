@@ -22,9 +22,17 @@ slots may name another arena's. A new Offload starts clean. Not thread-safe: one
 scheduler or worker thread.
 """
 
+import collections
+import collections.abc
+
 import kvtier
 
 _MASK64 = (1 << 64) - 1
+
+# The keys both connectors take from the engine's extra config (docs/connectors.md).
+CONFIG_KEYS = ("kvtier_socket", "kvtier_model", "kvtier_namespace", "kvtier_timeout",
+               "kvtier_token_file")
+Config = collections.namedtuple("Config", "socket model namespace timeout token")
 
 
 class SessionLost(kvtier.Error):
@@ -34,6 +42,52 @@ class SessionLost(kvtier.Error):
     def __init__(self):
         super().__init__(-504, "the connection to kvtierd was made anew (a restart or an "
                          "idle close): pins, reservations and the arena mapping are gone")
+
+
+def connector_config(extra, default_model):
+    """The kvtier keys of an engine's extra config as a Config; ValueError starting with the
+    key that is missing or bad, or with an unknown kvtier_* key (other keys are the
+    engine's). kvtier_socket: kvtierd's --rpc-unix path ("unix:" prefix optional; required);
+    kvtier_model: the model blocks are stored under (default default_model); kvtier_namespace:
+    kvtier's LoRA name for them (default none); kvtier_timeout: seconds per call (0.001..3600,
+    default 10); kvtier_token_file: a file holding kvtierd's auth token."""
+    if not isinstance(extra, collections.abc.Mapping):  # vLLM hands a Mapping, SGLang a dict
+        raise ValueError("the extra config must be a JSON object with kvtier_socket")
+    for k in extra:
+        if isinstance(k, str) and k.startswith("kvtier_") and k not in CONFIG_KEYS:
+            raise ValueError("%s: unknown key (known: %s)" % (k, ", ".join(CONFIG_KEYS)))
+
+    def text(key, value, limit=255):
+        if not isinstance(value, str) or not value or len(value.encode()) > limit \
+                or "\0" in value:
+            raise ValueError("%s: must be a string of 1..%d bytes, not %r" % (key, limit, value))
+        return value
+
+    if "kvtier_socket" not in extra:
+        raise ValueError("kvtier_socket: missing (kvtierd's --rpc-unix path)")
+    socket = text("kvtier_socket", extra["kvtier_socket"], 4096)
+    path = socket[5:] if socket.startswith("unix:") else socket
+    if not path.strip():
+        raise ValueError("kvtier_socket: empty path")
+    model = extra.get("kvtier_model", default_model)
+    if model is None:
+        raise ValueError("kvtier_model: missing, and the engine gave no model name")
+    model = text("kvtier_model", model)
+    namespace = extra.get("kvtier_namespace")
+    if namespace is not None:
+        namespace = text("kvtier_namespace", namespace, 128)
+    timeout = extra.get("kvtier_timeout", 10.0)
+    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) \
+            or not 0.001 <= timeout <= 3600:
+        raise ValueError("kvtier_timeout: must be seconds in 0.001..3600, not %r" % (timeout,))
+    token = None
+    if "kvtier_token_file" in extra:
+        tf = text("kvtier_token_file", extra["kvtier_token_file"], 4096)
+        try:
+            token = read_token_file(tf)
+        except ValueError as e:
+            raise ValueError("kvtier_token_file: %s" % e) from None
+    return Config(path, model, namespace, float(timeout), token)
 
 
 def read_token_file(path):
@@ -123,10 +177,7 @@ class Offload:
     def lookup(self, keys):
         """How many of keys, from the first, the sidecar holds (in RAM or on NVMe). Counts as
         an access of each block (eviction order)."""
-        keys = list(keys)
-        if not keys:
-            return 0
-        return len(self._call(self._client.lookup, self.model, keys, self.lora))
+        return len(self.locate(keys))
 
     def locate(self, keys):
         """lookup() with where each leading key held is: "ram" or "disk" (only on NVMe)."""

@@ -26,63 +26,24 @@ import logging
 import threading
 import time
 
-from kvtier.offload import Offload, read_token_file, sglang_key
+from kvtier.offload import Offload, connector_config, sglang_key
 
 log = logging.getLogger("kvtier.sglang")
 
 STORAGE_BATCH_SIZE = 128  # SGLang's pages per batched call (hicache_storage.py)
 
-CONFIG_KEYS = ("kvtier_socket", "kvtier_model", "kvtier_namespace", "kvtier_timeout",
-               "kvtier_token_file")
 
 _ROLES = ("exists", "get", "set")
 _WARN_EVERY = 30.0  # seconds between two warnings of one kind
 
 def parse_config(extra, default_model=None):
     """The kvtier keys of HiCache's extra config (--hicache-storage-backend-extra-config), as
-    a dict of socket, model, namespace, timeout, token. ValueError naming the key for a bad
-    or missing one, or an unknown kvtier_* key; other keys are SGLang's and left alone."""
-    if not isinstance(extra, dict):
-        raise ValueError("the extra config must be a JSON object with kvtier_socket")
-    for k in extra:
-        if isinstance(k, str) and k.startswith("kvtier_") and k not in CONFIG_KEYS:
-            raise ValueError("%s: unknown key (known: %s)" % (k, ", ".join(CONFIG_KEYS)))
-    if not extra.get("interface_v1"):
+    a dict of socket, model, namespace, timeout, token (kvtier.offload.connector_config()),
+    after SGLang's interface_v1, which must be set. ValueError naming the key."""
+    if isinstance(extra, dict) and not extra.get("interface_v1"):
         raise ValueError("interface_v1: must be 1 (kvtier implements HiCache's zero-copy "
                          "batch_get_v1/batch_set_v1 only)")
-
-    def text(key, value, limit=255):
-        if not isinstance(value, str) or not value or len(value.encode()) > limit \
-                or "\0" in value:
-            raise ValueError("%s: must be a string of 1..%d bytes, not %r" % (key, limit, value))
-        return value
-
-    if "kvtier_socket" not in extra:
-        raise ValueError("kvtier_socket: missing (kvtierd's --rpc-unix path)")
-    socket = text("kvtier_socket", extra["kvtier_socket"], 4096)
-    path = socket[5:] if socket.startswith("unix:") else socket
-    if not path:
-        raise ValueError("kvtier_socket: empty path")
-    model = extra.get("kvtier_model", default_model)
-    if model is None:
-        raise ValueError("kvtier_model: missing, and SGLang gave no model name")
-    model = text("kvtier_model", model)
-    namespace = extra.get("kvtier_namespace")
-    if namespace is not None:
-        namespace = text("kvtier_namespace", namespace, 128)
-    timeout = extra.get("kvtier_timeout", 10.0)
-    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) \
-            or not 0.001 <= timeout <= 3600:
-        raise ValueError("kvtier_timeout: must be seconds in 0.001..3600, not %r" % (timeout,))
-    token = None
-    if "kvtier_token_file" in extra:
-        tf = text("kvtier_token_file", extra["kvtier_token_file"], 4096)
-        try:
-            token = read_token_file(tf)
-        except ValueError as e:
-            raise ValueError("kvtier_token_file: %s" % e) from None
-    return {"socket": path, "model": model, "namespace": namespace,
-            "timeout": float(timeout), "token": token}
+    return dict(connector_config(extra, default_model)._asdict())
 
 
 def page_namespace(layout, dtype, tp_rank=0, tp_size=1, replicated=False, pp_rank=0,

@@ -49,7 +49,7 @@ import os
 import time
 
 import kvtier
-from kvtier.offload import Offload, read_token_file, vllm_key
+from kvtier.offload import Offload, connector_config, vllm_key
 
 log = logging.getLogger("kvtier.vllm")
 
@@ -66,54 +66,14 @@ MAX_ROUNDS = 8        # steps a request waits for blocks to reach RAM, then they
 RETIRE_STEPS = 4      # steps a session given up by reset() stays open for transfers in flight
 DEAD_TTL = 60.0       # seconds a lost session's transfers are waited for (their completions)
 
-CONFIG_KEYS = ("kvtier_socket", "kvtier_model", "kvtier_lora", "kvtier_timeout",
-               "kvtier_token_file")
 
 
 # ---- configuration and geometry ----
 
-Config = collections.namedtuple("Config", "socket model lora timeout token")
-
-
 def parse_extra_config(extra, default_model):
-    """The kvtier keys of kv_connector_extra_config as a Config; ValueError naming the key
-    that is missing or bad. kvtier_socket: kvtierd's --rpc-unix path (required);
-    kvtier_model: the model name blocks are stored under (default default_model, vLLM's);
-    kvtier_lora: a namespace (default none, the base model's); kvtier_timeout: seconds per
-    call (default 10); kvtier_token_file: a file holding kvtierd's auth token."""
-    extra = extra or {}
-    sock = extra.get("kvtier_socket")
-    if not isinstance(sock, str) or not sock.strip() or sock.strip() == "unix:":
-        raise ValueError("kv_connector_extra_config: kvtier_socket (kvtierd's --rpc-unix "
-                         "path) is required, got %r" % (sock,))
-    model = extra.get("kvtier_model", default_model)
-    if not isinstance(model, str) or not model:
-        raise ValueError("kv_connector_extra_config: kvtier_model must be a non-empty "
-                         "string, got %r" % (model,))
-    lora = extra.get("kvtier_lora")
-    if lora is not None and (not isinstance(lora, str) or not lora):
-        raise ValueError("kv_connector_extra_config: kvtier_lora must be a non-empty string "
-                         "when given, got %r" % (lora,))
-    timeout = extra.get("kvtier_timeout", 10.0)
-    if isinstance(timeout, str):
-        try:
-            timeout = float(timeout)
-        except ValueError:
-            pass
-    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not timeout > 0:
-        raise ValueError("kv_connector_extra_config: kvtier_timeout must be a number of "
-                         "seconds > 0, got %r" % (extra.get("kvtier_timeout"),))
-    token = None
-    path = extra.get("kvtier_token_file")
-    if path is not None:
-        if not isinstance(path, str) or not path:
-            raise ValueError("kv_connector_extra_config: kvtier_token_file must be a path, "
-                             "got %r" % (path,))
-        try:
-            token = read_token_file(path)
-        except ValueError as e:
-            raise ValueError("kv_connector_extra_config: kvtier_token_file: %s" % e) from None
-    return Config(sock.strip(), model, lora, float(timeout), token)
+    """The kvtier keys of kv_connector_extra_config (kvtier.offload.connector_config(); the
+    model defaults to vLLM's); ValueError naming the key that is missing or bad."""
+    return connector_config(extra if extra is not None else {}, default_model)
 
 
 def check_groups(ngroups):
@@ -410,7 +370,7 @@ class ManagerCore:
                     if ok < len(held):
                         log.warning("kvtier: a block of %d bytes under a key of this model "
                                     "(this engine's chunks are %d): another geometry shares "
-                                    "the namespace; give each its own kvtier_lora",
+                                    "the namespace; give each its own kvtier_namespace",
                                     pins[ok][1], self.chunk_bytes)
                         self._unpins.update(held[ok:])
                         for u in held[ok:] + rest:

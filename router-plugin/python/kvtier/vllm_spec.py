@@ -11,7 +11,7 @@ kv_caches), OffloadingManager and OffloadingWorker as used here. Launch:
       "spec_module_path":"kvtier.vllm_spec","kvtier_socket":"/run/kvtier/k.sock"}}'
 
 Extra config keys: kvtier_socket (kvtierd's --rpc-unix, required), kvtier_model (default
-vLLM's model name), kvtier_lora (a namespace, e.g. per deployment), kvtier_timeout (seconds
+vLLM's model name), kvtier_namespace (a namespace, e.g. per deployment), kvtier_timeout (seconds
 per call, default 10), kvtier_token_file (kvtierd's auth token); vLLM's own block_size or
 blocks_per_chunk set the chunk (default one GPU block).
 
@@ -158,7 +158,7 @@ class _Arena:
 
     def __init__(self, cfg, pages, worker_kv_bytes_per_block, blocks_per_chunk, rank,
                  world_size):
-        self.off = Offload(cfg.socket, cfg.model, lora=cfg.lora, timeout=cfg.timeout,
+        self.off = Offload(cfg.socket, cfg.model, lora=cfg.namespace, timeout=cfg.timeout,
                            token=cfg.token)
         self.pieces = []
         try:
@@ -339,10 +339,10 @@ class KvtierOffloadingSpec(OffloadingSpec):
             c, p = self.kvtier, self.config.parallel
             core = vllm_core.ManagerCore(
                 c.socket, c.model, self.config.worker_kv_bytes_per_block, p.world_size,
-                self.blocks_per_chunk, lora=c.lora, timeout=c.timeout, token=c.token)
+                self.blocks_per_chunk, lora=c.namespace, timeout=c.timeout, token=c.token)
             logger.info("kvtier: offloading %d-byte chunks to kvtierd at %s (model %s%s)",
                         core.chunk_bytes, c.socket, c.model,
-                        ", namespace %s" % c.lora if c.lora else "")
+                        ", namespace %s" % c.namespace if c.namespace else "")
             self._manager = KvtierOffloadingManager(core)
         return self._manager
 
